@@ -1,0 +1,72 @@
+"""Debate actions: speak for a side, and judge the exchange with a structured verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from metaroles import Action, Message, UserRequirement
+from metaroles.prompts import load_prompt, render_prompt
+
+CONTEXT_TURNS = 8
+
+
+def debate_topic(history: Sequence[Message]) -> str:
+    """The motion: the content of the first user requirement in ``history``."""
+    requirement = UserRequirement.action_id()
+    return next((m.content for m in history if m.cause_by == requirement), "(no motion given)")
+
+
+def debate_context(history: Sequence[Message]) -> str:
+    """The newest speeches, one per line."""
+    speeches = [str(m) for m in history if m.cause_by == SpeakAloud.action_id()]
+    return "\n".join(speeches[-CONTEXT_TURNS:]) or "(you open the debate)"
+
+
+class SpeakAloud(Action):
+    """One debater's turn."""
+
+    desc = "Answer the opponent and make a new point."
+
+    def __init__(self, *, side: str = "pro", **kwargs: object) -> None:
+        """Speak for ``side`` ("pro" or "con")."""
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.side = side
+
+    async def run(self, history: Sequence[Message]) -> str:
+        """Render the speech prompt and ask the model."""
+        prompt = render_prompt(
+            load_prompt("actions.prompts", "speak.txt"),
+            name=self.role_name,
+            side=self.side,
+            topic=debate_topic(history),
+            context=debate_context(history),
+        )
+        return await self.aask(prompt)
+
+
+class Verdict(BaseModel):
+    """The judge's decision."""
+
+    winner: Literal["pro", "con"]
+    """The side that argued better."""
+    reasoning: str
+    """Why, in a sentence or two."""
+    confidence: float = Field(ge=0.0, le=1.0)
+    """How sure the judge is."""
+
+
+class JudgeDebate(Action):
+    """Decide the debate; the verdict is the message's ``instruct_content``."""
+
+    desc = "Judge the debate."
+    output_model = Verdict
+
+    async def run(self, history: Sequence[Message]) -> Verdict:
+        """Render the judging prompt and ask for a :class:`Verdict`."""
+        prompt = render_prompt(
+            load_prompt("actions.prompts", "judge.txt"), topic=debate_topic(history), context=debate_context(history)
+        )
+        return await self.aask(prompt, output_model=Verdict)

@@ -1,0 +1,1 @@
+"""Prompt files of the reusable actions (package data)."""

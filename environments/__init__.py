@@ -1,0 +1,1 @@
+"""Concrete Environments (phased games, large societies) build on ``metaroles.Environment``."""

@@ -1,0 +1,98 @@
+"""metaroles: a MetaGPT-style multi-role message bus for agent simulations.
+
+Importing this package reads no environment, writes no file and imports no provider SDK,
+faiss, llama-index or ray.
+"""
+
+from metaroles.action import Action, ActionResult, UserRequirement
+from metaroles.environment import (
+    DeadLetterWarning,
+    DropMessage,
+    EnvEvent,
+    Environment,
+    EnvironmentState,
+    Intervention,
+    RouteExplanation,
+)
+from metaroles.exceptions import (
+    ConfigError,
+    DuplicateRoleError,
+    InvalidValueError,
+    LLMOutputInvalid,
+    MetarolesError,
+    RoleFailed,
+    RunError,
+    ScriptExhausted,
+    UndeliverableError,
+    UnknownRoleError,
+    UserError,
+)
+from metaroles.llm import LLM, CostLedger, LLMRequest, LLMResponse, Usage
+from metaroles.memory import ChatMemory, Memory
+from metaroles.offline import FunctionLLM, ScriptedLLM, TestLLM
+from metaroles.providers import resolve_llm
+from metaroles.queue import MessageQueue, PriorityMessageQueue
+from metaroles.role import Role, RoleContext, RoleReactMode, RoleState
+from metaroles.schema import (
+    MESSAGE_ROUTE_TO_ALL,
+    AgentState,
+    ChatRole,
+    Function,
+    Message,
+    ToolCall,
+    ToolChoice,
+    any_to_str,
+)
+from metaroles.team import StopReason, Team, TeamReport
+
+__all__ = [
+    "LLM",
+    "MESSAGE_ROUTE_TO_ALL",
+    "Action",
+    "ActionResult",
+    "AgentState",
+    "ChatMemory",
+    "ChatRole",
+    "ConfigError",
+    "CostLedger",
+    "DeadLetterWarning",
+    "DropMessage",
+    "DuplicateRoleError",
+    "EnvEvent",
+    "Environment",
+    "EnvironmentState",
+    "Function",
+    "FunctionLLM",
+    "Intervention",
+    "InvalidValueError",
+    "LLMOutputInvalid",
+    "LLMRequest",
+    "LLMResponse",
+    "Memory",
+    "Message",
+    "MessageQueue",
+    "MetarolesError",
+    "PriorityMessageQueue",
+    "Role",
+    "RoleContext",
+    "RoleFailed",
+    "RoleReactMode",
+    "RoleState",
+    "RouteExplanation",
+    "RunError",
+    "ScriptExhausted",
+    "ScriptedLLM",
+    "StopReason",
+    "Team",
+    "TeamReport",
+    "TestLLM",
+    "ToolCall",
+    "ToolChoice",
+    "UndeliverableError",
+    "UnknownRoleError",
+    "Usage",
+    "UserError",
+    "UserRequirement",
+    "any_to_str",
+    "resolve_llm",
+]

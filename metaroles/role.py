@@ -1,0 +1,451 @@
+"""Roles: agents on the bus that observe news, think of their next Action, act and publish.
+
+A custom role needs only :meth:`Role.set_actions` and :meth:`Role._watch`, or overrides
+:meth:`Role._think` / :meth:`Role._act`. One :meth:`Role.run` is one turn::
+
+    _observe  pop the buffer, remember what is new, keep as news what ``watch`` or the name admits
+    react     _think → _act, per react_mode (react / by_order / plan_and_act)
+    publish   the last response goes to the Environment
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Protocol, cast
+from warnings import warn
+
+from pydantic import BaseModel, Field, create_model
+
+from metaroles.action import Action, ActionResult, UserRequirement, complete_structured
+from metaroles.exceptions import InvalidValueError
+from metaroles.llm import LLM, CostLedger, LLMRequest
+from metaroles.memory import Memory
+from metaroles.prompts import load_prompt, render_prompt
+from metaroles.queue import MessageQueue
+from metaroles.schema import BROADCAST, ChatRole, Message, any_to_str, to_addresses
+
+
+class RoleReactMode(StrEnum):
+    """How a role chooses its actions within one turn."""
+
+    REACT = "react"
+    """The model picks the next action, up to ``max_react_loop`` times."""
+    BY_ORDER = "by_order"
+    """Every action once, in declaration order."""
+    PLAN_AND_ACT = "plan_and_act"
+    """The model plans a sequence of actions first, then they run in order."""
+
+
+_REACT_MODES = frozenset(m.value for m in RoleReactMode)
+
+
+class RoleHost(Protocol):
+    """What a role needs from the Environment it lives in."""
+
+    ledger: CostLedger
+
+    def publish_message(self, message: Message) -> None:
+        """Route ``message`` to its recipients."""
+        ...
+
+    def mark_ready(self, role: Role) -> None:
+        """Note that ``role`` has buffered messages to observe."""
+        ...
+
+
+class RoleContext:
+    """A role's runtime state: buffer, memories, watch set, news and the current todo."""
+
+    __slots__ = (
+        "env",
+        "max_react_loop",
+        "memory",
+        "msg_buffer",
+        "news",
+        "react_mode",
+        "state",
+        "todo",
+        "watch",
+        "working_memory",
+    )
+
+    def __init__(self, *, react_mode: RoleReactMode, max_react_loop: int) -> None:
+        """Create an empty context."""
+        self.env: RoleHost | None = None
+        self.msg_buffer = MessageQueue()
+        self.memory = Memory()
+        self.working_memory = Memory()
+        self.state = -1
+        self.todo: Action | None = None
+        self.watch: set[str] = set()
+        self.news: list[Message] = []
+        self.react_mode = react_mode
+        self.max_react_loop = max_react_loop
+
+    @property
+    def important_memory(self) -> list[Message]:
+        """Remembered messages caused by a watched action."""
+        return self.memory.get_by_actions(self.watch)
+
+    @property
+    def history(self) -> list[Message]:
+        """Everything remembered, oldest first."""
+        return self.memory.get()
+
+
+class RoleState(BaseModel):
+    """A role's serialisable state: nothing buffered or remembered is left out."""
+
+    name: str
+    cls: str
+    addresses: list[str]
+    watch: list[str]
+    state: int = -1
+    buffer: list[Message] = Field(default_factory=list)
+    memory: list[Message] = Field(default_factory=list)
+    working_memory: list[Message] = Field(default_factory=list)
+    news: list[str] = Field(default_factory=list)
+
+
+def _check_react_mode(react_mode: object, max_react_loop: object) -> RoleReactMode:
+    if not isinstance(react_mode, str) or react_mode not in _REACT_MODES:
+        allowed = ", ".join(repr(m.value) for m in RoleReactMode)
+        raise InvalidValueError(f"react_mode={react_mode!r} is not a react mode; use one of {allowed}")
+    mode = RoleReactMode(react_mode)
+    if isinstance(max_react_loop, bool) or not isinstance(max_react_loop, int) or max_react_loop < 1:
+        raise InvalidValueError(f"max_react_loop={max_react_loop!r} must be a positive integer")
+    return mode
+
+
+class Role:
+    """An agent on the bus.
+
+    Class attributes give defaults, so ``class Alice(Role): name = "Alice"`` works as in MetaGPT.
+
+    Args:
+        name: Unique name within an Environment (default: class attribute, else class name).
+        profile: What the role is, e.g. ``"Engineer"`` (default: the name).
+        goal: What it tries to achieve (goes into prompts).
+        constraints: Rules it follows (goes into prompts).
+        llm: Model for the role and for its actions that have none.
+        actions: Action classes or instances; see :meth:`set_actions`.
+        watch: Actions whose messages count as news; defaults to ``[UserRequirement]``.
+        react_mode: ``"react"``, ``"by_order"`` or ``"plan_and_act"``.
+        max_react_loop: How many actions a ``"react"`` turn may take.
+        send_to: Where published responses go; defaults to every role (``"<all>"``).
+    """
+
+    name: str = ""
+    profile: str = ""
+    goal: str = ""
+    constraints: str = ""
+    desc: str = ""
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        profile: str | None = None,
+        goal: str | None = None,
+        constraints: str | None = None,
+        llm: LLM | None = None,
+        actions: Sequence[type[Action] | Action] = (),
+        watch: Iterable[object] | None = None,
+        react_mode: RoleReactMode | str = RoleReactMode.REACT,
+        max_react_loop: int = 1,
+        send_to: object = None,
+    ) -> None:
+        """Create a role; see the class docstring for the arguments."""
+        self.name = name or type(self).name or type(self).__name__
+        if not isinstance(self.name, str):
+            raise InvalidValueError(f"name={self.name!r} must be a string")
+        self.profile = profile or type(self).profile or self.name
+        self.goal = goal if goal is not None else type(self).goal
+        self.constraints = constraints if constraints is not None else type(self).constraints
+        self.llm = llm
+        self.rc = RoleContext(react_mode=_check_react_mode(react_mode, max_react_loop), max_react_loop=max_react_loop)
+        self.actions: list[Action] = []
+        self.states: list[str] = []
+        self.send_to: frozenset[str] = BROADCAST if send_to is None else to_addresses(send_to)
+        self.addresses: frozenset[str] = frozenset({self.name, f"{type(self).__module__}.{type(self).__qualname__}"})
+        self.ledger: CostLedger | None = None
+        self._env_index = -1
+        self._ready = False
+        self._watch([UserRequirement] if watch is None else watch)
+        if actions:
+            self.set_actions(actions)
+
+    def __repr__(self) -> str:
+        """Show class and name."""
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def set_actions(self, actions: Sequence[type[Action] | Action]) -> None:
+        """Give the role its actions (classes are instantiated); resets the stage to -1."""
+        instances: list[Action] = []
+        for item in actions:
+            if isinstance(item, type) and issubclass(item, Action):
+                instances.append(item())
+            elif isinstance(item, Action):
+                instances.append(item)
+            else:
+                raise InvalidValueError(
+                    f"set_actions got {item!r}, which is neither an Action class nor an Action instance"
+                )
+        self.actions = instances
+        for action in instances:
+            self._bind(action)
+        self.states = [f"{i}. {action.name}" for i, action in enumerate(instances)]
+        self._set_state(-1)
+
+    def set_action(self, action: type[Action] | Action) -> None:
+        """Give the role a single action."""
+        self.set_actions([action])
+
+    def _bind(self, action: Action) -> None:
+        if action.llm is None:
+            action.llm = self.llm
+        action.role_name = self.name
+        action.ledger = self.ledger
+
+    def set_llm(self, llm: LLM) -> None:
+        """Use ``llm`` for the role and for its actions that have no model of their own."""
+        self.llm = llm
+        for action in self.actions:
+            self._bind(action)
+
+    def attach(self, env: RoleHost, index: int) -> None:
+        """Join ``env`` as its ``index``-th role (called by the Environment)."""
+        self.rc.env = env
+        self._env_index = index
+        self.ledger = env.ledger
+        for action in self.actions:
+            self._bind(action)
+
+    def _watch(self, actions: Iterable[object]) -> None:
+        """Count messages caused by ``actions`` (classes, instances or ids) as news."""
+        self.rc.watch = {any_to_str(a) for a in actions}
+
+    def set_addresses(self, addresses: Iterable[str]) -> None:
+        """Replace the addresses this role receives on (the Environment re-indexes it)."""
+        self.addresses = to_addresses(list(addresses))
+        env = self.rc.env
+        reindex = getattr(env, "reindex", None)
+        if reindex is not None:
+            reindex(self)
+
+    def _set_react_mode(self, react_mode: RoleReactMode | str, max_react_loop: int = 1) -> None:
+        self.rc.react_mode = _check_react_mode(react_mode, max_react_loop)
+        self.rc.max_react_loop = max_react_loop
+
+    def _set_state(self, state: int) -> None:
+        self.rc.state = state
+        self.rc.todo = self.actions[state] if 0 <= state < len(self.actions) else None
+
+    def set_todo(self, action: Action | None) -> None:
+        """Set the action to run next (``None`` for nothing)."""
+        self.rc.todo = action
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def put_message(self, message: Message) -> None:
+        """Buffer ``message`` for the next observation."""
+        if self.rc.msg_buffer.push(message) and self.rc.env is not None:
+            self.rc.env.mark_ready(self)
+
+    def publish_message(self, message: Message | None) -> None:
+        """Hand ``message`` to the Environment (a standalone role's ``run`` returns it instead)."""
+        if message is not None and self.rc.env is not None:
+            self.rc.env.publish_message(message)
+
+    def observe_now(self) -> int:
+        """Pop the buffer, remember what is new and keep what is watched or addressed as news."""
+        rc = self.rc
+        buffered = rc.msg_buffer.pop_all()
+        memory = rc.memory
+        new = memory.find_news(buffered)
+        memory.add_batch(new)
+        watch, name = rc.watch, self.name
+        rc.news = [m for m in new if m.cause_by in watch or name in m.send_to]
+        return len(rc.news)
+
+    async def _observe(self) -> int:
+        """Observe the buffer; return the number of news."""
+        return self.observe_now()
+
+    @property
+    def is_idle(self) -> bool:
+        """True when nothing is buffered, nothing is news and nothing is to do."""
+        return not self.rc.news and self.rc.todo is None and self.rc.msg_buffer.empty()
+
+    def get_memories(self, k: int = 0) -> list[Message]:
+        """The newest ``k`` remembered messages (all when 0)."""
+        return self.rc.memory.get(k)
+
+    # -- thinking and acting -------------------------------------------------------------------
+
+    async def _think(self) -> bool:
+        """Choose the next action into ``rc.todo``; return whether there is one."""
+        count = len(self.actions)
+        if count <= 1:
+            self._set_state(count - 1)
+            return self.rc.todo is not None
+        if self.rc.react_mode is RoleReactMode.BY_ORDER:
+            self._set_state(self.rc.state + 1)
+            return self.rc.todo is not None
+        self._set_state(await self._choose_state())
+        return self.rc.todo is not None
+
+    def _prompt_vars(self) -> dict[str, str]:
+        history = "\n".join(str(m) for m in self.rc.memory.get(20)) or "(nothing yet)"
+        return {
+            "name": self.name,
+            "profile": self.profile,
+            "goal": self.goal,
+            "constraints": self.constraints,
+            "history": history,
+        }
+
+    async def _ask_structured(self, template: str, schema_model: type[BaseModel], **variables: str) -> Any:
+        prompt = render_prompt(load_prompt("metaroles.prompts", template), **self._prompt_vars(), **variables)
+        request = LLMRequest(messages=[{"role": "user", "content": prompt}], role=self.name, action=f"<{template}>")
+        return await complete_structured(self.llm, request, schema_model, ledger=self.ledger, retries=2)
+
+    async def _choose_state(self) -> int:
+        """Ask the model which action to take next (react mode)."""
+        choice_model = _choice_model(len(self.actions))
+        states = "\n".join(self.states)
+        choice = await self._ask_structured(
+            "react_state.txt", choice_model, states=states, previous_state=str(self.rc.state)
+        )
+        state = int(choice.state)
+        if not -1 <= state < len(self.actions):
+            warn(f"role {self.name!r}: the model chose stage {state!r}, out of range; taking none", stacklevel=2)
+            return -1
+        return state
+
+    async def _plan(self) -> list[int]:
+        """Ask the model for the actions to take, in order (plan_and_act mode)."""
+        if len(self.actions) == 1:
+            return [0]
+        names = [a.name for a in self.actions]
+        plan = await self._ask_structured("plan.txt", _plan_model(names), actions="\n".join(names))
+        return [names.index(step) for step in plan.steps]
+
+    async def _act(self) -> Message | None:
+        """Run ``rc.todo`` on the history and remember its response."""
+        todo = self.rc.todo
+        if todo is None:
+            return None
+        message = self._to_message(await todo.run(self.rc.history), todo)
+        if message is not None:
+            self.rc.memory.add(message)
+        return message
+
+    def _to_message(self, result: ActionResult, action: Action) -> Message | None:
+        if isinstance(result, str):
+            return Message(
+                content=result, role=ChatRole.ASSISTANT, cause_by=action._action_id,
+                sent_from=self.name, send_to=self.send_to,
+            )  # fmt: skip
+        if isinstance(result, Message):
+            return result if result.sent_from else result.model_copy(update={"sent_from": self.name})
+        if isinstance(result, BaseModel):
+            return Message(
+                content=result.model_dump_json(), instruct_content=result, role=ChatRole.ASSISTANT,
+                cause_by=action._action_id, sent_from=self.name, send_to=self.send_to,
+            )  # fmt: skip
+        if result is None:
+            return None
+        raise InvalidValueError(
+            f"{type(action).__name__}.run returned {result!r} ({type(result).__name__}); "
+            "return a str, a pydantic model, a Message or None"
+        )
+
+    async def _react(self) -> Message | None:
+        """Think and act up to ``max_react_loop`` times (by_order: once per action)."""
+        limit = len(self.actions) if self.rc.react_mode is RoleReactMode.BY_ORDER else self.rc.max_react_loop
+        response: Message | None = None
+        for _ in range(limit):
+            if not await self._think():
+                break
+            response = await self._act() or response
+        return response
+
+    async def _plan_and_act(self) -> Message | None:
+        """Plan the actions, run them in order; step outputs go to working memory."""
+        self.rc.working_memory.clear()
+        response: Message | None = None
+        for index in await self._plan():
+            self._set_state(index)
+            step = await self._act()
+            if step is not None:
+                self.rc.working_memory.add(step)
+                response = step
+        return response
+
+    async def react(self) -> Message | None:
+        """Take this turn's actions per ``react_mode``; return the response to publish."""
+        if self.rc.react_mode is RoleReactMode.PLAN_AND_ACT:
+            response = await self._plan_and_act()
+        else:
+            response = await self._react()
+        self._set_state(-1)
+        return response
+
+    async def run(self, with_message: Message | str | None = None) -> Message | None:
+        """One turn: observe, react, publish. Returns the published response, if any."""
+        if with_message is not None:
+            self.put_message(Message(with_message) if isinstance(with_message, str) else with_message)
+        if not await self._observe():
+            return None
+        response = await self.react()
+        self.rc.todo = None
+        self.publish_message(response)
+        return response
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> RoleState:
+        """Everything needed to resume this role, buffered messages included."""
+        rc = self.rc
+        return RoleState(
+            name=self.name,
+            cls=f"{type(self).__module__}.{type(self).__qualname__}",
+            addresses=sorted(self.addresses),
+            watch=sorted(rc.watch),
+            state=rc.state,
+            buffer=rc.msg_buffer.peek_all(),
+            memory=rc.memory.storage,
+            working_memory=rc.working_memory.storage,
+            news=[m.id for m in rc.news],
+        )
+
+    def load_state(self, state: RoleState) -> None:
+        """Restore a state produced by :meth:`state_dict` (the role keeps its actions and model)."""
+        if state.name != self.name:
+            raise InvalidValueError(f"state of role {state.name!r} cannot be loaded into role {self.name!r}")
+        rc = self.rc
+        rc.msg_buffer = MessageQueue(state.buffer)
+        rc.memory = Memory(state.memory, ignore_id=rc.memory.ignore_id)
+        rc.working_memory = Memory(state.working_memory)
+        rc.watch = set(state.watch)
+        by_id = {m.id: m for m in state.memory}
+        rc.news = [by_id[i] for i in state.news if i in by_id]
+        self.addresses = frozenset(state.addresses)
+        self._set_state(state.state)
+
+
+def _choice_model(count: int) -> type[BaseModel]:
+    choices: Any = cast(Any, Literal)[tuple(range(-1, count))]
+    model: type[BaseModel] = create_model("NextState", state=(choices, ...))
+    return model
+
+
+def _plan_model(names: list[str]) -> type[BaseModel]:
+    step: Any = cast(Any, Literal)[tuple(names)]
+    steps: Any = Annotated[list[step], Field(min_length=1)]
+    model: type[BaseModel] = create_model("Plan", steps=(steps, ...))
+    return model

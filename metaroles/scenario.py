@@ -1,0 +1,102 @@
+"""Running a named scenario and writing its run directory.
+
+A scenario is a module ``scenarios.NAME`` with a pydantic ``Config`` and
+``build(config, llm) -> ScenarioPlan``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from metaroles.exceptions import ConfigError
+from metaroles.llm import LLM
+from metaroles.schema import Message
+from metaroles.team import Team, TeamReport
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ScenarioPlan:
+    """A built scenario: the team and how to start it."""
+
+    team: Team
+    idea: str
+    send_to: str | set[str]
+    n_round: int
+
+
+def load_scenario(name: str) -> ModuleType:
+    """Import ``scenarios.NAME``.
+
+    Raises:
+        ConfigError: If there is no such scenario (the message lists the known ones).
+    """
+    if not _NAME.match(name):
+        raise ConfigError(f"scenario name {name!r} must be a lowercase identifier, e.g. 'debate'")
+    try:
+        return importlib.import_module(f"scenarios.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"scenarios.{name}":
+            raise
+        raise ConfigError(f"no scenario named {name!r}; known scenarios: {known_scenarios()}") from None
+
+
+def known_scenarios() -> list[str]:
+    """Names of the scenarios shipped in the ``scenarios`` package."""
+    package = importlib.import_module("scenarios")
+    folder = Path(next(iter(package.__path__)))
+    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def format_message(message: Message) -> str:
+    """One transcript line: ``[sender → recipients] content``."""
+    recipients = ", ".join(sorted(message.send_to))
+    return f"[{message.sent_from or message.role.value} → {recipients}] {message.content}"
+
+
+def transcript(messages: list[Message]) -> str:
+    """The transcript of ``messages``, one line each."""
+    return "\n".join(format_message(m) for m in messages)
+
+
+async def run_scenario(
+    name: str, *, llm: LLM, options: dict[str, Any], out_dir: Path | None
+) -> tuple[TeamReport, Team]:
+    """Build and run scenario ``name``; write its run directory into ``out_dir`` if given."""
+    module = load_scenario(name)
+    config = module.Config.model_validate(options)
+    plan: ScenarioPlan = module.build(config, llm)
+    report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
+    if out_dir is not None:
+        write_run_dir(out_dir, plan.team, report, config.model_dump())
+    return report, plan.team
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    """A fresh directory ``root/NAME-YYYYmmdd-HHMMSS[-n]``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = root / f"{name}-{stamp}"
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = root / f"{name}-{stamp}-{n}"
+    return candidate
+
+
+def write_run_dir(out_dir: Path, team: Team, report: TeamReport, config: dict[str, Any]) -> None:
+    """Write transcript, state, report and ledger of a finished run."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = team.env
+    (out_dir / "transcript.txt").write_text(transcript(env.history.storage) + "\n", encoding="utf-8")
+    env.save(out_dir / "state.json")
+    summary = {"report": report.model_dump(mode="json"), "config": config}
+    (out_dir / "report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (out_dir / "ledger.json").write_text(json.dumps(env.ledger.dump(), indent=1) + "\n", encoding="utf-8")

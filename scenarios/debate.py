@@ -1,0 +1,76 @@
+"""A three-role debate: two debaters addressed to each other, a judge watching both."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from actions.debate import JudgeDebate, SpeakAloud
+from metaroles import LLM, Role, Team, UserRequirement
+from metaroles.scenario import ScenarioPlan
+
+JUDGE = "Judge"
+
+
+class Config(BaseModel):
+    """Options of the debate."""
+
+    topic: str = "Cities should replace cars with trams and bicycles in their centres."
+    """The motion."""
+    turns: int = 3
+    """Speeches per debater."""
+    pro: str = "Alice"
+    """Name of the debater for the motion."""
+    con: str = "Bob"
+    """Name of the debater against it."""
+
+
+class Debater(Role):
+    """Speaks to the opponent (and the judge) until it has made ``turns`` speeches."""
+
+    def __init__(self, *, name: str, opponent: str, side: str, turns: int) -> None:
+        """Create a debater for ``side`` facing ``opponent``; the pro side opens on the motion."""
+        super().__init__(
+            name=name,
+            profile=f"debater ({side})",
+            actions=[SpeakAloud(side=side)],
+            watch=[UserRequirement, SpeakAloud] if side == "pro" else [SpeakAloud],
+            send_to={opponent, JUDGE},
+        )
+        self.turns = turns
+
+    async def _think(self) -> bool:
+        """Stop speaking after ``turns`` speeches."""
+        if len(self.rc.memory.get_by_sender(self.name)) >= self.turns:
+            self._set_state(-1)
+            return False
+        return await super()._think()
+
+
+class Judge(Role):
+    """Listens to every speech; rules once both debaters have spoken ``turns`` times."""
+
+    def __init__(self, *, turns: int) -> None:
+        """Create the judge."""
+        super().__init__(name=JUDGE, profile="judge", actions=[JudgeDebate], watch=[SpeakAloud])
+        self.turns = turns
+
+    async def _think(self) -> bool:
+        """Rule only when all speeches are in, and only once."""
+        speeches = len(self.rc.memory.get_by_action(SpeakAloud))
+        if speeches < 2 * self.turns or self.rc.memory.get_by_action(JudgeDebate):
+            self._set_state(-1)
+            return False
+        return await super()._think()
+
+
+def build(config: Config, llm: LLM) -> ScenarioPlan:
+    """Hire the debaters and the judge; the motion is broadcast, the pro debater opens."""
+    team = Team(llm=llm)
+    team.hire(
+        [
+            Debater(name=config.pro, opponent=config.con, side="pro", turns=config.turns),
+            Debater(name=config.con, opponent=config.pro, side="con", turns=config.turns),
+            Judge(turns=config.turns),
+        ]
+    )
+    return ScenarioPlan(team=team, idea=config.topic, send_to="", n_round=2 * config.turns + 2)
