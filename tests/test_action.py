@@ -1,0 +1,92 @@
+import pytest
+from pydantic import BaseModel
+
+from metaroles import (
+    Action,
+    ChatRole,
+    FunctionLLM,
+    LLMOutputInvalid,
+    LLMRequest,
+    Message,
+    Role,
+    ScriptedLLM,
+    TestLLM,
+    UserError,
+)
+
+
+class Score(BaseModel):
+    value: int
+    why: str
+
+
+class Rate(Action):
+    instruction = "Rate the last message."
+    output_model = Score
+
+
+class Summarise(Action):
+    name = "summarise"
+    instruction = "Summarise."
+
+
+async def test_action_name_defaults():
+    assert Rate().name == "Rate"
+    assert Summarise().name == "summarise"
+    assert Summarise(name="other").name == "other"
+    assert Rate.action_id() == "tests.test_action.Rate"
+
+
+async def test_aask_sends_the_prompt_and_tags_role_and_action():
+    seen: list[LLMRequest] = []
+
+    def handler(request: LLMRequest) -> str:
+        seen.append(request)
+        return "short"
+
+    role = Role(name="writer", actions=[Summarise], llm=FunctionLLM(handler))
+    result = await role.actions[0].run([Message("a long text", sent_from="user")])
+    assert result == "short"
+    assert seen[0].role == "writer" and seen[0].action == "summarise"
+    prompt = seen[0].messages[-1]["content"]
+    assert "Summarise." in prompt and "user: a long text" in prompt
+
+
+async def test_structured_output_becomes_instruct_content():
+    role = Role(name="critic", actions=[Rate], llm=TestLLM(seed=3))
+    response = await role.run("rate this please")
+    assert response is not None
+    assert isinstance(response.instruct_content, Score)
+    assert response.role is ChatRole.ASSISTANT
+    assert response.cause_by == Rate.action_id()
+    assert Score.model_validate_json(response.content) == response.instruct_content
+    back = Message.load(response.dump())
+    assert back.instruct_content == response.instruct_content
+
+
+async def test_invalid_structured_output_is_retried_with_the_error_fed_back():
+    llm = ScriptedLLM({"*": {"Rate": ["not json", '{"value": "x"}', '```json\n{"value": 7, "why": "fine"}\n```']}})
+    role = Role(name="critic", actions=[Rate], llm=llm)
+    score = await role.actions[0].aask("rate", output_model=Score)
+    assert score == Score(value=7, why="fine")
+    assert len(llm.calls) == 3
+    last_prompt = llm.calls[2].request.messages[-1]["content"]
+    assert "That answer is invalid" in last_prompt
+
+
+async def test_structured_output_fails_with_a_typed_error_carrying_the_raw_text():
+    llm = ScriptedLLM({"*": {"*": ["nope", "still nope", "never"]}})
+    action = Rate(llm=llm)
+    with pytest.raises(LLMOutputInvalid, match="did not validate as Score after 3 attempts") as info:
+        await action.aask("rate", output_model=Score)
+    assert info.value.raw == "never"
+
+
+async def test_action_without_llm_says_where_to_pass_one():
+    with pytest.raises(UserError, match=r"action 'summarise' of role 'lonely' has no LLM; pass llm="):
+        await Role(name="lonely", actions=[Summarise]).run("hello")
+
+
+def test_output_model_must_be_a_pydantic_class():
+    with pytest.raises(UserError, match="output_model=.* is not a pydantic model class"):
+        Action(output_model=dict)  # type: ignore[arg-type]

@@ -1,0 +1,180 @@
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from metaroles import Action, ChatMemory, ChatRole, InvalidValueError, Memory, Message
+
+
+class WritePRD(Action):
+    pass
+
+
+class WriteCode(Action):
+    pass
+
+
+def test_add_is_idempotent_by_id():
+    mem = Memory()
+    msg = Message("a", cause_by=WritePRD)
+    assert mem.add(msg)
+    assert not mem.add(msg)
+    assert not mem.add(Message("different", id=msg.id))
+    assert mem.count() == 1 and len(mem.get_by_action(WritePRD)) == 1
+
+
+def test_index_and_queries():
+    prd = Message("the prd", cause_by=WritePRD, role="assistant", sent_from="pm")
+    code = Message("the code", cause_by=WriteCode, role="assistant", sent_from="eng")
+    user = Message("build a game")
+    mem = Memory([user, prd, code])
+    assert mem.get_by_action(WritePRD) == [prd]
+    assert mem.get_by_action(WritePRD()) == [prd]
+    assert mem.get_by_action("tests.test_memory.WritePRD") == [prd]
+    assert mem.get_by_action(WriteCode) == [code]
+    assert mem.get_by_actions([WriteCode, WritePRD]) == [prd, code]  # memory order, not argument order
+    assert mem.get_by_role(ChatRole.ASSISTANT) == [prd, code]
+    assert mem.get_by_role("user") == [user]
+    assert mem.get_by_sender("eng") == [code]
+    assert mem.get_by_content("the") == [prd, code]
+    assert mem.try_remember("game") == [user]
+    assert set(mem.index) == {WritePRD.action_id(), WriteCode.action_id(), user.cause_by}
+    assert mem.get() == [user, prd, code]
+    assert mem.get(2) == [prd, code]
+    assert mem.storage == [user, prd, code]
+
+
+def test_find_news_skips_what_is_remembered():
+    old = [Message(str(i)) for i in range(5)]
+    mem = Memory(old)
+    new = [Message("n1"), Message("n2")]
+    assert mem.find_news([*old, *new]) == new
+    assert mem.find_news([old[0], old[4], new[0]], k=2) == [old[0], new[0]]
+
+
+def test_delete_delete_newest_clear():
+    a, b, c = Message("a", cause_by=WritePRD), Message("b", cause_by=WritePRD), Message("c")
+    mem = Memory([a, b, c])
+    assert mem.delete_newest() is c
+    assert mem.delete(a)
+    assert not mem.delete(a)
+    assert mem.get() == [b] and mem.get_by_action(WritePRD) == [b]
+    mem.clear()
+    assert mem.count() == 0 and mem.get_by_action(WritePRD) == [] and not mem.index
+    assert mem.delete_newest() is None
+
+
+def test_ignore_id_deduplicates_by_content_without_mutating_messages():
+    mem = Memory(ignore_id=True)
+    a, twin = Message("same"), Message("same")
+    assert mem.add(a)
+    assert not mem.add(twin)
+    assert a.id != twin.id, "messages keep their ids"
+    assert mem.find_news([twin, Message("other")])[0].content == "other"
+
+
+def test_memory_round_trips():
+    mem = Memory([Message("a", cause_by=WritePRD), Message("b")])
+    back = Memory.load(mem.dump())
+    assert back.storage == mem.storage
+    assert back.get_by_action(WritePRD)[0].content == "a"
+
+
+messages = st.sampled_from(range(12))
+actions = st.sampled_from([WritePRD, WriteCode, "x.Other"])
+
+
+class MemoryMachine(RuleBasedStateMachine):
+    """Memory behaves like an ordered list without duplicate ids, with a consistent index."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool: dict[int, Message] = {}
+        self.memory = Memory()
+        self.model: list[Message] = []
+
+    def message(self, n: int, action: object) -> Message:
+        if n not in self.pool:
+            self.pool[n] = Message(f"m{n}", cause_by=action)
+        return self.pool[n]
+
+    @rule(n=messages, action=actions)
+    def add(self, n: int, action: object) -> None:
+        msg = self.message(n, action)
+        added = self.memory.add(msg)
+        assert added == (msg not in self.model)
+        if added:
+            self.model.append(msg)
+
+    @rule(n=messages, action=actions)
+    def delete(self, n: int, action: object) -> None:
+        msg = self.message(n, action)
+        assert self.memory.delete(msg) == (msg in self.model)
+        if msg in self.model:
+            self.model.remove(msg)
+
+    @rule()
+    def delete_newest(self) -> None:
+        expected = self.model.pop() if self.model else None
+        assert self.memory.delete_newest() is expected
+
+    @rule(ns=st.lists(messages, max_size=6), k=st.integers(0, 8))
+    def find_news(self, ns: list[int], k: int) -> None:
+        observed = [self.message(n, WritePRD) for n in ns]
+        window = self.model[-k:] if k else self.model
+        assert self.memory.find_news(observed, k) == [m for m in observed if m not in window]
+
+    @invariant()
+    def consistent(self) -> None:
+        assert self.memory.get() == self.model
+        assert self.memory.count() == len(self.model)
+        for action in (WritePRD, WriteCode, "x.Other"):
+            expected = [m for m in self.model if m.cause_by == Message("", cause_by=action).cause_by]
+            assert self.memory.get_by_action(action) == expected
+        assert self.memory.get_by_actions([WritePRD, WriteCode]) == [
+            m for m in self.model if m.cause_by in {WritePRD.action_id(), WriteCode.action_id()}
+        ]
+
+
+TestMemoryMachine = MemoryMachine.TestCase
+
+
+def test_chat_memory_window():
+    mem = ChatMemory(max_messages=3)
+    msgs = [Message(str(i)) for i in range(5)]
+    for m in msgs[:2]:
+        mem.add_message(m)
+    assert mem.messages == msgs[:2]
+    mem.add_messages(msgs[2:])
+    assert mem.messages == msgs[2:], "add_messages honours the bound"
+    assert mem.get_recent_messages(2) == msgs[3:]
+    assert mem.get_recent_messages(0) == []
+    assert mem.to_dict_list() == [{"role": "user", "content": str(i)} for i in (2, 3, 4)]
+    mem.clear()
+    assert mem.messages == [] and len(mem) == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "10", True])
+def test_chat_memory_rejects_bad_bounds(bad):
+    with pytest.raises(InvalidValueError, match=r"max_messages=.* must be a positive integer"):
+        ChatMemory(max_messages=bad)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[int, list[list[int]]]:
+    return draw(st.integers(1, 5)), draw(st.lists(st.lists(st.integers(0, 50), max_size=8), max_size=6))
+
+
+from hypothesis import given  # noqa: E402
+
+
+@given(batches())
+def test_chat_memory_keeps_the_newest_max_messages(case: tuple[int, list[list[int]]]) -> None:
+    bound, groups = case
+    mem = ChatMemory(max_messages=bound)
+    everything: list[Message] = []
+    for group in groups:
+        batch = [Message(str(n)) for n in group]
+        everything.extend(batch)
+        mem.add_messages(batch)
+        assert len(mem) <= bound
+    assert mem.messages == everything[-bound:] if everything else mem.messages == []

@@ -1,0 +1,174 @@
+import json
+
+import pytest
+from pydantic import BaseModel
+
+from metaroles import (
+    Action,
+    AgentState,
+    ChatRole,
+    Function,
+    InvalidValueError,
+    Message,
+    Role,
+    ToolCall,
+    ToolChoice,
+    UserRequirement,
+    any_to_str,
+)
+from metaroles.schema import USER_REQUIREMENT
+
+
+class WriteCode(Action):
+    pass
+
+
+class Plan(BaseModel):
+    steps: list[str]
+    done: bool = False
+
+
+class Coder(Role):
+    pass
+
+
+def test_message_defaults_follow_metagpt():
+    msg = Message("hi")
+    assert msg.content == "hi"
+    assert len(msg.id) == 32 and int(msg.id, 16) >= 0
+    assert msg.role is ChatRole.USER
+    assert msg.cause_by == USER_REQUIREMENT == UserRequirement.action_id()
+    assert msg.send_to == frozenset({"<all>"})
+    assert msg.sent_from == ""
+    assert msg.metadata == {}
+    assert msg.tool_calls is None and msg.tool_call_id is None and msg.name is None and msg.base64_image is None
+
+
+def test_ids_are_unique():
+    assert len({Message("x").id for _ in range(1000)}) == 1000
+
+
+@pytest.mark.parametrize("cause_by", [WriteCode, WriteCode(), "tests.test_schema.WriteCode"])
+def test_cause_by_normalises_class_instance_and_string(cause_by):
+    assert Message("x", cause_by=cause_by).cause_by == "tests.test_schema.WriteCode"
+    assert any_to_str(cause_by) == "tests.test_schema.WriteCode"
+
+
+def test_cause_by_rejects_non_action_object_naming_it():
+    with pytest.raises(InvalidValueError, match=r"cause_by=42 is not an Action"):
+        Message("x", cause_by=42)
+    with pytest.raises(InvalidValueError, match=r"cause_by=<class 'int'>"):
+        Message("x", cause_by=int)
+
+
+def test_send_to_accepts_names_sets_and_roles():
+    assert Message("x", send_to="bob").send_to == {"bob"}
+    assert Message("x", send_to=["a", "b", "a"]).send_to == {"a", "b"}
+    assert Message("x", send_to=Coder).send_to == {"tests.test_schema.Coder"}
+    assert Message("x", send_to=Coder(name="ann")).send_to == {"ann"}
+    assert Message("x", send_to={"<all>"}).send_to == {"<all>"}
+
+
+@pytest.mark.parametrize("bad", [42, {"a": 1}, b"bob", [1], None, 3.5])
+def test_send_to_of_wrong_type_is_a_clear_error(bad):
+    with pytest.raises(InvalidValueError, match=r"send_to=.* is not an address; pass a role name"):
+        Message("x", send_to=bad)
+
+
+def test_empty_send_to_is_an_error():
+    with pytest.raises(InvalidValueError, match="send_to is empty"):
+        Message("x", send_to=[])
+
+
+def test_unknown_chat_role_names_the_value_and_the_choices():
+    with pytest.raises(InvalidValueError, match=r"role='wizard' is not a chat role; use one of .*'assistant'"):
+        Message("x", role="wizard")
+    assert Message("x", role="tool").role is ChatRole.TOOL
+
+
+def test_equality_and_hash_go_by_id():
+    a = Message("same")
+    b = Message("same")
+    assert a != b
+    twin = Message("different content", id=a.id)
+    assert a == twin and hash(a) == hash(twin)
+    assert len({a, b, twin}) == 2
+
+
+def test_factories_set_chat_roles_and_fields():
+    assert Message.user_message("u").role is ChatRole.USER
+    assert Message.system_message("s").role is ChatRole.SYSTEM
+    assert Message.assistant_message("a").role is ChatRole.ASSISTANT
+    tool = Message.tool_message("42", name="calc", tool_call_id="call_1")
+    assert (tool.role, tool.name, tool.tool_call_id) == (ChatRole.TOOL, "calc", "call_1")
+    raw = [ToolCall(id="call_1", function=Function(name="calc", arguments='{"x": 1}'))]
+    msg = Message.from_tool_calls(raw, content="thinking")
+    assert msg.role is ChatRole.ASSISTANT
+    assert msg.tool_calls == raw
+
+
+def test_add_builds_lists():
+    a, b, c = Message("a"), Message("b"), Message("c")
+    assert a + b == [a, b]
+    assert a + [b, c] == [a, b, c]
+    assert [a, b] + c == [a, b, c]
+    assert sum([b, c], [a]) == [a, b, c]
+    with pytest.raises(TypeError, match="cannot add int to Message"):
+        a + 1  # noqa: B018
+
+
+def test_to_dict_omits_none_fields():
+    assert Message("hi").to_dict() == {"role": "user", "content": "hi"}
+    call = ToolCall(id="c", function=Function(name="f", arguments="{}"))
+    d = Message.from_tool_calls([call]).to_dict()
+    assert d == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    assert Message.tool_message("r", name="f", tool_call_id="c").to_dict() == {
+        "role": "tool",
+        "content": "r",
+        "name": "f",
+        "tool_call_id": "c",
+    }
+
+
+def test_instruct_content_round_trips_through_json_with_its_type():
+    msg = Message("plan", instruct_content=Plan(steps=["a", "b"], done=True), cause_by=WriteCode, send_to={"b", "a"})
+    text = msg.dump()
+    back = Message.load(text)
+    assert type(back.instruct_content) is Plan
+    assert back.instruct_content == Plan(steps=["a", "b"], done=True)
+    assert back.model_dump() == msg.model_dump()
+    assert back.dump() == text  # stable
+
+
+def test_instruct_content_of_an_unimportable_class_keeps_its_data():
+    def make():
+        class Local(BaseModel):
+            x: int
+
+        return Local(x=3)
+
+    back = Message.load(Message("x", instruct_content=make()).dump())
+    assert back.instruct_content is not None
+    assert back.instruct_content.model_dump() == {"x": 3}
+
+
+def test_instruct_content_must_be_a_model():
+    with pytest.raises(InvalidValueError, match="instruct_content='text' is not a pydantic model"):
+        Message("x", instruct_content="text")
+
+
+def test_serialisation_is_stable_and_sorted():
+    msg = Message("x", send_to={"zed", "amy", "bob"}, metadata={"k": [1, 2]})
+    data = json.loads(msg.dump())
+    assert data["send_to"] == ["amy", "bob", "zed"]
+    assert msg.dump() == Message.load(msg.dump()).dump()
+
+
+def test_enums_carry_the_seed_values():
+    assert [c.value for c in ChatRole] == ["system", "user", "assistant", "tool"]
+    assert [c.value for c in ToolChoice] == ["none", "auto", "required"]
+    assert [s.value for s in AgentState] == ["IDLE", "RUNNING", "FINISHED", "ERROR"]
