@@ -88,5 +88,5 @@ async def test_action_without_llm_says_where_to_pass_one():
 
 
 def test_output_model_must_be_a_pydantic_class():
-    with pytest.raises(UserError, match="output_model=.* is not a pydantic model class"):
+    with pytest.raises(UserError, match=r"output_model=.* is not a pydantic model class"):
         Action(output_model=dict)  # type: ignore[arg-type]

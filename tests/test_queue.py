@@ -1,7 +1,7 @@
 import anyio
 import pytest
-from anyio.lowlevel import checkpoint
 from anyio import wait_all_tasks_blocked
+from anyio.lowlevel import checkpoint
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 

@@ -110,11 +110,11 @@ def test_factories_set_chat_roles_and_fields():
 def test_add_builds_lists():
     a, b, c = Message("a"), Message("b"), Message("c")
     assert a + b == [a, b]
-    assert a + [b, c] == [a, b, c]
-    assert [a, b] + c == [a, b, c]
+    assert a + [b, c] == [a, b, c]  # noqa: RUF005 - the operator under test
+    assert [a, b] + c == [a, b, c]  # noqa: RUF005 - the operator under test
     assert sum([b, c], [a]) == [a, b, c]
     with pytest.raises(TypeError, match="cannot add int to Message"):
-        a + 1  # noqa: B018
+        a + 1
 
 
 def test_to_dict_omits_none_fields():

@@ -1,0 +1,60 @@
+import json
+
+import pytest
+
+from actions.debate import JudgeDebate, SpeakAloud, Verdict
+from metaroles import ConfigError, TestLLM
+from metaroles.cli import main
+from metaroles.scenario import run_scenario, transcript
+
+
+async def run_debate(seed: int) -> list[tuple[str, str]]:
+    _, team = await run_scenario("debate", llm=TestLLM(seed), options={"turns": 2}, out_dir=None)
+    return [(m.sent_from, m.content) for m in team.env.history]
+
+
+async def test_debate_runs_end_to_end_offline():
+    report, team = await run_scenario("debate", llm=TestLLM(1), options={}, out_dir=None)
+    history = team.env.history.storage
+    speakers = [m.sent_from for m in history]
+    assert speakers == ["Human", "Alice", "Bob", "Alice", "Bob", "Alice", "Bob", "Judge"]
+    assert all(m.cause_by == SpeakAloud.action_id() for m in history[1:7])
+    assert history[1].send_to == {"Bob", "Judge"} and history[2].send_to == {"Alice", "Judge"}
+    verdict = history[-1]
+    assert verdict.cause_by == JudgeDebate.action_id()
+    assert isinstance(verdict.instruct_content, Verdict)
+    assert report.stop_reason == "idle"
+    assert team.env.dead_letters == []
+
+
+async def test_same_seed_gives_an_identical_transcript():
+    first, second = await run_debate(7), await run_debate(7)
+    assert first == second
+    assert await run_debate(8) != first
+
+
+async def test_run_directory_holds_transcript_state_and_report(tmp_path):
+    report, team = await run_scenario("debate", llm=TestLLM(), options={"turns": 1}, out_dir=tmp_path / "run")
+    run = tmp_path / "run"
+    assert (run / "transcript.txt").read_text().strip() == transcript(team.env.history.storage)
+    state = json.loads((run / "state.json").read_text())
+    assert len(state["history"]) == len(team.env.history)
+    assert json.loads((run / "report.json").read_text())["report"]["stop_reason"] == report.stop_reason
+
+
+def test_cli_runs_a_scenario_and_prints_the_transcript(tmp_path, capsys):
+    assert main(["run", "debate", "--seed", "3", "--set", "turns=1", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "[Alice → Bob, Judge]" in out and "[Judge → <all>]" in out and "stopped (idle)" in out
+    (run_dir,) = tmp_path.iterdir()
+    assert run_dir.name.startswith("debate-") and (run_dir / "state.json").exists()
+
+
+def test_cli_unknown_scenario_is_a_clear_error(capsys):
+    assert main(["run", "nosuch", "--no-save"]) == 2
+    assert "no scenario named 'nosuch'; known scenarios: ['debate']" in capsys.readouterr().err
+
+
+async def test_unknown_scenario_name():
+    with pytest.raises(ConfigError, match="must be a lowercase identifier"):
+        await run_scenario("../etc", llm=TestLLM(), options={}, out_dir=None)

@@ -1,0 +1,83 @@
+from collections.abc import Sequence
+
+import pytest
+
+from metaroles import Action, InvalidValueError, Message, Role, StopReason, Team, TestLLM, UserRequirement
+
+
+class Chat(Action):
+    instruction = "Reply to the last message."
+
+
+class Echo(Action):
+    async def run(self, history: Sequence[Message]) -> str:
+        return f"echo {history[-1].content}"
+
+
+def chatter(name: str, partner: str) -> Role:
+    return Role(name=name, actions=[Chat], watch=[UserRequirement, Chat], send_to=partner)
+
+
+async def test_hire_gives_the_team_model_to_roles_without_one():
+    own = TestLLM(seed=9)
+    team = Team(llm=TestLLM())
+    mine, theirs = Role(name="a", actions=[Chat], llm=own), Role(name="b", actions=[Chat])
+    team.hire([mine, theirs])
+    assert mine.actions[0].llm is own
+    assert theirs.actions[0].llm is team.llm
+    assert team.env.roles == {"a": mine, "b": theirs}
+
+
+async def test_run_honours_send_to_and_stops_when_idle():
+    team = Team()
+    a, b = Role(name="a", actions=[Echo]), Role(name="b", actions=[Echo])
+    team.hire([a, b])
+    report = await team.run(n_round=10, idea="hello", send_to="b")
+    assert report.stop_reason is StopReason.IDLE
+    first = team.env.history.storage[0]
+    assert first.send_to == {"b"} and first.sent_from == "Human"
+    assert [m.sent_from for m in team.env.history] == ["Human", "b"], "only b was addressed"
+    assert a.get_memories()[-1].content == "echo hello", "b's broadcast reached a, which does not watch Echo"
+
+
+async def test_run_stops_at_n_round():
+    team = Team(llm=TestLLM())
+    team.hire([chatter("a", "b"), chatter("b", "a")])
+    report = await team.run(n_round=3, idea="start", send_to="a")
+    assert report.rounds == 3 and report.stop_reason is StopReason.MAX_ROUNDS
+    assert [m.sent_from for m in team.env.history] == ["Human", "a", "b", "a"]
+
+
+async def test_budget_exhaustion_is_a_clean_reported_stop():
+    team = Team(llm=TestLLM(cost_per_token=0.01))
+    team.hire([chatter("a", "b"), chatter("b", "a")])
+    team.invest(1.0)
+    report = await team.run(n_round=50, idea="argue forever", send_to="a")
+    assert report.stop_reason is StopReason.BUDGET
+    assert report.rounds < 50
+    assert report.total_cost >= 1.0 == report.budget
+    assert team.cost_ledger.total_cost == report.total_cost
+    assert set(team.cost_ledger.cost_by("role")) == {"a", "b"}
+    assert "stopped (budget)" in str(report)
+    state = team.env.state_dict()
+    assert len(state.ledger) == len(team.cost_ledger.entries)
+    assert sum(r.buffer != [] for r in state.roles) == 1, "the pending reply is kept, not lost"
+
+
+async def test_idle_team_runs_no_round():
+    team = Team()
+    team.hire([Role(name="a")])
+    report = await team.run(n_round=5)
+    assert (report.rounds, report.stop_reason) == (0, StopReason.IDLE)
+
+
+def test_bad_investment_and_rounds():
+    with pytest.raises(InvalidValueError, match="investment=0 must be a positive number"):
+        Team().invest(0)
+    with pytest.raises(InvalidValueError, match="investment='lots'"):
+        Team(investment="lots")  # type: ignore[arg-type]
+
+
+async def test_bad_n_round():
+    with pytest.raises(InvalidValueError, match="n_round=-1"):
+        await Team().run(n_round=-1)
