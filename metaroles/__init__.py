@@ -29,6 +29,7 @@ from metaroles.exceptions import (
 )
 from metaroles.llm import LLM, CostLedger, LLMRequest, LLMResponse, Usage
 from metaroles.memory import ChatMemory, Memory
+from metaroles.message import Message
 from metaroles.offline import FunctionLLM, ScriptedLLM, TestLLM
 from metaroles.providers import resolve_llm
 from metaroles.queue import MessageQueue, PriorityMessageQueue
@@ -38,7 +39,6 @@ from metaroles.schema import (
     AgentState,
     ChatRole,
     Function,
-    Message,
     ToolCall,
     ToolChoice,
     any_to_str,

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ValidationError
 
 from metaroles.exceptions import InvalidValueError, LLMOutputInvalid, UserError
 from metaroles.llm import LLM, CostLedger, LLMRequest, LLMResponse, parse_output
+from metaroles.message import Message
 from metaroles.prompts import load_prompt, render_prompt
-from metaroles.schema import Message
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 ActionResult = str | BaseModel | Message | None

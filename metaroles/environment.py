@@ -24,8 +24,9 @@ from pydantic import BaseModel, Field
 from metaroles.exceptions import DuplicateRoleError, InvalidValueError, RoleFailed, UndeliverableError, UnknownRoleError
 from metaroles.llm import CostLedger, LedgerEntry
 from metaroles.memory import Memory
+from metaroles.message import Message
 from metaroles.role import Role, RoleState
-from metaroles.schema import MESSAGE_ROUTE_TO_ALL, Message
+from metaroles.schema import MESSAGE_ROUTE_TO_ALL
 
 
 class DeadLetterWarning(UserWarning):
@@ -176,7 +177,8 @@ class Environment:
         for address in role.addresses:
             bucket = self._index.setdefault(address, [])
             bucket.append(role)
-            bucket.sort(key=lambda r: r._env_index)
+            if len(bucket) > 1 and bucket[-2]._env_index > role._env_index:
+                bucket.sort(key=_env_index)
 
     def reindex(self, role: Role) -> None:
         """Re-read ``role``'s addresses into the index (after ``Role.set_addresses``)."""
@@ -223,7 +225,7 @@ class Environment:
             UndeliverableError: In strict mode, between rounds, when it reaches no role (it is
                 still kept in :attr:`dead_letters`).
         """
-        if not isinstance(message, Message):
+        if type(message) is not Message and not isinstance(message, Message):
             raise InvalidValueError(f"publish_message got {message!r}, which is not a Message")
         if self._in_round:
             sender = self.roles.get(message.sent_from)
@@ -374,14 +376,20 @@ class Environment:
 
     async def _worker(self, queue: Iterator[Role], failures: list[tuple[Role, Exception]]) -> None:
         for role in queue:
-            await self._run_role(role, failures)
+            try:
+                await role.run()
+            except Exception as exc:
+                self._fail(role, exc, failures)
 
     async def _run_role(self, role: Role, failures: list[tuple[Role, Exception]]) -> None:
         try:
             await role.run()
         except Exception as exc:
-            failures.append((role, exc))
-            self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}")
+            self._fail(role, exc, failures)
+
+    def _fail(self, role: Role, exc: Exception, failures: list[tuple[Role, Exception]]) -> None:
+        failures.append((role, exc))
+        self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}")
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []

@@ -14,7 +14,8 @@ from types import MappingProxyType
 from typing import Any, Self
 
 from metaroles.exceptions import InvalidValueError
-from metaroles.schema import ChatRole, Message, any_to_str
+from metaroles.message import Message
+from metaroles.schema import ChatRole, any_to_str
 
 
 class Memory:
@@ -26,15 +27,13 @@ class Memory:
             are never mutated: the key changes, not the message's id.
     """
 
-    __slots__ = ("_index", "_seq", "_store", "_tick", "ignore_id")
+    __slots__ = ("_index", "_store", "ignore_id")
 
     def __init__(self, messages: Iterable[Message] = (), *, ignore_id: bool = False) -> None:
         """Create a memory, optionally holding ``messages``."""
         self.ignore_id = ignore_id
         self._store: dict[str, Message] = {}
-        self._seq: dict[str, int] = {}
         self._index: dict[str, list[Message]] = {}
-        self._tick = itertools.count()
         self.add_batch(messages)
 
     def _key(self, message: Message) -> str:
@@ -47,13 +46,30 @@ class Memory:
         if key in store:
             return False
         store[key] = message
-        self._seq[key] = next(self._tick)
         bucket = self._index.get(message.cause_by)
         if bucket is None:
             self._index[message.cause_by] = [message]
         else:
             bucket.append(message)
         return True
+
+    def remember_new(self, messages: Iterable[Message]) -> list[Message]:
+        """Add ``messages`` and return those that were new (``find_news`` + ``add_batch`` in one pass)."""
+        if self.ignore_id:
+            add = self.add
+            return [m for m in messages if add(m)]
+        store, index, new = self._store, self._index, []
+        for message in messages:
+            if message.id in store:
+                continue
+            store[message.id] = message
+            bucket = index.get(message.cause_by)
+            if bucket is None:
+                index[message.cause_by] = [message]
+            else:
+                bucket.append(message)
+            new.append(message)
+        return new
 
     def add_batch(self, messages: Iterable[Message]) -> None:
         """Remember each of ``messages`` in order."""
@@ -116,13 +132,14 @@ class Memory:
         return list(self._index.get(any_to_str(action), ()))
 
     def get_by_actions(self, actions: Iterable[object]) -> list[Message]:
-        """Return messages caused by any of ``actions``, in the order they were remembered."""
+        """Return messages caused by any of ``actions``, in the order they were remembered.
+
+        O(1) lookup for one action; O(n) for several (to keep memory order).
+        """
         ids = {any_to_str(a) for a in actions}
-        found = [m for action_id in ids for m in self._index.get(action_id, ())]
-        if len(ids) > 1:
-            seq = self._seq
-            found.sort(key=lambda m: seq[self._key(m)])
-        return found
+        if len(ids) == 1:
+            return list(self._index.get(next(iter(ids)), ()))
+        return [m for m in self._store.values() if m.cause_by in ids]
 
     def find_news(self, observed: Iterable[Message], k: int = 0) -> list[Message]:
         """Return the messages of ``observed`` not among the newest ``k`` remembered (all if 0).
@@ -134,10 +151,9 @@ class Memory:
             if self.ignore_id:
                 return [m for m in observed if m.content not in store]
             return [m for m in observed if m.id not in store]
-        newest = next(itertools.islice(reversed(store.keys()), k - 1, None))
-        threshold = self._seq[newest]
-        seq = self._seq
-        return [m for m in observed if seq.get(self._key(m), -1) < threshold]
+        window = set(itertools.islice(reversed(store.keys()), k))
+        key = self._key
+        return [m for m in observed if key(m) not in window]
 
     def delete(self, message: Message) -> bool:
         """Forget ``message``; return whether it was remembered."""
@@ -145,7 +161,6 @@ class Memory:
         stored = self._store.pop(key, None)
         if stored is None:
             return False
-        del self._seq[key]
         self._unindex(stored)
         return True
 
@@ -153,8 +168,7 @@ class Memory:
         """Forget and return the newest message, or ``None`` when empty. O(1)."""
         if not self._store:
             return None
-        key, message = self._store.popitem()
-        del self._seq[key]
+        _, message = self._store.popitem()
         self._unindex(message)
         return message
 
@@ -170,7 +184,6 @@ class Memory:
     def clear(self) -> None:
         """Forget everything."""
         self._store.clear()
-        self._seq.clear()
         self._index.clear()
 
     def dump(self) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from typing import Any, Self
 
 import anyio
 
-from metaroles.schema import Message
+from metaroles.message import Message
 
 
 class _Waitable:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Protocol, cast
+from typing import Annotated, Any, ClassVar, Literal, Protocol, cast
 from warnings import warn
 
 from pydantic import BaseModel, Field, create_model
@@ -21,9 +21,10 @@ from metaroles.action import Action, ActionResult, UserRequirement, complete_str
 from metaroles.exceptions import InvalidValueError
 from metaroles.llm import LLM, CostLedger, LLMRequest
 from metaroles.memory import Memory
+from metaroles.message import Message
 from metaroles.prompts import load_prompt, render_prompt
 from metaroles.queue import MessageQueue
-from metaroles.schema import BROADCAST, ChatRole, Message, any_to_str, to_addresses
+from metaroles.schema import BROADCAST, ChatRole, any_to_str, to_addresses
 
 
 class RoleReactMode(StrEnum):
@@ -38,6 +39,7 @@ class RoleReactMode(StrEnum):
 
 
 _REACT_MODES = frozenset(m.value for m in RoleReactMode)
+_TURN_HOOKS = ("_observe", "react", "_react", "_think", "_act", "_to_message", "publish_message")
 
 
 class RoleHost(Protocol):
@@ -141,6 +143,12 @@ class Role:
     goal: str = ""
     constraints: str = ""
     desc: str = ""
+    _plain_turn: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Note whether the subclass keeps every hook of a turn (then a one-action turn is inlined)."""
+        super().__init_subclass__(**kwargs)
+        cls._plain_turn = all(getattr(cls, hook) is getattr(Role, hook) for hook in _TURN_HOOKS)
 
     def __init__(
         self,
@@ -260,20 +268,16 @@ class Role:
         if message is not None and self.rc.env is not None:
             self.rc.env.publish_message(message)
 
-    def observe_now(self) -> int:
-        """Pop the buffer, remember what is new and keep what is watched or addressed as news."""
+    def _take_news(self) -> int:
         rc = self.rc
-        buffered = rc.msg_buffer.pop_all()
-        memory = rc.memory
-        new = memory.find_news(buffered)
-        memory.add_batch(new)
+        new = rc.memory.remember_new(rc.msg_buffer.pop_all())
         watch, name = rc.watch, self.name
-        rc.news = [m for m in new if m.cause_by in watch or name in m.send_to]
-        return len(rc.news)
+        rc.news = news = [m for m in new if m.cause_by in watch or name in m.send_to]
+        return len(news)
 
     async def _observe(self) -> int:
-        """Observe the buffer; return the number of news."""
-        return self.observe_now()
+        """Pop the buffer, remember what is new, keep what is watched or addressed as news; count it."""
+        return self._take_news()
 
     @property
     def is_idle(self) -> bool:
@@ -289,9 +293,11 @@ class Role:
     async def _think(self) -> bool:
         """Choose the next action into ``rc.todo``; return whether there is one."""
         count = len(self.actions)
-        if count <= 1:
-            self._set_state(count - 1)
-            return self.rc.todo is not None
+        if count == 1:
+            self.rc.state, self.rc.todo = 0, self.actions[0]
+            return True
+        if count == 0:
+            return False
         if self.rc.react_mode is RoleReactMode.BY_ORDER:
             self._set_state(self.rc.state + 1)
             return self.rc.todo is not None
@@ -346,17 +352,12 @@ class Role:
 
     def _to_message(self, result: ActionResult, action: Action) -> Message | None:
         if isinstance(result, str):
-            return Message(
-                content=result, role=ChatRole.ASSISTANT, cause_by=action._action_id,
-                sent_from=self.name, send_to=self.send_to,
-            )  # fmt: skip
+            return Message._trusted(result, None, ChatRole.ASSISTANT, action._action_id, self.name, self.send_to)
         if isinstance(result, Message):
             return result if result.sent_from else result.model_copy(update={"sent_from": self.name})
         if isinstance(result, BaseModel):
-            return Message(
-                content=result.model_dump_json(), instruct_content=result, role=ChatRole.ASSISTANT,
-                cause_by=action._action_id, sent_from=self.name, send_to=self.send_to,
-            )  # fmt: skip
+            content = result.model_dump_json()
+            return Message._trusted(content, result, ChatRole.ASSISTANT, action._action_id, self.name, self.send_to)
         if result is None:
             return None
         raise InvalidValueError(
@@ -392,19 +393,46 @@ class Role:
             response = await self._plan_and_act()
         else:
             response = await self._react()
-        self._set_state(-1)
+        self.rc.state, self.rc.todo = -1, None
         return response
 
     async def run(self, with_message: Message | str | None = None) -> Message | None:
         """One turn: observe, react, publish. Returns the published response, if any."""
         if with_message is not None:
             self.put_message(Message(with_message) if isinstance(with_message, str) else with_message)
+        rc = self.rc
+        if (
+            self._plain_turn
+            and len(self.actions) <= 1
+            and rc.max_react_loop == 1
+            and rc.react_mode is not RoleReactMode.PLAN_AND_ACT
+        ):
+            return await self._plain_single_turn()
         if not await self._observe():
             return None
         response = await self.react()
         self.rc.todo = None
         self.publish_message(response)
         return response
+
+    async def _plain_single_turn(self) -> Message | None:
+        """The default turn of a role with at most one action whose class overrides no turn hook.
+
+        Behaves exactly as ``_observe`` → ``react`` → ``publish_message`` do for such a role,
+        with their bodies inlined: fewer awaits on the hot path of large societies.
+        """
+        if not self._take_news() or not self.actions:
+            return None
+        rc = self.rc
+        todo = rc.todo = self.actions[0]
+        rc.state = 0
+        message = self._to_message(await todo.run(rc.memory.get()), todo)
+        if message is not None:
+            rc.memory.add(message)
+        rc.state, rc.todo = -1, None
+        if message is not None and rc.env is not None:
+            rc.env.publish_message(message)
+        return message
 
     # -- state ---------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from metaroles.exceptions import ConfigError
 from metaroles.llm import LLM
-from metaroles.schema import Message
+from metaroles.message import Message
 from metaroles.team import Team, TeamReport
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -1,20 +1,20 @@
-"""Messages and the small value types around them.
+"""The small value types around messages: chat roles, tool calls, ids and routing keys.
 
-A :class:`Message` carries both the MetaGPT routing fields (``cause_by``, ``sent_from``,
-``send_to``, ``instruct_content``) and the OpenManus chat fields (``role``, ``tool_calls``,
-``tool_call_id``, ``name``, ``base64_image``). Routing keys are normalised once, when the
-message is built; equality and hashing go by ``id`` only.
+Routing keys are normalised here, once, when a :class:`~metaroles.message.Message` is built:
+``cause_by`` from an Action class, instance or string (:func:`any_to_str`), ``send_to`` from
+names, Role classes or instances (:func:`to_addresses`).
 """
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any, ClassVar, Self
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer, field_validator
+from pydantic import BaseModel, create_model
 
 from metaroles.exceptions import InvalidValueError
 
@@ -27,9 +27,34 @@ USER_REQUIREMENT = "metaroles.action.UserRequirement"
 BROADCAST: frozenset[str] = frozenset({MESSAGE_ROUTE_TO_ALL})
 
 
+class _IdSource:
+    """64 random bits per process, then a counter: unique, cheap, and fork-safe."""
+
+    __slots__ = ("counter", "prefix")
+
+    def __init__(self) -> None:
+        self.prefix = ""
+        self.counter = itertools.count()
+
+    def reseed(self) -> None:
+        if not self.prefix and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.reseed)
+        self.prefix = os.urandom(8).hex()
+        self.counter = itertools.count()
+
+
+_IDS = _IdSource()
+
+
 def new_id() -> str:
-    """Return a fresh 128-bit random id as 32 hex digits (fork-safe: read from the OS)."""
-    return os.urandom(16).hex()
+    """Return a fresh unique id: 32 hex digits, 64 random bits per process then a counter.
+
+    Ids from one process sort in creation order; a forked child draws a new random prefix.
+    """
+    ids = _IDS
+    if not ids.prefix:
+        ids.reseed()
+    return f"{ids.prefix}{next(ids.counter):016x}"
 
 
 class ChatRole(StrEnum):
@@ -197,165 +222,29 @@ def decode_instruct_content(data: dict[str, Any]) -> BaseModel:
     return model.model_validate(value)
 
 
-class Message(BaseModel):
-    """A message on the bus, and a turn of a chat with a model.
+def to_chat_role(value: object) -> ChatRole:
+    """Normalise a chat role given as a :class:`ChatRole` or its string value.
 
-    ``Message("text")`` builds a user message with ``cause_by=UserRequirement`` broadcast to
-    every role. Equality and hashing go by ``id``.
+    Raises:
+        InvalidValueError: On anything else (the message lists the chat roles).
     """
+    if isinstance(value, ChatRole):
+        return value
+    if isinstance(value, str) and value in _CHAT_ROLES:
+        return ChatRole(value)
+    allowed = ", ".join(repr(r.value) for r in ChatRole)
+    raise InvalidValueError(
+        f"role={value!r} is not a chat role; use one of {allowed} (a Role's name goes in sent_from)"
+    )
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, validate_default=False)
 
-    id: str = Field(default_factory=new_id)
-    """Unique id (32 hex digits)."""
-    content: str = ""
-    """Natural-language content."""
-    instruct_content: BaseModel | None = None
-    """Structured content: a pydantic instance that survives a JSON round trip with its type."""
-    role: ChatRole = ChatRole.USER
-    """Chat role: system, user, assistant or tool."""
-    cause_by: str = USER_REQUIREMENT
-    """Id of the Action that produced the message (normalised from a class, instance or string)."""
-    sent_from: str = ""
-    """Name of the sending role."""
-    send_to: frozenset[str] = BROADCAST
-    """Addresses of the recipients; ``{"<all>"}`` reaches every role."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    """Free-form extra data (JSON-serialisable)."""
-    tool_calls: list[ToolCall] | None = None
-    """Tool calls requested by an assistant message."""
-    tool_call_id: str | None = None
-    """For a tool message: the id of the call it answers."""
-    name: str | None = None
-    """For a tool message: the tool's name."""
-    base64_image: str | None = None
-    """An image, base64-encoded."""
-
-    _CHAT_FIELDS: ClassVar[tuple[str, ...]] = ("tool_calls", "name", "tool_call_id", "base64_image")
-
-    def __init__(self, content: str | None = None, /, **data: Any) -> None:
-        """Build a message; ``content`` may be given positionally."""
-        if content is not None:
-            data["content"] = content
-        super().__init__(**data)
-
-    @field_validator("cause_by", mode="before")
-    @classmethod
-    def _check_cause_by(cls, value: object) -> str:
-        if value is None or value == "":
-            return USER_REQUIREMENT
-        return any_to_str(value)
-
-    @field_validator("send_to", mode="before")
-    @classmethod
-    def _check_send_to(cls, value: object) -> frozenset[str]:
-        return to_addresses(value)
-
-    @field_validator("role", mode="before")
-    @classmethod
-    def _check_role(cls, value: object) -> ChatRole:
-        if isinstance(value, ChatRole):
-            return value
-        if isinstance(value, str) and value in _CHAT_ROLES:
-            return ChatRole(value)
-        allowed = ", ".join(repr(r) for r in _CHAT_ROLES)
-        raise InvalidValueError(
-            f"role={value!r} is not a chat role; use one of {allowed} (a Role's name goes in sent_from)"
-        )
-
-    @field_validator("instruct_content", mode="before")
-    @classmethod
-    def _check_instruct_content(cls, value: object) -> BaseModel | None:
-        if value is None or isinstance(value, BaseModel):
-            return value
-        if isinstance(value, dict):
-            return decode_instruct_content(value)
-        raise InvalidValueError(
-            f"instruct_content={value!r} is not a pydantic model; declare an output model "
-            "(a pydantic BaseModel) and pass an instance of it"
-        )
-
-    @field_serializer("instruct_content")
-    def _dump_instruct_content(self, value: BaseModel | None) -> dict[str, Any] | None:
-        return None if value is None else encode_instruct_content(value)
-
-    @field_serializer("send_to")
-    def _dump_send_to(self, value: frozenset[str]) -> list[str]:
-        return sorted(value)
-
-    def __eq__(self, other: object) -> bool:
-        """Messages are equal when their ids are."""
-        if isinstance(other, Message):
-            return self.id == other.id
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        """Hash by id, consistent with equality."""
-        return hash(self.id)
-
-    def __add__(self, other: object) -> list[Message]:
-        """``msg + msg2`` and ``msg + [msgs]`` give a list of messages."""
-        if isinstance(other, Message):
-            return [self, other]
-        if isinstance(other, list):
-            return [self, *other]
-        raise TypeError(f"cannot add {type(other).__name__} to Message; add a Message or a list of them")
-
-    def __radd__(self, other: object) -> list[Message]:
-        """``[msgs] + msg`` gives a list of messages."""
-        if isinstance(other, list):
-            return [*other, self]
-        raise TypeError(f"cannot add Message to {type(other).__name__}; add it to a list of messages")
-
-    def __str__(self) -> str:
-        """Render as ``sender: content``."""
-        return f"{self.sent_from or self.role.value}: {self.content}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the chat form a model API expects, omitting fields that are ``None``."""
-        message: dict[str, Any] = {"role": self.role.value, "content": self.content}
-        for field in self._CHAT_FIELDS:
-            value = getattr(self, field)
-            if value is not None:
-                message[field] = [c.model_dump() for c in value] if field == "tool_calls" else value
-        return message
-
-    def dump(self) -> str:
-        """Serialise to JSON (stable: same message, same text)."""
-        return self.model_dump_json()
-
-    @classmethod
-    def load(cls, text: str | bytes) -> Self:
-        """Restore a message serialised by :meth:`dump`."""
-        return cls.model_validate_json(text)
-
-    @classmethod
-    def user_message(cls, content: str, base64_image: str | None = None) -> Self:
-        """Build a user chat message."""
-        return cls(content, role=ChatRole.USER, base64_image=base64_image)
-
-    @classmethod
-    def system_message(cls, content: str) -> Self:
-        """Build a system chat message."""
-        return cls(content, role=ChatRole.SYSTEM)
-
-    @classmethod
-    def assistant_message(cls, content: str | None = None, base64_image: str | None = None) -> Self:
-        """Build an assistant chat message."""
-        return cls(content or "", role=ChatRole.ASSISTANT, base64_image=base64_image)
-
-    @classmethod
-    def tool_message(cls, content: str, name: str, tool_call_id: str, base64_image: str | None = None) -> Self:
-        """Build the message that reports a tool's result for one tool call."""
-        return cls(content, role=ChatRole.TOOL, name=name, tool_call_id=tool_call_id, base64_image=base64_image)
-
-    @classmethod
-    def from_tool_calls(
-        cls, tool_calls: Iterable[Any], content: str = "", base64_image: str | None = None, **kwargs: Any
-    ) -> Self:
-        """Build an assistant message from raw tool calls (objects with ``id`` and ``function``)."""
-        calls = [
-            ToolCall(id=call.id, function=Function.model_validate(call.function, from_attributes=True))
-            for call in tool_calls
-        ]
-        return cls(content, role=ChatRole.ASSISTANT, tool_calls=calls, base64_image=base64_image, **kwargs)
+def to_instruct_content(value: object) -> BaseModel | None:
+    """Accept a pydantic instance, an encoded one (see :func:`encode_instruct_content`) or ``None``."""
+    if value is None or isinstance(value, BaseModel):
+        return value
+    if isinstance(value, dict):
+        return decode_instruct_content(value)
+    raise InvalidValueError(
+        f"instruct_content={value!r} is not a pydantic model; declare an output model "
+        "(a pydantic BaseModel) and pass an instance of it"
+    )

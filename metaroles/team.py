@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from metaroles.environment import Environment
 from metaroles.exceptions import InvalidValueError
 from metaroles.llm import LLM, CostLedger
+from metaroles.message import Message
 from metaroles.role import Role
-from metaroles.schema import BROADCAST, Message, to_addresses
+from metaroles.schema import BROADCAST, to_addresses
 
 HUMAN = "Human"
 """``sent_from`` of the idea a Team publishes."""

@@ -99,7 +99,7 @@ async def test_strict_mode_raises_after_the_round_delivers_everything_else():
     assert [m.content for m in lost_sender.rc.msg_buffer.peek_all()] == ["t heard go"]
 
 
-def test_explain_route_says_why():
+async def test_explain_route_says_why():
     env, a, b, c = make_env()
     broadcast = Message("x")
     assert str(env.explain_route(broadcast, "a")) == (
@@ -116,7 +116,7 @@ def test_explain_route_says_why():
     by_class = env.explain_route(Message("x", send_to=Listener), c)
     assert by_class.delivered and "tests.test_environment.Listener" in by_class.reasons[0]
     env.publish_message(broadcast)
-    a.observe_now()
+    await a._observe()
     assert "already remembers" in str(env.explain_route(broadcast, a))
     with pytest.raises(UnknownRoleError, match=r"no role named 'zed'; known roles: \['a', 'b', 'c'\]"):
         env.explain_route(broadcast, "zed")

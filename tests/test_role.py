@@ -176,3 +176,37 @@ async def test_set_addresses_reindexes_in_the_environment():
     env.publish_message(Message("to the desk", send_to="desk"))
     assert role.rc.msg_buffer.count() == 1
     assert env.recipients(Message("x", send_to="tests.test_role.Writer")) == []
+
+
+class Relay(Action):
+    async def run(self, history: Sequence[Message]) -> str:
+        return f"{self.role_name} relays {history[-1].content}"
+
+
+class HookedRole(Role):
+    """Overrides a turn hook (calling super), so its turns take the general path."""
+
+    async def _think(self) -> bool:
+        return await super()._think()
+
+
+async def run_ring(role_cls: type[Role]) -> tuple[list[tuple[str, str, list[str]]], list[list[str]]]:
+    env = Environment()
+    names = [f"n{i}" for i in range(5)]
+    for i, name in enumerate(names):
+        env.add_role(role_cls(name=name, actions=[Relay], watch=[UserRequirement, Relay], send_to=names[(i + 1) % 5]))
+    env.add_role(role_cls(name="mute", watch=[Relay]))
+    env.publish_message(Message("start", send_to={"n0", "mute"}))
+    await env.run(4)
+    transcript = [(m.sent_from, m.content, sorted(m.send_to)) for m in env.history]
+    memories = [[m.content for m in role.get_memories()] for role in env.roles.values()]
+    return transcript, memories
+
+
+async def test_inlined_one_action_turn_behaves_like_the_hook_chain():
+    assert Role._plain_turn and Writer._plain_turn, "Writer only sets actions in __init__"
+    assert not HookedRole._plain_turn
+    plain, hooked = await run_ring(Role), await run_ring(HookedRole)
+    assert plain == hooked
+    transcript, _ = plain
+    assert [t[0] for t in transcript] == ["", "n0", "n1", "n2", "n3"]

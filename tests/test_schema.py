@@ -69,7 +69,7 @@ def test_send_to_accepts_names_sets_and_roles():
     assert Message("x", send_to={"<all>"}).send_to == {"<all>"}
 
 
-@pytest.mark.parametrize("bad", [42, {"a": 1}, b"bob", [1], None, 3.5])
+@pytest.mark.parametrize("bad", [42, {"a": 1}, b"bob", [1], 3.5, object()])
 def test_send_to_of_wrong_type_is_a_clear_error(bad):
     with pytest.raises(InvalidValueError, match=r"send_to=.* is not an address; pass a role name"):
         Message("x", send_to=bad)

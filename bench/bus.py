@@ -1,0 +1,235 @@
+"""Bus benchmarks: one JSON line per figure, median of 3 runs, each routing figure with its floor.
+
+The floor is the same routing done by a minimal dict + deque loop in the same process, so every
+figure also has a ratio to what plain Python can do here. Run: ``python bench/bus.py``.
+Options: ``--quick`` shrinks the memory workload (for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+
+import anyio
+
+from metaroles import Action, Environment, Memory, Message, Role, UserRequirement
+from metaroles.schema import new_id
+
+REPEATS = 3
+
+
+def median_of(run: Callable[[], float], repeats: int = REPEATS) -> float:
+    """Median of ``repeats`` runs after one warm-up run (imports, allocator arenas, caches)."""
+    run()
+    values = []
+    for _ in range(repeats):
+        gc.collect()
+        values.append(run())
+    return statistics.median(values)
+
+
+def emit(figure: str, value: float, unit: str, floor: float | None = None, **params: object) -> None:
+    line: dict[str, object] = {"figure": figure, "value": round(value, 3), "unit": unit, "params": params}
+    if floor is not None:
+        line["floor"] = round(floor, 3)
+        line["ratio_to_floor"] = round(value / floor, 3)
+    print(json.dumps(line), flush=True)
+
+
+async def timed(fn: Callable[..., Awaitable[object]], *args: object) -> float:
+    """Seconds ``fn(*args)`` takes inside a running event loop (loop start-up excluded)."""
+    start = time.perf_counter()
+    await fn(*args)
+    return time.perf_counter() - start
+
+
+# -- ring_addressed -------------------------------------------------------------------------------
+
+
+class Relay(Action):
+    async def run(self, history: Sequence[Message]) -> str:
+        return "relay"
+
+
+def ring_actions(count: int) -> list[type[Action]]:
+    return [type(f"Act{i}", (Relay,), {"__module__": __name__}) for i in range(count)]
+
+
+def ring_run(roles: int, rounds: int) -> float:
+    actions = ring_actions(roles)
+    env = Environment()
+    names = [f"r{i}" for i in range(roles)]
+    for i in range(roles):
+        env.add_role(Role(name=names[i], actions=[actions[i]], watch=[actions[i - 1]], send_to=names[(i + 1) % roles]))
+    env.publish_message(Message("seed", send_to=set(names)))
+    seeded = len(env.history)
+    elapsed = anyio.run(timed, env.run, rounds)
+    published = len(env.history) - seeded
+    assert published == roles * rounds, published
+    return published / elapsed
+
+
+class FloorMessage:
+    __slots__ = ("cause_by", "content", "id", "send_to", "sent_from")
+
+    def __init__(self, content: str, cause_by: str, sent_from: str, send_to: str) -> None:
+        self.id = new_id()
+        self.content = content
+        self.cause_by = cause_by
+        self.sent_from = sent_from
+        self.send_to = send_to
+
+
+def ring_floor(roles: int, rounds: int) -> float:
+    names = [f"r{i}" for i in range(roles)]
+    acts = [f"Act{i}" for i in range(roles)]
+    watch = [acts[i - 1] for i in range(roles)]
+    queues = {n: deque([FloorMessage("seed", "User", "human", n)]) for n in names}
+    published = 0
+    start = time.perf_counter()
+    for _ in range(rounds):
+        outbox = []
+        for i, name in enumerate(names):
+            queue, news = queues[name], []
+            while queue:
+                message = queue.popleft()
+                if message.cause_by == watch[i] or message.send_to == name:
+                    news.append(message)
+            if news:
+                outbox.append(FloorMessage("relay", acts[i], name, names[(i + 1) % roles]))
+        for message in outbox:
+            queues[message.send_to].append(message)
+        published += len(outbox)
+    return published / (time.perf_counter() - start)
+
+
+# -- broadcast -------------------------------------------------------------------------------------
+
+
+class Speak(Action):
+    async def run(self, history: Sequence[Message]) -> str:
+        return "said"
+
+
+class Speaker(Role):
+    def __init__(self, name: str, turns: int) -> None:
+        super().__init__(name=name, actions=[Speak], watch=[UserRequirement, Speak])
+        self.turns = turns
+        self.spoken = 0
+
+    async def _think(self) -> bool:
+        if self.spoken >= self.turns:
+            return False
+        self.spoken += 1
+        return await super()._think()
+
+
+def broadcast_run(roles: int, speakers: int, rounds: int) -> float:
+    env = Environment()
+    env.add_roles(Speaker(f"s{i}", rounds) for i in range(speakers))
+    listeners = [Role(name=f"l{i}", watch=[]) for i in range(roles - speakers)]
+    env.add_roles(listeners)
+    env.publish_message(Message("topic"))
+
+    async def until_idle() -> None:
+        while not env.is_idle:
+            await env.run_round()
+
+    elapsed = anyio.run(timed, until_idle)
+    messages = len(env.history)
+    assert messages == 1 + speakers * rounds, messages
+    assert all(listener.rc.memory.count() == messages for listener in listeners), "every delivery is stored"
+    return messages * roles / elapsed
+
+
+def broadcast_floor(roles: int, speakers: int, rounds: int) -> float:
+    names = [f"r{i}" for i in range(roles)]
+    queues = {n: deque[FloorMessage]() for n in names}
+    stored: dict[str, dict[str, FloorMessage]] = {n: {} for n in names}
+    deliveries = 0
+    pending = [FloorMessage("topic", "User", "human", "<all>")]
+    start = time.perf_counter()
+    for turn in range(rounds + 1):
+        for message in pending:
+            for name in names:
+                queues[name].append(message)
+            deliveries += roles
+        pending = []
+        for i, name in enumerate(names):
+            queue, memory, news = queues[name], stored[name], 0
+            while queue:
+                message = queue.popleft()
+                if message.id not in memory:
+                    memory[message.id] = message
+                    news += i < speakers
+            if news and turn < rounds:
+                pending.append(FloorMessage("said", "Speak", name, "<all>"))
+    return deliveries / (time.perf_counter() - start)
+
+
+# -- memory and idle rounds ------------------------------------------------------------------------
+
+
+def memory_figures(total: int) -> None:
+    actions = [f"bench.Act{i}" for i in range(100)]
+    rare = Message("rare", cause_by="bench.Rare")
+    messages = [Message("m", cause_by=actions[i % 100]) for i in range(total - 10)]
+    messages[total // 2 : total // 2] = [rare.model_copy(update={"id": new_id()}) for _ in range(10)]
+    memory = Memory()
+    chunk = total // 10
+    per_add = []
+    for start in range(0, total, chunk):
+        batch = messages[start : start + chunk]
+        begin = time.perf_counter()
+        add = memory.add
+        for message in batch:
+            add(message)
+        per_add.append((time.perf_counter() - begin) / len(batch) * 1e6)
+    emit("memory_add_first_10pct", per_add[0], "us/add", stored=chunk)
+    emit("memory_add_last_10pct", per_add[-1], "us/add", stored=total)
+    observed = messages[-50:] + [Message("new") for _ in range(50)]
+
+    def find_news() -> float:
+        begin = time.perf_counter()
+        for _ in range(1000):
+            memory.find_news(observed)
+        return (time.perf_counter() - begin) / 1000 * 1e6
+
+    emit("memory_find_news_100_at_1M", median_of(find_news), "us/call", observed=100, stored=total)
+    for label, mem in (("small", Memory([*messages[:1000], rare])), ("large", memory)):
+
+        def lookup(mem: Memory = mem) -> float:
+            begin = time.perf_counter()
+            for _ in range(10_000):
+                mem.get_by_action("bench.Rare")
+            return (time.perf_counter() - begin) / 10_000 * 1e6
+
+        emit(f"memory_get_by_action_{label}", median_of(lookup), "us/call", stored=mem.count())
+
+
+def idle_round(roles: int, rounds: int) -> float:
+    env = Environment()
+    env.add_roles(Role(name=f"r{i}") for i in range(roles))
+    return anyio.run(timed, env.run, rounds) / rounds * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller memory workload")
+    args = parser.parse_args()
+    ring = median_of(lambda: ring_run(1000, 10))
+    emit("ring_addressed", ring, "msgs/s", median_of(lambda: ring_floor(1000, 10)), roles=1000, rounds=10)
+    broadcast = median_of(lambda: broadcast_run(1000, 10, 10))
+    floor = median_of(lambda: broadcast_floor(1000, 10, 10))
+    emit("broadcast", broadcast, "deliveries/s", floor, roles=1000, speakers=10, rounds=10)
+    emit("idle_round_10k_roles", median_of(lambda: idle_round(10_000, 100)), "ms/round", roles=10_000)
+    memory_figures(100_000 if args.quick else 1_000_000)
+
+
+if __name__ == "__main__":
+    main()
