@@ -11,7 +11,6 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 

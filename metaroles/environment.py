@@ -135,6 +135,8 @@ class Environment:
         self._pending: list[tuple[int, Message]] = []
         self._in_round = False
         self._undelivered: list[Message] = []
+        self._outsider = 0
+        """Delivery rank of messages published in a round by no registered role: after every role."""
 
     # -- membership ----------------------------------------------------------------------------
 
@@ -152,6 +154,7 @@ class Environment:
             )
         self.roles[role.name] = role
         self._members.append(role)
+        self._outsider = len(self._members)
         role.attach(self, len(self._members) - 1)
         self._index_role(role)
         if not role.rc.msg_buffer.empty():
@@ -225,11 +228,11 @@ class Environment:
             UndeliverableError: In strict mode, between rounds, when it reaches no role (it is
                 still kept in :attr:`dead_letters`).
         """
-        if type(message) is not Message and not isinstance(message, Message):
+        if not isinstance(message, Message):
             raise InvalidValueError(f"publish_message got {message!r}, which is not a Message")
         if self._in_round:
             sender = self.roles.get(message.sent_from)
-            self._pending.append((len(self._members) if sender is None else sender._env_index, message))
+            self._pending.append((self._outsider if sender is None else sender._env_index, message))
             return
         self._deliver(message)
         self._raise_undelivered()
@@ -241,7 +244,11 @@ class Environment:
                 return
             message = intercepted
         self.history.add(message)
-        recipients = self._route(message.send_to)
+        send_to = message.send_to
+        if len(send_to) == 1 and MESSAGE_ROUTE_TO_ALL not in send_to:
+            recipients = self._index.get(next(iter(send_to)), ())
+        else:
+            recipients = self._route(send_to)
         if not recipients:
             self._dead_letter(message)
             return

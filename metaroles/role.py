@@ -426,7 +426,13 @@ class Role:
         rc = self.rc
         todo = rc.todo = self.actions[0]
         rc.state = 0
-        message = self._to_message(await todo.run(rc.memory.get()), todo)
+        result = await todo.run(rc.memory.get())
+        if type(result) is str:
+            message: Message | None = Message._trusted(
+                result, None, ChatRole.ASSISTANT, todo._action_id, self.name, self.send_to
+            )
+        else:
+            message = self._to_message(result, todo)
         if message is not None:
             rc.memory.add(message)
         rc.state, rc.todo = -1, None

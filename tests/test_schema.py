@@ -172,3 +172,71 @@ def test_enums_carry_the_seed_values():
     assert [c.value for c in ChatRole] == ["system", "user", "assistant", "tool"]
     assert [c.value for c in ToolChoice] == ["none", "auto", "required"]
     assert [s.value for s in AgentState] == ["IDLE", "RUNNING", "FINISHED", "ERROR"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"content": 5}, r"content=5 must be a string"),
+        ({"id": ""}, r"id='' must be a non-empty string"),
+        ({"sent_from": 3}, r"sent_from=3 must be the sending role's name"),
+        ({"metadata": [1]}, r"metadata=\[1\] must be a dict"),
+        ({"tool_calls": "call"}, r"tool_calls='call' must be a list of ToolCall"),
+        ({"name": 1}, r"name=1 must be a string or None"),
+    ],
+)
+def test_every_field_is_validated(kwargs, match):
+    with pytest.raises(InvalidValueError, match=match):
+        Message(**kwargs)
+
+
+def test_unknown_fields_are_rejected_by_name():
+    with pytest.raises(TypeError, match="colour"):
+        Message("x", colour="red")  # type: ignore[call-arg]
+    with pytest.raises(InvalidValueError, match=r"Message has no field\(s\) \['colour'\]"):
+        Message.model_validate({"content": "x", "colour": "red"})
+
+
+def test_tool_calls_accept_dicts():
+    msg = Message(tool_calls=[{"id": "c1", "function": {"name": "f", "arguments": "{}"}}], role="assistant")
+    assert msg.tool_calls == [ToolCall(id="c1", function=Function(name="f", arguments="{}"))]
+
+
+def test_model_copy_applies_updates_and_keeps_the_original():
+    msg = Message("x", metadata={"k": 1})
+    copy = msg.model_copy(update={"sent_from": "alice"})
+    copy.metadata["k"] = 2
+    assert (copy.sent_from, copy.id, msg.sent_from, msg.metadata) == ("alice", msg.id, "", {"k": 1})
+    with pytest.raises(InvalidValueError, match="no field 'colour'"):
+        msg.model_copy(update={"colour": "red"})
+
+
+class Envelope(BaseModel):
+    messages: list[Message]
+    first: Message | None = None
+
+
+def test_messages_live_inside_pydantic_models():
+    inner = Message("hi", instruct_content=Plan(steps=["x"]), send_to={"b"})
+    env = Envelope(messages=[inner], first=inner)
+    text = env.model_dump_json()
+    back = Envelope.model_validate_json(text)
+    assert back.messages[0].model_dump() == inner.model_dump()
+    assert isinstance(back.messages[0].instruct_content, Plan)
+    assert back.model_dump_json() == text
+    assert Envelope.model_validate({"messages": [inner.model_dump()]}).messages == [inner]
+    assert "messages" in Envelope.model_json_schema()["properties"]
+
+
+def test_messages_pickle():
+    import pickle
+
+    msg = Message("x", instruct_content=Plan(steps=["a"]), send_to="b")
+    back = pickle.loads(pickle.dumps(msg))
+    assert back.model_dump() == msg.model_dump()
+
+
+def test_trusted_construction_matches_validated_construction():
+    trusted = Message._trusted("x", None, ChatRole.ASSISTANT, WriteCode.action_id(), "a", frozenset({"b"}))
+    checked = Message("x", id=trusted.id, role="assistant", cause_by=WriteCode, sent_from="a", send_to="b")
+    assert trusted.model_dump() == checked.model_dump()
