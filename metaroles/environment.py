@@ -245,6 +245,7 @@ class Environment:
             message = intercepted
         self.history.add(message)
         send_to = message.send_to
+        recipients: Sequence[Role]
         if len(send_to) == 1 and MESSAGE_ROUTE_TO_ALL not in send_to:
             recipients = self._index.get(next(iter(send_to)), ())
         else:
