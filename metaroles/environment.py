@@ -183,6 +183,14 @@ class Environment:
             if len(bucket) > 1 and bucket[-2]._env_index > role._env_index:
                 bucket.sort(key=_env_index)
 
+    def set_addresses(self, role: Role, addresses: Iterable[str]) -> None:
+        """Replace ``role``'s addresses (MetaGPT's ``env.set_addresses``)."""
+        role.set_addresses(addresses)
+
+    def get_addresses(self, role: Role) -> frozenset[str]:
+        """The addresses ``role`` receives on."""
+        return role.addresses
+
     def reindex(self, role: Role) -> None:
         """Re-read ``role``'s addresses into the index (after ``Role.set_addresses``)."""
         for address, bucket in list(self._index.items()):

@@ -260,6 +260,8 @@ class Role:
 
     def put_message(self, message: Message) -> None:
         """Buffer ``message`` for the next observation."""
+        if not isinstance(message, Message):
+            raise InvalidValueError(f"put_message got {message!r}, which is not a Message; wrap text in Message(...)")
         if self.rc.msg_buffer.push(message) and self.rc.env is not None:
             self.rc.env.mark_ready(self)
 

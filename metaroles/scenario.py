@@ -74,7 +74,8 @@ async def run_scenario(
     module = load_scenario(name)
     config = module.Config.model_validate(options)
     plan: ScenarioPlan = module.build(config, llm)
-    report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
+    state = None if out_dir is None else out_dir / "state.json"
+    report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to, save_to=state)
     if out_dir is not None:
         write_run_dir(out_dir, plan.team, report, config.model_dump())
     return report, plan.team
@@ -96,7 +97,8 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, config: dict[st
     out_dir.mkdir(parents=True, exist_ok=True)
     env = team.env
     (out_dir / "transcript.txt").write_text(transcript(env.history.storage) + "\n", encoding="utf-8")
-    env.save(out_dir / "state.json")
+    if not (out_dir / "state.json").exists():
+        env.save(out_dir / "state.json")
     summary = {"report": report.model_dump(mode="json"), "config": config}
     (out_dir / "report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     (out_dir / "ledger.json").write_text(json.dumps(env.ledger.dump(), indent=1) + "\n", encoding="utf-8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -97,31 +98,24 @@ class Team:
     def _budget_spent(self) -> bool:
         return self.budget is not None and self.env.ledger.total_cost >= self.budget
 
-    async def run(self, n_round: int = 3, idea: str = "", send_to: object = "") -> TeamReport:
+    async def run(
+        self, n_round: int = 3, idea: str = "", send_to: object = "", *, save_to: str | Path | None = None
+    ) -> TeamReport:
         """Publish ``idea`` (if any), then run up to ``n_round`` rounds.
 
-        Stops early when every role is idle or the budget is spent; both are clean stops.
+        Stops early when every role is idle or the budget is spent; both are clean stops. With
+        ``save_to``, the environment's state is written there when the run stops, whether it
+        stopped cleanly or because a role failed, so no run is lost.
         """
         if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
             raise InvalidValueError(f"n_round={n_round!r} must be a non-negative integer")
-        if idea:
-            self.run_project(idea, send_to)
-        rounds = 0
-        reason = StopReason.MAX_ROUNDS
-        while rounds < n_round:
-            if self.env.is_idle:
-                reason = StopReason.IDLE
-                break
-            if self._budget_spent():
-                reason = StopReason.BUDGET
-                break
-            await self.env.run_round()
-            rounds += 1
-        else:
-            if self.env.is_idle:
-                reason = StopReason.IDLE
-            elif self._budget_spent():
-                reason = StopReason.BUDGET
+        try:
+            if idea:
+                self.run_project(idea, send_to)
+            rounds, reason = await self._run_rounds(n_round)
+        finally:
+            if save_to is not None:
+                self.env.save(save_to)
         return TeamReport(
             rounds=rounds,
             stop_reason=reason,
@@ -129,3 +123,18 @@ class Team:
             budget=self.budget,
             messages=len(self.env.history),
         )
+
+    async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
+        rounds = 0
+        while rounds < n_round:
+            if self.env.is_idle:
+                return rounds, StopReason.IDLE
+            if self._budget_spent():
+                return rounds, StopReason.BUDGET
+            await self.env.run_round()
+            rounds += 1
+        if self.env.is_idle:
+            return rounds, StopReason.IDLE
+        if self._budget_spent():
+            return rounds, StopReason.BUDGET
+        return rounds, StopReason.MAX_ROUNDS

@@ -29,8 +29,9 @@ def test_no_duplicate_ids():
     assert q.push(a), "once popped, the same id may come again"
 
 
-async def test_get_waits_for_a_push():
-    q = MessageQueue()
+@pytest.mark.parametrize("queue_cls", [MessageQueue, PriorityMessageQueue])
+async def test_get_waits_for_a_push(queue_cls):
+    q = queue_cls()
     got: list[Message] = []
 
     async def consumer() -> None:
@@ -52,20 +53,6 @@ async def test_wait_nonempty_returns_at_once_when_something_is_buffered():
         await q.wait_nonempty()
     await checkpoint()
     assert q.count() == 1
-
-
-async def test_priority_get_waits_and_pops_most_urgent():
-    q = PriorityMessageQueue()
-    got: list[Message] = []
-
-    async def consumer() -> None:
-        got.append(await q.get())
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(consumer)
-        await wait_all_tasks_blocked()
-        q.push(Message("only"), priority=3)
-    assert [m.content for m in got] == ["only"]
 
 
 def test_priority_order_is_by_priority_then_fifo():

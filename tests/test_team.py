@@ -81,3 +81,28 @@ def test_bad_investment_and_rounds():
 async def test_bad_n_round():
     with pytest.raises(InvalidValueError, match="n_round=-1"):
         await Team().run(n_round=-1)
+
+
+class Crash(Action):
+    async def run(self, history: Sequence[Message]) -> str:
+        raise RuntimeError("model server went away")
+
+
+async def test_a_failed_run_still_saves_its_state(tmp_path):
+    from metaroles import EnvironmentState, RoleFailed
+
+    team = Team()
+    team.hire([Role(name="a", actions=[Echo], send_to="b"), Role(name="b", actions=[Crash], watch=[Echo])])
+    path = tmp_path / "state.json"
+    with pytest.raises(RoleFailed, match="model server went away"):
+        await team.run(n_round=5, idea="go", send_to="a", save_to=path)
+    state = EnvironmentState.model_validate_json(path.read_text())
+    assert [m.content for m in state.history] == ["go", "echo go"]
+    assert state.events[0].kind == "role_error" and state.events[0].role == "b"
+
+
+async def test_a_clean_run_saves_its_state_too(tmp_path):
+    team = Team()
+    team.hire([Role(name="a", actions=[Echo])])
+    await team.run(idea="hi", save_to=tmp_path / "s.json")
+    assert "echo hi" in (tmp_path / "s.json").read_text()
