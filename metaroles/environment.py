@@ -152,10 +152,10 @@ class Environment:
             raise DuplicateRoleError(
                 f"a role named {role.name!r} is already in this environment; give each role a unique name="
             )
+        role.attach(self, len(self._members))
         self.roles[role.name] = role
         self._members.append(role)
         self._outsider = len(self._members)
-        role.attach(self, len(self._members) - 1)
         self._index_role(role)
         if not role.rc.msg_buffer.empty():
             self.mark_ready(role)

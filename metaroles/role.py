@@ -39,6 +39,10 @@ class RoleReactMode(StrEnum):
 
 
 _REACT_MODES = frozenset(m.value for m in RoleReactMode)
+CHOOSE_STEP = "<choose_action>"
+"""The ``action`` of the model call in which a react-mode role picks its next action."""
+PLAN_STEP = "<plan>"
+"""The ``action`` of the model call in which a plan_and_act role plans its steps."""
 _TURN_HOOKS = ("_observe", "react", "_react", "_think", "_act", "_to_message", "publish_message")
 
 
@@ -225,7 +229,15 @@ class Role:
             self._bind(action)
 
     def attach(self, env: RoleHost, index: int) -> None:
-        """Join ``env`` as its ``index``-th role (called by the Environment)."""
+        """Join ``env`` as its ``index``-th role (called by the Environment).
+
+        Raises:
+            InvalidValueError: If the role already belongs to another environment.
+        """
+        if self.rc.env is not None and self.rc.env is not env:
+            raise InvalidValueError(
+                f"role {self.name!r} already belongs to another Environment; build a new role for this one"
+            )
         self.rc.env = env
         self._env_index = index
         self.ledger = env.ledger
@@ -316,9 +328,9 @@ class Role:
             "history": history,
         }
 
-    async def _ask_structured(self, template: str, schema_model: type[BaseModel], **variables: str) -> Any:
+    async def _ask_structured(self, step: str, template: str, schema_model: type[BaseModel], **variables: str) -> Any:
         prompt = render_prompt(load_prompt("metaroles.prompts", template), **self._prompt_vars(), **variables)
-        request = LLMRequest(messages=[{"role": "user", "content": prompt}], role=self.name, action=f"<{template}>")
+        request = LLMRequest(messages=[{"role": "user", "content": prompt}], role=self.name, action=step)
         return await complete_structured(self.llm, request, schema_model, ledger=self.ledger, retries=2)
 
     async def _choose_state(self) -> int:
@@ -326,7 +338,7 @@ class Role:
         choice_model = _choice_model(len(self.actions))
         states = "\n".join(self.states)
         choice = await self._ask_structured(
-            "react_state.txt", choice_model, states=states, previous_state=str(self.rc.state)
+            CHOOSE_STEP, "react_state.txt", choice_model, states=states, previous_state=str(self.rc.state)
         )
         state = int(choice.state)
         if not -1 <= state < len(self.actions):
@@ -339,7 +351,7 @@ class Role:
         if len(self.actions) == 1:
             return [0]
         names = [a.name for a in self.actions]
-        plan = await self._ask_structured("plan.txt", _plan_model(names), actions="\n".join(names))
+        plan = await self._ask_structured(PLAN_STEP, "plan.txt", _plan_model(names), actions="\n".join(names))
         return [names.index(step) for step in plan.steps]
 
     async def _act(self) -> Message | None:

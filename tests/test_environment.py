@@ -324,3 +324,19 @@ def test_routing_delivers_exactly_to_roles_whose_addresses_meet_send_to(send_tos
     dead = [m for m in messages if not any("<all>" in m.send_to or m.send_to & r.addresses for r in roles)]
     assert env.dead_letters == dead
     assert env.history.storage == messages
+
+
+def test_a_role_belongs_to_one_environment():
+    role = Role(name="solo")
+    Environment().add_role(role)
+    other = Environment()
+    with pytest.raises(InvalidValueError, match="role 'solo' already belongs to another Environment"):
+        other.add_role(role)
+    assert other.roles == {}
+
+
+def test_env_set_and_get_addresses():
+    env, a, *_ = make_env()
+    env.set_addresses(a, ["a", "alpha"])
+    assert env.get_addresses(a) == {"a", "alpha"}
+    assert env.recipients(Message("x", send_to="alpha")) == [a]

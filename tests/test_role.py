@@ -127,14 +127,14 @@ async def test_react_lets_the_model_pick_and_is_bounded_by_max_react_loop():
 
 
 async def test_react_out_of_range_choice_is_rejected_and_retried():
-    llm = ScriptedLLM({"r": {"<react_state.txt>": ['{"state": 7}', '{"state": 2}']}})
+    llm = ScriptedLLM({"r": {"<choose_action>": ['{"state": 7}', '{"state": 2}']}})
     role = Role(name="r", actions=[Draft, Polish, Publish], llm=llm)
     response = await role.run("idea")
     assert response is not None and response.content == "published"
 
 
 async def test_plan_and_act_runs_the_planned_steps_through_working_memory():
-    llm = ScriptedLLM({"p": {"<plan.txt>": ['{"steps": ["Polish", "Draft"]}']}})
+    llm = ScriptedLLM({"p": {"<plan>": ['{"steps": ["Polish", "Draft"]}']}})
     role = Role(name="p", actions=[Draft, Polish, Publish], llm=llm, react_mode=RoleReactMode.PLAN_AND_ACT)
     response = await role.run("x")
     assert response is not None and response.content == "draft of polished x"
