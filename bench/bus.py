@@ -1,8 +1,8 @@
-"""Bus benchmarks: one JSON line per figure, median of 3 runs, each routing figure with its floor.
+"""Bus benchmarks: one JSON line per figure, median of 3 runs after a warm-up.
 
-The floor is the same routing done by a minimal dict + deque loop in the same process, so every
-figure also has a ratio to what plain Python can do here. Run: ``python bench/bus.py``.
-Options: ``--quick`` shrinks the memory workload (for a smoke run).
+Each routing figure has a floor: the same routing done by a minimal dict + deque loop in the
+same process, run right after it, so every figure also has a ratio to what plain Python does
+here. Run: ``python bench/bus.py`` (``--quick`` shrinks the memory workload).
 """
 
 from __future__ import annotations
@@ -33,12 +33,35 @@ def median_of(run: Callable[[], float], repeats: int = REPEATS) -> float:
     return statistics.median(values)
 
 
-def emit(figure: str, value: float, unit: str, floor: float | None = None, **params: object) -> None:
-    line: dict[str, object] = {"figure": figure, "value": round(value, 3), "unit": unit, "params": params}
-    if floor is not None:
-        line["floor"] = round(floor, 3)
-        line["ratio_to_floor"] = round(value / floor, 3)
+def paired(run: Callable[[], float], floor: Callable[[], float], repeats: int = REPEATS) -> tuple[float, float, float]:
+    """Medians of ``run``, of ``floor`` and of their ratio, each pair run back to back.
+
+    Pairs keep the ratio honest on a machine whose speed drifts between runs.
+    """
+    run()
+    floor()
+    pairs = []
+    for _ in range(repeats):
+        gc.collect()
+        ours = run()
+        gc.collect()
+        pairs.append((ours, floor()))
+    return (
+        statistics.median(p[0] for p in pairs),
+        statistics.median(p[1] for p in pairs),
+        statistics.median(p[0] / p[1] for p in pairs),
+    )
+
+
+def emit_paired(figure: str, unit: str, measured: tuple[float, float, float], **params: object) -> None:
+    value, floor, ratio = measured
+    line = {"figure": figure, "value": round(value, 3), "unit": unit, "params": params}
+    line |= {"floor": round(floor, 3), "ratio_to_floor": round(ratio, 3)}
     print(json.dumps(line), flush=True)
+
+
+def emit(figure: str, value: float, unit: str, **params: object) -> None:
+    print(json.dumps({"figure": figure, "value": round(value, 3), "unit": unit, "params": params}), flush=True)
 
 
 async def timed(fn: Callable[..., Awaitable[object]], *args: object) -> float:
@@ -222,11 +245,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller memory workload")
     args = parser.parse_args()
-    ring = median_of(lambda: ring_run(1000, 10))
-    emit("ring_addressed", ring, "msgs/s", median_of(lambda: ring_floor(1000, 10)), roles=1000, rounds=10)
-    broadcast = median_of(lambda: broadcast_run(1000, 10, 10))
-    floor = median_of(lambda: broadcast_floor(1000, 10, 10))
-    emit("broadcast", broadcast, "deliveries/s", floor, roles=1000, speakers=10, rounds=10)
+    ring = paired(lambda: ring_run(1000, 10), lambda: ring_floor(1000, 10))
+    emit_paired("ring_addressed", "msgs/s", ring, roles=1000, rounds=10)
+    broadcast = paired(lambda: broadcast_run(1000, 10, 10), lambda: broadcast_floor(1000, 10, 10))
+    emit_paired("broadcast", "deliveries/s", broadcast, roles=1000, speakers=10, rounds=10)
     emit("idle_round_10k_roles", median_of(lambda: idle_round(10_000, 100)), "ms/round", roles=10_000)
     memory_figures(100_000 if args.quick else 1_000_000)
 

@@ -21,7 +21,14 @@ from warnings import warn
 import anyio
 from pydantic import BaseModel, Field
 
-from metaroles.exceptions import DuplicateRoleError, InvalidValueError, RoleFailed, UndeliverableError, UnknownRoleError
+from metaroles.exceptions import (
+    DuplicateRoleError,
+    InvalidValueError,
+    RoleFailed,
+    RunError,
+    UndeliverableError,
+    UnknownRoleError,
+)
 from metaroles.llm import CostLedger, LedgerEntry
 from metaroles.memory import Memory
 from metaroles.message import Message
@@ -359,6 +366,8 @@ class Environment:
             RoleFailed: If a role raised and ``on_role_error`` is ``"raise"`` (after delivery).
             UndeliverableError: In strict mode, when a message reached no role (after delivery).
         """
+        if self._in_round:
+            raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
         self.round += 1
         ready = self._take_ready()
         failures: list[tuple[Role, Exception]] = []

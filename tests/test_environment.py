@@ -2,6 +2,7 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
+from anyio import wait_all_tasks_blocked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -340,3 +341,20 @@ def test_env_set_and_get_addresses():
     env.set_addresses(a, ["a", "alpha"])
     assert env.get_addresses(a) == {"a", "alpha"}
     assert env.recipients(Message("x", send_to="alpha")) == [a]
+
+
+async def test_overlapping_rounds_are_refused():
+    from metaroles import RunError
+
+    release = anyio.Event()
+    env = Environment()
+    env.add_role(Role(name="slow", actions=[Gate(release, None)]))
+    env.publish_message(Message("go"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(env.run_round)
+        await wait_all_tasks_blocked()
+        with pytest.raises(RunError, match="round 1 of this environment is still running"):
+            await env.run_round()
+        release.set()
+    assert env.round == 1
+    assert [m.content for m in env.history][-1] == "slow done"
