@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Literal
 from warnings import warn
 
-import anyio
 from pydantic import BaseModel, Field
 
 from metaroles.exceptions import (
@@ -33,6 +32,7 @@ from metaroles.llm import CostLedger, LedgerEntry
 from metaroles.memory import Memory
 from metaroles.message import Message
 from metaroles.role import Role, RoleState
+from metaroles.rounds import run_roles
 from metaroles.schema import MESSAGE_ROUTE_TO_ALL
 
 
@@ -376,10 +376,7 @@ class Environment:
             if len(ready) == 1:
                 await self._run_role(ready[0], failures)
             elif ready:
-                queue = iter(ready)
-                async with anyio.create_task_group() as tg:
-                    for _ in range(min(self.concurrency, len(ready))):
-                        tg.start_soon(self._worker, queue, failures)
+                await run_roles(ready, concurrency=self.concurrency, on_error=lambda r, e: self._fail(r, e, failures))
         finally:
             self._in_round = False
             self._flush()
@@ -398,13 +395,6 @@ class Environment:
         if len(ready) > 1:
             ready.sort(key=_env_index)
         return ready
-
-    async def _worker(self, queue: Iterator[Role], failures: list[tuple[Role, Exception]]) -> None:
-        for role in queue:
-            try:
-                await role.run()
-            except Exception as exc:
-                self._fail(role, exc, failures)
 
     async def _run_role(self, role: Role, failures: list[tuple[Role, Exception]]) -> None:
         try:

@@ -358,3 +358,39 @@ async def test_overlapping_rounds_are_refused():
         release.set()
     assert env.round == 1
     assert [m.content for m in env.history][-1] == "slow done"
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.most = 0
+        self.release = anyio.Event()
+
+
+class Wait(Action):
+    def __init__(self, tracker: Tracker) -> None:
+        super().__init__()
+        self.tracker = tracker
+
+    async def run(self, history: Sequence[Message]) -> str:
+        t = self.tracker
+        t.in_flight += 1
+        t.most = max(t.most, t.in_flight)
+        await t.release.wait()
+        t.in_flight -= 1
+        return "done"
+
+
+@pytest.mark.parametrize(("concurrency", "expected"), [(1, 1), (3, 3), (32, 5)])
+async def test_concurrency_is_bounded_and_reached(concurrency, expected):
+    tracker = Tracker()
+    env = Environment(concurrency=concurrency)
+    env.add_roles(Role(name=f"w{i}", actions=[Wait(tracker)]) for i in range(5))
+    env.publish_message(Message("go"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(env.run_round)
+        await wait_all_tasks_blocked()
+        assert tracker.in_flight == expected
+        tracker.release.set()
+    assert tracker.most == expected
+    assert sum(m.content == "done" for m in env.history) == 5
