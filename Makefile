@@ -1,5 +1,5 @@
 # The two commands: `make demo` and `make test`. Each creates .venv if missing and installs what it needs.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed-dev
 .PHONY: demo test lint typecheck bench install clean
 
 $(BIN)/python:
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "error: metaroles needs Python >= 3.11 (found: '$(PYTHON)'); run make PYTHON=/path/to/python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python

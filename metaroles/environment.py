@@ -142,8 +142,7 @@ class Environment:
         self._pending: list[tuple[int, Message]] = []
         self._in_round = False
         self._undelivered: list[Message] = []
-        self._outsider = 0
-        """Delivery rank of messages published in a round by no registered role: after every role."""
+        self._outsider = 0  # delivery rank of what no registered role publishes in a round: after all roles
 
     # -- membership ----------------------------------------------------------------------------
 
