@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from metaroles import Action, Environment, Memory, Message, Role, UserRequirement
-from metaroles.schema import new_id
+from metaroles.message import new_id
 
 REPEATS = 3
 
@@ -109,22 +109,29 @@ class FloorMessage:
 
 
 def ring_floor(roles: int, rounds: int) -> float:
+    """The ring's routing with plain structures: address → deque, a seen-dict per role (so that
+    what a role already holds is not news, as on the bus), the watch filter, one publish."""
     names = [f"r{i}" for i in range(roles)]
     acts = [f"Act{i}" for i in range(roles)]
     watch = [acts[i - 1] for i in range(roles)]
     queues = {n: deque([FloorMessage("seed", "User", "human", n)]) for n in names}
+    seen: dict[str, dict[str, FloorMessage]] = {n: {} for n in names}
     published = 0
     start = time.perf_counter()
     for _ in range(rounds):
         outbox = []
         for i, name in enumerate(names):
-            queue, news = queues[name], []
+            queue, memory, news = queues[name], seen[name], []
             while queue:
                 message = queue.popleft()
-                if message.cause_by == watch[i] or message.send_to == name:
-                    news.append(message)
+                if message.id not in memory:
+                    memory[message.id] = message
+                    if message.cause_by == watch[i] or message.send_to == name:
+                        news.append(message)
             if news:
-                outbox.append(FloorMessage("relay", acts[i], name, names[(i + 1) % roles]))
+                reply = FloorMessage("relay", acts[i], name, names[(i + 1) % roles])
+                memory[reply.id] = reply
+                outbox.append(reply)
         for message in outbox:
             queues[message.send_to].append(message)
         published += len(outbox)

@@ -248,57 +248,55 @@ class Environment:
             sender = self.roles.get(message.sent_from)
             self._pending.append((self._outsider if sender is None else sender._env_index, message))
             return
-        self._deliver(message)
+        self._deliver((message,))
         self._raise_undelivered()
 
-    def _deliver(self, message: Message) -> None:
+    def _deliver(self, messages: Iterable[Message]) -> None:
+        """Route each of ``messages``, in order, into the buffers of its recipients."""
         if self.interventions:
-            intercepted = self._intercept_publish(message)
-            if intercepted is None:
-                return
-            message = intercepted
-        self.history.add(message)
-        send_to = message.send_to
-        recipients: Sequence[Role]
-        if len(send_to) == 1 and MESSAGE_ROUTE_TO_ALL not in send_to:
-            recipients = self._index.get(next(iter(send_to)), ())
-        else:
-            recipients = self._route(send_to)
-        if not recipients:
-            self._dead_letter(message)
+            for message in messages:
+                self._deliver_intercepted(message)
             return
-        if self.interventions:
-            self._deliver_intercepted(message, recipients)
-            return
-        ready = self._ready
-        for role in recipients:
-            if role.rc.msg_buffer.push(message) and not role._ready:
-                role._ready = True
-                ready.append(role)
+        remember, recipients_of, ready = self.history.add, self._recipients, self._ready
+        for message in messages:
+            remember(message)
+            recipients = recipients_of(message.send_to)
+            if not recipients:
+                self._dead_letter(message)
+            for role in recipients:
+                if role.rc.msg_buffer.push(message) and not role._ready:
+                    role._ready = True
+                    ready.append(role)
 
-    def _intercept_publish(self, message: Message) -> Message | None:
+    def _recipients(self, send_to: frozenset[str]) -> Sequence[Role]:
+        if len(send_to) == 1 and MESSAGE_ROUTE_TO_ALL not in send_to:
+            return self._index.get(next(iter(send_to)), ())
+        return self._route(send_to)
+
+    def _deliver_intercepted(self, message: Message) -> None:
         for hook in self.interventions:
             result = hook.on_publish(message, sender=message.sent_from)
             if result is DropMessage:
                 self._record("dropped", message, detail=f"dropped on publish by {type(hook).__name__}")
+                return
+            message = _checked(result, hook)
+        self.history.add(message)
+        recipients = self._recipients(message.send_to)
+        if not recipients:
+            self._dead_letter(message)
+        for role in recipients:
+            delivered = self._intercept_delivery(message, role)
+            if delivered is not None:
+                role.put_message(delivered)
+
+    def _intercept_delivery(self, message: Message, role: Role) -> Message | None:
+        for hook in self.interventions:
+            result = hook.on_deliver(message, recipient=role)
+            if result is DropMessage:
+                self._record("dropped", message, role=role.name, detail=f"dropped on delivery by {type(hook).__name__}")
                 return None
             message = _checked(result, hook)
         return message
-
-    def _deliver_intercepted(self, message: Message, recipients: Sequence[Role]) -> None:
-        for role in recipients:
-            delivered: Message | None = message
-            for hook in self.interventions:
-                result = hook.on_deliver(message, recipient=role)
-                if result is DropMessage:
-                    self._record(
-                        "dropped", message, role=role.name, detail=f"dropped on delivery by {type(hook).__name__}"
-                    )
-                    delivered = None
-                    break
-                delivered = _checked(result, hook)
-            if delivered is not None:
-                role.put_message(delivered)
 
     def _dead_letter(self, message: Message) -> None:
         self.dead_letters.append(message)
@@ -408,9 +406,7 @@ class Environment:
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
         pending.sort(key=itemgetter(0))
-        deliver = self._deliver
-        for _, message in pending:
-            deliver(message)
+        self._deliver([message for _, message in pending])
 
     # -- state ---------------------------------------------------------------------------------
 

@@ -13,7 +13,9 @@ messages a second and a slotted object costs a fraction of a model instance to b
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal, Self
 
@@ -31,11 +33,41 @@ from metaroles.schema import (
     ToolCall,
     any_to_str,
     encode_instruct_content,
-    new_id,
     to_addresses,
     to_chat_role,
     to_instruct_content,
 )
+
+
+class _IdSource:
+    """64 random bits per process, then a counter: unique, cheap, and fork-safe."""
+
+    __slots__ = ("counter", "prefix")
+
+    def __init__(self) -> None:
+        self.prefix = ""
+        self.counter = itertools.count()
+
+    def reseed(self) -> None:
+        if not self.prefix and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.reseed)
+        self.prefix = os.urandom(8).hex()
+        self.counter = itertools.count()
+
+
+_IDS = _IdSource()
+
+
+def new_id() -> str:
+    """Return a fresh unique id: 32 hex digits, 64 random bits per process then a counter.
+
+    Ids from one process sort in creation order; a forked child draws a new random prefix.
+    """
+    ids = _IDS
+    if not ids.prefix:
+        ids.reseed()
+    return f"{ids.prefix}{next(ids.counter):016x}"
+
 
 FIELDS = (
     "id",
@@ -163,7 +195,8 @@ class Message:
         from an Action class, ``send_to`` was normalised when the Role was built.
         """
         message = cls.__new__(cls)
-        message.id = new_id()
+        ids = _IDS
+        message.id = f"{ids.prefix}{next(ids.counter):016x}" if ids.prefix else new_id()
         message.content = content
         message.instruct_content = instruct_content
         message.role = role

@@ -8,8 +8,6 @@ names, Role classes or instances (:func:`to_addresses`).
 from __future__ import annotations
 
 import importlib
-import itertools
-import os
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
@@ -25,36 +23,6 @@ USER_REQUIREMENT = "metaroles.action.UserRequirement"
 """The ``cause_by`` of a message that no Action produced (a user's request)."""
 
 BROADCAST: frozenset[str] = frozenset({MESSAGE_ROUTE_TO_ALL})
-
-
-class _IdSource:
-    """64 random bits per process, then a counter: unique, cheap, and fork-safe."""
-
-    __slots__ = ("counter", "prefix")
-
-    def __init__(self) -> None:
-        self.prefix = ""
-        self.counter = itertools.count()
-
-    def reseed(self) -> None:
-        if not self.prefix and hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self.reseed)
-        self.prefix = os.urandom(8).hex()
-        self.counter = itertools.count()
-
-
-_IDS = _IdSource()
-
-
-def new_id() -> str:
-    """Return a fresh unique id: 32 hex digits, 64 random bits per process then a counter.
-
-    Ids from one process sort in creation order; a forked child draws a new random prefix.
-    """
-    ids = _IDS
-    if not ids.prefix:
-        ids.reseed()
-    return f"{ids.prefix}{next(ids.counter):016x}"
 
 
 class ChatRole(StrEnum):

@@ -240,3 +240,25 @@ def test_trusted_construction_matches_validated_construction():
     trusted = Message._trusted("x", None, ChatRole.ASSISTANT, WriteCode.action_id(), "a", frozenset({"b"}))
     checked = Message("x", id=trusted.id, role="assistant", cause_by=WriteCode, sent_from="a", send_to="b")
     assert trusted.model_dump() == checked.model_dump()
+
+
+def _child_id(queue) -> None:  # runs in a forked child
+    from metaroles.message import new_id
+
+    queue.put(new_id())
+
+
+def test_forked_processes_draw_new_id_prefixes():
+    import multiprocessing
+
+    from metaroles.message import new_id
+
+    parent = new_id()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_id, args=(queue,))
+    child.start()
+    child_id = queue.get(timeout=30)
+    child.join(timeout=30)
+    assert child_id[:16] != parent[:16], "a forked child must not reuse the parent's id prefix"
+    assert len(child_id) == len(parent) == 32
