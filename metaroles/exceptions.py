@@ -10,6 +10,7 @@ Every error metaroles raises on purpose derives from :class:`MetarolesError`::
     │   ├── ConfigError           an unknown provider name, a script file that does not parse
     │   └── UndeliverableError    strict mode: a message whose ``send_to`` meets no role
     └── RunError                  the run itself failed; the run's state is kept
+        ├── ProviderError         a model server failed past the retries, or refused the request
         ├── LLMOutputInvalid      the model's answer did not validate after the retries
         ├── ScriptExhausted       a ScriptedLLM has no response left for a role and action
         └── RoleFailed            a role raised during a round (the original is ``__cause__``)
@@ -50,6 +51,10 @@ class UndeliverableError(UserError):
 
 class RunError(MetarolesError):
     """A failure of the run itself, as opposed to a mistake in how it was set up."""
+
+
+class ProviderError(RunError):
+    """A model server failed past the retries (429, 5xx, timeouts), or refused the request (4xx)."""
 
 
 class LLMOutputInvalid(RunError):

@@ -1,0 +1,59 @@
+"""Model settings: one value, built at the entry point from the environment or the command line.
+
+Nothing in metaroles reads environment variables except :meth:`LLMSettings.from_env`, which the
+command line calls once. Everything else receives the settings (or the model) as an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, Field
+
+ENV_LLM = "METAROLES_LLM"
+ENV_BASE_URL = "OPENAI_BASE_URL"
+ENV_API_KEY = "OPENAI_API_KEY"
+ENV_MODEL = "METAROLES_MODEL"
+
+
+class LLMSettings(BaseModel):
+    """How to reach a language model.
+
+    ``llm="auto"`` resolves to: an OpenAI-compatible server when ``base_url`` or ``api_key`` is
+    set → the embedded local model when it is installed → ``TestLLM`` (with a notice).
+    """
+
+    llm: str = "auto"
+    """``auto``, ``openai``, ``local``, ``test``, ``test:SEED`` or ``scripted:PATH``."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint, e.g. ``http://127.0.0.1:8080/v1`` (vLLM, Ollama, llama.cpp)."""
+    api_key: str | None = None
+    """Key for the endpoint; local servers accept any."""
+    model: str | None = None
+    """Model name sent to the server (or the local model's name)."""
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    timeout: float = Field(default=60.0, gt=0)
+    """Seconds before a call times out (it is then retried)."""
+    max_retries: int = Field(default=3, ge=0)
+    """Retries on 429, 5xx, timeouts and connection errors, with exponential backoff and jitter."""
+    max_in_flight: int = Field(default=8, ge=1)
+    """Calls to this model in flight at once."""
+    requests_per_second: float | None = Field(default=None, gt=0)
+    """Optional rate limit."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: object) -> LLMSettings:
+        """Read ``METAROLES_LLM``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``METAROLES_MODEL``.
+
+        Explicit ``overrides`` (command-line options) win over the environment.
+        """
+        values: dict[str, object] = {
+            "llm": environ.get(ENV_LLM) or "auto",
+            "base_url": environ.get(ENV_BASE_URL) or None,
+            "api_key": environ.get(ENV_API_KEY) or None,
+            "model": environ.get(ENV_MODEL) or None,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)

@@ -1,0 +1,102 @@
+"""A real Chat Completions HTTP server on 127.0.0.1 for the provider's tests.
+
+Each test queues replies; the server answers requests in order and records what it received.
+A reply is a status with a JSON body, a list of SSE chunks, or a hang that lasts until the test
+ends (to exercise client timeouts without sleeping).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: dict[str, Any] | None = None
+    chunks: list[dict[str, Any]] | None = None
+    hang: bool = False
+
+
+def completion(
+    content: str | None = "hi", *, tool_calls: list[dict[str, Any]] | None = None, model: str = "served-model"
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    }
+
+
+def chunk(content: str | None = None, *, usage: bool = False, tool_call: dict[str, Any] | None = None) -> dict[str, Any]:
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if tool_call is not None:
+        delta["tool_calls"] = [tool_call]
+    body: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "served-model",
+        "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": None}],
+    }
+    if usage:
+        body["usage"] = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    return body
+
+
+@dataclass
+class ChatServer:
+    replies: deque[Reply] = field(default_factory=deque)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    url: str = ""
+
+    def queue(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+
+def start(server_state: ChatServer) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", 0))
+            server_state.requests.append(json.loads(self.rfile.read(length)))
+            reply = server_state.replies.popleft() if server_state.replies else Reply(500, {"error": "no reply"})
+            if reply.hang:
+                server_state.release.wait()
+                return
+            if reply.chunks is not None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for item in reply.chunks:
+                    self.wfile.write(f"data: {json.dumps(item)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                return
+            data = json.dumps(reply.body or {}).encode()
+            self.send_response(reply.status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    server_state.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd

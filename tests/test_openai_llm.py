@@ -1,0 +1,132 @@
+from collections.abc import Iterator
+
+import pytest
+from pydantic import BaseModel
+
+from metaroles import LLMRequest, ProviderError, Role
+from metaroles.action import Action
+from metaroles.openai_llm import OpenAICompatibleLLM
+from tests.chat_server import ChatServer, Reply, chunk, completion, start
+
+
+@pytest.fixture
+def server() -> Iterator[ChatServer]:
+    state = ChatServer()
+    httpd = start(state)
+    yield state
+    state.release.set()
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def llm(server: ChatServer, **kw: object) -> OpenAICompatibleLLM:
+    options: dict[str, object] = {"base_url": server.url, "api_key": "k", "backoff": 0.0, "max_retries": 2}
+    options.update(kw)
+    return OpenAICompatibleLLM("served-model", **options)  # type: ignore[arg-type]
+
+
+def ask(text: str = "hello", **kw: object) -> LLMRequest:
+    return LLMRequest(messages=[{"role": "user", "content": text}], role="r", action="a", **kw)  # type: ignore[arg-type]
+
+
+async def test_plain_chat_reads_text_and_usage(server):
+    server.queue(Reply(body=completion("Hello back")))
+    response = await llm(server, temperature=0.3, seed=7).complete(ask(max_tokens=20))
+    assert response.text == "Hello back"
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (11, 7)
+    sent = server.requests[0]
+    assert sent["model"] == "served-model" and sent["messages"] == [{"role": "user", "content": "hello"}]
+    assert (sent["temperature"], sent["seed"], sent["max_tokens"]) == (0.3, 7, 20)
+
+
+async def test_tool_calls_and_tool_choice(server):
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    server.queue(Reply(body=completion(None, tool_calls=[call])), Reply(body=completion("ok")), Reply(body=completion("ok")))
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    response = await llm(server).complete(ask(tools=tools, tool_choice="add"))
+    assert response.text == ""
+    assert response.tool_calls is not None and response.tool_calls[0].function.arguments == '{"a": 1, "b": 2}'
+    assert server.requests[0]["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert server.requests[0]["tools"] == tools
+    await llm(server).complete(ask(tools=tools, tool_choice="required"))
+    await llm(server).complete(ask(tools=tools, tool_choice="none"))
+    assert [r["tool_choice"] for r in server.requests[1:]] == ["required", "none"]
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+async def test_json_schema_response_format(server):
+    server.queue(Reply(body=completion('{"x": 1, "y": 2}')))
+    role = Role(name="r", llm=llm(server))
+    action = Action()
+    role.set_actions([action])
+    point = await action.aask("give a point", output_model=Point)
+    assert point == Point(x=1, y=2)
+    response_format = server.requests[0]["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["schema"]["required"] == ["x", "y"]
+
+
+async def test_streaming_calls_back_each_piece(server):
+    server.queue(Reply(chunks=[chunk("Hel"), chunk("lo"), chunk(" there"), chunk(usage=True)]))
+    pieces: list[str] = []
+    response = await llm(server, on_token=pieces.append).complete(ask())
+    assert pieces == ["Hel", "lo", " there"]
+    assert response.text == "Hello there"
+    assert response.usage.total_tokens == 8
+    assert server.requests[0]["stream"] is True
+
+
+async def test_streamed_tool_call_is_assembled(server):
+    parts = [
+        chunk(tool_call={"index": 0, "id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a"'}}),
+        chunk(tool_call={"index": 0, "function": {"arguments": ": 1}"}}),
+    ]
+    server.queue(Reply(chunks=parts))
+
+    async def sink(text: str) -> None:
+        pass
+
+    response = await llm(server, on_token=sink).complete(ask())
+    assert response.tool_calls is not None
+    assert (response.tool_calls[0].function.name, response.tool_calls[0].function.arguments) == ("add", '{"a": 1}')
+
+
+async def test_429_then_success_is_retried(server):
+    server.queue(Reply(429, {"error": {"message": "slow down"}}), Reply(body=completion("finally")))
+    response = await llm(server).complete(ask())
+    assert response.text == "finally"
+    assert len(server.requests) == 2
+
+
+async def test_500s_past_the_retry_bound_fail_with_a_clear_error(server):
+    server.queue(*[Reply(500, {"error": {"message": "boom"}})] * 3)
+    with pytest.raises(ProviderError, match=r"'served-model' failed 3 time\(s\) for role 'r', action 'a'"):
+        await llm(server, max_retries=2).complete(ask())
+    assert len(server.requests) == 3
+
+
+async def test_a_4xx_is_not_retried(server):
+    server.queue(Reply(400, {"error": {"message": "bad schema"}}))
+    with pytest.raises(ProviderError, match="refused the request of role 'r'"):
+        await llm(server).complete(ask())
+    assert len(server.requests) == 1
+
+
+async def test_a_slow_response_times_out_and_is_retried(server):
+    server.queue(Reply(hang=True), Reply(body=completion("second try")))
+    response = await llm(server, timeout=0.3).complete(ask())
+    assert response.text == "second try"
+    with pytest.raises(ProviderError, match="failed 1 time"):
+        server.queue(Reply(hang=True))
+        await llm(server, timeout=0.3, max_retries=0).complete(ask())
+
+
+def test_backoff_has_full_jitter_and_grows():
+    model = OpenAICompatibleLLM("m", base_url="http://127.0.0.1:9/v1", backoff=1.0)
+    delays = [model._delay(4) for _ in range(200)]
+    assert 0 <= min(delays) and max(delays) <= 16 and max(delays) > 8
+    assert max(model._delay(0) for _ in range(50)) <= 1.0
