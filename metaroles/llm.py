@@ -7,6 +7,7 @@ per role and action, and so that the :class:`CostLedger` can account per role an
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections import defaultdict
@@ -177,11 +178,23 @@ def parse_output(text: str, model: type[ModelT]) -> ModelT:
         pydantic.ValidationError: When the answer does not validate.
         ValueError: When it is not JSON at all.
     """
+    candidate = extract_json(text)
     try:
-        data = json.loads(extract_json(text))
+        data = json.loads(candidate)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"the answer is not JSON ({exc.msg} at position {exc.pos})") from None
+        data = _python_literal(candidate)
+        if data is None:
+            raise ValueError(f"the answer is not JSON ({exc.msg} at position {exc.pos})") from None
     return model.model_validate(data)
+
+
+def _python_literal(text: str) -> Any:
+    """Read ``{'a': 'b', 'ok': True}``, which small models write for JSON; ``None`` if it is not that."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict | list) else None
 
 
 __all__ = [

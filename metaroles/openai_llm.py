@@ -21,7 +21,7 @@ from metaroles.exceptions import ProviderError
 from metaroles.llm import LLMRequest, LLMResponse, Usage
 from metaroles.schema import Function, ToolCall
 
-TokenCallback = Callable[[str], "None | Awaitable[None]"]
+TokenCallback = Callable[[str], "Awaitable[None] | None"]
 """Called with each piece of text as it streams in."""
 
 _RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
@@ -176,4 +176,3 @@ class OpenAICompatibleLLM:
     def __repr__(self) -> str:
         """Show the model and the endpoint."""
         return f"OpenAICompatibleLLM(model={self.model!r}, base_url={str(self._client.base_url)!r})"
-

@@ -6,11 +6,12 @@ metaroles never imports one.
 
 from __future__ import annotations
 
+from metaroles.cassette import CassetteLLM, CassetteMode
 from metaroles.exceptions import ConfigError
 from metaroles.llm import LLM
 from metaroles.offline import ScriptedLLM, TestLLM
 
-KNOWN_NAMES = ("test", "test:SEED", "scripted:PATH")
+KNOWN_NAMES = ("test", "test:SEED", "scripted:PATH", "replay:PATH")
 
 
 def resolve_llm(spec: str | LLM) -> LLM:
@@ -31,6 +32,10 @@ def resolve_llm(spec: str | LLM) -> LLM:
             return TestLLM(int(arg))
         except ValueError:
             raise ConfigError(f"llm={spec!r}: the seed after 'test:' must be an integer, e.g. 'test:7'") from None
+    if kind == "replay":
+        if not arg:
+            raise ConfigError(f"llm={spec!r} needs a cassette: 'replay:path/to/cassette.jsonl'")
+        return CassetteLLM(arg, mode=CassetteMode.REPLAY)
     if kind == "scripted":
         if not arg:
             raise ConfigError(f"llm={spec!r} needs a file: 'scripted:path/to/script.json'")

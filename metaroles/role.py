@@ -18,7 +18,7 @@ from warnings import warn
 from pydantic import BaseModel, Field, create_model
 
 from metaroles.action import Action, ActionResult, UserRequirement, complete_structured
-from metaroles.exceptions import InvalidValueError
+from metaroles.exceptions import InvalidValueError, LLMOutputInvalid
 from metaroles.llm import LLM, CostLedger, LLMRequest
 from metaroles.memory import Memory
 from metaroles.message import Message
@@ -359,10 +359,28 @@ class Role:
         todo = self.rc.todo
         if todo is None:
             return None
-        message = self._to_message(await todo.run(self.rc.history), todo)
+        message = self._to_message(await self._run_action(todo), todo)
         if message is not None:
             self.rc.memory.add(message)
         return message
+
+    async def _run_action(self, todo: Action) -> ActionResult:
+        """Run ``todo`` on the history; an answer that never validated becomes a failure message.
+
+        The failure is published like any response (``metadata["error"]`` says what went wrong and
+        keeps the raw text), so the run goes on and the other roles can see it.
+        """
+        try:
+            return await todo.run(self.rc.memory.get())
+        except LLMOutputInvalid as exc:
+            return Message(
+                f"{todo.name} failed: {exc}",
+                role=ChatRole.ASSISTANT,
+                cause_by=todo._action_id,
+                sent_from=self.name,
+                send_to=self.send_to,
+                metadata={"error": {"type": "LLMOutputInvalid", "raw": exc.raw, "errors": exc.errors}},
+            )
 
     def _to_message(self, result: ActionResult, action: Action) -> Message | None:
         if isinstance(result, str):
@@ -440,7 +458,7 @@ class Role:
         rc = self.rc
         todo = rc.todo = self.actions[0]
         rc.state = 0
-        result = await todo.run(rc.memory.get())
+        result = await self._run_action(todo)
         if type(result) is str:
             message: Message | None = Message._trusted(
                 result, None, ChatRole.ASSISTANT, todo._action_id, self.name, self.send_to

@@ -39,7 +39,9 @@ def completion(
     }
 
 
-def chunk(content: str | None = None, *, usage: bool = False, tool_call: dict[str, Any] | None = None) -> dict[str, Any]:
+def chunk(
+    content: str | None = None, *, usage: bool = False, tool_call: dict[str, Any] | None = None
+) -> dict[str, Any]:
     delta: dict[str, Any] = {}
     if content is not None:
         delta["content"] = content

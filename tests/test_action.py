@@ -90,3 +90,27 @@ async def test_action_without_llm_says_where_to_pass_one():
 def test_output_model_must_be_a_pydantic_class():
     with pytest.raises(UserError, match=r"output_model=.* is not a pydantic model class"):
         Action(output_model=dict)  # type: ignore[arg-type]
+
+
+async def test_single_quoted_python_style_answers_are_accepted():
+    llm = ScriptedLLM({"*": {"*": ["Sure! {'value': 3, 'why': 'short'} hope that helps"]}})
+    assert await Rate(llm=llm).aask("rate", output_model=Score) == Score(value=3, why="short")
+
+
+async def test_an_answer_that_never_validates_is_published_as_a_failure_and_the_run_goes_on():
+    from metaroles import Environment
+
+    broken = ScriptedLLM({"critic": {"Rate": ["nope", "still nope", "{'value': 'x'}"]}, "*": {"*": ["fine"]}})
+    env = Environment()
+    critic = Role(name="critic", actions=[Rate], llm=broken)
+    observer = Role(name="observer", actions=[Summarise], watch=[Rate], llm=broken)
+    env.add_roles([critic, observer])
+    env.publish_message(Message("rate this"))
+    await env.run(2)
+    failure = next(m for m in env.history if m.sent_from == "critic")
+    assert failure.content.startswith("Rate failed: action 'Rate' of role 'critic'")
+    assert failure.metadata["error"]["type"] == "LLMOutputInvalid"
+    assert failure.metadata["error"]["raw"] == "{'value': 'x'}"
+    assert failure.instruct_content is None
+    assert [m.sent_from for m in env.history] == ["", "critic", "observer"], "the observer still acted"
+    assert env.events == []

@@ -41,7 +41,9 @@ async def test_plain_chat_reads_text_and_usage(server):
 
 async def test_tool_calls_and_tool_choice(server):
     call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
-    server.queue(Reply(body=completion(None, tool_calls=[call])), Reply(body=completion("ok")), Reply(body=completion("ok")))
+    server.queue(
+        Reply(body=completion(None, tool_calls=[call])), Reply(body=completion("ok")), Reply(body=completion("ok"))
+    )
     tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
     response = await llm(server).complete(ask(tools=tools, tool_choice="add"))
     assert response.text == ""

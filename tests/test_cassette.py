@@ -1,0 +1,101 @@
+import json
+
+import anyio
+import pytest
+from anyio import wait_all_tasks_blocked
+
+from metaroles import FunctionLLM, LLMRequest, TestLLM
+from metaroles.cassette import CassetteLLM, CassetteMiss, request_key
+from metaroles.exceptions import ConfigError
+from metaroles.scenario import run_scenario
+
+
+def ask(text: str, role: str = "r", action: str = "a", **kw: object) -> LLMRequest:
+    return LLMRequest(messages=[{"role": "user", "content": text}], role=role, action=action, **kw)  # type: ignore[arg-type]
+
+
+def test_the_key_covers_what_decides_the_answer_and_nothing_else():
+    base = request_key(ask("q"), "m")
+    assert request_key(ask("q", role="other", action="b"), "m") == base, "who asks is not part of the hash"
+    assert request_key(ask("q"), "m2") != base
+    assert request_key(ask("q2"), "m") != base
+    assert request_key(ask("q", temperature=0.5), "m") != base
+    assert request_key(ask("q", output_schema={"type": "object"}), "m") != base
+    assert request_key(ask("q", tools=[{"type": "function"}]), "m") != base
+
+
+async def test_a_recorded_scenario_replays_identically_with_no_model(tmp_path):
+    cassette = tmp_path / "debate.jsonl"
+    recorder = CassetteLLM(cassette, mode="record", inner=TestLLM(seed=4))
+    _, live = await run_scenario("debate", llm=recorder, options={"turns": 2}, out_dir=None)
+    lines = cassette.read_text().splitlines()
+    assert len(lines) == 5, "4 speeches and a verdict"
+    assert {json.loads(line)["role"] for line in lines} == {"Alice", "Bob", "Judge"}
+
+    player = CassetteLLM(cassette, mode="replay", model="test")
+    _, replayed = await run_scenario("debate", llm=player, options={"turns": 2}, out_dir=None)
+    transcript = [(m.sent_from, m.content) for m in live.env.history]
+    assert [(m.sent_from, m.content) for m in replayed.env.history] == transcript
+
+
+async def test_a_miss_names_role_action_and_hash(tmp_path):
+    path = tmp_path / "c.jsonl"
+    recorder = CassetteLLM(path, mode="record", inner=TestLLM())
+    await recorder.complete(ask("known"))
+    player = CassetteLLM(path, mode="replay", model="test")
+    key = request_key(ask("unknown", role="alice", action="Speak"), "test")
+    with pytest.raises(CassetteMiss, match=rf"role 'alice', action 'Speak', request hash {key}"):
+        await player.complete(ask("unknown", role="alice", action="Speak"))
+
+
+async def test_replay_or_live_falls_through_and_records(tmp_path):
+    path = tmp_path / "c.jsonl"
+    await CassetteLLM(path, mode="record", inner=FunctionLLM(lambda r: "old", model="m")).complete(ask("known"))
+    calls: list[str] = []
+
+    def live(request: LLMRequest) -> str:
+        calls.append(request.messages[-1]["content"])
+        return "fresh"
+
+    both = CassetteLLM(path, mode="replay_or_live", inner=FunctionLLM(live, model="m"))
+    assert (await both.complete(ask("known"))).text == "old"
+    assert (await both.complete(ask("new"))).text == "fresh"
+    assert calls == ["new"]
+    assert len(path.read_text().splitlines()) == 2
+
+
+async def test_concurrent_roles_asking_the_same_question_get_their_own_answers(tmp_path):
+    path = tmp_path / "c.jsonl"
+    gates = {"alice": anyio.Event(), "bob": anyio.Event()}
+
+    async def answer(request: LLMRequest) -> str:
+        await gates[request.role].wait()
+        return f"answer for {request.role}"
+
+    recorder = CassetteLLM(path, mode="record", inner=FunctionLLM(answer, model="m"))
+    got: dict[str, str] = {}
+
+    async def call(role: str) -> None:
+        got[role] = (await recorder.complete(ask("same question", role=role))).text
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "alice")
+        tg.start_soon(call, "bob")
+        await wait_all_tasks_blocked()
+        gates["bob"].set()  # bob's answer is recorded first
+        await wait_all_tasks_blocked()
+        gates["alice"].set()
+    player = CassetteLLM(path, mode="replay", model="m")
+    assert (await player.complete(ask("same question", role="alice"))).text == "answer for alice"
+    assert (await player.complete(ask("same question", role="bob"))).text == "answer for bob"
+
+
+def test_bad_cassettes_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist; record it first"):
+        CassetteLLM(tmp_path / "none.jsonl", mode="replay")
+    with pytest.raises(ConfigError, match="needs a live model"):
+        CassetteLLM(tmp_path / "x.jsonl", mode="record")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"key": "k"}\n')
+    with pytest.raises(ConfigError, match="line 1 is not a recorded call"):
+        CassetteLLM(broken, mode="replay")
