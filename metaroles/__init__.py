@@ -28,7 +28,8 @@ from metaroles.exceptions import (
     UnknownRoleError,
     UserError,
 )
-from metaroles.llm import LLM, CostLedger, LLMRequest, LLMResponse, Usage
+from metaroles.ledger import Budget, CostLedger, LedgerEntry, Price, Spend
+from metaroles.llm import LLM, LLMRequest, LLMResponse, Usage
 from metaroles.memory import ChatMemory, Memory
 from metaroles.message import Message
 from metaroles.offline import FunctionLLM, ScriptedLLM, TestLLM
@@ -52,6 +53,7 @@ __all__ = [
     "Action",
     "ActionResult",
     "AgentState",
+    "Budget",
     "ChatMemory",
     "ChatRole",
     "ConfigError",
@@ -69,10 +71,12 @@ __all__ = [
     "LLMOutputInvalid",
     "LLMRequest",
     "LLMResponse",
+    "LedgerEntry",
     "Memory",
     "Message",
     "MessageQueue",
     "MetarolesError",
+    "Price",
     "PriorityMessageQueue",
     "ProviderError",
     "Role",
@@ -84,6 +88,7 @@ __all__ = [
     "RunError",
     "ScriptExhausted",
     "ScriptedLLM",
+    "Spend",
     "StopReason",
     "Team",
     "TeamReport",

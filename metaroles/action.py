@@ -7,13 +7,15 @@ role publishes as the message's ``instruct_content``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
 from metaroles.exceptions import InvalidValueError, LLMOutputInvalid, UserError
-from metaroles.llm import LLM, CostLedger, LLMRequest, LLMResponse, parse_output
+from metaroles.ledger import CostLedger
+from metaroles.llm import LLM, LLMRequest, LLMResponse, parse_output
 from metaroles.message import Message
 from metaroles.prompts import load_prompt, render_prompt
 
@@ -41,9 +43,12 @@ async def complete(
             f"action {request.action!r} of role {request.role!r} has no LLM; pass llm=... to the "
             "Role, the Team or the Action (e.g. llm=TestLLM() to run offline)"
         )
+    start = time.perf_counter()
     response = await llm.complete(request)
     if ledger is not None:
-        ledger.record(role=request.role, action=request.action, response=response)
+        ledger.record(
+            role=request.role, action=request.action, response=response, latency_s=time.perf_counter() - start
+        )
     return response
 
 

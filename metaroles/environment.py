@@ -28,7 +28,7 @@ from metaroles.exceptions import (
     UndeliverableError,
     UnknownRoleError,
 )
-from metaroles.llm import CostLedger, LedgerEntry
+from metaroles.ledger import CostLedger, LedgerEntry
 from metaroles.memory import Memory
 from metaroles.message import Message
 from metaroles.role import Role, RoleState

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections import defaultdict
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -92,68 +91,6 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-class LedgerEntry(BaseModel):
-    """One accounted call."""
-
-    role: str
-    action: str
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    cost: float
-
-
-class CostLedger:
-    """Tokens and money spent, per role, action and model.
-
-    Args:
-        entries: Entries to start from (a resumed run's ledger).
-    """
-
-    def __init__(self, entries: list[LedgerEntry] | None = None) -> None:
-        """Create a ledger, optionally continuing ``entries``."""
-        self.entries: list[LedgerEntry] = []
-        self.total_cost = 0.0
-        self.total_tokens = 0
-        self.reset(entries or [])
-
-    def reset(self, entries: list[LedgerEntry]) -> None:
-        """Replace the entries (when a saved run is restored); totals follow."""
-        self.entries = list(entries)
-        self.total_cost = sum(e.cost for e in self.entries)
-        self.total_tokens = sum(e.prompt_tokens + e.completion_tokens for e in self.entries)
-
-    def record(self, *, role: str, action: str, response: LLMResponse) -> None:
-        """Account for one call's usage and cost."""
-        entry = LedgerEntry(
-            role=role,
-            action=action,
-            model=response.model,
-            prompt_tokens=response.usage.prompt_tokens,
-            completion_tokens=response.usage.completion_tokens,
-            cost=response.cost,
-        )
-        self.entries.append(entry)
-        self.total_cost += entry.cost
-        self.total_tokens += entry.prompt_tokens + entry.completion_tokens
-
-    def cost_by(self, key: str) -> dict[str, float]:
-        """Money spent grouped by ``"role"``, ``"action"`` or ``"model"``."""
-        totals: defaultdict[str, float] = defaultdict(float)
-        for entry in self.entries:
-            totals[getattr(entry, key)] += entry.cost
-        return dict(totals)
-
-    def dump(self) -> list[dict[str, Any]]:
-        """Serialise the entries."""
-        return [e.model_dump() for e in self.entries]
-
-    @classmethod
-    def load(cls, data: list[dict[str, Any]]) -> CostLedger:
-        """Restore a ledger serialised by :meth:`dump`."""
-        return cls([LedgerEntry.model_validate(e) for e in data])
-
-
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
@@ -199,10 +136,8 @@ def _python_literal(text: str) -> Any:
 
 __all__ = [
     "LLM",
-    "CostLedger",
     "LLMRequest",
     "LLMResponse",
-    "LedgerEntry",
     "Usage",
     "estimate_tokens",
     "extract_json",

@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field, create_model
 
 from metaroles.action import Action, ActionResult, UserRequirement, complete_structured
 from metaroles.exceptions import InvalidValueError, LLMOutputInvalid
-from metaroles.llm import LLM, CostLedger, LLMRequest
+from metaroles.ledger import CostLedger
+from metaroles.llm import LLM, LLMRequest
 from metaroles.memory import Memory
 from metaroles.message import Message
 from metaroles.prompts import load_prompt, render_prompt

@@ -6,15 +6,16 @@ reports why; the environment's state stays intact and can be saved at any point.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from metaroles.environment import Environment
-from metaroles.exceptions import InvalidValueError
-from metaroles.llm import LLM, CostLedger
+from metaroles.exceptions import InvalidValueError, UnknownRoleError
+from metaroles.ledger import Budget, CostLedger, Spend
+from metaroles.llm import LLM
 from metaroles.message import Message
 from metaroles.role import Role
 from metaroles.schema import BROADCAST, to_addresses
@@ -37,36 +38,50 @@ class TeamReport(BaseModel):
     rounds: int
     """Rounds run by this call."""
     stop_reason: StopReason
+    detail: str = ""
+    """For a budget stop: which budget was crossed, and by how much."""
     total_cost: float
+    total_tokens: int = 0
     budget: float | None
+    """The run's money budget, if any."""
     messages: int
     """Messages in the environment's history."""
 
     def __str__(self) -> str:
         """One line for humans."""
         budget = "unbounded" if self.budget is None else f"{self.budget:g}"
+        detail = f" ({self.detail})" if self.detail else ""
         return (
-            f"stopped ({self.stop_reason.value}) after {self.rounds} round(s); {self.messages} message(s); "
-            f"cost {self.total_cost:g} of budget {budget}"
+            f"stopped ({self.stop_reason.value}){detail} after {self.rounds} round(s); {self.messages} message(s); "
+            f"{self.total_tokens} tokens; cost {self.total_cost:g} of budget {budget}"
         )
 
 
 class Team:
-    """Roles, an Environment and a budget.
+    """Roles, an Environment and budgets.
 
     Args:
         env: The environment to use (a new one by default).
         llm: Model given to hired roles that have none.
-        investment: Budget; see :meth:`invest`.
+        investment: Money budget of the run; see :meth:`invest`.
+        budget: Budget of the run in money and/or tokens.
+        role_budgets: Budgets per role name; crossing any stops the run.
     """
 
     def __init__(
-        self, *, env: Environment | None = None, llm: LLM | None = None, investment: float | None = None
+        self,
+        *,
+        env: Environment | None = None,
+        llm: LLM | None = None,
+        investment: float | None = None,
+        budget: Budget | None = None,
+        role_budgets: Mapping[str, Budget] | None = None,
     ) -> None:
         """Create a team; see the class docstring for the arguments."""
         self.env = env if env is not None else Environment()
         self.llm = llm
-        self.budget: float | None = None
+        self.budget = budget
+        self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
         if investment is not None:
             self.invest(investment)
 
@@ -83,10 +98,11 @@ class Team:
             self.env.add_role(role)
 
     def invest(self, investment: float) -> None:
-        """Set the budget: the run stops cleanly once the ledger's total cost reaches it."""
+        """Set the run's money budget: the run stops cleanly once the ledger's total cost reaches it."""
         if isinstance(investment, bool) or not isinstance(investment, int | float) or investment <= 0:
             raise InvalidValueError(f"investment={investment!r} must be a positive number, e.g. invest(3.0)")
-        self.budget = float(investment)
+        tokens = self.budget.max_tokens if self.budget is not None else None
+        self.budget = Budget(max_cost=float(investment), max_tokens=tokens)
 
     def run_project(self, idea: str, send_to: object = "") -> Message:
         """Publish ``idea`` as a user requirement to ``send_to`` (every role when empty)."""
@@ -95,20 +111,39 @@ class Team:
         self.env.publish_message(message)
         return message
 
-    def _budget_spent(self) -> bool:
-        return self.budget is not None and self.env.ledger.total_cost >= self.budget
+    def budget_crossed(self) -> str | None:
+        """Which budget the spending so far has crossed, if any."""
+        ledger = self.env.ledger
+        if self.budget is not None:
+            spent = Spend(calls=len(ledger.entries), tokens=ledger.total_tokens, cost=ledger.total_cost)
+            why = self.budget.crossed_by(spent)
+            if why:
+                return f"run: {why}"
+        if self.role_budgets:
+            by_role = ledger.spend_by("role")
+            for name, budget in self.role_budgets.items():
+                why = budget.crossed_by(by_role.get(name, Spend()))
+                if why:
+                    return f"role {name!r}: {why}"
+        return None
 
     async def run(
         self, n_round: int = 3, idea: str = "", send_to: object = "", *, save_to: str | Path | None = None
     ) -> TeamReport:
         """Publish ``idea`` (if any), then run up to ``n_round`` rounds.
 
-        Stops early when every role is idle or the budget is spent; both are clean stops. With
+        Stops early when every role is idle or a budget is crossed; both are clean stops. With
         ``save_to``, the environment's state is written there when the run stops, whether it
         stopped cleanly or because a role failed, so no run is lost.
+
+        Raises:
+            UnknownRoleError: If a role budget names a role that was not hired.
         """
         if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
             raise InvalidValueError(f"n_round={n_round!r} must be a non-negative integer")
+        unknown = sorted(set(self.role_budgets) - set(self.env.roles))
+        if unknown:
+            raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
         try:
             if idea:
                 self.run_project(idea, send_to)
@@ -116,11 +151,14 @@ class Team:
         finally:
             if save_to is not None:
                 self.env.save(save_to)
+        ledger = self.env.ledger
         return TeamReport(
             rounds=rounds,
             stop_reason=reason,
-            total_cost=self.env.ledger.total_cost,
-            budget=self.budget,
+            detail=self.budget_crossed() or "" if reason is StopReason.BUDGET else "",
+            total_cost=ledger.total_cost,
+            total_tokens=ledger.total_tokens,
+            budget=self.budget.max_cost if self.budget is not None else None,
             messages=len(self.env.history),
         )
 
@@ -129,12 +167,12 @@ class Team:
         while rounds < n_round:
             if self.env.is_idle:
                 return rounds, StopReason.IDLE
-            if self._budget_spent():
+            if self.budget_crossed():
                 return rounds, StopReason.BUDGET
             await self.env.run_round()
             rounds += 1
         if self.env.is_idle:
             return rounds, StopReason.IDLE
-        if self._budget_spent():
+        if self.budget_crossed():
             return rounds, StopReason.BUDGET
         return rounds, StopReason.MAX_ROUNDS
