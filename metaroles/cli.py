@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 
+from metaroles.cassette import CassetteLLM, CassetteMode
 from metaroles.exceptions import MetarolesError
-from metaroles.offline import TestLLM
-from metaroles.providers import resolve_llm
+from metaroles.llm import LLM
+from metaroles.providers import llm_from_settings
 from metaroles.scenario import known_scenarios, new_run_dir, run_scenario, transcript
+from metaroles.settings import LLMSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,8 +24,17 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a scenario and write its run directory")
     run.add_argument("name", help="scenario name, e.g. debate")
-    run.add_argument("--llm", default="test", help="model: 'test', 'test:SEED' or 'scripted:PATH' (default: test)")
-    run.add_argument("--seed", type=int, default=0, help="seed of the offline test model (default: 0)")
+    run.add_argument(
+        "--llm",
+        default=None,
+        help="auto (default: $METAROLES_LLM, else an OpenAI-compatible server if OPENAI_BASE_URL is set, else the "
+        "embedded local model, else the offline test model), openai, local, test, test:SEED, scripted:PATH, "
+        "replay:PATH",
+    )
+    run.add_argument("--model", default=None, help="model name for an OpenAI-compatible server ($METAROLES_MODEL)")
+    run.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")
+    run.add_argument("--seed", type=int, default=None, help="sampling seed (the test model's seed)")
+    run.add_argument("--record", type=Path, default=None, metavar="CASSETTE", help="record every model call here")
     run.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="scenario option, e.g. turns=2")
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go (default: runs)")
     run.add_argument("--no-save", action="store_true", help="do not write a run directory")
@@ -43,6 +55,16 @@ def _options(pairs: Sequence[str]) -> dict[str, object]:
     return options
 
 
+def _model(args: argparse.Namespace) -> LLM:
+    """The model the command line and the environment ask for (the only place env vars are read)."""
+    settings = LLMSettings.from_env(os.environ, llm=args.llm, model=args.model, base_url=args.base_url, seed=args.seed)
+    llm = llm_from_settings(settings, notify=lambda text: print(text, file=sys.stderr))
+    print(f"model: {llm!r}", file=sys.stderr)
+    if args.record is not None:
+        return CassetteLLM(args.record, mode=CassetteMode.RECORD, inner=llm)
+    return llm
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``metaroles`` command."""
     args = _parser().parse_args(argv)
@@ -50,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(known_scenarios()))
         return 0
     try:
-        llm = TestLLM(args.seed) if args.llm == "test" else resolve_llm(args.llm)
+        llm = _model(args)
         out_dir = None
         if not args.no_save:
             out_dir = new_run_dir(args.runs_dir, args.name)

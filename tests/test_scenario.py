@@ -43,7 +43,7 @@ async def test_run_directory_holds_transcript_state_and_report(tmp_path):
 
 
 def test_cli_runs_a_scenario_and_prints_the_transcript(tmp_path, capsys):
-    assert main(["run", "debate", "--seed", "3", "--set", "turns=1", "--runs-dir", str(tmp_path)]) == 0
+    assert main(["run", "debate", "--llm", "test:3", "--set", "turns=1", "--runs-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "[Alice → Bob, Judge]" in out and "[Judge → <all>]" in out and "stopped (idle)" in out
     (run_dir,) = tmp_path.iterdir()
