@@ -57,7 +57,7 @@ class CassetteLLM:
         path: The JSONL cassette.
         mode: record, replay or replay_or_live.
         inner: The live model; required unless ``mode`` is replay.
-        model: The model name keyed into hashes (defaults to ``inner.model``, else ``"replay"``).
+        model: The model name keyed into hashes (default: ``inner.model``, else the cassette's).
 
     Raises:
         ConfigError: On a mode needing a live model without one, or an unreadable cassette.
@@ -72,7 +72,7 @@ class CassetteLLM:
         if inner is None and self.mode is not CassetteMode.REPLAY:
             raise ConfigError(f"cassette mode {self.mode.value!r} needs a live model: pass inner=...")
         self.inner = inner
-        self.model = model or (inner.model if inner is not None else "replay")
+        self.model = model or (inner.model if inner is not None else "")
         self._tapes: dict[tuple[str, str, str], deque[dict[str, Any]]] = defaultdict(deque)
         self._by_key: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         if self.mode is CassetteMode.RECORD:
@@ -96,6 +96,7 @@ class CassetteLLM:
                 raise ConfigError(f"cassette {str(self.path)!r} line {number} is not a recorded call: {exc}") from None
             self._tapes[(key, role, action)].append(entry)
             self._by_key[key].append(entry)
+            self.model = self.model or str(entry.get("model", ""))
 
     def _take(self, key: str, role: str, action: str) -> dict[str, Any] | None:
         tape = self._tapes.get((key, role, action))
@@ -134,6 +135,7 @@ class CassetteLLM:
     def _append(self, key: str, request: LLMRequest, response: LLMResponse) -> None:
         entry = {
             "key": key,
+            "model": self.model,
             "role": request.role,
             "action": request.action,
             "request": request.model_dump(mode="json", exclude={"role", "action"}),

@@ -58,3 +58,14 @@ def test_cli_unknown_scenario_is_a_clear_error(capsys):
 async def test_unknown_scenario_name():
     with pytest.raises(ConfigError, match="must be a lowercase identifier"):
         await run_scenario("../etc", llm=TestLLM(), options={}, out_dir=None)
+
+
+def test_cli_records_a_cassette_and_replays_it_with_no_model(tmp_path, capsys):
+    cassette = tmp_path / "debate.jsonl"
+    common = ["run", "debate", "--set", "turns=1", "--no-save"]
+    assert main([*common, "--llm", "test:9", "--record", str(cassette)]) == 0
+    recorded = capsys.readouterr().out
+    assert main([*common, "--llm", f"replay:{cassette}"]) == 0
+    replayed = capsys.readouterr().out
+    assert replayed == recorded
+    assert "[Judge → <all>]" in replayed
