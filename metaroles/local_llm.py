@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import llama_cpp
+from llama_cpp.llama_grammar import LlamaGrammar
 
 from metaroles.exceptions import ConfigError
 from metaroles.llm import LLMRequest, LLMResponse, Usage
@@ -29,7 +30,7 @@ from metaroles.schema import Function, ToolCall
 MODEL_NAME = "smollm2-135m-instruct-q4_1"
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, int, int], llama_cpp.Llama] = {}
-_GRAMMARS: dict[str, llama_cpp.LlamaGrammar] = {}
+_GRAMMARS: dict[str, LlamaGrammar] = {}
 
 
 def _model(path: Path, n_ctx: int, n_threads: int) -> llama_cpp.Llama:
@@ -43,11 +44,11 @@ def _model(path: Path, n_ctx: int, n_threads: int) -> llama_cpp.Llama:
     return model
 
 
-def _grammar(schema: dict[str, Any]) -> llama_cpp.LlamaGrammar:
+def _grammar(schema: dict[str, Any]) -> LlamaGrammar:
     text = json.dumps(schema, sort_keys=True)
     grammar = _GRAMMARS.get(text)
     if grammar is None:
-        grammar = llama_cpp.LlamaGrammar.from_json_schema(text, verbose=False)
+        grammar = LlamaGrammar.from_json_schema(text, verbose=False)
         _GRAMMARS[text] = grammar
     return grammar
 
@@ -116,7 +117,8 @@ class LocalLLM:
             kwargs["grammar"] = _grammar(request.output_schema)
         with _LOCK:
             model = _model(self.path, self.n_ctx, self.n_threads)
-            result: Any = model.create_chat_completion(messages=request.messages, **kwargs)
+            messages: Any = request.messages
+            result: Any = model.create_chat_completion(messages=messages, **kwargs)
         text = result["choices"][0]["message"].get("content") or ""
         usage = result.get("usage") or {}
         response = LLMResponse(
