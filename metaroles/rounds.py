@@ -2,8 +2,9 @@
 
 The round's own task drains a queue of ready roles. One helper task is started; it only gets
 to run when the round's task waits (a role awaiting its model) or has drained the queue. A
-helper that runs starts the next helper if roles are still queued, then drains too. So roles
-that never wait cost no task at all, and roles that wait get up to ``concurrency`` tasks.
+helper that runs while roles are still queued starts more helpers — twice as many each time, so
+a thousand waiting roles are all in flight after a few hops — then drains too. Roles that never
+wait cost no task at all; roles that wait get up to ``concurrency`` tasks.
 """
 
 from __future__ import annotations
@@ -22,21 +23,24 @@ OnError = Callable[[Role, Exception], None]
 class _Drain:
     """A queue of roles and the tasks draining it."""
 
-    __slots__ = ("on_error", "queue", "spare", "tg")
+    __slots__ = ("fanout", "on_error", "queue", "spare", "tg")
 
     def __init__(self, roles: Iterable[Role], tg: TaskGroup, spare: int, on_error: OnError) -> None:
         self.queue = deque(roles)
         self.tg = tg
         self.spare = spare
         self.on_error = on_error
+        self.fanout = 1
 
-    def add_helper(self) -> None:
-        if self.queue and self.spare > 0:
-            self.spare -= 1
+    def add_helpers(self, count: int) -> None:
+        count = min(count, self.spare, len(self.queue))
+        self.spare -= count
+        for _ in range(count):
             self.tg.start_soon(self.helper)
 
     async def helper(self) -> None:
-        self.add_helper()
+        self.fanout *= 2
+        self.add_helpers(self.fanout)
         await self.drain()
 
     async def drain(self) -> None:
@@ -57,5 +61,5 @@ async def run_roles(roles: Iterable[Role], *, concurrency: int, on_error: OnErro
     """
     async with anyio.create_task_group() as tg:
         drain = _Drain(roles, tg, concurrency - 1, on_error)
-        drain.add_helper()
+        drain.add_helpers(1)
         await drain.drain()
