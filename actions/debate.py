@@ -52,7 +52,7 @@ class Verdict(BaseModel):
 
     winner: Literal["pro", "con"]
     """The side that argued better."""
-    reasoning: str
+    reasoning: str = Field(min_length=20, max_length=200)
     """Why, in a sentence or two."""
     confidence: float = Field(ge=0.0, le=1.0)
     """How sure the judge is."""

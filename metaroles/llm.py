@@ -117,7 +117,7 @@ def parse_output(text: str, model: type[ModelT]) -> ModelT:
     """
     candidate = extract_json(text)
     try:
-        data = json.loads(candidate)
+        data = json.loads(candidate, strict=False)  # small models put raw newlines inside strings
     except json.JSONDecodeError as exc:
         data = _python_literal(candidate)
         if data is None:

@@ -45,7 +45,7 @@ def _model(path: Path, n_ctx: int, n_threads: int) -> llama_cpp.Llama:
 
 
 def _grammar(schema: dict[str, Any]) -> LlamaGrammar:
-    text = json.dumps(schema, sort_keys=True)
+    text = json.dumps(schema)  # keep the schema's property order: the grammar follows it
     grammar = _GRAMMARS.get(text)
     if grammar is None:
         grammar = LlamaGrammar.from_json_schema(text, verbose=False)
@@ -74,6 +74,7 @@ class LocalLLM:
         max_tokens: Default bound on answer length.
         temperature: Default sampling temperature.
         seed: Sampling seed, for reproducible answers.
+        repeat_penalty: Discourages the loops small models fall into.
     """
 
     def __init__(
@@ -85,6 +86,7 @@ class LocalLLM:
         max_tokens: int = 200,
         temperature: float = 0.2,
         seed: int = 0,
+        repeat_penalty: float = 1.3,
     ) -> None:
         """Point at the model file; it is loaded on the first call."""
         self.path = Path(model_path) if model_path is not None else smollm2_path()
@@ -93,7 +95,12 @@ class LocalLLM:
         self.model = MODEL_NAME if model_path is None else self.path.stem
         self.n_ctx = n_ctx
         self.n_threads = n_threads
-        self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+        self.defaults: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": seed,
+            "repeat_penalty": repeat_penalty,
+        }
 
     def load(self) -> None:
         """Load the model now (otherwise the first call does)."""
