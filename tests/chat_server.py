@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -62,6 +63,7 @@ def chunk(
 @dataclass
 class ChatServer:
     replies: deque[Reply] = field(default_factory=deque)
+    responder: Callable[[dict[str, Any]], Reply] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     url: str = ""
@@ -77,8 +79,14 @@ def start(server_state: ChatServer) -> ThreadingHTTPServer:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
-            server_state.requests.append(json.loads(self.rfile.read(length)))
-            reply = server_state.replies.popleft() if server_state.replies else Reply(500, {"error": "no reply"})
+            body = json.loads(self.rfile.read(length))
+            server_state.requests.append(body)
+            if server_state.replies:
+                reply = server_state.replies.popleft()
+            elif server_state.responder is not None:
+                reply = server_state.responder(body)
+            else:
+                reply = Reply(500, {"error": "no reply"})
             if reply.hang:
                 server_state.release.wait()
                 return

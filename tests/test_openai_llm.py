@@ -132,3 +132,24 @@ def test_backoff_has_full_jitter_and_grows():
     delays = [model._delay(4) for _ in range(200)]
     assert 0 <= min(delays) and max(delays) <= 16 and max(delays) > 8
     assert max(model._delay(0) for _ in range(50)) <= 1.0
+
+
+def test_the_cli_talks_to_the_server_named_by_openai_base_url(server, monkeypatch, capsys):
+    from metaroles.cli import main
+
+    def respond(body: dict) -> Reply:
+        if "response_format" in body:
+            verdict = '{"winner": "con", "reasoning": "Bob answered every point.", "confidence": 0.7}'
+            return Reply(body=completion(verdict))
+        return Reply(body=completion(f"served reply #{len(server.requests)}"))
+
+    server.responder = respond
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("METAROLES_MODEL", "served-model")
+    monkeypatch.delenv("METAROLES_LLM", raising=False)
+    assert main(["run", "debate", "--set", "turns=1", "--no-save"]) == 0
+    out = capsys.readouterr()
+    assert "[Alice → Bob, Judge] served reply #1" in out.out
+    assert '"winner":"con"' in out.out
+    assert "OpenAICompatibleLLM(model='served-model'" in out.err
+    assert {r["model"] for r in server.requests} == {"served-model"} and len(server.requests) == 3
