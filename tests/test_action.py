@@ -114,3 +114,18 @@ async def test_an_answer_that_never_validates_is_published_as_a_failure_and_the_
     assert failure.instruct_content is None
     assert [m.sent_from for m in env.history] == ["", "critic", "observer"], "the observer still acted"
     assert env.events == []
+
+
+async def test_a_function_model_that_first_breaks_json_then_repairs_it():
+    answers = iter(['{"value": 4, "why": "unterminated', '{"value": 4, "why": "fixed"}'])
+    seen: list[LLMRequest] = []
+
+    def model(request: LLMRequest) -> str:
+        seen.append(request)
+        return next(answers)
+
+    role = Role(name="critic", actions=[Rate], llm=FunctionLLM(model))
+    response = await role.run("rate this")
+    assert response is not None and response.instruct_content == Score(value=4, why="fixed")
+    assert len(seen) == 2 and "That answer is invalid" in seen[1].messages[-1]["content"]
+    assert seen[0].output_schema == Score.model_json_schema()
