@@ -40,6 +40,7 @@ test: lint typecheck
 
 bench: $(STAMP)
 	$(BIN)/python bench/bus.py
+	$(BIN)/python bench/llm.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
