@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Literal
 from warnings import warn
 
+import anyio
 from pydantic import BaseModel, Field
 
 from metaroles.exceptions import (
@@ -32,7 +35,7 @@ from metaroles.ledger import CostLedger, LedgerEntry
 from metaroles.memory import Memory
 from metaroles.message import Message
 from metaroles.role import Role, RoleState
-from metaroles.rounds import run_roles
+from metaroles.rounds import WorkerPool, run_roles
 from metaroles.schema import MESSAGE_ROUTE_TO_ALL
 
 
@@ -142,6 +145,7 @@ class Environment:
         self._pending: list[tuple[int, Message]] = []
         self._in_round = False
         self._undelivered: list[Message] = []
+        self._pool: WorkerPool | None = None
         self._outsider = 0  # delivery rank of what no registered role publishes in a round: after all roles
 
     # -- membership ----------------------------------------------------------------------------
@@ -352,9 +356,33 @@ class Environment:
     # -- rounds --------------------------------------------------------------------------------
 
     async def run(self, k: int = 1) -> None:
-        """Run ``k`` rounds."""
-        for _ in range(k):
-            await self.run_round()
+        """Run ``k`` rounds (in one session: worker tasks are kept between them)."""
+        async with self.session():
+            for _ in range(k):
+                await self.run_round()
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """Keep worker tasks alive across the rounds run inside (``run`` and ``Team.run`` open one).
+
+        Without a session each round starts its own tasks; within one, rounds wake parked
+        workers. Leaving the session stops the workers; no task outlives it.
+        """
+        if self._pool is not None:
+            yield
+            return
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            self._pool = WorkerPool(tg, self.concurrency)
+            try:
+                yield
+            except Exception as exc:  # re-raised as is once the workers are gone, not in a group
+                error = exc
+            finally:
+                self._pool = None
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
 
     async def run_round(self) -> None:
         """Run every role with buffered messages, then deliver what they published.
@@ -373,7 +401,11 @@ class Environment:
             if len(ready) == 1:
                 await self._run_role(ready[0], failures)
             elif ready:
-                await run_roles(ready, concurrency=self.concurrency, on_error=lambda r, e: self._fail(r, e, failures))
+                on_error = partial(self._fail, failures=failures)
+                if self._pool is not None:
+                    await self._pool.run(ready, on_error=on_error)
+                else:
+                    await run_roles(ready, concurrency=self.concurrency, on_error=on_error)
         finally:
             self._in_round = False
             self._flush()
@@ -397,9 +429,9 @@ class Environment:
         try:
             await role.run()
         except Exception as exc:
-            self._fail(role, exc, failures)
+            self._fail(role, exc, failures=failures)
 
-    def _fail(self, role: Role, exc: Exception, failures: list[tuple[Role, Exception]]) -> None:
+    def _fail(self, role: Role, exc: Exception, *, failures: list[tuple[Role, Exception]]) -> None:
         failures.append((role, exc))
         self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}")
 

@@ -63,3 +63,76 @@ async def run_roles(roles: Iterable[Role], *, concurrency: int, on_error: OnErro
         drain = _Drain(roles, tg, concurrency - 1, on_error)
         drain.add_helpers(1)
         await drain.drain()
+
+
+class WorkerPool:
+    """Worker tasks that outlive rounds: a round wakes parked workers instead of spawning tasks.
+
+    The round's own task drains the queue too; parked workers are woken (and, up to the bound,
+    new ones started) with the same doubling as :func:`run_roles`, and stay for the next round.
+
+    Args:
+        tg: The task group the workers live in (the Environment's session).
+        concurrency: Roles mid-turn at once, the round's own task included.
+    """
+
+    def __init__(self, tg: TaskGroup, concurrency: int) -> None:
+        """Create an empty pool; workers start when a round needs them."""
+        self.tg = tg
+        self.limit = concurrency - 1
+        self.started = 0
+        self.parked: list[anyio.Event] = []
+        self.queue: deque[Role] = deque()
+        self.unfinished = 0
+        self.done = anyio.Event()
+        self.on_error: OnError = _raise
+        self.fanout = 1
+
+    async def run(self, roles: Iterable[Role], *, on_error: OnError) -> None:
+        """Run one turn of each of ``roles``; return when every turn is over."""
+        self.queue.extend(roles)
+        self.unfinished = len(self.queue)
+        self.on_error = on_error
+        self.fanout = 1
+        self.done = anyio.Event()
+        self._wake(1)
+        await self._drain()
+        if self.unfinished:
+            await self.done.wait()
+
+    def _wake(self, count: int) -> None:
+        count = min(count, len(self.queue))
+        while count and self.parked:
+            self.parked.pop().set()
+            count -= 1
+        start = min(count, self.limit - self.started)
+        self.started += start
+        for _ in range(start):
+            self.tg.start_soon(self._worker)
+
+    async def _worker(self) -> None:
+        while True:
+            if self.queue:
+                self.fanout *= 2
+                self._wake(self.fanout)
+                await self._drain()
+            else:
+                parked = anyio.Event()
+                self.parked.append(parked)
+                await parked.wait()
+
+    async def _drain(self) -> None:
+        queue = self.queue
+        while queue:
+            role = queue.popleft()
+            try:
+                await role.run()
+            except Exception as exc:
+                self.on_error(role, exc)
+            self.unfinished -= 1
+            if not self.unfinished:
+                self.done.set()
+
+
+def _raise(role: Role, exc: Exception) -> None:  # pragma: no cover - replaced by each round
+    raise exc

@@ -163,6 +163,10 @@ class Team:
         )
 
     async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
+        async with self.env.session():
+            return await self._rounds(n_round)
+
+    async def _rounds(self, n_round: int) -> tuple[int, StopReason]:
         rounds = 0
         while rounds < n_round:
             if self.env.is_idle:

@@ -394,3 +394,27 @@ async def test_concurrency_is_bounded_and_reached(concurrency, expected):
         tracker.release.set()
     assert tracker.most == expected
     assert sum(m.content == "done" for m in env.history) == 5
+
+
+async def test_a_session_keeps_workers_across_rounds_and_leaves_no_task():
+    tasks_before = len(anyio.get_running_tasks())
+    env = Environment(concurrency=3)
+    trackers = [Tracker(), Tracker()]
+    roles = [Role(name=f"w{i}", actions=[Wait(trackers[0])]) for i in range(5)]
+    env.add_roles(roles)
+    started: list[int] = []
+    async with env.session():
+        for round_no, tracker in enumerate(trackers):
+            for role in roles:
+                role.actions[0].tracker = tracker  # type: ignore[attr-defined]
+            env.publish_message(Message(f"round {round_no}"))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(env.run_round)
+                await wait_all_tasks_blocked()
+                assert tracker.in_flight == 3, "bounded by concurrency, and reached"
+                tracker.release.set()
+            assert env._pool is not None
+            started.append(env._pool.started)
+    assert started == [2, 2], "the second round woke the same two workers instead of starting new ones"
+    assert sum(m.content == "done" for m in env.history) == 10
+    assert len(anyio.get_running_tasks()) == tasks_before
