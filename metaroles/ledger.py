@@ -8,6 +8,7 @@ configured). The ledger is part of a run's saved state, so it survives resume.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,8 +37,9 @@ DEFAULT_PRICES: dict[str, Price] = {
 """List prices at the time of writing; edit or replace them to match your provider."""
 
 
-class LedgerEntry(BaseModel):
-    """One accounted call."""
+@dataclass(slots=True)
+class LedgerEntry:
+    """One accounted call (a slotted dataclass: the ledger grows by one per model call)."""
 
     role: str
     action: str
@@ -122,12 +124,12 @@ class CostLedger:
 
     def dump(self) -> list[dict[str, Any]]:
         """Serialise the entries."""
-        return [e.model_dump() for e in self.entries]
+        return [asdict(e) for e in self.entries]
 
     @classmethod
     def load(cls, data: list[dict[str, Any]], *, prices: Mapping[str, Price] | None = None) -> CostLedger:
         """Restore a ledger serialised by :meth:`dump`."""
-        return cls([LedgerEntry.model_validate(e) for e in data], prices=prices)
+        return cls([LedgerEntry(**e) for e in data], prices=prices)
 
 
 class Budget(BaseModel):
