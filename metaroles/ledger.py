@@ -8,8 +8,8 @@ configured). The ledger is part of a run's saved state, so it survives resume.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
