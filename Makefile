@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench install clean
+.PHONY: demo test lint typecheck bench install clean need-redis
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -35,7 +35,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+# The Redis tests start a real redis-server (Debian's package) on a free 127.0.0.1 port.
+need-redis:
+	@command -v redis-server >/dev/null 2>&1 || { echo "Installing redis-server (Debian package) for the Redis tests ..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
+
+test: lint typecheck need-redis
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
