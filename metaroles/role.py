@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, cast
 from warnings import warn
 
 from pydantic import BaseModel, Field, create_model
+
+if TYPE_CHECKING:
+    from metaroles.memory_storage import MemoryStorage
 
 from metaroles.action import Action, ActionResult, UserRequirement, complete_structured
 from metaroles.exceptions import InvalidValueError, LLMOutputInvalid
 from metaroles.ledger import CostLedger
 from metaroles.llm import LLM, LLMRequest
+from metaroles.long_term import LongtermMemory
 from metaroles.memory import Memory
 from metaroles.message import Message
 from metaroles.prompts import load_prompt, render_prompt
@@ -113,6 +117,8 @@ class RoleState(BaseModel):
     memory: list[Message] = Field(default_factory=list)
     working_memory: list[Message] = Field(default_factory=list)
     news: list[str] = Field(default_factory=list)
+    long_term: str | None = None
+    """The id under which the role's long-term memory was persisted, if it has one."""
 
 
 def _check_react_mode(react_mode: object, max_react_loop: object) -> RoleReactMode:
@@ -141,6 +147,8 @@ class Role:
         react_mode: ``"react"``, ``"by_order"`` or ``"plan_and_act"``.
         max_react_loop: How many actions a ``"react"`` turn may take.
         send_to: Where published responses go; defaults to every role (``"<all>"``).
+        long_term: A MemoryStorage: watched messages then persist there (a LongtermMemory).
+        similarity_threshold: With ``long_term``, drop news this similar to what is remembered.
     """
 
     name: str = ""
@@ -168,6 +176,8 @@ class Role:
         react_mode: RoleReactMode | str = RoleReactMode.REACT,
         max_react_loop: int = 1,
         send_to: object = None,
+        long_term: MemoryStorage | None = None,
+        similarity_threshold: float | None = None,
     ) -> None:
         """Create a role; see the class docstring for the arguments."""
         self.name = name or type(self).name or type(self).__name__
@@ -185,6 +195,8 @@ class Role:
         self.ledger: CostLedger | None = None
         self._env_index = -1
         self._ready = False
+        if long_term is not None:
+            self.rc.memory = LongtermMemory(long_term, similarity_threshold=similarity_threshold)
         self._watch([UserRequirement] if watch is None else watch)
         if actions:
             self.set_actions(actions)
@@ -248,6 +260,8 @@ class Role:
     def _watch(self, actions: Iterable[object]) -> None:
         """Count messages caused by ``actions`` (classes, instances or ids) as news."""
         self.rc.watch = {any_to_str(a) for a in actions}
+        if isinstance(self.rc.memory, LongtermMemory):
+            self.rc.memory.watch = self.rc.watch
 
     def set_addresses(self, addresses: Iterable[str]) -> None:
         """Replace the addresses this role receives on (the Environment re-indexes it)."""
@@ -488,7 +502,17 @@ class Role:
             memory=rc.memory.storage,
             working_memory=rc.working_memory.storage,
             news=[m.id for m in rc.news],
+            long_term=self._persist_long_term(),
         )
+
+    def _persist_long_term(self) -> str | None:
+        memory = self.rc.memory
+        if not isinstance(memory, LongtermMemory) or memory.memory_storage.root is None:
+            return None
+        storage = memory.memory_storage
+        storage.role_id = storage.role_id or self.name
+        storage.persist()
+        return storage.role_id
 
     def load_state(self, state: RoleState) -> None:
         """Restore a state produced by :meth:`state_dict` (the role keeps its actions and model)."""
@@ -496,7 +520,13 @@ class Role:
             raise InvalidValueError(f"state of role {state.name!r} cannot be loaded into role {self.name!r}")
         rc = self.rc
         rc.msg_buffer = MessageQueue(state.buffer)
-        rc.memory = Memory(state.memory, ignore_id=rc.memory.ignore_id)
+        if isinstance(rc.memory, LongtermMemory):
+            Memory.clear(rc.memory)
+            if state.long_term:
+                rc.memory.memory_storage.recover_memory(state.long_term)
+            Memory.add_batch(rc.memory, state.memory)
+        else:
+            rc.memory = Memory(state.memory, ignore_id=rc.memory.ignore_id)
         rc.working_memory = Memory(state.working_memory)
         rc.watch = set(state.watch)
         by_id = {m.id: m for m in state.memory}
