@@ -120,9 +120,13 @@ class MemoryStorage:
         return True
 
     def add_batch(self, messages: Iterable[Message]) -> None:
-        """Remember each of ``messages``."""
+        """Remember each of ``messages``; they enter the index together (one insert, not one per batch)."""
         for message in messages:
-            self.add(message)
+            if message.id not in self.messages:
+                self.messages[message.id] = message
+                self._pending.append(message)
+        if len(self._pending) >= self.batch_size:
+            self.flush()
 
     def flush(self) -> None:
         """Put buffered adds into the vector index."""

@@ -153,3 +153,28 @@ def test_the_cli_talks_to_the_server_named_by_openai_base_url(server, monkeypatc
     assert '"winner":"con"' in out.out
     assert "OpenAICompatibleLLM(model='served-model'" in out.err
     assert {r["model"] for r in server.requests} == {"served-model"} and len(server.requests) == 3
+
+
+def test_openai_compatible_embeddings_are_normalised_and_checked(server):
+    from metaroles.embedding import OpenAIEmbedding
+
+    def respond(body: dict) -> Reply:
+        data = [{"object": "embedding", "index": i, "embedding": [3.0, 4.0, 0.0]} for i, _ in enumerate(body["input"])]
+        return Reply(
+            body={
+                "object": "list",
+                "data": data,
+                "model": body["model"],
+                "usage": {"prompt_tokens": 2, "total_tokens": 2},
+            }
+        )
+
+    server.responder = respond
+    from metaroles.exceptions import ConfigError
+
+    embedding = OpenAIEmbedding("embedder", dim=3, base_url=server.url)
+    assert embedding.embed(["a", "b"]) == [[0.6, 0.8, 0.0], [0.6, 0.8, 0.0]]
+    assert (server.requests[-1]["model"], server.requests[-1]["input"]) == ("embedder", ["a", "b"])
+
+    with pytest.raises(ConfigError, match="returned 3-d vectors, not dim=5"):
+        OpenAIEmbedding("embedder", dim=5, base_url=server.url).embed(["x"])
