@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from metaroles.memory_storage import MemoryStorage
 
 from metaroles.action import Action, ActionResult, UserRequirement, complete_structured
+from metaroles.brain_memory import BrainMemory
 from metaroles.exceptions import InvalidValueError, LLMOutputInvalid
 from metaroles.ledger import CostLedger
 from metaroles.llm import LLM, LLMRequest
@@ -119,6 +120,8 @@ class RoleState(BaseModel):
     news: list[str] = Field(default_factory=list)
     long_term: str | None = None
     """The id under which the role's long-term memory was persisted, if it has one."""
+    brain: BrainMemory | None = None
+    """The role's BrainMemory (conversation, knowledge, summary), if it has one."""
 
 
 def _check_react_mode(react_mode: object, max_react_loop: object) -> RoleReactMode:
@@ -149,6 +152,7 @@ class Role:
         send_to: Where published responses go; defaults to every role (``"<all>"``).
         long_term: A MemoryStorage: watched messages then persist there (a LongtermMemory).
         similarity_threshold: With ``long_term``, drop news this similar to what is remembered.
+        brain_memory: A BrainMemory the role's actions may use; saved with the run's state.
     """
 
     name: str = ""
@@ -178,6 +182,7 @@ class Role:
         send_to: object = None,
         long_term: MemoryStorage | None = None,
         similarity_threshold: float | None = None,
+        brain_memory: BrainMemory | None = None,
     ) -> None:
         """Create a role; see the class docstring for the arguments."""
         self.name = name or type(self).name or type(self).__name__
@@ -195,6 +200,7 @@ class Role:
         self.ledger: CostLedger | None = None
         self._env_index = -1
         self._ready = False
+        self.brain_memory = brain_memory
         if long_term is not None:
             self.rc.memory = LongtermMemory(long_term, similarity_threshold=similarity_threshold)
         self._watch([UserRequirement] if watch is None else watch)
@@ -503,6 +509,7 @@ class Role:
             working_memory=rc.working_memory.storage,
             news=[m.id for m in rc.news],
             long_term=self._persist_long_term(),
+            brain=self.brain_memory,
         )
 
     def _persist_long_term(self) -> str | None:
@@ -532,6 +539,8 @@ class Role:
         by_id = {m.id: m for m in state.memory}
         rc.news = [by_id[i] for i in state.news if i in by_id]
         self.addresses = frozenset(state.addresses)
+        if state.brain is not None:
+            self.brain_memory = state.brain
         self._set_state(state.state)
 
 

@@ -149,3 +149,18 @@ async def test_a_summary_that_grows_too_long_is_summarised_again():
     assert memory.historical_summary == "short again"
     assert len(llm.calls) == 2 and "summary: detail" in llm.calls[1].request.messages[0]["content"]
     assert "summary: earlier things" in llm.calls[0].request.messages[0]["content"]
+
+
+async def test_a_roles_brain_memory_is_saved_with_the_run_and_comes_back():
+    from metaroles import Environment, EnvironmentState, Role
+
+    env = Environment()
+    env.add_role(Role(name="assistant", brain_memory=talk()))
+    text = env.state_dict().model_dump_json()
+    resumed = Environment()
+    role = Role(name="assistant")
+    resumed.add_role(role)
+    resumed.load_state(EnvironmentState.model_validate_json(text))
+    assert role.brain_memory is not None
+    assert role.brain_memory.last_talk == "What is the capital of France?"
+    assert role.brain_memory.get_knowledge() == "The user lives in Lyon."
