@@ -482,9 +482,11 @@ class Environment:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = self.state_dict().model_dump_json(indent=1)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
         return path
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
+from warnings import warn
 
 from pydantic import BaseModel
 
-from metaroles.environment import Environment
-from metaroles.exceptions import InvalidValueError, UnknownRoleError
+from metaroles.environment import Environment, EnvironmentState
+from metaroles.exceptions import ConfigError, InvalidValueError, UnknownRoleError
 from metaroles.ledger import Budget, CostLedger, Spend
 from metaroles.llm import LLM
 from metaroles.message import Message
@@ -82,6 +83,7 @@ class Team:
         self.llm = llm
         self.budget = budget
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
+        self._checkpoints: Path | None = None
         if investment is not None:
             self.invest(investment)
 
@@ -128,13 +130,21 @@ class Team:
         return None
 
     async def run(
-        self, n_round: int = 3, idea: str = "", send_to: object = "", *, save_to: str | Path | None = None
+        self,
+        n_round: int = 3,
+        idea: str = "",
+        send_to: object = "",
+        *,
+        save_to: str | Path | None = None,
+        checkpoints: str | Path | None = None,
     ) -> TeamReport:
         """Publish ``idea`` (if any), then run up to ``n_round`` rounds.
 
         Stops early when every role is idle or a budget is crossed; both are clean stops. With
         ``save_to``, the environment's state is written there when the run stops, whether it
-        stopped cleanly or because a role failed, so no run is lost.
+        stopped cleanly or because a role failed, so no run is lost. With ``checkpoints`` (a
+        folder), the state is also written there at the end of every round
+        (``round-NNNN.json``, atomically), so that :meth:`resume` can continue after a crash.
 
         Raises:
             UnknownRoleError: If a role budget names a role that was not hired.
@@ -144,13 +154,35 @@ class Team:
         unknown = sorted(set(self.role_budgets) - set(self.env.roles))
         if unknown:
             raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
+        self._checkpoints = Path(checkpoints) if checkpoints is not None else None
         try:
             if idea:
                 self.run_project(idea, send_to)
+                self._checkpoint()
             rounds, reason = await self._run_rounds(n_round)
         finally:
             if save_to is not None:
                 self.env.save(save_to)
+        return self._report(rounds, reason)
+
+    async def resume(self, checkpoints: str | Path, n_round: int, *, save_to: str | Path | None = None) -> TeamReport:
+        """Continue a run from its last complete checkpoint, until ``n_round`` rounds in all.
+
+        The team must have hired the same roles (a scenario rebuilds them from its config). A
+        torn or unreadable checkpoint is skipped with a warning and the one before it is used.
+
+        Raises:
+            ConfigError: If the folder holds no readable checkpoint.
+        """
+        folder = Path(checkpoints)
+        self.env.load_state(_last_checkpoint(folder))
+        return await self.run(max(0, n_round - self.env.round), save_to=save_to, checkpoints=folder)
+
+    def _checkpoint(self) -> None:
+        if self._checkpoints is not None:
+            self.env.save(self._checkpoints / f"round-{self.env.round:04d}.json")
+
+    def _report(self, rounds: int, reason: StopReason) -> TeamReport:
         ledger = self.env.ledger
         return TeamReport(
             rounds=rounds,
@@ -174,9 +206,20 @@ class Team:
             if self.budget_crossed():
                 return rounds, StopReason.BUDGET
             await self.env.run_round()
+            self._checkpoint()
             rounds += 1
         if self.env.is_idle:
             return rounds, StopReason.IDLE
         if self.budget_crossed():
             return rounds, StopReason.BUDGET
         return rounds, StopReason.MAX_ROUNDS
+
+
+def _last_checkpoint(folder: Path) -> EnvironmentState:
+    """The newest readable ``round-NNNN.json`` in ``folder``; torn ones are skipped with a warning."""
+    for path in sorted(folder.glob("round-*.json"), reverse=True):
+        try:
+            return EnvironmentState.model_validate_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            warn(f"checkpoint {path.name} is unreadable ({type(exc).__name__}); using an earlier one", stacklevel=3)
+    raise ConfigError(f"no readable checkpoint in {str(folder)!r}; run with checkpoints=... first")
