@@ -15,7 +15,7 @@ from metaroles.cassette import CassetteLLM, CassetteMode
 from metaroles.exceptions import MetarolesError
 from metaroles.llm import LLM
 from metaroles.providers import llm_from_settings
-from metaroles.scenario import known_scenarios, new_run_dir, run_scenario, transcript
+from metaroles.scenario import known_scenarios, new_run_dir, read_manifest, resume_scenario, run_scenario, transcript
 from metaroles.settings import LLMSettings
 
 
@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="scenario option, e.g. turns=2")
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go (default: runs)")
     run.add_argument("--no-save", action="store_true", help="do not write a run directory")
+    resume = commands.add_parser("resume", help="continue a run from its last checkpoint")
+    resume.add_argument("run_dir", type=Path, help="a run directory written by `metaroles run`")
     commands.add_parser("list", help="list the scenarios")
     return parser
 
@@ -65,6 +67,22 @@ def _model(args: argparse.Namespace) -> LLM:
     return llm
 
 
+def _resume(run_dir: Path) -> int:
+    manifest = read_manifest(run_dir)
+    settings = LLMSettings.from_env(
+        os.environ,
+        llm=manifest.get("llm"),
+        model=manifest.get("model"),
+        base_url=manifest.get("base_url"),
+        seed=manifest.get("seed"),
+    )
+    llm = llm_from_settings(settings, notify=lambda text: print(text, file=sys.stderr))
+    report, team = anyio.run(lambda: resume_scenario(run_dir, llm=llm))
+    print(transcript(team.env.history.storage))
+    print(f"\n{report}\nrun directory: {run_dir}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``metaroles`` command."""
     args = _parser().parse_args(argv)
@@ -72,11 +90,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(known_scenarios()))
         return 0
     try:
+        if args.command == "resume":
+            return _resume(args.run_dir)
         llm = _model(args)
         out_dir = None
         if not args.no_save:
             out_dir = new_run_dir(args.runs_dir, args.name)
-        report, team = anyio.run(lambda: run_scenario(args.name, llm=llm, options=_options(args.set), out_dir=out_dir))
+        manifest = {"llm": args.llm or "auto", "model": args.model, "base_url": args.base_url, "seed": args.seed}
+        report, team = anyio.run(
+            lambda: run_scenario(args.name, llm=llm, options=_options(args.set), out_dir=out_dir, manifest=manifest)
+        )
     except MetarolesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,8 @@ from metaroles.message import Message
 from metaroles.team import Team, TeamReport
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+MANIFEST = "manifest.json"
+CHECKPOINTS = "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -68,16 +70,66 @@ def transcript(messages: list[Message]) -> str:
 
 
 async def run_scenario(
-    name: str, *, llm: LLM, options: dict[str, Any], out_dir: Path | None
+    name: str,
+    *,
+    llm: LLM,
+    options: dict[str, Any],
+    out_dir: Path | None,
+    manifest: dict[str, Any] | None = None,
 ) -> tuple[TeamReport, Team]:
-    """Build and run scenario ``name``; write its run directory into ``out_dir`` if given."""
+    """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
+
+    The run directory holds ``manifest.json`` (what to rebuild the run from), a checkpoint per
+    round in ``checkpoints/``, and at the end the transcript, the state, the report and the ledger.
+    """
     module = load_scenario(name)
     config = module.Config.model_validate(options)
     plan: ScenarioPlan = module.build(config, llm)
-    state = None if out_dir is None else out_dir / "state.json"
-    report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to, save_to=state)
-    if out_dir is not None:
-        write_run_dir(out_dir, plan.team, report, config.model_dump())
+    if out_dir is None:
+        report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
+        return report, plan.team
+    record = {"scenario": name, "config": config.model_dump(mode="json"), "n_round": plan.n_round, **(manifest or {})}
+    write_manifest(out_dir, record)
+    report = await plan.team.run(
+        n_round=plan.n_round,
+        idea=plan.idea,
+        send_to=plan.send_to,
+        save_to=out_dir / "state.json",
+        checkpoints=out_dir / CHECKPOINTS,
+    )
+    write_run_dir(out_dir, plan.team, report, config.model_dump())
+    return report, plan.team
+
+
+def write_manifest(run_dir: Path, record: dict[str, Any]) -> None:
+    """Write ``manifest.json``: what the run is rebuilt from on resume."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / MANIFEST).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The manifest of a run directory.
+
+    Raises:
+        ConfigError: If ``run_dir`` is not a run directory.
+    """
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        raise ConfigError(
+            f"{str(run_dir)!r} is not a run directory (no {MANIFEST}); pass one that `metaroles run` wrote"
+        )
+    manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return manifest
+
+
+async def resume_scenario(run_dir: Path, *, llm: LLM) -> tuple[TeamReport, Team]:
+    """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint."""
+    manifest = read_manifest(run_dir)
+    module = load_scenario(manifest["scenario"])
+    config = module.Config.model_validate(manifest["config"])
+    plan: ScenarioPlan = module.build(config, llm)
+    report = await plan.team.resume(run_dir / CHECKPOINTS, manifest["n_round"], save_to=run_dir / "state.json")
+    write_run_dir(run_dir, plan.team, report, config.model_dump())
     return report, plan.team
 
 
@@ -97,8 +149,7 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, config: dict[st
     out_dir.mkdir(parents=True, exist_ok=True)
     env = team.env
     (out_dir / "transcript.txt").write_text(transcript(env.history.storage) + "\n", encoding="utf-8")
-    if not (out_dir / "state.json").exists():
-        env.save(out_dir / "state.json")
+    env.save(out_dir / "state.json")
     summary = {"report": report.model_dump(mode="json"), "config": config}
     (out_dir / "report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     (out_dir / "ledger.json").write_text(json.dumps(env.ledger.dump(), indent=1) + "\n", encoding="utf-8")

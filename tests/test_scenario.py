@@ -69,3 +69,25 @@ def test_cli_records_a_cassette_and_replays_it_with_no_model(tmp_path, capsys):
     replayed = capsys.readouterr().out
     assert replayed == recorded
     assert "[Judge → <all>]" in replayed
+
+
+def test_cli_resumes_a_run_directory_from_its_last_checkpoint(tmp_path, capsys):
+    assert main(["run", "debate", "--llm", "test:4", "--set", "turns=2", "--runs-dir", str(tmp_path)]) == 0
+    finished = capsys.readouterr().out
+    (run_dir,) = tmp_path.iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert (manifest["scenario"], manifest["llm"], manifest["config"]["turns"]) == ("debate", "test:4", 2)
+    checkpoints = sorted((run_dir / "checkpoints").glob("round-*.json"))
+    assert checkpoints[0].name == "round-0000.json" and len(checkpoints) >= 4
+    for later in checkpoints[3:]:  # as if the process had died during round 3
+        later.unlink()
+    (run_dir / "transcript.txt").unlink()
+    assert main(["resume", str(run_dir)]) == 0
+    resumed = capsys.readouterr().out
+    assert resumed.split("\n\n")[0] == finished.split("\n\n")[0], "same transcript"
+    assert (run_dir / "transcript.txt").exists()
+
+
+def test_cli_resume_of_something_that_is_not_a_run_directory(tmp_path, capsys):
+    assert main(["resume", str(tmp_path / "nope")]) == 2
+    assert "is not a run directory (no manifest.json)" in capsys.readouterr().err
