@@ -12,10 +12,19 @@ from pathlib import Path
 import anyio
 
 from metaroles.cassette import CassetteLLM, CassetteMode
+from metaroles.eventlog import read_events
 from metaroles.exceptions import MetarolesError
 from metaroles.llm import LLM
 from metaroles.providers import llm_from_settings
-from metaroles.scenario import known_scenarios, new_run_dir, read_manifest, resume_scenario, run_scenario, transcript
+from metaroles.scenario import (
+    EVENTS,
+    known_scenarios,
+    new_run_dir,
+    read_manifest,
+    resume_scenario,
+    run_scenario,
+    transcript,
+)
 from metaroles.settings import LLMSettings
 
 
@@ -40,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-save", action="store_true", help="do not write a run directory")
     resume = commands.add_parser("resume", help="continue a run from its last checkpoint")
     resume.add_argument("run_dir", type=Path, help="a run directory written by `metaroles run`")
+    graph = commands.add_parser("graph", help="the message-flow graph of a run directory")
+    graph.add_argument("run_dir", type=Path, help="a run directory written by `metaroles run`")
+    graph.add_argument("--format", choices=["mermaid", "graphml", "json"], default="mermaid")
+    graph.add_argument("--out", type=Path, default=None, help="file to write (default: print; graphml needs one)")
     commands.add_parser("list", help="list the scenarios")
     return parser
 
@@ -67,6 +80,27 @@ def _model(args: argparse.Namespace) -> LLM:
     return llm
 
 
+def _graph(run_dir: Path, fmt: str, out: Path | None) -> int:
+    from metaroles import flowgraph
+
+    events = read_events(run_dir / EVENTS) if (run_dir / EVENTS).exists() else None
+    if events is None:
+        print(f"error: {str(run_dir)!r} has no {EVENTS}; pass a run directory `metaroles run` wrote", file=sys.stderr)
+        return 2
+    if fmt == "graphml":
+        target = out or run_dir / "flow.graphml"
+        flowgraph.write_graphml(events, target)
+        print(f"wrote {target}")
+        return 0
+    text = flowgraph.to_mermaid(events) if fmt == "mermaid" else flowgraph.to_json(events)
+    if out is None:
+        print(text, end="")
+    else:
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}")
+    return 0
+
+
 def _resume(run_dir: Path) -> int:
     manifest = read_manifest(run_dir)
     settings = LLMSettings.from_env(
@@ -92,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "resume":
             return _resume(args.run_dir)
+        if args.command == "graph":
+            return _graph(args.run_dir, args.format, args.out)
         llm = _model(args)
         out_dir = None
         if not args.no_save:

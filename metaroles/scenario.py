@@ -23,6 +23,7 @@ from metaroles.team import Team, TeamReport
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 MANIFEST = "manifest.json"
 CHECKPOINTS = "checkpoints"
+EVENTS = "events.jsonl"
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ async def run_scenario(
         send_to=plan.send_to,
         save_to=out_dir / "state.json",
         checkpoints=out_dir / CHECKPOINTS,
+        events=out_dir / EVENTS,
     )
     write_run_dir(out_dir, plan.team, report, config.model_dump())
     return report, plan.team
@@ -128,7 +130,9 @@ async def resume_scenario(run_dir: Path, *, llm: LLM) -> tuple[TeamReport, Team]
     module = load_scenario(manifest["scenario"])
     config = module.Config.model_validate(manifest["config"])
     plan: ScenarioPlan = module.build(config, llm)
-    report = await plan.team.resume(run_dir / CHECKPOINTS, manifest["n_round"], save_to=run_dir / "state.json")
+    report = await plan.team.resume(
+        run_dir / CHECKPOINTS, manifest["n_round"], save_to=run_dir / "state.json", events=run_dir / EVENTS
+    )
     write_run_dir(run_dir, plan.team, report, config.model_dump())
     return report, plan.team
 

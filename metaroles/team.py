@@ -14,6 +14,7 @@ from warnings import warn
 from pydantic import BaseModel
 
 from metaroles.environment import Environment, EnvironmentState
+from metaroles.eventlog import EventLog
 from metaroles.exceptions import ConfigError, InvalidValueError, UnknownRoleError
 from metaroles.ledger import Budget, CostLedger, Spend
 from metaroles.llm import LLM
@@ -84,6 +85,7 @@ class Team:
         self.budget = budget
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
         self._checkpoints: Path | None = None
+        self._log: EventLog | None = None
         if investment is not None:
             self.invest(investment)
 
@@ -137,6 +139,7 @@ class Team:
         *,
         save_to: str | Path | None = None,
         checkpoints: str | Path | None = None,
+        events: str | Path | None = None,
     ) -> TeamReport:
         """Publish ``idea`` (if any), then run up to ``n_round`` rounds.
 
@@ -144,7 +147,8 @@ class Team:
         ``save_to``, the environment's state is written there when the run stops, whether it
         stopped cleanly or because a role failed, so no run is lost. With ``checkpoints`` (a
         folder), the state is also written there at the end of every round
-        (``round-NNNN.json``, atomically), so that :meth:`resume` can continue after a crash.
+        (``round-NNNN.json``, atomically), so that :meth:`resume` can continue after a crash. With
+        ``events`` (a file), each round's events are appended to it first (see ``eventlog``).
 
         Raises:
             UnknownRoleError: If a role budget names a role that was not hired.
@@ -155,6 +159,7 @@ class Team:
         if unknown:
             raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
         self._checkpoints = Path(checkpoints) if checkpoints is not None else None
+        self._log = EventLog(Path(events), self.env, through_round=self.env.round) if events is not None else None
         try:
             if idea:
                 self.run_project(idea, send_to)
@@ -165,7 +170,14 @@ class Team:
                 self.env.save(save_to)
         return self._report(rounds, reason)
 
-    async def resume(self, checkpoints: str | Path, n_round: int, *, save_to: str | Path | None = None) -> TeamReport:
+    async def resume(
+        self,
+        checkpoints: str | Path,
+        n_round: int,
+        *,
+        save_to: str | Path | None = None,
+        events: str | Path | None = None,
+    ) -> TeamReport:
         """Continue a run from its last complete checkpoint, until ``n_round`` rounds in all.
 
         The team must have hired the same roles (a scenario rebuilds them from its config). A
@@ -176,9 +188,11 @@ class Team:
         """
         folder = Path(checkpoints)
         self.env.load_state(_last_checkpoint(folder))
-        return await self.run(max(0, n_round - self.env.round), save_to=save_to, checkpoints=folder)
+        return await self.run(max(0, n_round - self.env.round), save_to=save_to, checkpoints=folder, events=events)
 
     def _checkpoint(self) -> None:
+        if self._log is not None:
+            self._log.round_done()
         if self._checkpoints is not None:
             self.env.save(self._checkpoints / f"round-{self.env.round:04d}.json")
 

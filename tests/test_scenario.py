@@ -86,6 +86,10 @@ def test_cli_resumes_a_run_directory_from_its_last_checkpoint(tmp_path, capsys):
     resumed = capsys.readouterr().out
     assert resumed.split("\n\n")[0] == finished.split("\n\n")[0], "same transcript"
     assert (run_dir / "transcript.txt").exists()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "the log was cut back, then continued"
+    state = json.loads((run_dir / "state.json").read_text())
+    assert sum(e["kind"] == "publish" for e in events) == len(state["history"]), "no round logged twice"
 
 
 def test_cli_resume_of_something_that_is_not_a_run_directory(tmp_path, capsys):

@@ -1,0 +1,77 @@
+"""The event log of a run, and the message-flow graph derived from it."""
+
+import json
+import re
+
+import networkx as nx
+import pytest
+
+from metaroles import TestLLM
+from metaroles.cli import main
+from metaroles.eventlog import read_events
+from metaroles.flowgraph import causal_dag, metrics, role_graph, to_json, to_mermaid, write_graphml
+from metaroles.scenario import run_scenario
+
+
+@pytest.fixture
+async def run_dir(tmp_path):
+    folder = tmp_path / "run"
+    await run_scenario("debate", llm=TestLLM(2), options={"turns": 2}, out_dir=folder)
+    return folder
+
+
+async def test_the_event_log_records_rounds_publishes_deliveries_and_model_calls(run_dir):
+    events = read_events(run_dir / "events.jsonl")
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    kinds = {e["kind"] for e in events}
+    assert {"round_start", "publish", "deliver", "llm_call", "round_end"} <= kinds
+    publishes = [e for e in events if e["kind"] == "publish"]
+    assert [e["role"] for e in publishes] == ["Human", "Alice", "Bob", "Alice", "Bob", "Judge"]
+    bob = publishes[2]
+    assert bob["caused_by"] == [publishes[1]["message_id"]], "Bob answered what Alice said"
+    assert sum(e["kind"] == "llm_call" for e in events) == 5
+    assert all(e["round"] == 0 for e in events if e["kind"] == "publish" and e["role"] == "Human")
+
+
+async def test_role_graph_edges_equal_deliveries_and_the_causal_graph_is_acyclic(run_dir):
+    events = read_events(run_dir / "events.jsonl")
+    graph = role_graph(events)
+    assert graph.number_of_edges() == sum(e["kind"] == "deliver" for e in events)
+    assert graph.number_of_edges("Alice", "Bob") == 2 and graph.number_of_edges("Alice", "Judge") == 2
+    dag = causal_dag(events)
+    assert nx.is_directed_acyclic_graph(dag)
+    summary = metrics(events)
+    assert summary["messages_per_edge"]["Alice -> Bob"] == 2 and summary["dead_letters"] == 0
+    assert summary["critical_path_messages"] >= 5
+
+
+async def test_renderers_produce_valid_files(run_dir, tmp_path):
+    events = read_events(run_dir / "events.jsonl")
+    mermaid = to_mermaid(events)
+    lines = mermaid.splitlines()
+    assert lines[0] == "sequenceDiagram"
+    grammar = re.compile(r"^    (Note over \w+: round \d+|\w+->>\w+: [\w.]+)$")
+    assert all(grammar.match(line) for line in lines[1:]), [line for line in lines[1:] if not grammar.match(line)]
+    path = write_graphml(events, tmp_path / "flow.graphml")
+    again = nx.read_graphml(path)
+    assert again.number_of_edges() == role_graph(events).number_of_edges()
+    data = json.loads(to_json(events))
+    assert {"roles", "causal", "metrics"} <= set(data)
+
+
+async def test_a_torn_last_line_is_skipped_with_a_warning(run_dir):
+    path = run_dir / "events.jsonl"
+    whole = read_events(path)
+    with path.open("a") as handle:
+        handle.write('{"seq": 999, "kind": "publ')
+    with pytest.warns(UserWarning, match="the last line is torn"):
+        assert read_events(path) == whole
+
+
+async def test_cli_graph_prints_mermaid_and_writes_graphml(run_dir, capsys):
+    assert main(["graph", str(run_dir)]) == 0
+    assert capsys.readouterr().out.startswith("sequenceDiagram\n")
+    assert main(["graph", str(run_dir), "--format", "graphml"]) == 0
+    assert (run_dir / "flow.graphml").exists()
+    assert main(["graph", str(run_dir.parent / "missing")]) == 2
+    assert "has no events.jsonl" in capsys.readouterr().err
