@@ -46,6 +46,8 @@ test: lint typecheck need-redis
 bench: $(STAMP)
 	$(BIN)/python bench/bus.py
 	$(BIN)/python bench/llm.py
+	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/runlog.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -1,0 +1,69 @@
+"""What the run's event log and per-round checkpoints cost on the ring (R=1000, K=10).
+
+Prints one JSON line per mode (off, event log, event log + a full checkpoint each round),
+median of 3 after a warm-up. Run: ``python bench/runlog.py``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+from bus import ring_actions
+
+from metaroles import Environment, Message, Role
+from metaroles.eventlog import EventLog
+
+ROLES, ROUNDS = 1000, 10
+
+
+def ring_env() -> Environment:
+    actions = ring_actions(ROLES)
+    env = Environment()
+    names = [f"r{i}" for i in range(ROLES)]
+    for i in range(ROLES):
+        env.add_role(Role(name=names[i], actions=[actions[i]], watch=[actions[i - 1]], send_to=names[(i + 1) % ROLES]))
+    env.publish_message(Message("seed", send_to=set(names)))
+    return env
+
+
+async def run(mode: str) -> float:
+    env = ring_env()
+    folder = Path(tempfile.mkdtemp())
+    log = EventLog(folder / "events.jsonl", env) if mode != "off" else None
+    start = time.perf_counter()
+    for _ in range(ROUNDS):
+        await env.run_round()
+        if log is not None:
+            log.round_done()
+        if mode == "log+checkpoint":
+            env.save(folder / f"round-{env.round:04d}.json")
+    return ROLES * ROUNDS / (time.perf_counter() - start)
+
+
+async def main() -> None:
+    baseline = 0.0
+    for mode in ("off", "log", "log+checkpoint"):
+        await run(mode)
+        values = []
+        for _ in range(3):
+            gc.collect()
+            values.append(await run(mode))
+        value = statistics.median(values)
+        baseline = baseline or value
+        line = {
+            "figure": f"ring_{mode}",
+            "value": round(value),
+            "unit": "msgs/s",
+            "slowdown": round(1 - value / baseline, 3),
+        }
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    anyio.run(main)
