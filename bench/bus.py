@@ -83,13 +83,19 @@ def ring_actions(count: int) -> list[type[Action]]:
     return [type(f"Act{i}", (Relay,), {"__module__": __name__}) for i in range(count)]
 
 
-def ring_run(roles: int, rounds: int) -> float:
+def ring_env(roles: int) -> Environment:
+    """Role i acts with Act{i}, watches Act{i-1} and sends to role i+1; a seed reaches every role."""
     actions = ring_actions(roles)
     env = Environment()
     names = [f"r{i}" for i in range(roles)]
     for i in range(roles):
         env.add_role(Role(name=names[i], actions=[actions[i]], watch=[actions[i - 1]], send_to=names[(i + 1) % roles]))
     env.publish_message(Message("seed", send_to=set(names)))
+    return env
+
+
+def ring_run(roles: int, rounds: int) -> float:
+    env = ring_env(roles)
     seeded = len(env.history)
     elapsed = anyio.run(timed, env.run, rounds)
     published = len(env.history) - seeded

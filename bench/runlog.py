@@ -14,26 +14,15 @@ import time
 from pathlib import Path
 
 import anyio
-from bus import ring_actions
+from bus import ring_env
 
-from metaroles import Environment, Message, Role
 from metaroles.eventlog import EventLog
 
 ROLES, ROUNDS = 1000, 10
 
 
-def ring_env() -> Environment:
-    actions = ring_actions(ROLES)
-    env = Environment()
-    names = [f"r{i}" for i in range(ROLES)]
-    for i in range(ROLES):
-        env.add_role(Role(name=names[i], actions=[actions[i]], watch=[actions[i - 1]], send_to=names[(i + 1) % ROLES]))
-    env.publish_message(Message("seed", send_to=set(names)))
-    return env
-
-
 async def run(mode: str) -> float:
-    env = ring_env()
+    env = ring_env(ROLES)
     folder = Path(tempfile.mkdtemp())
     log = EventLog(folder / "events.jsonl", env) if mode != "off" else None
     start = time.perf_counter()
