@@ -70,11 +70,18 @@ def _options(pairs: Sequence[str]) -> dict[str, object]:
     return options
 
 
-def _model(args: argparse.Namespace) -> LLM:
-    """The model the command line and the environment ask for (the only place env vars are read)."""
-    settings = LLMSettings.from_env(os.environ, llm=args.llm, model=args.model, base_url=args.base_url, seed=args.seed)
-    llm = llm_from_settings(settings, notify=lambda text: print(text, file=sys.stderr))
+def _resolve(options: dict[str, object]) -> LLM:
+    """The model the options and the environment ask for (the only place env vars are read)."""
+    llm = llm_from_settings(
+        LLMSettings.from_env(os.environ, **options), notify=lambda text: print(text, file=sys.stderr)
+    )
     print(f"model: {llm!r}", file=sys.stderr)
+    return llm
+
+
+def _model(args: argparse.Namespace) -> LLM:
+    """The model of `metaroles run`, recorded to a cassette if asked."""
+    llm = _resolve({"llm": args.llm, "model": args.model, "base_url": args.base_url, "seed": args.seed})
     if args.record is not None:
         return CassetteLLM(args.record, mode=CassetteMode.RECORD, inner=llm)
     return llm
@@ -103,14 +110,7 @@ def _graph(run_dir: Path, fmt: str, out: Path | None) -> int:
 
 def _resume(run_dir: Path) -> int:
     manifest = read_manifest(run_dir)
-    settings = LLMSettings.from_env(
-        os.environ,
-        llm=manifest.get("llm"),
-        model=manifest.get("model"),
-        base_url=manifest.get("base_url"),
-        seed=manifest.get("seed"),
-    )
-    llm = llm_from_settings(settings, notify=lambda text: print(text, file=sys.stderr))
+    llm = _resolve({key: manifest.get(key) for key in ("llm", "model", "base_url", "seed")})
     report, team = anyio.run(lambda: resume_scenario(run_dir, llm=llm))
     print(transcript(team.env.history.storage))
     print(f"\n{report}\nrun directory: {run_dir}")

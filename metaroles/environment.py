@@ -261,21 +261,16 @@ class Environment:
             for message in messages:
                 self._deliver_intercepted(message)
             return
-        remember, recipients_of, ready = self.history.add, self._recipients, self._ready
+        remember, route, ready = self.history.add, self._route, self._ready
         for message in messages:
             remember(message)
-            recipients = recipients_of(message.send_to)
+            recipients = route(message.send_to)
             if not recipients:
                 self._dead_letter(message)
             for role in recipients:
                 if role.rc.msg_buffer.push(message) and not role._ready:
                     role._ready = True
                     ready.append(role)
-
-    def _recipients(self, send_to: frozenset[str]) -> Sequence[Role]:
-        if len(send_to) == 1 and MESSAGE_ROUTE_TO_ALL not in send_to:
-            return self._index.get(next(iter(send_to)), ())
-        return self._route(send_to)
 
     def _deliver_intercepted(self, message: Message) -> None:
         for hook in self.interventions:
@@ -285,7 +280,7 @@ class Environment:
                 return
             message = _checked(result, hook)
         self.history.add(message)
-        recipients = self._recipients(message.send_to)
+        recipients = self._route(message.send_to)
         if not recipients:
             self._dead_letter(message)
         for role in recipients:

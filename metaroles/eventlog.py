@@ -16,6 +16,7 @@ from typing import Any
 from warnings import warn
 
 from metaroles.environment import Environment
+from metaroles.message import Message
 
 Event = dict[str, Any]
 
@@ -72,39 +73,27 @@ class EventLog:
         round_no = env.round
         lines = [self._event("round_start", round_no)]
         for message in env.history.storage[self._history :]:
-            sender = env.roles.get(message.sent_from)
-            caused_by = [m.id for m in sender.rc.news] if sender is not None else []
-            lines.append(
-                self._event(
-                    "publish",
-                    round_no,
-                    role=message.sent_from,
-                    message_id=message.id,
-                    cause_by=message.cause_by,
-                    send_to=sorted(message.send_to),
-                    caused_by=caused_by,
-                )
-            )
-            for recipient in env.recipients(message):
-                lines.append(self._event("deliver", round_no, role=recipient.name, message_id=message.id))
+            lines.extend(self._message_events(message, round_no))
         for entry in env.ledger.entries[self._ledger :]:
+            call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
             lines.append(
-                self._event(
-                    "llm_call",
-                    round_no,
-                    role=entry.role,
-                    action=entry.action,
-                    model=entry.model,
-                    tokens=entry.tokens,
-                    latency_s=round(entry.latency_s, 6),
-                    cost=entry.cost,
-                )
+                self._event("llm_call", round_no, role=entry.role, latency_s=round(entry.latency_s, 6), **call)
             )
         for event in env.events[self._events :]:
             lines.append(self._event(event.kind, round_no, role=event.role, message_id=event.message_id))
         lines.append(self._event("round_end", round_no))
         self._append(lines)
         self._mark()
+
+    def _message_events(self, message: Message, round_no: int) -> list[str]:
+        """The publish event (with the news its sender had observed) and one deliver per recipient."""
+        sender = self.env.roles.get(message.sent_from)
+        caused_by = [m.id for m in sender.rc.news] if sender is not None else []
+        sent = {"cause_by": message.cause_by, "send_to": sorted(message.send_to), "caused_by": caused_by}
+        lines = [self._event("publish", round_no, role=message.sent_from, message_id=message.id, **sent)]
+        for recipient in self.env.recipients(message):
+            lines.append(self._event("deliver", round_no, role=recipient.name, message_id=message.id))
+        return lines
 
     def _event(self, kind: str, round_no: int, **fields: Any) -> str:
         self.seq += 1

@@ -66,27 +66,26 @@ class LongtermMemory(Memory):
         new = [m for m in messages if self._novel(m)]
         return [m for m in new if self.add(m)]
 
+    def _too_similar(self, message: Message) -> tuple[Message, float] | None:
+        """The remembered message at least ``similarity_threshold`` similar to ``message``, if any."""
+        if self.similarity_threshold is None:
+            return None
+        hits = self.memory_storage.search_similar(message, k=1, threshold=self.similarity_threshold)
+        return hits[0] if hits else None
+
     def _novel(self, message: Message) -> bool:
-        threshold = self.similarity_threshold
-        if threshold is None or message in self or message.cause_by not in self.watch:
+        if message in self or message.cause_by not in self.watch:
             return True
-        hits = self.memory_storage.search_similar(message, k=1, threshold=threshold)
-        if hits:
-            known, score = hits[0]
-            log.info("dropped news %s: %.3f similar to remembered %s", message.id, score, known.id)
-            super().add(message)
-            return False
-        return True
+        known = self._too_similar(message)
+        if known is None:
+            return True
+        log.info("dropped news %s: %.3f similar to remembered %s", message.id, known[1], known[0].id)
+        super().add(message)
+        return False
 
     def find_news(self, observed: Iterable[Message], k: int = 0) -> list[Message]:
         """Short-term news, minus what is too similar to long-term memory."""
-        news = super().find_news(observed, k)
-        return [m for m in news if self.similarity_threshold is None or self._similar_to_known(m) is None]
-
-    def _similar_to_known(self, message: Message) -> float | None:
-        assert self.similarity_threshold is not None
-        hits = self.memory_storage.search_similar(message, k=1, threshold=self.similarity_threshold)
-        return hits[0][1] if hits else None
+        return [m for m in super().find_news(observed, k) if self._too_similar(m) is None]
 
     def persist(self) -> None:
         """Write the long-term storage (only new messages are embedded)."""

@@ -192,7 +192,6 @@ class MemoryStorage:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        self._pending = []
         self._index = self._empty_index()
         self._pending = list(self.messages.values())
         self.flush()

@@ -479,13 +479,7 @@ class Role:
         rc = self.rc
         todo = rc.todo = self.actions[0]
         rc.state = 0
-        result = await self._run_action(todo)
-        if type(result) is str:
-            message: Message | None = Message._trusted(
-                result, None, ChatRole.ASSISTANT, todo._action_id, self.name, self.send_to
-            )
-        else:
-            message = self._to_message(result, todo)
+        message = self._to_message(await self._run_action(todo), todo)
         if message is not None:
             rc.memory.add(message)
         rc.state, rc.todo = -1, None

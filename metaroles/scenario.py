@@ -149,11 +149,10 @@ def new_run_dir(root: Path, name: str) -> Path:
 
 
 def write_run_dir(out_dir: Path, team: Team, report: TeamReport, config: dict[str, Any]) -> None:
-    """Write transcript, state, report and ledger of a finished run."""
+    """Write transcript, report and ledger of a finished run (``Team.run`` saved its state)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     env = team.env
     (out_dir / "transcript.txt").write_text(transcript(env.history.storage) + "\n", encoding="utf-8")
-    env.save(out_dir / "state.json")
     summary = {"report": report.model_dump(mode="json"), "config": config}
     (out_dir / "report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     (out_dir / "ledger.json").write_text(json.dumps(env.ledger.dump(), indent=1) + "\n", encoding="utf-8")

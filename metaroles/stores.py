@@ -117,7 +117,7 @@ class RedisStore:
             warn(f"Redis at {self.url} is unreachable ({remote}); read {key!r} from the file store", stacklevel=2)
             return None if local is None else str(local["value"])
         newest = max((e for e in (remote, local) if e is not None), key=lambda e: e["saved_at"], default=None)
-        if newest is not None and newest is local and (remote is None or remote["saved_at"] < local["saved_at"]):
+        if newest is not None and newest is local:
             await self._push(key, newest)
         return None if newest is None else str(newest["value"])
 
