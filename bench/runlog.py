@@ -1,6 +1,6 @@
 """What the run's event log and per-round checkpoints cost on the ring (R=1000, K=10).
 
-Prints one JSON line per mode (off, event log, event log + a full checkpoint each round),
+Prints one JSON line per mode (off; the event log; an incremental checkpoint each round; both),
 median of 3 after a warm-up. Run: ``python bench/runlog.py``.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 from bus import ring_env
 
+from metaroles.checkpoint import CheckpointWriter
 from metaroles.eventlog import EventLog
 
 ROLES, ROUNDS = 1000, 10
@@ -24,20 +25,21 @@ ROLES, ROUNDS = 1000, 10
 async def run(mode: str) -> float:
     env = ring_env(ROLES)
     folder = Path(tempfile.mkdtemp())
-    log = EventLog(folder / "events.jsonl", env) if mode != "off" else None
+    log = EventLog(folder / "events.jsonl", env) if "log" in mode else None
+    checkpoints = CheckpointWriter(folder / "checkpoints") if "checkpoint" in mode else None
     start = time.perf_counter()
     for _ in range(ROUNDS):
         await env.run_round()
         if log is not None:
             log.round_done()
-        if mode == "log+checkpoint":
-            env.save(folder / f"round-{env.round:04d}.json")
+        if checkpoints is not None:
+            checkpoints.write(env)
     return ROLES * ROUNDS / (time.perf_counter() - start)
 
 
 async def main() -> None:
     baseline = 0.0
-    for mode in ("off", "log", "log+checkpoint"):
+    for mode in ("off", "log", "checkpoint", "log+checkpoint"):
         await run(mode)
         values = []
         for _ in range(3):

@@ -11,13 +11,14 @@ transcript. A message that reaches no role goes to :attr:`Environment.dead_lette
 from __future__ import annotations
 
 import os
+import random
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from operator import itemgetter
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from warnings import warn
 
 import anyio
@@ -98,6 +99,8 @@ class EnvironmentState(BaseModel):
     dead_letters: list[Message] = Field(default_factory=list)
     events: list[EnvEvent] = Field(default_factory=list)
     ledger: list[LedgerEntry] = Field(default_factory=list)
+    rng: list[Any] | None = None
+    """The state of :attr:`Environment.rng` (``random.Random.getstate()`` as lists)."""
 
 
 class Environment:
@@ -111,6 +114,8 @@ class Environment:
             its round has ended cleanly; ``"record"`` only records it in :attr:`events`.
         interventions: Hooks that see every publish and delivery.
         ledger: Cost ledger shared by every role's model calls (a resumed run passes its own).
+        seed: Seed of :attr:`rng`, the random source scenarios draw from; its state is saved with
+            the environment, so a resumed run draws what the uninterrupted one would have.
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class Environment:
         on_role_error: Literal["raise", "record"] = "raise",
         interventions: Iterable[Intervention] = (),
         ledger: CostLedger | None = None,
+        seed: int | None = None,
     ) -> None:
         """Create an empty environment; see the class docstring for the arguments."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -139,6 +145,9 @@ class Environment:
         self.dead_letters: list[Message] = []
         self.events: list[EnvEvent] = []
         self.round = 0
+        self.rng = random.Random(seed)
+        self.trace: list[tuple[str, str, Any]] | None = None
+        """Turn steps (observe, think, act) as ``(kind, role, detail)`` while an event log keeps them."""
         self._members: list[Role] = []
         self._index: dict[str, list[Role]] = {}
         self._ready: list[Role] = []
@@ -446,6 +455,7 @@ class Environment:
             dead_letters=list(self.dead_letters),
             events=list(self.events),
             ledger=list(self.ledger.entries),
+            rng=rng_state(self.rng),
         )
 
     def load_state(self, state: EnvironmentState) -> None:
@@ -465,6 +475,8 @@ class Environment:
         self.dead_letters = list(state.dead_letters)
         self.events = list(state.events)
         self.ledger.reset(state.ledger)
+        if state.rng is not None:
+            set_rng_state(self.rng, state.rng)
         for role_state in state.roles:
             role = self.roles[role_state.name]
             role.load_state(role_state)
@@ -488,6 +500,18 @@ class Environment:
     def load(self, path: str | Path) -> None:
         """Restore a state written by :meth:`save`."""
         self.load_state(EnvironmentState.model_validate_json(Path(path).read_text(encoding="utf-8")))
+
+
+def rng_state(rng: random.Random) -> list[Any]:
+    """``rng``'s state as JSON-friendly lists."""
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def set_rng_state(rng: random.Random, state: list[Any]) -> None:
+    """Restore a state taken by :func:`rng_state`."""
+    version, internal, gauss = state
+    rng.setstate((version, tuple(internal), gauss))
 
 
 def _env_index(role: Role) -> int:

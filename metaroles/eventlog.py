@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 from warnings import warn
@@ -43,9 +44,12 @@ def read_events(path: Path) -> list[Event]:
 class EventLog:
     """Writes one environment's events, a round at a time.
 
+    Lines are built from memoised JSON pieces rather than one ``json.dumps`` per event: a large
+    society logs thousands of events per round, and the log must not cost more than the round.
+
     Args:
         path: The ``events.jsonl`` file; appended to.
-        env: The environment whose rounds are logged.
+        env: The environment whose rounds are logged; its turn trace is switched on.
         through_round: Keep only events up to this round from an existing log (resume).
     """
 
@@ -59,6 +63,10 @@ class EventLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
         self.seq = kept[-1]["seq"] if kept else 0
+        self._names: dict[str, str] = {}
+        self._send_to: dict[frozenset[str], str] = {}
+        if env.trace is None:
+            env.trace = []
         self._mark()
 
     def _mark(self) -> None:
@@ -66,41 +74,70 @@ class EventLog:
         self._history = len(env.history)
         self._ledger = len(env.ledger.entries)
         self._events = len(env.events)
+        if env.trace is not None:
+            env.trace.clear()
+
+    def _name(self, text: str) -> str:
+        """JSON of a recurring string (role, action), memoised."""
+        encoded = self._names.get(text)
+        if encoded is None:
+            encoded = self._names[text] = encode_basestring(text)
+        return encoded
 
     def round_done(self) -> None:
-        """Append the events of the round that just ended."""
+        """Append the events of the round that just ended (or of what happened between rounds)."""
         env = self.env
-        round_no = env.round
-        lines = [self._event("round_start", round_no)]
-        for message in env.history.storage[self._history :]:
-            lines.extend(self._message_events(message, round_no))
+        bodies = ['"round_start"']
+        bodies.extend(self._turn_bodies())
+        if len(env.history) > self._history:
+            bodies.extend(self._message_bodies(env.history.get(len(env.history) - self._history)))
         for entry in env.ledger.entries[self._ledger :]:
             call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
-            lines.append(
-                self._event("llm_call", round_no, role=entry.role, latency_s=round(entry.latency_s, 6), **call)
-            )
+            bodies.append('"llm_call",' + json.dumps({"role": entry.role, "latency_s": entry.latency_s, **call})[1:-1])
         for event in env.events[self._events :]:
-            lines.append(self._event(event.kind, round_no, role=event.role, message_id=event.message_id))
-        lines.append(self._event("round_end", round_no))
-        self._append(lines)
+            fields = json.dumps({"role": event.role, "message_id": event.message_id, "detail": event.detail})
+            bodies.append(f'"{event.kind}",{fields[1:-1]}')
+        bodies.append('"round_end"')
+        head, seq = f'"round":{env.round},"kind":', self.seq
+        self._append([f'{{"seq":{seq + n},{head}{body}}}\n' for n, body in enumerate(bodies, start=1)])
+        self.seq = seq + len(bodies)
         self._mark()
 
-    def _message_events(self, message: Message, round_no: int) -> list[str]:
-        """The publish event (with the news its sender had observed) and one deliver per recipient."""
-        sender = self.env.roles.get(message.sent_from)
-        caused_by = [m.id for m in sender.rc.news] if sender is not None else []
-        sent = {"cause_by": message.cause_by, "send_to": sorted(message.send_to), "caused_by": caused_by}
-        lines = [self._event("publish", round_no, role=message.sent_from, message_id=message.id, **sent)]
-        for recipient in self.env.recipients(message):
-            lines.append(self._event("deliver", round_no, role=recipient.name, message_id=message.id))
-        return lines
+    def _turn_bodies(self) -> list[str]:
+        """Observe (the news), think (the action chosen) and act (the message produced) events."""
+        name, bodies = self._name, []
+        for kind, role, detail in self.env.trace or ():
+            if kind == "observe":
+                ids = ",".join([encode_basestring(m.id) for m in detail])
+                bodies.append(f'"observe","role":{name(role)},"message_ids":[{ids}]')
+            elif kind == "think":
+                action = name(detail._action_id) if detail is not None else "null"
+                bodies.append(f'"think","role":{name(role)},"action":{action}')
+            else:
+                message_id = encode_basestring(detail.id) if detail is not None else "null"
+                bodies.append(f'"act","role":{name(role)},"message_id":{message_id}')
+        return bodies
 
-    def _event(self, kind: str, round_no: int, **fields: Any) -> str:
-        self.seq += 1
-        return json.dumps({"seq": self.seq, "round": round_no, "kind": kind, **fields})
+    def _message_bodies(self, messages: list[Message]) -> list[str]:
+        """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
+        env, name, bodies = self.env, self._name, []
+        roles, route = env.roles, env.recipients
+        for message in messages:
+            sender = roles.get(message.sent_from)
+            caused = ",".join([encode_basestring(m.id) for m in sender.rc.news]) if sender is not None else ""
+            send_to = self._send_to.get(message.send_to)
+            if send_to is None:
+                send_to = self._send_to[message.send_to] = ",".join([name(a) for a in sorted(message.send_to)])
+            message_id = encode_basestring(message.id)
+            bodies.append(
+                f'"publish","role":{name(message.sent_from)},"message_id":{message_id},'
+                f'"cause_by":{name(message.cause_by)},"send_to":[{send_to}],"caused_by":[{caused}]'
+            )
+            bodies.extend([f'"deliver","role":{name(r.name)},"message_id":{message_id}' for r in route(message)])
+        return bodies
 
     def _append(self, lines: list[str]) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
-            handle.write("".join(line + "\n" for line in lines))
+            handle.write("".join(lines))
             handle.flush()
             os.fsync(handle.fileno())

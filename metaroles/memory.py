@@ -27,11 +27,12 @@ class Memory:
             are never mutated: the key changes, not the message's id.
     """
 
-    __slots__ = ("_index", "_store", "ignore_id")
+    __slots__ = ("_edits", "_index", "_store", "ignore_id")
 
     def __init__(self, messages: Iterable[Message] = (), *, ignore_id: bool = False) -> None:
         """Create a memory, optionally holding ``messages``."""
         self.ignore_id = ignore_id
+        self._edits = 0  # counts removals: a checkpoint tells an append-only memory from an edited one
         self._store: dict[str, Message] = {}
         self._index: dict[str, list[Message]] = {}
         self.add_batch(messages)
@@ -161,6 +162,7 @@ class Memory:
         stored = self._store.pop(key, None)
         if stored is None:
             return False
+        self._edits += 1
         self._unindex(stored)
         return True
 
@@ -169,6 +171,7 @@ class Memory:
         if not self._store:
             return None
         _, message = self._store.popitem()
+        self._edits += 1
         self._unindex(message)
         return message
 
@@ -183,6 +186,7 @@ class Memory:
 
     def clear(self) -> None:
         """Forget everything."""
+        self._edits += 1
         self._store.clear()
         self._index.clear()
 

@@ -56,6 +56,7 @@ class RoleHost(Protocol):
     """What a role needs from the Environment it lives in."""
 
     ledger: CostLedger
+    trace: list[tuple[str, str, Any]] | None
 
     def publish_message(self, message: Message) -> None:
         """Route ``message`` to its recipients."""
@@ -303,6 +304,12 @@ class Role:
         if message is not None and self.rc.env is not None:
             self.rc.env.publish_message(message)
 
+    def _trace(self, kind: str, detail: object) -> None:
+        """Record a turn step (observe, think, act) in the environment's trace, if it keeps one."""
+        env = self.rc.env
+        if env is not None and env.trace is not None:
+            env.trace.append((kind, self.name, detail))
+
     def _take_news(self) -> int:
         rc = self.rc
         new = rc.memory.remember_new(rc.msg_buffer.pop_all())
@@ -425,7 +432,10 @@ class Role:
         for _ in range(limit):
             if not await self._think():
                 break
-            response = await self._act() or response
+            self._trace("think", self.rc.todo)
+            acted = await self._act()
+            self._trace("act", acted)
+            response = acted or response
         return response
 
     async def _plan_and_act(self) -> Message | None:
@@ -434,7 +444,9 @@ class Role:
         response: Message | None = None
         for index in await self._plan():
             self._set_state(index)
+            self._trace("think", self.rc.todo)
             step = await self._act()
+            self._trace("act", step)
             if step is not None:
                 self.rc.working_memory.add(step)
                 response = step
@@ -461,7 +473,9 @@ class Role:
             and rc.react_mode is not RoleReactMode.PLAN_AND_ACT
         ):
             return await self._plain_single_turn()
-        if not await self._observe():
+        observed = await self._observe()
+        self._trace("observe", self.rc.news)
+        if not observed:
             return None
         response = await self.react()
         self.rc.todo = None
@@ -474,14 +488,22 @@ class Role:
         Behaves exactly as ``_observe`` → ``react`` → ``publish_message`` do for such a role,
         with their bodies inlined: fewer awaits on the hot path of large societies.
         """
-        if not self._take_news() or not self.actions:
-            return None
         rc = self.rc
+        trace = rc.env.trace if rc.env is not None else None
+        observed = self._take_news()
+        if trace is not None:
+            trace.append(("observe", self.name, rc.news))
+        if not observed or not self.actions:
+            return None
         todo = rc.todo = self.actions[0]
         rc.state = 0
+        if trace is not None:
+            trace.append(("think", self.name, todo))
         message = self._to_message(await self._run_action(todo), todo)
         if message is not None:
             rc.memory.add(message)
+        if trace is not None:
+            trace.append(("act", self.name, message))
         rc.state, rc.todo = -1, None
         if message is not None and rc.env is not None:
             rc.env.publish_message(message)

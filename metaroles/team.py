@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
-from warnings import warn
 
 from pydantic import BaseModel
 
-from metaroles.environment import Environment, EnvironmentState
+from metaroles.checkpoint import CheckpointWriter, load_checkpoint
+from metaroles.environment import Environment
 from metaroles.eventlog import EventLog
 from metaroles.exceptions import ConfigError, InvalidValueError, UnknownRoleError
 from metaroles.ledger import Budget, CostLedger, Spend
@@ -84,7 +84,7 @@ class Team:
         self.llm = llm
         self.budget = budget
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
-        self._checkpoints: Path | None = None
+        self._checkpoints: CheckpointWriter | None = None
         self._log: EventLog | None = None
         if investment is not None:
             self.invest(investment)
@@ -158,7 +158,8 @@ class Team:
         unknown = sorted(set(self.role_budgets) - set(self.env.roles))
         if unknown:
             raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
-        self._checkpoints = Path(checkpoints) if checkpoints is not None else None
+        if checkpoints is not None and self._checkpoints is None:
+            self._checkpoints = _fresh_writer(Path(checkpoints))
         self._log = EventLog(Path(events), self.env, through_round=self.env.round) if events is not None else None
         try:
             if idea:
@@ -166,6 +167,7 @@ class Team:
                 self._checkpoint()
             rounds, reason = await self._run_rounds(n_round)
         finally:
+            self._checkpoints = None
             if save_to is not None:
                 self.env.save(save_to)
         return self._report(rounds, reason)
@@ -186,15 +188,16 @@ class Team:
         Raises:
             ConfigError: If the folder holds no readable checkpoint.
         """
-        folder = Path(checkpoints)
-        self.env.load_state(_last_checkpoint(folder))
-        return await self.run(max(0, n_round - self.env.round), save_to=save_to, checkpoints=folder, events=events)
+        restored = load_checkpoint(Path(checkpoints))
+        self.env.load_state(restored.state)
+        self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
+        return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
 
     def _checkpoint(self) -> None:
         if self._log is not None:
             self._log.round_done()
         if self._checkpoints is not None:
-            self.env.save(self._checkpoints / f"round-{self.env.round:04d}.json")
+            self._checkpoints.write(self.env)
 
     def _report(self, rounds: int, reason: StopReason) -> TeamReport:
         ledger = self.env.ledger
@@ -229,11 +232,9 @@ class Team:
         return rounds, StopReason.MAX_ROUNDS
 
 
-def _last_checkpoint(folder: Path) -> EnvironmentState:
-    """The newest readable ``round-NNNN.json`` in ``folder``; torn ones are skipped with a warning."""
-    for path in sorted(folder.glob("round-*.json"), reverse=True):
-        try:
-            return EnvironmentState.model_validate_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            warn(f"checkpoint {path.name} is unreadable ({type(exc).__name__}); using an earlier one", stacklevel=3)
-    raise ConfigError(f"no readable checkpoint in {str(folder)!r}; run with checkpoints=... first")
+def _fresh_writer(folder: Path) -> CheckpointWriter:
+    if any(folder.glob("round-*.json")):
+        raise ConfigError(
+            f"checkpoint folder {str(folder)!r} already holds a run; resume it (Team.resume) or pass an empty folder"
+        )
+    return CheckpointWriter(folder)
