@@ -251,13 +251,15 @@ class _Replay:
     roles: dict[str, dict[str, Any]]
 
 
-def load_checkpoint(folder: Path) -> Restored:
-    """The newest complete checkpoint in ``folder``; torn ones are skipped with a warning.
+def load_checkpoint(folder: Path, *, through_round: int | None = None) -> Restored:
+    """The newest complete checkpoint in ``folder`` (up to ``through_round``); torn ones are skipped with a warning.
 
     Raises:
-        ConfigError: If the folder holds no readable checkpoint.
+        ConfigError: If the folder holds no readable checkpoint (up to ``through_round``).
     """
     paths = sorted(folder.glob("round-*.json"))
+    if through_round is not None:
+        paths = [p for p in paths if int(p.stem.partition("-")[2]) <= through_round]
     table = _read_table(folder / MESSAGES)
     replay: _Replay | None = None
     best: tuple[_Replay, Path, int] | None = None
@@ -269,7 +271,8 @@ def load_checkpoint(folder: Path) -> Restored:
         replay = _apply(replay, record)
         best = (_copy(replay), path, record["rows"])
     if best is None:
-        raise ConfigError(f"no readable checkpoint in {str(folder)!r}; run with checkpoints=... first")
+        upto = "" if through_round is None else f" up to round {through_round}"
+        raise ConfigError(f"no readable checkpoint in {str(folder)!r}{upto}; run with checkpoints=... first")
     done, path, used = best
     rows = [Message.model_validate(json.loads(line)) for line in table[:used]]
     return Restored(state=_materialise(done, rows), round=done.record["round"], path=path, rows=rows)

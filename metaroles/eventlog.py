@@ -41,6 +41,13 @@ def read_events(path: Path) -> list[Event]:
     return events
 
 
+def copy_events(source: Path, target: Path, *, through_round: int) -> None:
+    """Write the events of ``source`` up to ``through_round`` into ``target`` (a fork's prefix)."""
+    kept = [e for e in read_events(source) if e.get("round", 0) <= through_round]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
+
+
 class EventLog:
     """Writes one environment's events, a round at a time.
 

@@ -6,15 +6,16 @@ reports why; the environment's state stays intact and can be saved at any point.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
+from warnings import warn
 
 from pydantic import BaseModel
 
 from metaroles.checkpoint import CheckpointWriter, load_checkpoint
 from metaroles.environment import Environment
-from metaroles.eventlog import EventLog
+from metaroles.eventlog import EventLog, copy_events
 from metaroles.exceptions import ConfigError, InvalidValueError, UnknownRoleError
 from metaroles.ledger import Budget, CostLedger, Spend
 from metaroles.llm import LLM
@@ -86,6 +87,8 @@ class Team:
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
         self._checkpoints: CheckpointWriter | None = None
         self._log: EventLog | None = None
+        self.on_round: Callable[[Team], None] | None = None
+        """Called after every round (and after the idea is published): progress displays hook here."""
         if investment is not None:
             self.invest(investment)
 
@@ -193,7 +196,42 @@ class Team:
         self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
         return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
 
+    async def fork(
+        self,
+        parent: str | Path,
+        from_round: int,
+        n_round: int,
+        *,
+        checkpoints: str | Path,
+        events: str | Path | None = None,
+        parent_events: str | Path | None = None,
+        idea: str = "",
+        send_to: object = "",
+        save_to: str | Path | None = None,
+    ) -> TeamReport:
+        """Branch a run: start from its checkpoint at ``from_round`` and go on in new folders.
+
+        The parent's event log up to ``from_round`` is copied into ``events``, so the child's log
+        tells the whole story. ``idea``, if given, is published at the fork point; any other change
+        (a role's model, the scenario's config) is made to this team before calling.
+
+        Raises:
+            ConfigError: If the parent has no readable checkpoint up to ``from_round``, or
+                ``checkpoints`` already holds a run.
+        """
+        restored = load_checkpoint(Path(parent), through_round=from_round)
+        if restored.round != from_round:
+            warn(f"the parent has no checkpoint of round {from_round}; forking from {restored.round}", stacklevel=2)
+        writer = _fresh_writer(Path(checkpoints))
+        self.env.load_state(restored.state)
+        if events is not None and parent_events is not None:
+            copy_events(Path(parent_events), Path(events), through_round=restored.round)
+        self._checkpoints = writer
+        return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
+
     def _checkpoint(self) -> None:
+        if self.on_round is not None:
+            self.on_round(self)
         if self._log is not None:
             self._log.round_done()
         if self._checkpoints is not None:

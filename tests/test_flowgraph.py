@@ -74,4 +74,4 @@ async def test_cli_graph_prints_mermaid_and_writes_graphml(run_dir, capsys):
     assert main(["graph", str(run_dir), "--format", "graphml"]) == 0
     assert (run_dir / "flow.graphml").exists()
     assert main(["graph", str(run_dir.parent / "missing")]) == 2
-    assert "has no events.jsonl" in capsys.readouterr().err
+    assert "no run directory at" in capsys.readouterr().err

@@ -36,7 +36,10 @@ async def test_same_seed_gives_an_identical_transcript():
 async def test_run_directory_holds_transcript_state_and_report(tmp_path):
     report, team = await run_scenario("debate", llm=TestLLM(), options={"turns": 1}, out_dir=tmp_path / "run")
     run = tmp_path / "run"
-    assert (run / "transcript.txt").read_text().strip() == transcript(team.env.history.storage)
+    markdown = (run / "transcript.md").read_text()
+    assert markdown.startswith("# debate — run\n") and "## Before round 1" in markdown and "## Round 1" in markdown
+    assert all(m.content.split("\n")[0] in markdown for m in team.env.history)
+    assert markdown.count("\n- **") == len(team.env.history), "one item per message"
     state = json.loads((run / "state.json").read_text())
     assert len(state["history"]) == len(team.env.history)
     assert json.loads((run / "report.json").read_text())["report"]["stop_reason"] == report.stop_reason
@@ -81,11 +84,11 @@ def test_cli_resumes_a_run_directory_from_its_last_checkpoint(tmp_path, capsys):
     assert checkpoints[0].name == "round-0000.json" and len(checkpoints) >= 4
     for later in checkpoints[3:]:  # as if the process had died during round 3
         later.unlink()
-    (run_dir / "transcript.txt").unlink()
+    (run_dir / "transcript.md").unlink()
     assert main(["resume", str(run_dir)]) == 0
     resumed = capsys.readouterr().out
     assert resumed.split("\n\n")[0] == finished.split("\n\n")[0], "same transcript"
-    assert (run_dir / "transcript.txt").exists()
+    assert (run_dir / "transcript.md").exists()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "the log was cut back, then continued"
     state = json.loads((run_dir / "state.json").read_text())
@@ -94,4 +97,6 @@ def test_cli_resumes_a_run_directory_from_its_last_checkpoint(tmp_path, capsys):
 
 def test_cli_resume_of_something_that_is_not_a_run_directory(tmp_path, capsys):
     assert main(["resume", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err == f"error: no run directory at {str(tmp_path / 'nope')!r}\n", "one line"
+    assert main(["resume", str(tmp_path)]) == 2
     assert "is not a run directory (no manifest.json)" in capsys.readouterr().err
