@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench install clean need-redis
+.PHONY: demo test lint typecheck bench install clean need-redis need-chromium
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -40,7 +40,12 @@ need-redis:
 	@command -v redis-server >/dev/null 2>&1 || { echo "Installing redis-server (Debian package) for the Redis tests ..."; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
 
-test: lint typecheck need-redis
+# The interactive flow page is tested in a real headless browser: Debian's chromium.
+need-chromium:
+	@command -v chromium >/dev/null 2>&1 || { echo "Installing chromium (Debian package) for the browser test ..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+
+test: lint typecheck need-redis need-chromium
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -1,5 +1,7 @@
-"""``python -m metaroles`` runs the command line."""
+"""``python -m metaroles``: the ``metaroles`` command."""
+
+import sys
 
 from metaroles.cli import main
 
-raise SystemExit(main())
+sys.exit(main())

@@ -243,9 +243,14 @@ class Role:
         action.ledger = self.ledger
 
     def set_llm(self, llm: LLM) -> None:
-        """Use ``llm`` for the role and for its actions that have no model of their own."""
-        self.llm = llm
+        """Use ``llm`` for the role and for its actions that have no model of their own.
+
+        Actions that had inherited the role's previous model follow the change.
+        """
+        previous, self.llm = self.llm, llm
         for action in self.actions:
+            if previous is not None and action.llm is previous:
+                action.llm = llm
             self._bind(action)
 
     def attach(self, env: RoleHost, index: int) -> None:

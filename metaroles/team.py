@@ -88,7 +88,7 @@ class Team:
         self._checkpoints: CheckpointWriter | None = None
         self._log: EventLog | None = None
         self.on_round: Callable[[Team], None] | None = None
-        """Called after every round (and after the idea is published): progress displays hook here."""
+        """Called after every round is logged and checkpointed (and after the idea is published)."""
         if investment is not None:
             self.invest(investment)
 
@@ -230,12 +230,12 @@ class Team:
         return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
 
     def _checkpoint(self) -> None:
-        if self.on_round is not None:
-            self.on_round(self)
         if self._log is not None:
             self._log.round_done()
         if self._checkpoints is not None:
             self._checkpoints.write(self.env)
+        if self.on_round is not None:
+            self.on_round(self)
 
     def _report(self, rounds: int, reason: StopReason) -> TeamReport:
         ledger = self.env.ledger

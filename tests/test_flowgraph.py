@@ -33,6 +33,21 @@ async def test_the_event_log_records_rounds_publishes_deliveries_and_model_calls
     assert all(e["round"] == 0 for e in events if e["kind"] == "publish" and e["role"] == "Human")
 
 
+async def test_each_turn_logs_what_the_role_observed_chose_and_produced(run_dir):
+    events = read_events(run_dir / "events.jsonl")
+    publishes = {e["message_id"]: e for e in events if e["kind"] == "publish"}
+    acts = [e for e in events if e["kind"] == "act" and e["message_id"]]
+    assert [publishes[e["message_id"]]["role"] for e in acts] == ["Alice", "Bob", "Alice", "Bob", "Judge"]
+    for act in acts:
+        turn = [
+            e for e in events if e["round"] == act["round"] and e.get("role") == act["role"] and e["seq"] < act["seq"]
+        ]
+        observe, think = turn[-2], turn[-1]
+        assert (observe["kind"], think["kind"]) == ("observe", "think")
+        assert think["action"] == publishes[act["message_id"]]["cause_by"]
+        assert observe["message_ids"] == publishes[act["message_id"]]["caused_by"]
+
+
 async def test_role_graph_edges_equal_deliveries_and_the_causal_graph_is_acyclic(run_dir):
     events = read_events(run_dir / "events.jsonl")
     graph = role_graph(events)

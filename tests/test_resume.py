@@ -1,9 +1,11 @@
-"""Crash-safe checkpoints: a run SIGKILLed mid-round resumes to the same transcript."""
+"""Crash-safe checkpoints: a run SIGKILLed at any point resumes to the same transcript."""
 
+import json
 import subprocess
 import sys
 import textwrap
 
+import anyio
 import pytest
 
 from metaroles import TestLLM
@@ -11,25 +13,33 @@ from metaroles.exceptions import ConfigError
 from metaroles.scenario import load_scenario
 
 SEED = 5
+ROUNDS = 7  # the debate with turns=3: six speeches, then the verdict
 CRASHING_RUN = textwrap.dedent(
     """
     import os, signal, sys
+    from pathlib import Path
     import anyio
     from metaroles import Intervention, TestLLM
     from metaroles.scenario import load_scenario
 
-    folder, kill_round, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    folder, kill_round, where, seed = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     module = load_scenario("debate")
     plan = module.build(module.Config(turns=3), TestLLM(seed))
+    team = plan.team
 
-    class Crash(Intervention):
+    class MidRound(Intervention):
         def on_publish(self, message, *, sender):
-            if plan.team.env.round == kill_round and sender:  # mid-round, while its messages are delivered
+            if where == "mid" and team.env.round == kill_round and sender:  # while the round's messages are delivered
                 os.kill(os.getpid(), signal.SIGKILL)
             return message
 
-    plan.team.env.interventions.append(Crash())
-    anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea, checkpoints=folder))
+    def at_boundary(team):  # the round's log and checkpoint are written; the next round has not started
+        if where == "boundary" and team.env.round == kill_round:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    team.env.interventions.append(MidRound())
+    team.on_round = at_boundary
+    anyio.run(lambda: team.run(plan.n_round, idea=plan.idea, checkpoints=folder / "ck", events=folder / "events.jsonl"))
     """
 )
 
@@ -43,42 +53,58 @@ def transcript(team) -> list[tuple[str, str]]:
     return [(m.sent_from, m.content) for m in team.env.history]
 
 
-async def straight_run() -> list[tuple[str, str]]:
+@pytest.fixture(scope="module")
+def straight():
     plan = build()
-    await plan.team.run(plan.n_round, idea=plan.idea)
+    anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea))
     return transcript(plan.team)
 
 
-def crash(folder, kill_round: int) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", CRASHING_RUN, str(folder), str(kill_round), str(SEED)], capture_output=True
-    )
+def crash(folder, kill_round: int, where: str) -> None:
+    args = [sys.executable, "-c", CRASHING_RUN, str(folder), str(kill_round), where, str(SEED)]
+    result = subprocess.run(args, capture_output=True)
     assert result.returncode == -9, result.stderr.decode()[-2000:]
 
 
-@pytest.mark.parametrize("kill_round", [1, 4, 7])
-async def test_a_run_killed_mid_round_resumes_to_the_same_transcript(tmp_path, kill_round):
-    crash(tmp_path, kill_round)
-    saved = sorted(p.name for p in tmp_path.glob("round-*.json"))
-    assert saved[-1] == f"round-{kill_round - 1:04d}.json", "the killed round left no checkpoint"
-    assert not list(tmp_path.glob(".*.tmp")), "no half-written checkpoint is visible"
+KILLS = [("boundary", k) for k in range(ROUNDS + 1)] + [("mid", k) for k in range(1, ROUNDS + 1)]
+
+
+@pytest.mark.parametrize(("where", "kill_round"), KILLS, ids=[f"{w}-{k}" for w, k in KILLS])
+async def test_a_run_killed_anywhere_resumes_to_the_same_transcript(tmp_path, where, kill_round, straight):
+    crash(tmp_path, kill_round, where)
+    saved = sorted(p.name for p in (tmp_path / "ck").glob("round-*.json"))
+    last = kill_round if where == "boundary" else kill_round - 1
+    assert saved[-1] == f"round-{last:04d}.json", "the killed round left no checkpoint"
+    assert not list((tmp_path / "ck").glob(".*.tmp")), "no half-written checkpoint is visible"
     plan = build()
-    report = await plan.team.resume(tmp_path, plan.n_round)
+    report = await plan.team.resume(tmp_path / "ck", plan.n_round, events=tmp_path / "events.jsonl")
     resumed = transcript(plan.team)
-    assert resumed == await straight_run()
+    assert resumed == straight
     assert len({m.id for m in plan.team.env.history}) == len(resumed), "nothing duplicated"
     assert report.stop_reason == "idle"
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    published = [e["message_id"] for e in events if e["kind"] == "publish"]
+    assert published == [m.id for m in plan.team.env.history], "each message logged once, in order"
 
 
-async def test_a_torn_checkpoint_is_skipped_with_a_warning(tmp_path):
-    crash(tmp_path, 5)
-    (tmp_path / "round-0004.json").write_text('{"version": 1, "round": 4, "roles": [')
+async def test_a_torn_checkpoint_is_skipped_with_a_warning(tmp_path, straight):
+    crash(tmp_path, 5, "mid")
+    (tmp_path / "ck" / "round-0004.json").write_text('{"version": 2, "round": 4, "roles": [')
     plan = build()
     with pytest.warns(UserWarning, match="checkpoint round-0004.json is unreadable"):
-        await plan.team.resume(tmp_path, plan.n_round)
-    assert transcript(plan.team) == await straight_run()
+        await plan.team.resume(tmp_path / "ck", plan.n_round)
+    assert transcript(plan.team) == straight
 
 
 async def test_resume_without_checkpoints_says_so(tmp_path):
     with pytest.raises(ConfigError, match="no readable checkpoint in"):
         await build().team.resume(tmp_path, 3)
+
+
+async def test_a_fresh_run_refuses_a_folder_that_holds_a_run(tmp_path):
+    plan = build()
+    await plan.team.run(2, idea=plan.idea, checkpoints=tmp_path)
+    with pytest.raises(ConfigError, match="already holds a run; resume it"):
+        await build().team.run(2, idea="again", checkpoints=tmp_path)
+    assert len(list(tmp_path.glob("round-*.json"))) == 3, "nothing of the first run was touched"

@@ -210,3 +210,13 @@ async def test_inlined_one_action_turn_behaves_like_the_hook_chain():
     assert plain == hooked
     transcript, _ = plain
     assert [t[0] for t in transcript] == ["", "n0", "n1", "n2", "n3"]
+
+
+def test_a_new_model_reaches_the_actions_that_inherited_the_old_one():
+    own = TestLLM(1)
+    role = Role(name="r", actions=[Draft, Polish(llm=own)])
+    first, second = TestLLM(2), TestLLM(3)
+    role.set_llm(first)
+    role.set_llm(second)
+    assert role.actions[0].llm is second, "inherited: follows the role"
+    assert role.actions[1].llm is own, "its own model stays"

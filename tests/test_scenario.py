@@ -5,7 +5,7 @@ import pytest
 from actions.debate import JudgeDebate, SpeakAloud, Verdict
 from metaroles import ConfigError, TestLLM
 from metaroles.cli import main
-from metaroles.scenario import run_scenario, transcript
+from metaroles.scenario import run_scenario
 
 
 async def run_debate(seed: int) -> list[tuple[str, str]]:

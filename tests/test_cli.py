@@ -1,0 +1,149 @@
+"""The `metaroles` command, through typer's runner and as a real subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from typer.testing import CliRunner
+
+from metaroles.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def only_run_dir(root):
+    (run_dir,) = root.iterdir()
+    return run_dir
+
+
+def test_help_is_everywhere():
+    for command in ([], ["run"], ["resume"], ["fork"], ["graph"], ["show"], ["list"], ["diff"]):
+        result = invoke(*command, "--help")
+        assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_run_honours_rounds_idea_seed_and_budget(tmp_path):
+    out = tmp_path / "run"
+    result = invoke(
+        "run", "debate", "--llm", "test:2", "--rounds", "2", "--idea", "Trams?", "--seed", "11", "--out", str(out)
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["n_round"], manifest["idea"], manifest["seed"]) == (2, "Trams?", 11)
+    assert {"metaroles", "python", "packages", "git_revision", "created"} <= set(manifest)
+    assert "stopped (n_round) after 2 round(s)" in result.output
+    assert "[Human → <all>] Trams?" in result.output
+    assert json.loads((out / "state.json").read_text())["round"] == 2
+
+
+def test_a_yaml_config_runs_like_the_options_it_holds(tmp_path):
+    config = tmp_path / "debate.yaml"
+    config.write_text("scenario: debate\nllm: test:3\nrounds: 3\nconfig:\n  turns: 1\n  pro: Ada\n")
+    result = invoke("run", str(config), "--runs-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 0, result.output
+    assert "[Ada → Bob, Judge]" in result.output
+    manifest = json.loads((only_run_dir(tmp_path / "runs") / "manifest.json").read_text())
+    assert (manifest["config"]["pro"], manifest["n_round"], manifest["llm"]) == ("Ada", 3, "test:3")
+
+
+def test_bad_input_gets_one_line_and_exit_code_2(tmp_path):
+    result = invoke("run", "debat", "--no-save")
+    assert result.exit_code == 2
+    assert "no scenario named 'debat'; did you mean 'debate'?" in result.output
+    assert invoke("show", str(tmp_path / "missing")).exit_code == 2
+    (tmp_path / "bad.yaml").write_text("just: [a, list\n")
+    result = invoke("run", str(tmp_path / "bad.yaml"))
+    assert result.exit_code == 2 and "is not valid YAML" in result.output
+    result = invoke("run", "debate", "--set", "turns", "--no-save")
+    assert result.exit_code == 2 and "expected KEY=VALUE" in result.output
+    assert invoke("graph", str(tmp_path), "--format", "gif").exit_code == 2
+
+
+def test_show_filters_by_role_and_round(tmp_path):
+    invoke("run", "debate", "--llm", "test:1", "--set", "turns=1", "--out", str(tmp_path / "r"))
+    everything = invoke("show", str(tmp_path / "r")).output.splitlines()
+    assert everything[0].startswith("[round 0] [Human → <all>]")
+    first = invoke("show", str(tmp_path / "r"), "--round", "1").output.splitlines()
+    assert first and all(line.startswith("[round 1]") for line in first)
+    judge = invoke("show", str(tmp_path / "r"), "--role", "Judge").output.splitlines()
+    assert len(judge) == len(everything), "the judge hears every speech and rules to all"
+    bob = invoke("show", str(tmp_path / "r"), "--role", "Bob", "--round", "1").output
+    assert "[round 1] [Alice → Bob, Judge]" in bob
+
+
+def test_fork_and_diff_on_the_command_line(tmp_path):
+    invoke("run", "debate", "--llm", "test:4", "--set", "turns=2", "--out", str(tmp_path / "a"))
+    result = invoke(
+        "fork", str(tmp_path / "a"), "--from-round", "2", "--set", "role.Bob.llm=test:77", "--out", str(tmp_path / "b")
+    )
+    assert result.exit_code == 0, result.output
+    diff = invoke("diff", str(tmp_path / "a"), str(tmp_path / "b")).output
+    assert "first divergence in round 3" in diff or "first divergence in round 4" in diff
+    same = invoke("fork", str(tmp_path / "a"), "--from-round", "1", "--out", str(tmp_path / "c"))
+    assert same.exit_code == 0
+    assert invoke("diff", str(tmp_path / "a"), str(tmp_path / "c")).output.startswith("identical:")
+
+
+PLUGIN_MODULE = """
+from pydantic import BaseModel
+from metaroles.scenario import ScenarioPlan
+from metaroles import Team, Role, UserRequirement
+
+class Config(BaseModel):
+    pass
+
+def build(config, llm):
+    team = Team(llm=llm)
+    team.hire([Role(name="Solo", watch=[UserRequirement])])
+    return ScenarioPlan(team=team, idea="hi", send_to="Solo", n_round=1)
+"""
+
+
+def test_list_and_run_as_a_subprocess_including_a_plugin_scenario(tmp_path):
+    site = tmp_path / "site"
+    (site / "echo_plugin-0.1.dist-info").mkdir(parents=True)
+    (site / "echo_plugin.py").write_text(textwrap.dedent(PLUGIN_MODULE))
+    (site / "echo_plugin-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: echo-plugin\nVersion: 0.1\n"
+    )
+    (site / "echo_plugin-0.1.dist-info" / "entry_points.txt").write_text("[metaroles.scenarios]\necho = echo_plugin\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    listed = subprocess.run([sys.executable, "-m", "metaroles", "list"], capture_output=True, text=True, env=env)
+    assert (
+        listed.returncode == 0 and "debate\tscenarios.debate" in listed.stdout and "echo\techo_plugin" in listed.stdout
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "metaroles", "run", "echo", "--llm", "test", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "[Human → Solo] hi" in ran.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "metaroles", "resume", str(tmp_path / "nope")], capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0, "one line"
+
+
+def test_resume_and_graph_as_a_subprocess(tmp_path):
+    out = tmp_path / "run"
+    cli = [sys.executable, "-m", "metaroles"]
+    assert (
+        subprocess.run(
+            [*cli, "run", "debate", "--llm", "test:3", "--set", "turns=1", "--out", str(out), "-q"]
+        ).returncode
+        == 0
+    )
+    for later in sorted((out / "checkpoints").glob("round-*.json"))[2:]:
+        later.unlink()
+    resumed = subprocess.run([*cli, "resume", str(out), "-q"], capture_output=True, text=True)
+    assert resumed.returncode == 0 and "stopped (idle)" in resumed.stdout
+    graph = subprocess.run([*cli, "graph", str(out), "--format", "svg"], capture_output=True, text=True)
+    assert graph.returncode == 0 and (out / "flow.svg").read_text().lstrip().startswith("<?xml")
