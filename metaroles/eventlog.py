@@ -9,8 +9,10 @@ cut back to the checkpoint's round, and a torn last line is dropped with a warni
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+from collections.abc import Iterator
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
@@ -94,54 +96,59 @@ class EventLog:
     def round_done(self) -> None:
         """Append the events of the round that just ended (or of what happened between rounds)."""
         env = self.env
-        bodies = ['"round_start"']
-        bodies.extend(self._turn_bodies())
+        numbers = itertools.count(self.seq + 1)
+        head = f',"round":{env.round},"kind":'
+        lines = [f'{{"seq":{next(numbers)}{head}"round_start"}}\n']
+        self._turn_lines(lines, numbers, head)
         if len(env.history) > self._history:
-            bodies.extend(self._message_bodies(env.history.get(len(env.history) - self._history)))
+            self._message_lines(lines, numbers, head, env.history.get(len(env.history) - self._history))
         for entry in env.ledger.entries[self._ledger :]:
             call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
-            bodies.append('"llm_call",' + json.dumps({"role": entry.role, "latency_s": entry.latency_s, **call})[1:-1])
+            fields = json.dumps({"role": entry.role, "latency_s": entry.latency_s, **call})[1:-1]
+            lines.append(f'{{"seq":{next(numbers)}{head}"llm_call",{fields}}}\n')
         for event in env.events[self._events :]:
-            fields = json.dumps({"role": event.role, "message_id": event.message_id, "detail": event.detail})
-            bodies.append(f'"{event.kind}",{fields[1:-1]}')
-        bodies.append('"round_end"')
-        head, seq = f'"round":{env.round},"kind":', self.seq
-        self._append([f'{{"seq":{seq + n},{head}{body}}}\n' for n, body in enumerate(bodies, start=1)])
-        self.seq = seq + len(bodies)
+            fields = json.dumps({"role": event.role, "message_id": event.message_id, "detail": event.detail})[1:-1]
+            lines.append(f'{{"seq":{next(numbers)}{head}"{event.kind}",{fields}}}\n')
+        self.seq = next(numbers)
+        lines.append(f'{{"seq":{self.seq}{head}"round_end"}}\n')
+        self._append(lines)
         self._mark()
 
-    def _turn_bodies(self) -> list[str]:
+    def _turn_lines(self, lines: list[str], numbers: Iterator[int], head: str) -> None:
         """Observe (the news), think (the action chosen) and act (the message produced) events."""
-        name, bodies = self._name, []
+        names, name, enc, add = self._names, self._name, encode_basestring, lines.append
         for kind, role, detail in self.env.trace or ():
+            who = names.get(role) or name(role)
             if kind == "observe":
-                ids = ",".join([encode_basestring(m.id) for m in detail])
-                bodies.append(f'"observe","role":{name(role)},"message_ids":[{ids}]')
+                ids = ",".join([enc(m.id) for m in detail])
+                add(f'{{"seq":{next(numbers)}{head}"observe","role":{who},"message_ids":[{ids}]}}\n')
             elif kind == "think":
-                action = name(detail._action_id) if detail is not None else "null"
-                bodies.append(f'"think","role":{name(role)},"action":{action}')
+                action = "null" if detail is None else names.get(detail._action_id) or name(detail._action_id)
+                add(f'{{"seq":{next(numbers)}{head}"think","role":{who},"action":{action}}}\n')
             else:
-                message_id = encode_basestring(detail.id) if detail is not None else "null"
-                bodies.append(f'"act","role":{name(role)},"message_id":{message_id}')
-        return bodies
+                message_id = "null" if detail is None else enc(detail.id)
+                add(f'{{"seq":{next(numbers)}{head}"act","role":{who},"message_id":{message_id}}}\n')
 
-    def _message_bodies(self, messages: list[Message]) -> list[str]:
+    def _message_lines(self, lines: list[str], numbers: Iterator[int], head: str, messages: list[Message]) -> None:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
-        env, name, bodies = self.env, self._name, []
-        roles, route = env.roles, env.recipients
+        env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
+        roles, route, targets = env.roles, env.recipients, self._send_to
         for message in messages:
             sender = roles.get(message.sent_from)
-            caused = ",".join([encode_basestring(m.id) for m in sender.rc.news]) if sender is not None else ""
-            send_to = self._send_to.get(message.send_to)
+            caused = ",".join([enc(m.id) for m in sender.rc.news]) if sender is not None else ""
+            send_to = targets.get(message.send_to)
             if send_to is None:
-                send_to = self._send_to[message.send_to] = ",".join([name(a) for a in sorted(message.send_to)])
-            message_id = encode_basestring(message.id)
-            bodies.append(
-                f'"publish","role":{name(message.sent_from)},"message_id":{message_id},'
-                f'"cause_by":{name(message.cause_by)},"send_to":[{send_to}],"caused_by":[{caused}]'
+                send_to = targets[message.send_to] = ",".join([name(a) for a in sorted(message.send_to)])
+            message_id = enc(message.id)
+            who = names.get(message.sent_from) or name(message.sent_from)
+            action = names.get(message.cause_by) or name(message.cause_by)
+            add(
+                f'{{"seq":{next(numbers)}{head}"publish","role":{who},"message_id":{message_id},"cause_by":{action},'
+                f'"send_to":[{send_to}],"caused_by":[{caused}]}}\n'
             )
-            bodies.extend([f'"deliver","role":{name(r.name)},"message_id":{message_id}' for r in route(message)])
-        return bodies
+            for recipient in route(message):
+                who = names.get(recipient.name) or name(recipient.name)
+                add(f'{{"seq":{next(numbers)}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
 
     def _append(self, lines: list[str]) -> None:
         with self.path.open("a", encoding="utf-8") as handle:

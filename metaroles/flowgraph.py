@@ -29,21 +29,42 @@ def _publishes(events: Iterable[Event]) -> dict[str, Event]:
     return {e["message_id"]: e for e in events if e["kind"] == "publish"}
 
 
+def _calls(events: Iterable[Event]) -> dict[tuple[int, str, str], dict[str, float]]:
+    """Model calls summed per (round, role, action): what produced each message."""
+    calls: dict[tuple[int, str, str], dict[str, float]] = {}
+    for event in events:
+        if event["kind"] == "llm_call":
+            key = (event["round"], event.get("role", ""), event.get("action", ""))
+            total = calls.setdefault(key, {"tokens": 0, "cost": 0.0, "latency_s": 0.0})
+            for field in total:
+                total[field] += event.get(field, 0)
+    return calls
+
+
 def role_graph(events: list[Event]) -> nx.MultiDiGraph:
-    """Roles as nodes, one edge per delivery, sender → recipient."""
+    """Roles as nodes, one edge per delivery, sender → recipient.
+
+    Each edge carries the message id, its ``cause_by`` and round, and the tokens, cost and
+    latency of the model calls that produced the message (its sender's calls for that action in
+    that round).
+    """
     published = _publishes(events)
+    calls = _calls(events)
     graph = nx.MultiDiGraph()
     for event in events:
         if event["kind"] != "deliver":
             continue
         source = published.get(event["message_id"], {})
         sender = source.get("role") or HUMAN
+        cause_by = source.get("cause_by", "")
+        key = (source.get("round", event["round"]), sender, str(cause_by).rpartition(".")[2])
         graph.add_edge(
             sender,
             event["role"],
             message_id=event["message_id"],
-            cause_by=source.get("cause_by", ""),
+            cause_by=cause_by,
             round=event["round"],
+            **calls.get(key, {"tokens": 0, "cost": 0.0, "latency_s": 0.0}),
         )
     return graph
 
@@ -61,15 +82,22 @@ def causal_dag(events: list[Event]) -> nx.DiGraph:
 
 
 def metrics(events: list[Event]) -> dict[str, Any]:
-    """Messages per edge, per-role degrees, the critical path in rounds, dead letters."""
+    """Messages and cost per edge, per-role degrees, the critical path (messages and rounds), dead letters."""
     graph = role_graph(events)
     dag = causal_dag(events)
     per_edge = Counter((a, b) for a, b in graph.edges())
+    cost: Counter[tuple[str, str]] = Counter()
+    for a, b, data in graph.edges(data=True):
+        cost[(a, b)] += data["cost"]
+    path = nx.dag_longest_path(dag) if dag.number_of_nodes() else []
+    rounds = [dag.nodes[n].get("round", 0) for n in path if n in dag.nodes]
     return {
         "messages_per_edge": {f"{a} -> {b}": n for (a, b), n in sorted(per_edge.items())},
+        "cost_per_edge": {f"{a} -> {b}": round(c, 10) for (a, b), c in sorted(cost.items())},
         "in_degree": dict(graph.in_degree()),
         "out_degree": dict(graph.out_degree()),
-        "critical_path_messages": nx.dag_longest_path_length(dag) + 1 if dag.number_of_nodes() else 0,
+        "critical_path_messages": len(path),
+        "critical_path_rounds": max(rounds) - min(rounds) + 1 if rounds else 0,
         "dead_letters": sum(e["kind"] == "dead_letter" for e in events),
     }
 

@@ -58,6 +58,20 @@ async def test_role_graph_edges_equal_deliveries_and_the_causal_graph_is_acyclic
     summary = metrics(events)
     assert summary["messages_per_edge"]["Alice -> Bob"] == 2 and summary["dead_letters"] == 0
     assert summary["critical_path_messages"] >= 5
+    assert summary["critical_path_rounds"] == 6, "idea in round 0, four speeches in rounds 1-4, the verdict in 5"
+
+
+async def test_edges_carry_the_cost_of_the_call_that_produced_their_message(tmp_path):
+    folder = tmp_path / "priced"
+    await run_scenario("debate", llm=TestLLM(2, cost_per_token=0.001), options={"turns": 2}, out_dir=folder)
+    events = read_events(folder / "events.jsonl")
+    ledger = json.loads((folder / "ledger.json").read_text())
+    alice = sum(e["cost"] for e in ledger if e["role"] == "Alice")
+    tokens = sum(e["prompt_tokens"] + e["completion_tokens"] for e in ledger if e["role"] == "Alice")
+    assert alice > 0
+    to_bob = [d for a, b, d in role_graph(events).edges(data=True) if (a, b) == ("Alice", "Bob")]
+    assert len(to_bob) == 2 and sum(d["tokens"] for d in to_bob) == tokens
+    assert metrics(events)["cost_per_edge"]["Alice -> Bob"] == pytest.approx(alice)
 
 
 async def test_renderers_produce_valid_files(run_dir, tmp_path):
