@@ -1,7 +1,11 @@
-"""What the run's event log and per-round checkpoints cost on the ring (R=1000, K=10).
+"""What the run's event log and checkpoints cost on the ring (R=1000 roles, K=10 rounds).
 
-Prints one JSON line per mode (off; the event log; an incremental checkpoint each round; both),
-median of 3 after a warm-up. Run: ``python bench/runlog.py``.
+Modes: off; the full event log (publish, deliver, observe, think, act...); an incremental
+checkpoint each round; both (what a scenario run does by default); and the light setting for
+large societies (no turn events, a checkpoint every 10 rounds). The modes run interleaved, five
+times each after a warm-up, and each slowdown is the median of the ratios to the "off" run of the
+same repetition, so the machine's drift does not leak into the figures.
+Run: ``python bench/runlog.py``.
 """
 
 from __future__ import annotations
@@ -19,39 +23,48 @@ from bus import ring_env
 from metaroles.checkpoint import CheckpointWriter
 from metaroles.eventlog import EventLog
 
-ROLES, ROUNDS = 1000, 10
+ROLES, ROUNDS, REPEATS = 1000, 10, 5
+MODES = {  # name: (event log with turn events?, checkpoint every N rounds)
+    "off": (None, None),
+    "log": (True, None),
+    "checkpoint": (None, 1),
+    "log+checkpoint": (True, 1),
+    "light": (False, 10),
+}
 
 
 async def run(mode: str) -> float:
+    turns, every = MODES[mode]
     env = ring_env(ROLES)
     folder = Path(tempfile.mkdtemp())
-    log = EventLog(folder / "events.jsonl", env) if "log" in mode else None
-    checkpoints = CheckpointWriter(folder / "checkpoints") if "checkpoint" in mode else None
+    log = EventLog(folder / "events.jsonl", env, turns=turns) if turns is not None else None
+    checkpoints = CheckpointWriter(folder / "checkpoints") if every is not None else None
     start = time.perf_counter()
     for _ in range(ROUNDS):
         await env.run_round()
         if log is not None:
             log.round_done()
-        if checkpoints is not None:
+        if checkpoints is not None and env.round % every == 0:
             checkpoints.write(env)
     return ROLES * ROUNDS / (time.perf_counter() - start)
 
 
 async def main() -> None:
-    baseline = 0.0
-    for mode in ("off", "log", "checkpoint", "log+checkpoint"):
+    values: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for mode in MODES:
         await run(mode)
-        values = []
-        for _ in range(3):
+    for _ in range(REPEATS):
+        for mode in MODES:
             gc.collect()
-            values.append(await run(mode))
-        value = statistics.median(values)
-        baseline = baseline or value
+            values[mode].append(await run(mode))
+    for mode, runs in values.items():
+        slowdown = statistics.median(1 - v / off for v, off in zip(runs, values["off"], strict=True))
         line = {
             "figure": f"ring_{mode}",
-            "value": round(value),
+            "value": round(statistics.median(runs)),
             "unit": "msgs/s",
-            "slowdown": round(1 - value / baseline, 3),
+            "slowdown": round(slowdown, 3),
+            "params": {"roles": ROLES, "rounds": ROUNDS},
         }
         print(json.dumps(line), flush=True)
 

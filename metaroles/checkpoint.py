@@ -98,12 +98,15 @@ class CheckpointWriter:
         self._roles: dict[str, _RoleMark] = {}
         self._env = _EnvMark()
         self._full_round: int | None = None
+        self.round: int | None = None
+        """The round of the last checkpoint written (``None`` before the first)."""
         folder.mkdir(parents=True, exist_ok=True)
         table = folder / MESSAGES
         if restored is None:
             table.write_bytes(b"")
             return
         _truncate_lines(table, len(restored.rows))
+        self.round = restored.round
         for message in restored.rows:
             self._rows[id(message)] = len(self._held)
             self._held.append(message)
@@ -128,6 +131,7 @@ class CheckpointWriter:
                 os.fsync(handle.fileno())
         path = round_file(self.folder, env.round)
         write_atomic(path, "{" + ",".join(parts) + "}\n")
+        self.round = env.round
         return path
 
     # -- encoding --------------------------------------------------------------------------------

@@ -58,11 +58,12 @@ class EventLog:
 
     Args:
         path: The ``events.jsonl`` file; appended to.
-        env: The environment whose rounds are logged; its turn trace is switched on.
+        env: The environment whose rounds are logged.
         through_round: Keep only events up to this round from an existing log (resume).
+        turns: Also log each turn's observe, think and act events (switches on ``env.trace``).
     """
 
-    def __init__(self, path: Path, env: Environment, *, through_round: int | None = None) -> None:
+    def __init__(self, path: Path, env: Environment, *, through_round: int | None = None, turns: bool = True) -> None:
         """Open (and, on resume, cut back) the log."""
         self.path = path
         self.env = env
@@ -74,8 +75,7 @@ class EventLog:
         self.seq = kept[-1]["seq"] if kept else 0
         self._names: dict[str, str] = {}
         self._send_to: dict[frozenset[str], str] = {}
-        if env.trace is None:
-            env.trace = []
+        env.trace = [] if turns else None
         self._mark()
 
     def _mark(self) -> None:

@@ -54,10 +54,11 @@ def role_graph(events: list[Event]) -> nx.MultiDiGraph:
     for event in events:
         if event["kind"] != "deliver":
             continue
-        source = published.get(event["message_id"], {})
+        source: Event = published.get(event["message_id"]) or {}
         sender = source.get("role") or HUMAN
         cause_by = source.get("cause_by", "")
-        key = (source.get("round", event["round"]), sender, str(cause_by).rpartition(".")[2])
+        made_in = int(source["round"] if "round" in source else event["round"])
+        key = (made_in, str(sender), str(cause_by).rpartition(".")[2])
         graph.add_edge(
             sender,
             event["role"],

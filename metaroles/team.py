@@ -69,6 +69,10 @@ class Team:
         investment: Money budget of the run; see :meth:`invest`.
         budget: Budget of the run in money and/or tokens.
         role_budgets: Budgets per role name; crossing any stops the run.
+        checkpoint_every: With a checkpoint folder, write a checkpoint every this many rounds
+            (and when the run stops); a resumed run goes back to the last one.
+        log_turns: With an event log, also log each turn's observe, think and act events; large
+            societies may keep only publishes, deliveries, model calls and errors.
     """
 
     def __init__(
@@ -79,8 +83,14 @@ class Team:
         investment: float | None = None,
         budget: Budget | None = None,
         role_budgets: Mapping[str, Budget] | None = None,
+        checkpoint_every: int = 1,
+        log_turns: bool = True,
     ) -> None:
         """Create a team; see the class docstring for the arguments."""
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+            raise InvalidValueError(f"checkpoint_every={checkpoint_every!r} must be a positive integer, e.g. 1")
+        self.checkpoint_every = checkpoint_every
+        self.log_turns = log_turns
         self.env = env if env is not None else Environment()
         self.llm = llm
         self.budget = budget
@@ -163,12 +173,17 @@ class Team:
             raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
         if checkpoints is not None and self._checkpoints is None:
             self._checkpoints = _fresh_writer(Path(checkpoints))
-        self._log = EventLog(Path(events), self.env, through_round=self.env.round) if events is not None else None
+        self._log = None
+        if events is not None:
+            self._log = EventLog(Path(events), self.env, through_round=self.env.round, turns=self.log_turns)
         try:
             if idea:
                 self.run_project(idea, send_to)
                 self._checkpoint()
-            rounds, reason = await self._run_rounds(n_round)
+            try:
+                rounds, reason = await self._run_rounds(n_round)
+            finally:  # a clean stop, or a role failure after a clean round: the state is whole
+                self._final_checkpoint()
         finally:
             self._checkpoints = None
             if save_to is not None:
@@ -229,11 +244,18 @@ class Team:
         self._checkpoints = writer
         return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
 
+    def _final_checkpoint(self) -> None:
+        """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
+        writer = self._checkpoints
+        if writer is not None and writer.round != self.env.round:
+            writer.write(self.env)
+
     def _checkpoint(self) -> None:
         if self._log is not None:
             self._log.round_done()
-        if self._checkpoints is not None:
-            self._checkpoints.write(self.env)
+        writer = self._checkpoints
+        if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
+            writer.write(self.env)
         if self.on_round is not None:
             self.on_round(self)
 

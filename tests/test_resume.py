@@ -108,3 +108,18 @@ async def test_a_fresh_run_refuses_a_folder_that_holds_a_run(tmp_path):
     with pytest.raises(ConfigError, match="already holds a run; resume it"):
         await build().team.run(2, idea="again", checkpoints=tmp_path)
     assert len(list(tmp_path.glob("round-*.json"))) == 3, "nothing of the first run was touched"
+
+
+async def test_checkpoints_every_third_round_and_where_the_run_stopped(tmp_path, straight):
+    plan = build()
+    plan.team.checkpoint_every = 3
+    plan.team.log_turns = False
+    report = await plan.team.run(plan.n_round, idea=plan.idea, checkpoints=tmp_path, events=tmp_path / "events.jsonl")
+    rounds = sorted(int(p.stem[6:]) for p in tmp_path.glob("round-*.json"))
+    assert rounds == [0, 3, 6, report.rounds]
+    kinds = {json.loads(line)["kind"] for line in (tmp_path / "events.jsonl").read_text().splitlines()}
+    assert "publish" in kinds and not kinds & {"observe", "think", "act"}, "turn events were switched off"
+    (tmp_path / f"round-{report.rounds:04d}.json").unlink()  # as if killed after round 6's checkpoint
+    again = build()
+    await again.team.resume(tmp_path, again.n_round, events=tmp_path / "events.jsonl")
+    assert transcript(again.team) == straight
