@@ -1,4 +1,4 @@
-"""Incremental, crash-safe checkpoints of an Environment, one per round.
+"""Incremental, crash-safe checkpoints of an Environment, one per round (reading: ``restore``).
 
 A checkpoint folder holds:
 
@@ -7,12 +7,16 @@ A checkpoint folder holds:
   that refers to it.
 - ``round-NNNN.json``: the state at the end of round NNNN, written atomically (temp file, fsync,
   rename). A *full* snapshot every ``every`` rounds (and first); otherwise a *delta* against the
-  previous round file: the rows each changed role added to its memory, its buffer and news, the
-  history, ledger and events appended since. So a round costs what changed in it, not the size
-  of the whole run.
+  previous round file, so that a round costs what happened in it, not the size of the run:
 
-:func:`load_checkpoint` replays the newest full snapshot and the deltas after it. A torn or
-unreadable round file is skipped with a warning, and the state of the round before it is used.
+  - ``ops`` and ``deliveries``: what the bus did — which roles took a default turn (observe, then
+    remember their own answer) and which message reached whom. Replaying these with the roles'
+    own code rebuilds every *replayable* role (a default one-action turn, plain memory) exactly;
+    the writer checks, per role, that its state is what the replay will give.
+  - ``roles``: an entry for every other role that changed (custom turns, long-term or brain
+    memory, or anything touched outside the bus): the rows it added to memory, its buffer and
+    news, its state.
+  - the ledger, events and dead letters appended since, and the random source's state.
 """
 
 from __future__ import annotations
@@ -20,17 +24,19 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import Any
-from warnings import warn
+from typing import TYPE_CHECKING, Any
 
-from metaroles.environment import Environment, EnvironmentState, rng_state
-from metaroles.exceptions import ConfigError
+from metaroles.environment import Environment, rng_state
 from metaroles.memory import Memory
 from metaroles.message import Message
+from metaroles.queue import MessageQueue
 from metaroles.role import Role
+
+if TYPE_CHECKING:
+    from metaroles.restore import Restored
 
 MESSAGES = "messages.jsonl"
 FULL_EVERY = 25
@@ -70,6 +76,55 @@ memory length and edits, watch, addresses, and its news list if its buffer was e
 a role's observation replaces ``rc.news`` rather than changing it in place)."""
 
 
+def _replayable(role: Role) -> bool:
+    """Whether a replay of the bus's ops rebuilds this role: a default turn over plain memory and buffer."""
+    rc = role.rc
+    return (
+        role.takes_plain_turn
+        and type(rc.memory) is Memory
+        and not rc.memory.ignore_id
+        and type(rc.msg_buffer) is MessageQueue
+        and role.brain_memory is None
+    )
+
+
+def _signature(role: Role) -> list[Any]:
+    """What a replayable role looks like now; the writer moves it along with each op it records."""
+    rc = role.rc
+    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_memory
+    return [
+        len(memory),
+        memory._edits,
+        len(buffer),
+        buffer.last(),
+        rc.news,
+        len(working),
+        working._edits,
+        len(rc.watch),
+        role.addresses,
+    ]
+
+
+def _replays(role: Role, expected: list[Any]) -> bool:
+    """Whether ``role`` is exactly what replaying the recorded ops gives (else it gets an entry)."""
+    rc = role.rc
+    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_memory
+    return (
+        len(memory) == expected[0]
+        and memory._edits == expected[1]
+        and len(buffer) == expected[2]
+        and buffer.last() is expected[3]
+        and rc.news is expected[4]
+        and rc.state == -1
+        and rc.todo is None
+        and len(working) == expected[5]
+        and working._edits == expected[6]
+        and len(rc.watch) == expected[7]
+        and role.addresses is expected[8]
+        and _replayable(role)
+    )
+
+
 @dataclass
 class _EnvMark:
     history: int = -1
@@ -98,6 +153,14 @@ class CheckpointWriter:
         self._roles: dict[str, _RoleMark] = {}
         self._env = _EnvMark()
         self._full_round: int | None = None
+        self._expect: dict[str, list[Any]] = {}
+        self._ops: list[int] = []
+        self._deliveries: list[int] = []
+        self._noted_history = 0
+        self._seen: object = None
+        self._blind = True
+        self._index: dict[str, int] = {}
+        self._pending_rows: list[str] = []
         self.round: int | None = None
         """The round of the last checkpoint written (``None`` before the first)."""
         folder.mkdir(parents=True, exist_ok=True)
@@ -106,33 +169,96 @@ class CheckpointWriter:
             table.write_bytes(b"")
             return
         _truncate_lines(table, len(restored.rows))
-        self.round = restored.round
+        self.round = restored.round  # the next write is a full snapshot: nothing is expected yet
         for message in restored.rows:
             self._rows[id(message)] = len(self._held)
             self._held.append(message)
 
+    def note(self, env: Environment) -> None:
+        """Take in the round that just ran (the turns and deliveries a delta replays); idempotent.
+
+        :meth:`write` calls it; a team that checkpoints every few rounds calls it every round.
+        """
+        self._role_index(env)
+        if env.trace is None:
+            env.trace, self._blind = [], True  # this round's turns are unknown: the next delta lists roles
+        elif env.trace is not self._seen:
+            self._seen = env.trace
+            self._note_turns(env.trace)
+        if env.interventions:
+            self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
+        self._note_deliveries(env)
+
     def write(self, env: Environment) -> Path:
         """Write the checkpoint of ``env``'s current round (call between rounds)."""
+        self.note(env)
         full = self._full_round is None or env.round - self._full_round >= self.every
         if full:
             self._full_round = env.round
             self._roles.clear()
+            self._expect.clear()
             self._env = _EnvMark()
-        new_rows: list[str] = []
+        new_rows = self._pending_rows
         parts = [f'"version":{FORMAT},"round":{env.round},"kind":"{"full" if full else "delta"}"']
-        parts.extend(self._env_parts(env, new_rows))
-        roles = [entry for role in env.roles.values() if (entry := self._role_entry(role, new_rows))]
+        parts.extend(self._env_parts(env, new_rows, full=full))
+        if not full and not self._blind:
+            parts.append(f'"ops":[{",".join(map(str, self._ops))}]')
+        roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
         parts.append('"roles":{' + ",".join(roles) + "}")
         parts.append(f'"rows":{len(self._held)}')
+        self._ops.clear()
+        self._deliveries.clear()
+        self._blind = False
         if new_rows:
             with (self.folder / MESSAGES).open("a", encoding="utf-8") as handle:
                 handle.write("".join(new_rows))
                 handle.flush()
                 os.fsync(handle.fileno())
+            new_rows.clear()
         path = round_file(self.folder, env.round)
         write_atomic(path, "{" + ",".join(parts) + "}\n")
         self.round = env.round
         return path
+
+    # -- what the bus did -----------------------------------------------------------------------
+
+    def _role_index(self, env: Environment) -> dict[str, int]:
+        if len(self._index) != len(env.roles):
+            self._index = {name: i for i, name in enumerate(env.roles)}
+        return self._index
+
+    def _note_turns(self, trace: list[tuple[str, str, Any, int]]) -> None:
+        """Record the default turns of replayable roles: observe (code 0), act (code 1 with its row)."""
+        expect, index, ops = self._expect, self._index, self._ops
+        for kind, name, detail, remembered in trace:
+            expected = expect.get(name)
+            if expected is None or kind == "think":
+                continue
+            if kind == "observe":
+                ops += (0, index[name])
+                expected[0] += remembered
+                expected[2], expected[3], expected[4] = 0, None, detail
+            else:
+                ops += (1, index[name], -1 if detail is None else self._row(detail, self._pending_rows))
+                expected[0] += detail is not None
+
+    def _note_deliveries(self, env: Environment) -> None:
+        """Record each message published since the last note with the roles it reached."""
+        history = env.history
+        if len(history) <= self._noted_history:
+            self._noted_history = len(history)
+            return
+        index, expect, out, row = self._role_index(env), self._expect, self._deliveries, self._row
+        for message in history.get(len(history) - self._noted_history):
+            recipients = env.recipients(message)
+            out += (row(message, self._pending_rows), len(recipients))
+            for role in recipients:
+                out.append(index[role.name])
+                expected = expect.get(role.name)
+                if expected is not None:
+                    expected[2] += 1
+                    expected[3] = message
+        self._noted_history = len(history)
 
     # -- encoding --------------------------------------------------------------------------------
 
@@ -169,13 +295,14 @@ class CheckpointWriter:
             f'"send_to":[{send_to}]}}'
         )
 
-    def _env_parts(self, env: Environment, new_rows: list[str]) -> list[str]:
+    def _env_parts(self, env: Environment, new_rows: list[str], *, full: bool) -> list[str]:
         mark, history = self._env, env.history
         parts = [f'"rng":{json.dumps(rng_state(env.rng))}']
-        if mark.history < 0 or history._edits != mark.edits or len(history) < mark.history:
+        if full or history._edits != mark.edits or len(history) < mark.history:
             parts.append(f'"history":{self._rows_of(history, new_rows)}')
-        elif len(history) > mark.history:
-            parts.append(f'"history_add":{self._rows_of(history.get(len(history) - mark.history), new_rows)}')
+            self._blind = self._blind or not full  # an edited history: the deliveries do not tell the story
+        else:
+            parts.append(f'"deliveries":[{",".join(map(str, self._deliveries))}]')
         dead = env.dead_letters[mark.dead_letters :]
         parts.append(f'"dead_letters_add":{self._rows_of(dead, new_rows)}')
         events = [e.model_dump(mode="json") for e in env.events[mark.events :]]
@@ -185,6 +312,26 @@ class CheckpointWriter:
             len(history), history._edits, len(env.dead_letters), len(env.events), len(env.ledger.entries)
         )
         return parts
+
+    # -- roles ----------------------------------------------------------------------------------
+
+    def _role_entries(self, env: Environment, new_rows: list[str], *, replayed: bool) -> list[str]:
+        """Entries for the roles a replay of ``ops`` and ``deliveries`` would not rebuild exactly."""
+        entries, expect = [], self._expect
+        for role in env.roles.values():
+            expected = expect.get(role.name)
+            if replayed and expected is not None and _replays(role, expected):
+                continue
+            if expected is not None:
+                self._roles.pop(role.name, None)  # its mark predates the replayed rounds: write it whole
+            entry = self._role_entry(role, new_rows)
+            if entry:
+                entries.append(entry)
+            if _replayable(role):
+                expect[role.name] = _signature(role)
+            else:
+                expect.pop(role.name, None)
+        return entries
 
     def _role_entry(self, role: Role, new_rows: list[str]) -> str:
         """The role's JSON entry (``"name":{...}``) if it changed since the last checkpoint, else ``""``.
@@ -232,133 +379,6 @@ class CheckpointWriter:
             None if buffer else news,
         )
         return f"{self._enc(role.name)}:{{{','.join(parts)}}}"
-
-
-# -- reading ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Restored:
-    """A checkpoint read back: the state, its round, and the message table it used."""
-
-    state: EnvironmentState
-    round: int
-    path: Path
-    rows: list[Message] = field(default_factory=list)
-
-
-@dataclass
-class _Replay:
-    """The state being rebuilt from a full snapshot and the deltas after it."""
-
-    record: dict[str, Any]
-    roles: dict[str, dict[str, Any]]
-
-
-def load_checkpoint(folder: Path, *, through_round: int | None = None) -> Restored:
-    """The newest complete checkpoint in ``folder`` (up to ``through_round``); torn ones are skipped with a warning.
-
-    Raises:
-        ConfigError: If the folder holds no readable checkpoint (up to ``through_round``).
-    """
-    paths = sorted(folder.glob("round-*.json"))
-    if through_round is not None:
-        paths = [p for p in paths if int(p.stem.partition("-")[2]) <= through_round]
-    table = _read_table(folder / MESSAGES)
-    replay: _Replay | None = None
-    best: tuple[_Replay, Path, int] | None = None
-    for path in paths:
-        record = _read_record(path, len(table))
-        if record is None or (record["kind"] == "delta" and replay is None):
-            replay = None  # the chain is broken until the next full snapshot
-            continue
-        replay = _apply(replay, record)
-        best = (_copy(replay), path, record["rows"])
-    if best is None:
-        upto = "" if through_round is None else f" up to round {through_round}"
-        raise ConfigError(f"no readable checkpoint in {str(folder)!r}{upto}; run with checkpoints=... first")
-    done, path, used = best
-    rows = [Message.model_validate(json.loads(line)) for line in table[:used]]
-    return Restored(state=_materialise(done, rows), round=done.record["round"], path=path, rows=rows)
-
-
-def _read_table(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    elif lines:
-        lines.pop()  # a torn last row: no complete checkpoint refers to it
-    return lines
-
-
-def _read_record(path: Path, table_rows: int) -> dict[str, Any] | None:
-    try:
-        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("version") != FORMAT or record["rows"] > table_rows:
-            raise ValueError(f"format {record.get('version')!r} or rows {record['rows']} beyond the table")
-    except (OSError, ValueError, KeyError) as exc:
-        warn(f"checkpoint {path.name} is unreadable ({type(exc).__name__}); using an earlier one", stacklevel=3)
-        return None
-    return record
-
-
-def _apply(replay: _Replay | None, record: dict[str, Any]) -> _Replay:
-    if record["kind"] == "full" or replay is None:
-        replay = _Replay(record={"history": [], "dead_letters": [], "events": [], "ledger": []}, roles={})
-    state = replay.record
-    state["round"], state["rng"] = record["round"], record["rng"]
-    if "history" in record:
-        state["history"] = list(record["history"])
-    for key in ("history", "dead_letters", "events", "ledger"):
-        state[key] = state[key] + record.get(f"{key}_add", [])
-    for name, entry in record["roles"].items():
-        if "state_dict" in entry:
-            replay.roles[name] = {"state_dict": entry["state_dict"]}
-            continue
-        role = replay.roles.setdefault(name, {})
-        role.pop("state_dict", None)
-        added = entry.pop("memory_add", None)
-        role.update(entry)
-        if added:
-            role["memory"] = role["memory"] + added
-    return replay
-
-
-def _copy(replay: _Replay) -> _Replay:
-    return _Replay(record=dict(replay.record), roles={name: dict(role) for name, role in replay.roles.items()})
-
-
-def _materialise(replay: _Replay, rows: list[Message]) -> EnvironmentState:
-    state = replay.record
-    roles = []
-    for name, role in replay.roles.items():
-        if "state_dict" in role:
-            roles.append(role["state_dict"])
-            continue
-        roles.append(
-            {
-                "name": name,
-                "cls": role.get("cls", ""),
-                "addresses": role["addresses"],
-                "watch": role["watch"],
-                "state": role["state"],
-                **{key: [rows[r] for r in role[key]] for key in ("buffer", "memory", "working_memory")},
-                "news": [rows[r].id for r in role["news"]],
-            }
-        )
-    return EnvironmentState.model_validate(
-        {
-            "round": state["round"],
-            "roles": roles,
-            "history": [rows[r] for r in state["history"]],
-            "dead_letters": [rows[r] for r in state["dead_letters"]],
-            "events": state["events"],
-            "ledger": state["ledger"],
-            "rng": state["rng"],
-        }
-    )
 
 
 def _truncate_lines(path: Path, count: int) -> None:

@@ -146,8 +146,10 @@ class Environment:
         self.events: list[EnvEvent] = []
         self.round = 0
         self.rng = random.Random(seed)
-        self.trace: list[tuple[str, str, Any]] | None = None
-        """Turn steps (observe, think, act) as ``(kind, role, detail)`` while an event log keeps them."""
+        self.trace: list[tuple[str, str, Any, int]] | None = None
+        """The last round's turn steps as ``(kind, role, detail, remembered)`` — observe (news, and
+        how many messages went to memory), think (the action), act (the message) — while an event
+        log or a checkpoint writer wants them (``None`` otherwise). Each round starts a new list."""
         self._members: list[Role] = []
         self._index: dict[str, list[Role]] = {}
         self._ready: list[Role] = []
@@ -398,6 +400,8 @@ class Environment:
         if self._in_round:
             raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
         self.round += 1
+        if self.trace is not None:
+            self.trace = []
         ready = self._take_ready()
         failures: list[tuple[Role, Exception]] = []
         self._in_round = True
@@ -481,6 +485,15 @@ class Environment:
             role = self.roles[role_state.name]
             role.load_state(role_state)
             self.reindex(role)
+            if not role.rc.msg_buffer.empty():
+                self.mark_ready(role)
+
+    def rebuild_ready(self) -> None:
+        """Recompute which roles have buffered messages to observe (after their buffers were restored)."""
+        for role in self._ready:
+            role._ready = False
+        self._ready = []
+        for role in self._members:
             if not role.rc.msg_buffer.empty():
                 self.mark_ready(role)
 

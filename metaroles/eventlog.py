@@ -75,7 +75,10 @@ class EventLog:
         self.seq = kept[-1]["seq"] if kept else 0
         self._names: dict[str, str] = {}
         self._send_to: dict[frozenset[str], str] = {}
-        env.trace = [] if turns else None
+        self.turns = turns
+        if turns and env.trace is None:
+            env.trace = []
+        self._seen: object = env.trace  # a trace already there belongs to rounds before this log
         self._mark()
 
     def _mark(self) -> None:
@@ -83,8 +86,6 @@ class EventLog:
         self._history = len(env.history)
         self._ledger = len(env.ledger.entries)
         self._events = len(env.events)
-        if env.trace is not None:
-            env.trace.clear()
 
     def _name(self, text: str) -> str:
         """JSON of a recurring string (role, action), memoised."""
@@ -99,7 +100,9 @@ class EventLog:
         numbers = itertools.count(self.seq + 1)
         head = f',"round":{env.round},"kind":'
         lines = [f'{{"seq":{next(numbers)}{head}"round_start"}}\n']
-        self._turn_lines(lines, numbers, head)
+        if self.turns and env.trace is not None and env.trace is not self._seen:
+            self._seen = env.trace
+            self._turn_lines(lines, numbers, head)
         if len(env.history) > self._history:
             self._message_lines(lines, numbers, head, env.history.get(len(env.history) - self._history))
         for entry in env.ledger.entries[self._ledger :]:
@@ -117,7 +120,7 @@ class EventLog:
     def _turn_lines(self, lines: list[str], numbers: Iterator[int], head: str) -> None:
         """Observe (the news), think (the action chosen) and act (the message produced) events."""
         names, name, enc, add = self._names, self._name, encode_basestring, lines.append
-        for kind, role, detail in self.env.trace or ():
+        for kind, role, detail, _ in self.env.trace or ():
             who = names.get(role) or name(role)
             if kind == "observe":
                 ids = ",".join([enc(m.id) for m in detail])

@@ -67,6 +67,10 @@ class MessageQueue(_Waitable):
             self._wake()
         return True
 
+    def last(self) -> Message | None:
+        """The newest buffered message, or ``None`` when empty."""
+        return self._queue[-1] if self._queue else None
+
     def pop(self) -> Message | None:
         """Remove and return the oldest message, or ``None`` when empty."""
         if not self._queue:

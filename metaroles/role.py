@@ -56,7 +56,7 @@ class RoleHost(Protocol):
     """What a role needs from the Environment it lives in."""
 
     ledger: CostLedger
-    trace: list[tuple[str, str, Any]] | None
+    trace: list[tuple[str, str, Any, int]] | None
 
     def publish_message(self, message: Message) -> None:
         """Route ``message`` to its recipients."""
@@ -77,6 +77,7 @@ class RoleContext:
         "msg_buffer",
         "news",
         "react_mode",
+        "remembered",
         "state",
         "todo",
         "watch",
@@ -93,6 +94,7 @@ class RoleContext:
         self.todo: Action | None = None
         self.watch: set[str] = set()
         self.news: list[Message] = []
+        self.remembered = 0  # how many messages the last observation added to memory (news or not)
         self.react_mode = react_mode
         self.max_react_loop = max_react_loop
 
@@ -313,11 +315,12 @@ class Role:
         """Record a turn step (observe, think, act) in the environment's trace, if it keeps one."""
         env = self.rc.env
         if env is not None and env.trace is not None:
-            env.trace.append((kind, self.name, detail))
+            env.trace.append((kind, self.name, detail, self.rc.remembered if kind == "observe" else 0))
 
     def _take_news(self) -> int:
         rc = self.rc
         new = rc.memory.remember_new(rc.msg_buffer.pop_all())
+        rc.remembered = len(new)
         watch, name = rc.watch, self.name
         rc.news = news = [m for m in new if m.cause_by in watch or name in m.send_to]
         return len(news)
@@ -470,13 +473,7 @@ class Role:
         """One turn: observe, react, publish. Returns the published response, if any."""
         if with_message is not None:
             self.put_message(Message(with_message) if isinstance(with_message, str) else with_message)
-        rc = self.rc
-        if (
-            self._plain_turn
-            and len(self.actions) <= 1
-            and rc.max_react_loop == 1
-            and rc.react_mode is not RoleReactMode.PLAN_AND_ACT
-        ):
+        if self.takes_plain_turn:
             return await self._plain_single_turn()
         observed = await self._observe()
         self._trace("observe", self.rc.news)
@@ -486,6 +483,17 @@ class Role:
         self.rc.todo = None
         self.publish_message(response)
         return response
+
+    @property
+    def takes_plain_turn(self) -> bool:
+        """Whether a turn is the default one: observe, run the one action, remember and publish its answer."""
+        rc = self.rc
+        return (
+            self._plain_turn
+            and len(self.actions) <= 1
+            and rc.max_react_loop == 1
+            and rc.react_mode is not RoleReactMode.PLAN_AND_ACT
+        )
 
     async def _plain_single_turn(self) -> Message | None:
         """The default turn of a role with at most one action whose class overrides no turn hook.
@@ -497,18 +505,18 @@ class Role:
         trace = rc.env.trace if rc.env is not None else None
         observed = self._take_news()
         if trace is not None:
-            trace.append(("observe", self.name, rc.news))
+            trace.append(("observe", self.name, rc.news, rc.remembered))
         if not observed or not self.actions:
             return None
         todo = rc.todo = self.actions[0]
         rc.state = 0
         if trace is not None:
-            trace.append(("think", self.name, todo))
+            trace.append(("think", self.name, todo, 0))
         message = self._to_message(await self._run_action(todo), todo)
         if message is not None:
             rc.memory.add(message)
         if trace is not None:
-            trace.append(("act", self.name, message))
+            trace.append(("act", self.name, message, 0))
         rc.state, rc.todo = -1, None
         if message is not None and rc.env is not None:
             rc.env.publish_message(message)

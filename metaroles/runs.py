@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
-from metaroles.checkpoint import load_checkpoint
 from metaroles.environment import EnvironmentState
 from metaroles.eventlog import read_events
 from metaroles.exceptions import ConfigError
 from metaroles.message import Message
+from metaroles.restore import checkpoint_history
 from metaroles.scenario import CHECKPOINTS, EVENTS, STATE, message_rounds
 
 
@@ -53,7 +53,7 @@ def _history(run_dir: Path) -> list[Message]:
     if (run_dir / STATE).is_file():
         return EnvironmentState.model_validate_json((run_dir / STATE).read_text(encoding="utf-8")).history
     if (run_dir / CHECKPOINTS).is_dir():
-        return load_checkpoint(run_dir / CHECKPOINTS).state.history
+        return checkpoint_history(run_dir / CHECKPOINTS)
     raise ConfigError(f"{str(run_dir)!r} holds no {STATE} and no {CHECKPOINTS}/; pass a run directory")
 
 

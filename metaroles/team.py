@@ -13,13 +13,14 @@ from warnings import warn
 
 from pydantic import BaseModel
 
-from metaroles.checkpoint import CheckpointWriter, load_checkpoint
+from metaroles.checkpoint import CheckpointWriter
 from metaroles.environment import Environment
 from metaroles.eventlog import EventLog, copy_events
 from metaroles.exceptions import ConfigError, InvalidValueError, UnknownRoleError
 from metaroles.ledger import Budget, CostLedger, Spend
 from metaroles.llm import LLM
 from metaroles.message import Message
+from metaroles.restore import restore_checkpoint
 from metaroles.role import Role
 from metaroles.schema import BROADCAST, to_addresses
 
@@ -206,8 +207,7 @@ class Team:
         Raises:
             ConfigError: If the folder holds no readable checkpoint.
         """
-        restored = load_checkpoint(Path(checkpoints))
-        self.env.load_state(restored.state)
+        restored = restore_checkpoint(Path(checkpoints), self.env)
         self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
         return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
 
@@ -234,11 +234,10 @@ class Team:
             ConfigError: If the parent has no readable checkpoint up to ``from_round``, or
                 ``checkpoints`` already holds a run.
         """
-        restored = load_checkpoint(Path(parent), through_round=from_round)
+        writer = _fresh_writer(Path(checkpoints))
+        restored = restore_checkpoint(Path(parent), self.env, through_round=from_round)
         if restored.round != from_round:
             warn(f"the parent has no checkpoint of round {from_round}; forking from {restored.round}", stacklevel=2)
-        writer = _fresh_writer(Path(checkpoints))
-        self.env.load_state(restored.state)
         if events is not None and parent_events is not None:
             copy_events(Path(parent_events), Path(events), through_round=restored.round)
         self._checkpoints = writer
