@@ -1,8 +1,9 @@
 """What the run's event log and checkpoints cost on the ring (R=1000 roles, K=10 rounds).
 
 Modes: off; the full event log (publish, deliver, observe, think, act...); an incremental
-checkpoint each round; both (what a scenario run does by default); and the light setting for
-large societies (no turn events, a checkpoint every 10 rounds). The modes run interleaved, five
+checkpoint each round; both (what a scenario run does by default); the log without turn events
+and a checkpoint each round; and the light setting for large societies (no turn events, a
+checkpoint every 10 rounds). The modes run interleaved, five
 times each after a warm-up, and each slowdown is the median of the ratios to the "off" run of the
 same repetition, so the machine's drift does not leak into the figures.
 Run: ``python bench/runlog.py``.
@@ -29,6 +30,7 @@ MODES = {  # name: (event log with turn events?, checkpoint every N rounds)
     "log": (True, None),
     "checkpoint": (None, 1),
     "log+checkpoint": (True, 1),
+    "messages+checkpoint": (False, 1),
     "light": (False, 10),
 }
 
@@ -44,8 +46,10 @@ async def run(mode: str) -> float:
         await env.run_round()
         if log is not None:
             log.round_done()
-        if checkpoints is not None and env.round % every == 0:
-            checkpoints.write(env)
+        if checkpoints is not None:
+            checkpoints.note(env)  # every round: the turns and deliveries the next delta replays
+            if env.round % every == 0:
+                checkpoints.write(env)
     return ROLES * ROUNDS / (time.perf_counter() - start)
 
 

@@ -229,7 +229,7 @@ class CheckpointWriter:
 
     def _note_turns(self, trace: list[tuple[str, str, Any, int]]) -> None:
         """Record the default turns of replayable roles: observe (code 0), act (code 1 with its row)."""
-        expect, index, ops = self._expect, self._index, self._ops
+        expect, index, ops, rows = self._expect, self._index, self._ops, self._rows
         for kind, name, detail, remembered in trace:
             expected = expect.get(name)
             if expected is None or kind == "think":
@@ -238,9 +238,12 @@ class CheckpointWriter:
                 ops += (0, index[name])
                 expected[0] += remembered
                 expected[2], expected[3], expected[4] = 0, None, detail
+            elif detail is None:
+                ops += (1, index[name], -1)
             else:
-                ops += (1, index[name], -1 if detail is None else self._row(detail, self._pending_rows))
-                expected[0] += detail is not None
+                row = rows.get(id(detail))
+                ops += (1, index[name], self._row(detail, self._pending_rows) if row is None else row)
+                expected[0] += 1
 
     def _note_deliveries(self, env: Environment) -> None:
         """Record each message published since the last note with the roles it reached."""

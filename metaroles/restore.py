@@ -120,7 +120,7 @@ def _snapshot(record: dict[str, Any], rows: list[Message]) -> EnvironmentState:
                 "watch": entry["watch"],
                 "state": entry["state"],
                 **{key: [rows[r] for r in entry[key]] for key in ("buffer", "memory", "working_memory")},
-                "news": [rows[r].id for r in entry["news"]],
+                "news": [rows[r] for r in entry["news"]],
             }
         )
     return EnvironmentState.model_validate(
@@ -188,6 +188,6 @@ def _apply_entry(role: Role, entry: dict[str, Any], rows: list[Message]) -> None
         buffer=[rows[r] for r in entry["buffer"]],
         memory=memory,
         working_memory=rc.working_memory.storage if working is None else [rows[r] for r in working],
-        news=[rows[r].id for r in entry["news"]],
+        news=[rows[r] for r in entry["news"]],
     )
     role.load_state(state)

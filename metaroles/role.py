@@ -120,7 +120,8 @@ class RoleState(BaseModel):
     buffer: list[Message] = Field(default_factory=list)
     memory: list[Message] = Field(default_factory=list)
     working_memory: list[Message] = Field(default_factory=list)
-    news: list[str] = Field(default_factory=list)
+    news: list[Message | str] = Field(default_factory=list)
+    """The last observation's news (ids, in states saved before news were kept whole)."""
     long_term: str | None = None
     """The id under which the role's long-term memory was persisted, if it has one."""
     brain: BrainMemory | None = None
@@ -536,7 +537,7 @@ class Role:
             buffer=rc.msg_buffer.peek_all(),
             memory=rc.memory.storage,
             working_memory=rc.working_memory.storage,
-            news=[m.id for m in rc.news],
+            news=list(rc.news),
             long_term=self._persist_long_term(),
             brain=self.brain_memory,
         )
@@ -566,11 +567,22 @@ class Role:
         rc.working_memory = Memory(state.working_memory)
         rc.watch = set(state.watch)
         by_id = {m.id: m for m in state.memory}
-        rc.news = [by_id[i] for i in state.news if i in by_id]
+        rc.news = _restored_news(state.news, by_id)
         self.addresses = frozenset(state.addresses)
         if state.brain is not None:
             self.brain_memory = state.brain
         self._set_state(state.state)
+
+
+def _restored_news(saved: list[Message | str], memory: dict[str, Message]) -> list[Message]:
+    """The news of a saved state, sharing the remembered instances (an old state saved only ids)."""
+    news = []
+    for item in saved:
+        if isinstance(item, Message):
+            news.append(memory.get(item.id, item))
+        elif item in memory:
+            news.append(memory[item])
+    return news
 
 
 def _choice_model(count: int) -> type[BaseModel]:

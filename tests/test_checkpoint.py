@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from metaroles import Action, Environment, Intervention, Message, Role, UserRequirement
 from metaroles.checkpoint import MESSAGES, CheckpointWriter, round_file
-from metaroles.restore import checkpoint_history, restore_checkpoint
 from metaroles.exceptions import ConfigError
+from metaroles.restore import checkpoint_history, restore_checkpoint
 
 
 class Echo(Action):
