@@ -172,6 +172,8 @@ def run(
     record: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="record every model call here")] = None,
     replay: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="answer from a recorded cassette")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="scenario option")] = None,
+    checkpoint_every: Annotated[int, typer.Option(min=1, help="a checkpoint every N rounds (1: each round)")] = 1,
+    log_turns: Annotated[bool, typer.Option(help="log observe/think/act events of every turn")] = True,
     out: Annotated[Path | None, typer.Option(help="run directory (default: RUNS_DIR/NAME-STAMP-ID)")] = None,
     runs_dir: Annotated[Path, typer.Option(help="where run directories go")] = Path("runs"),
     no_save: Annotated[bool, typer.Option("--no-save", help="write no run directory")] = False,
@@ -195,6 +197,8 @@ def run(
         idea=idea if idea is not None else settings.get("idea"),
         seed=seed,
         budget=budget if budget is not None else settings.get("budget"),
+        checkpoint_every=checkpoint_every,
+        log_turns=log_turns,
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     named = f"replay:{replay}" if replay is not None else chosen or "auto"

@@ -59,6 +59,17 @@ def render(events: list[Event], path: Path, *, title: str = "") -> Path:
     sizes = _node_sizes(graph, big=big)
     _draw_edges(graph, positions, axes, actions, sizes)
     _draw_nodes(graph, positions, axes, sizes, big=big)
+    if not big:  # message counts on the edges; at 50 roles they would only be noise
+        counts = {(a, b): d["count"] for a, b, d in graph.edges(data=True) if a != b}
+        nx.draw_networkx_edge_labels(
+            graph,
+            positions,
+            edge_labels=counts,
+            connectionstyle="arc3,rad=0.12",
+            font_size=9,
+            ax=axes,
+            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85},
+        )
     _legend(graph, axes, actions)
     rounds = max((e["round"] for e in events), default=0)
     subtitle = f"{graph.number_of_nodes()} roles · {sum(d['count'] for *_, d in graph.edges(data=True))} deliveries"
@@ -87,7 +98,7 @@ def _node_sizes(graph: nx.DiGraph, *, big: bool) -> dict[Any, float]:
     """Area per node: grows with the messages it sent."""
     sent = {node: sum(d["count"] for *_, d in graph.out_edges(node, data=True)) for node in graph.nodes()}
     most = max(sent.values(), default=1) or 1
-    return {n: (120 if big else 900) + (380 if big else 1600) * sent[n] / most for n in graph.nodes()}
+    return {n: (120 if big else 2000) + (380 if big else 1400) * sent[n] / most for n in graph.nodes()}
 
 
 def _draw_edges(

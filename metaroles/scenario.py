@@ -136,6 +136,10 @@ class RunOptions:
     """Seeds the environment's random source (``env.rng``)."""
     budget: float | None = None
     """Money budget: the run stops cleanly once the ledger reaches it."""
+    checkpoint_every: int = 1
+    """A checkpoint every this many rounds (and where the run stops)."""
+    log_turns: bool = True
+    """Log each turn's observe, think and act events (off: publishes, deliveries, calls, errors)."""
 
 
 def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> ScenarioPlan:
@@ -144,6 +148,8 @@ def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> Scenari
         plan.team.env.rng.seed(run.seed)
     if run.budget is not None:
         plan.team.invest(run.budget)
+    plan.team.checkpoint_every = run.checkpoint_every
+    plan.team.log_turns = run.log_turns
     return ScenarioPlan(
         team=plan.team,
         idea=plan.idea if run.idea is None else run.idea,
@@ -206,6 +212,8 @@ async def run_scenario(
         "idea": plan.idea,
         "seed": run.seed,
         "budget": run.budget,
+        "checkpoint_every": run.checkpoint_every,
+        "log_turns": run.log_turns,
         **(manifest or {}),
         **provenance(),
     }
@@ -246,7 +254,13 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 def _rebuild(manifest: dict[str, Any], llm: LLM, changes: dict[str, Any] | None = None) -> ScenarioPlan:
     module = load_scenario(manifest["scenario"])
     config = module.Config.model_validate({**manifest["config"], **(changes or {})})
-    run = RunOptions(rounds=manifest["n_round"], seed=manifest.get("seed"), budget=manifest.get("budget"))
+    run = RunOptions(
+        rounds=manifest["n_round"],
+        seed=manifest.get("seed"),
+        budget=manifest.get("budget"),
+        checkpoint_every=manifest.get("checkpoint_every", 1),
+        log_turns=manifest.get("log_turns", True),
+    )
     return _plan(module, config, llm, run)
 
 

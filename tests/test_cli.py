@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import anyio
 from typer.testing import CliRunner
 
 from metaroles.cli import app
@@ -147,3 +148,31 @@ def test_resume_and_graph_as_a_subprocess(tmp_path):
     assert resumed.returncode == 0 and "stopped (idle)" in resumed.stdout
     graph = subprocess.run([*cli, "graph", str(out), "--format", "svg"], capture_output=True, text=True)
     assert graph.returncode == 0 and (out / "flow.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_replay_a_recorded_cassette_with_no_model(tmp_path):
+    cassette = tmp_path / "debate.jsonl"
+    first = invoke("run", "debate", "--llm", "test:6", "--set", "turns=1", "--record", str(cassette), "--no-save")
+    replayed = invoke("run", "debate", "--replay", str(cassette), "--set", "turns=1", "--out", str(tmp_path / "r"))
+    assert replayed.exit_code == 0, replayed.output
+    def lines(output: str) -> list[str]:
+        return [line for line in output.splitlines() if line.startswith("[")]
+
+    assert lines(replayed.output) == lines(first.output) and len(lines(first.output)) == 4
+    assert json.loads((tmp_path / "r" / "manifest.json").read_text())["llm"] == f"replay:{cassette}"
+    assert invoke("run", "debate", "--replay", str(tmp_path / "none.jsonl"), "--no-save").exit_code == 2
+
+
+def test_the_progress_display_follows_the_rounds():
+    from metaroles import TestLLM
+    from metaroles.cli import _Live
+    from metaroles.scenario import load_scenario
+
+    module = load_scenario("debate")
+    plan = module.build(module.Config(turns=1), TestLLM(1))
+    live = _Live(plan.n_round, enabled=False)
+    plan.team.on_round = live
+    anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea))
+    task = live.progress.tasks[0]
+    assert task.completed == plan.team.env.round
+    assert f"{len(plan.team.env.history)} msgs" in task.fields["stats"] and "active 0/3" in task.fields["stats"]
