@@ -155,6 +155,7 @@ def test_replay_a_recorded_cassette_with_no_model(tmp_path):
     first = invoke("run", "debate", "--llm", "test:6", "--set", "turns=1", "--record", str(cassette), "--no-save")
     replayed = invoke("run", "debate", "--replay", str(cassette), "--set", "turns=1", "--out", str(tmp_path / "r"))
     assert replayed.exit_code == 0, replayed.output
+
     def lines(output: str) -> list[str]:
         return [line for line in output.splitlines() if line.startswith("[")]
 

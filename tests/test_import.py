@@ -1,7 +1,22 @@
 import subprocess
 import sys
 
-HEAVY = ("openai", "faiss", "llama_index", "ray", "torch", "redis", "networkx", "sentence_transformers", "llama_cpp")
+HEAVY = (
+    "openai",
+    "faiss",
+    "llama_index",
+    "ray",
+    "torch",
+    "redis",
+    "networkx",
+    "sentence_transformers",
+    "llama_cpp",
+    "matplotlib",
+    "typer",
+    "rich",
+    "click",
+    "yaml",
+)
 
 
 def test_import_pulls_in_no_provider_sdk_or_heavy_library():
