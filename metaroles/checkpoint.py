@@ -161,6 +161,7 @@ class CheckpointWriter:
         self._blind = True
         self._index: dict[str, int] = {}
         self._pending_rows: list[str] = []
+        self._send_to: dict[frozenset[str], str] = {}
         self.round: int | None = None
         """The round of the last checkpoint written (``None`` before the first)."""
         folder.mkdir(parents=True, exist_ok=True)
@@ -251,10 +252,11 @@ class CheckpointWriter:
         if len(history) <= self._noted_history:
             self._noted_history = len(history)
             return
-        index, expect, out, row = self._role_index(env), self._expect, self._deliveries, self._row
+        index, expect, out, rows = self._role_index(env), self._expect, self._deliveries, self._rows
         for message in history.get(len(history) - self._noted_history):
             recipients = env.recipients(message)
-            out += (row(message, self._pending_rows), len(recipients))
+            row = rows.get(id(message))
+            out += (self._row(message, self._pending_rows) if row is None else row, len(recipients))
             for role in recipients:
                 out.append(index[role.name])
                 expected = expect.get(role.name)
@@ -291,7 +293,9 @@ class CheckpointWriter:
         if not _plain(message):
             return message.model_dump_json()
         enc = self._enc
-        send_to = ",".join([enc(a) for a in sorted(message.send_to)])
+        send_to = self._send_to.get(message.send_to)
+        if send_to is None:
+            send_to = self._send_to[message.send_to] = ",".join([enc(a) for a in sorted(message.send_to)])
         return (
             f'{{"id":{encode_basestring(message.id)},"content":{encode_basestring(message.content)},'
             f'"role":"{message.role.value}","cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},'
