@@ -233,7 +233,7 @@ class CheckpointWriter:
         expect, index, ops, rows = self._expect, self._index, self._ops, self._rows
         for kind, name, detail, remembered in trace:
             expected = expect.get(name)
-            if expected is None or kind == "think":
+            if expected is None or kind not in ("observe", "act"):
                 continue
             if kind == "observe":
                 ops += (0, index[name])

@@ -128,6 +128,8 @@ class EventLog:
             elif kind == "think":
                 action = "null" if detail is None else names.get(detail._action_id) or name(detail._action_id)
                 add(f'{{"seq":{next(numbers)}{head}"think","role":{who},"action":{action}}}\n')
+            elif kind != "act":  # an agent's tool_call / tool_result: rare, spelled out
+                add(f'{{"seq":{next(numbers)}{head}{json.dumps(kind)},"role":{who},{json.dumps(detail)[1:-1]}}}\n')
             else:
                 message_id = "null" if detail is None else enc(detail.id)
                 add(f'{{"seq":{next(numbers)}{head}"act","role":{who},"message_id":{message_id}}}\n')

@@ -8,12 +8,17 @@ Every error metaroles raises on purpose derives from :class:`MetarolesError`::
     │   ├── DuplicateRoleError    a role name used twice in one Environment
     │   ├── UnknownRoleError      a role name that the Environment does not know
     │   ├── ConfigError           an unknown provider name, a script file that does not parse
-    │   └── UndeliverableError    strict mode: a message whose ``send_to`` meets no role
+    │   ├── UndeliverableError    strict mode: a message whose ``send_to`` meets no role
+    │   ├── DuplicateToolError    two tools with one name in a ToolCollection
+    │   ├── ToolArgumentsInvalid  a tool called with arguments its JSON schema rejects
+    │   └── AgentStateError       an agent asked to run from a state other than IDLE
     └── RunError                  the run itself failed; the run's state is kept
         ├── ProviderError         a model server failed past the retries, or refused the request
         ├── LLMOutputInvalid      the model's answer did not validate after the retries
         ├── ScriptExhausted       a ScriptedLLM has no response left for a role and action
-        └── RoleFailed            a role raised during a round (the original is ``__cause__``)
+        ├── RoleFailed            a role raised during a round (the original is ``__cause__``)
+        ├── ToolError             a tool could not do its job (becomes a ToolFailure observation)
+        └── ToolCallMissing       tool_choice=REQUIRED, and the model called no tool
 
 Messages name the offending value with ``!r`` and say what to do about it.
 """
@@ -47,6 +52,18 @@ class ConfigError(UserError):
 
 class UndeliverableError(UserError):
     """Strict mode: a published message whose ``send_to`` meets no role."""
+
+
+class DuplicateToolError(UserError):
+    """Two tools with one name in a ToolCollection."""
+
+
+class ToolArgumentsInvalid(InvalidValueError):
+    """A tool called with arguments its JSON schema rejects."""
+
+
+class AgentStateError(UserError):
+    """An agent asked to run from a state other than IDLE."""
 
 
 class RunError(MetarolesError):
@@ -87,3 +104,11 @@ class RoleFailed(RunError):
         super().__init__(message)
         self.role = role
         self.round = round
+
+
+class ToolError(RunError):
+    """A tool could not do its job; agents observe it as a ``ToolFailure``."""
+
+
+class ToolCallMissing(RunError):
+    """``tool_choice`` was REQUIRED and the model called no tool."""

@@ -42,7 +42,7 @@ def _calls(events: Iterable[Event]) -> dict[tuple[int, str, str], dict[str, floa
 
 
 def role_graph(events: list[Event]) -> nx.MultiDiGraph:
-    """Roles as nodes, one edge per delivery, sender → recipient.
+    """Roles as nodes, one edge per delivery, sender → recipient (and per agent tool call and result).
 
     Each edge carries the message id, its ``cause_by`` and round, and the tokens, cost and
     latency of the model calls that produced the message (its sender's calls for that action in
@@ -52,6 +52,9 @@ def role_graph(events: list[Event]) -> nx.MultiDiGraph:
     calls = _calls(events)
     graph = nx.MultiDiGraph()
     for event in events:
+        if event["kind"] in ("tool_call", "tool_result"):
+            _add_tool_edge(graph, event)
+            continue
         if event["kind"] != "deliver":
             continue
         source: Event = published.get(event["message_id"]) or {}
@@ -68,6 +71,21 @@ def role_graph(events: list[Event]) -> nx.MultiDiGraph:
             **calls.get(key, {"tokens": 0, "cost": 0.0, "latency_s": 0.0}),
         )
     return graph
+
+
+def _add_tool_edge(graph: nx.MultiDiGraph, event: Event) -> None:
+    """An agent's tool call (role → ``tool:NAME``) or its result (``tool:NAME`` → role)."""
+    tool = f"tool:{event.get('tool', '?')}"
+    ends = (event["role"], tool) if event["kind"] == "tool_call" else (tool, event["role"])
+    graph.add_edge(
+        *ends,
+        message_id=event.get("call_id", ""),
+        cause_by=event["kind"],
+        round=event["round"],
+        tokens=0,
+        cost=0.0,
+        latency_s=0.0,
+    )
 
 
 def causal_dag(events: list[Event]) -> nx.DiGraph:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from metaroles.exceptions import ConfigError, ScriptExhausted
 from metaroles.llm import LLMRequest, LLMResponse, Usage, estimate_tokens
+from metaroles.schema import Function, ToolCall
 
 _WORDS = (
     "evidence suggests clearly that careful reasoning matters more than volume and the strongest "
@@ -210,7 +211,10 @@ class ScriptedLLM:
     """A model that answers from a script: role name → action name → responses in order.
 
     ``"*"`` as a role or action matches any. A response may be a string or JSON data (dumped to
-    text). Every call is recorded in :attr:`calls`.
+    text). A mapping with ``"tool_calls"`` is a tool-calling answer: ``{"content": "...",
+    "tool_calls": [{"name": "python_execute", "arguments": {"code": "..."}, "id": "call_1"}]}``
+    (``arguments`` as an object or as the raw JSON string a model would send, even a broken one;
+    ``id`` optional). Every call is recorded in :attr:`calls`.
 
     Args:
         script: The responses.
@@ -276,7 +280,25 @@ class ScriptedLLM:
         self.calls.append(
             ScriptedCall(role=request.role, action=request.action, number=number + 1, request=request, response=text)
         )
+        if isinstance(answer, Mapping) and "tool_calls" in answer:
+            return _tool_response(answer, request, self.model, len(self.calls))
         return _response(text, request, self.model)
+
+
+def _tool_response(answer: Mapping[str, Any], request: LLMRequest, model: str, number: int) -> LLMResponse:
+    """A scripted tool-calling answer as a model would return it."""
+    calls = []
+    for i, call in enumerate(answer["tool_calls"]):
+        arguments = call.get("arguments", {})
+        raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        calls.append(
+            ToolCall(
+                id=str(call.get("id") or f"scripted_{number}_{i}"), function=Function(name=call["name"], arguments=raw)
+            )
+        )
+    content = str(answer.get("content") or "")
+    response = _response(content + "".join(c.function.arguments for c in calls), request, model)
+    return response.model_copy(update={"text": content, "tool_calls": calls or None})
 
 
 def _check_script(script: object, source: str) -> dict[str, dict[str, list[Any]]]:

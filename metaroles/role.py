@@ -10,7 +10,7 @@ A custom role needs only :meth:`Role.set_actions` and :meth:`Role._watch`, or ov
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, cast
 from warnings import warn
@@ -57,6 +57,11 @@ class RoleHost(Protocol):
 
     ledger: CostLedger
     trace: list[tuple[str, str, Any, int]] | None
+
+    @property
+    def roles(self) -> Mapping[str, Role]:
+        """The roles on the bus, by name."""
+        ...
 
     def publish_message(self, message: Message) -> None:
         """Route ``message`` to its recipients."""
