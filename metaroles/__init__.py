@@ -5,6 +5,8 @@ faiss, llama-index or ray.
 """
 
 from metaroles.action import Action, ActionResult, UserRequirement
+from metaroles.agent import BaseAgent, ReActAgent, ToolCallAgent
+from metaroles.agent_role import AgentRole, PublishMessage
 from metaroles.environment import (
     DeadLetterWarning,
     DropMessage,
@@ -15,8 +17,10 @@ from metaroles.environment import (
     RouteExplanation,
 )
 from metaroles.exceptions import (
+    AgentStateError,
     ConfigError,
     DuplicateRoleError,
+    DuplicateToolError,
     InvalidValueError,
     LLMOutputInvalid,
     MetarolesError,
@@ -24,6 +28,9 @@ from metaroles.exceptions import (
     RoleFailed,
     RunError,
     ScriptExhausted,
+    ToolArgumentsInvalid,
+    ToolCallMissing,
+    ToolError,
     UndeliverableError,
     UnknownRoleError,
     UserError,
@@ -36,6 +43,7 @@ from metaroles.offline import FunctionLLM, ScriptedLLM, TestLLM
 from metaroles.providers import resolve_llm
 from metaroles.queue import MessageQueue, PriorityMessageQueue
 from metaroles.role import Role, RoleContext, RoleReactMode, RoleState
+from metaroles.sandbox import FileRead, FileWrite, PythonExecute
 from metaroles.schema import (
     MESSAGE_ROUTE_TO_ALL,
     AgentState,
@@ -46,13 +54,18 @@ from metaroles.schema import (
     any_to_str,
 )
 from metaroles.team import StopReason, Team, TeamReport
+from metaroles.tool import BaseTool, Terminate, ToolCollection, ToolFailure, ToolResult
 
 __all__ = [
     "LLM",
     "MESSAGE_ROUTE_TO_ALL",
     "Action",
     "ActionResult",
+    "AgentRole",
     "AgentState",
+    "AgentStateError",
+    "BaseAgent",
+    "BaseTool",
     "Budget",
     "ChatMemory",
     "ChatRole",
@@ -61,9 +74,12 @@ __all__ = [
     "DeadLetterWarning",
     "DropMessage",
     "DuplicateRoleError",
+    "DuplicateToolError",
     "EnvEvent",
     "Environment",
     "EnvironmentState",
+    "FileRead",
+    "FileWrite",
     "Function",
     "FunctionLLM",
     "Intervention",
@@ -79,6 +95,9 @@ __all__ = [
     "Price",
     "PriorityMessageQueue",
     "ProviderError",
+    "PublishMessage",
+    "PythonExecute",
+    "ReActAgent",
     "Role",
     "RoleContext",
     "RoleFailed",
@@ -92,9 +111,17 @@ __all__ = [
     "StopReason",
     "Team",
     "TeamReport",
+    "Terminate",
     "TestLLM",
+    "ToolArgumentsInvalid",
     "ToolCall",
+    "ToolCallAgent",
+    "ToolCallMissing",
     "ToolChoice",
+    "ToolCollection",
+    "ToolError",
+    "ToolFailure",
+    "ToolResult",
     "UndeliverableError",
     "UnknownRoleError",
     "Usage",
