@@ -93,6 +93,28 @@ class AgentRole(Role):
         """The ``cause_by`` of this role's answers (watch it to hear the agent)."""
         return type(self.agent).action_id()
 
+    def extra_state(self) -> dict[str, Any] | None:
+        """The agent's state, step, chat and used call ids: saved with the role, restored on resume."""
+        agent = self.agent
+        return {
+            "state": agent.state.value,
+            "current_step": agent.current_step,
+            "stop_reason": agent.stop_reason,
+            "next_step_prompt": agent.next_step_prompt,
+            "messages": [m.model_dump(mode="json") for m in agent.messages],
+            "call_ids": sorted(agent._call_ids),
+        }
+
+    def load_extra_state(self, data: dict[str, Any]) -> None:
+        """Restore the agent saved by :meth:`extra_state`."""
+        agent = self.agent
+        agent.state = AgentState(data["state"])
+        agent.current_step = data["current_step"]
+        agent.stop_reason = data["stop_reason"]
+        agent.next_step_prompt = data["next_step_prompt"]
+        agent.messages = [Message.model_validate(m) for m in data["messages"]]
+        agent._call_ids = set(data["call_ids"])
+
     def _on_agent_event(self, kind: str, fields: dict[str, Any]) -> None:
         env = self.rc.env
         if env is not None and env.trace is not None:

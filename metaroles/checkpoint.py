@@ -85,6 +85,7 @@ def _replayable(role: Role) -> bool:
         and not rc.memory.ignore_id
         and type(rc.msg_buffer) is MessageQueue
         and role.brain_memory is None
+        and type(role).extra_state is Role.extra_state
     )
 
 
@@ -348,8 +349,12 @@ class CheckpointWriter:
         """
         rc = role.rc
         memory, working = rc.memory, rc.working_memory
-        if type(memory) is not Memory or role.brain_memory is not None:
-            self._roles.pop(role.name, None)  # long-term or brain memory: the role's full state each time
+        if (
+            type(memory) is not Memory
+            or role.brain_memory is not None
+            or type(role).extra_state is not Role.extra_state
+        ):
+            self._roles.pop(role.name, None)  # long-term/brain memory or extra state: the role's full state each time
             return f'{self._enc(role.name)}:{{"state_dict":{role.state_dict().model_dump_json()}}}'
         buffer, news = rc.msg_buffer.peek_all(), rc.news
         size, edits, state, watch, addresses = len(memory), memory._edits, rc.state, rc.watch, role.addresses

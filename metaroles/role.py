@@ -131,6 +131,8 @@ class RoleState(BaseModel):
     """The id under which the role's long-term memory was persisted, if it has one."""
     brain: BrainMemory | None = None
     """The role's BrainMemory (conversation, knowledge, summary), if it has one."""
+    extra: dict[str, Any] | None = None
+    """What a subclass keeps beyond the bus's state (:meth:`Role.extra_state`), e.g. an agent's chat."""
 
 
 def _check_react_mode(react_mode: object, max_react_loop: object) -> RoleReactMode:
@@ -545,7 +547,15 @@ class Role:
             news=list(rc.news),
             long_term=self._persist_long_term(),
             brain=self.brain_memory,
+            extra=self.extra_state(),
         )
+
+    def extra_state(self) -> dict[str, Any] | None:
+        """State a subclass keeps beyond the bus's, as JSON data, saved with the role (``None``: none)."""
+        return None
+
+    def load_extra_state(self, data: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` returned."""
 
     def _persist_long_term(self) -> str | None:
         memory = self.rc.memory
@@ -576,6 +586,8 @@ class Role:
         self.addresses = frozenset(state.addresses)
         if state.brain is not None:
             self.brain_memory = state.brain
+        if state.extra is not None:
+            self.load_extra_state(state.extra)
         self._set_state(state.state)
 
 

@@ -126,3 +126,19 @@ async def test_the_embedded_model_makes_a_real_tool_call_with_a_tight_schema():
     (observation,) = [m for m in agent.messages if m.role is ChatRole.TOOL]
     assert observation.tool_call_id == call.id
     assert observation.content == f"Observed output of cmd `multiply` executed:\n{arguments['a'] * arguments['b']}"
+
+
+async def test_the_agent_chat_is_checkpointed_and_comes_back_on_resume(tmp_path):
+    def team_with(agent):
+        team = Team()
+        team.hire([AgentRole(agent, send_to="Reviewer"), Role(name="Reviewer", watch=[Coder.action_id()])])
+        return team
+
+    first = coder(tmp_path, COMPUTE, DONE)
+    await team_with(first).run(1, idea="What is 6 * 7?", send_to="coder", checkpoints=tmp_path / "ck")
+    again = coder(tmp_path, DONE)
+    await team_with(again).resume(tmp_path / "ck", 1)
+    assert [m.model_dump() for m in again.messages] == [m.model_dump() for m in first.messages]
+    assert (again.state, again.current_step, again._call_ids) == (first.state, first.current_step, first._call_ids)
+    record = json.loads((tmp_path / "ck" / "round-0001.json").read_text())
+    assert "state_dict" in record["roles"]["coder"], "an agent's role is saved whole, not replayed"
