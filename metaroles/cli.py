@@ -172,8 +172,12 @@ def run(
     record: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="record every model call here")] = None,
     replay: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="answer from a recorded cassette")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="scenario option")] = None,
-    checkpoint_every: Annotated[int, typer.Option(min=1, help="a checkpoint every N rounds (1: each round)")] = 1,
-    log_turns: Annotated[bool, typer.Option(help="log observe/think/act events of every turn")] = True,
+    checkpoint_every: Annotated[
+        int | None, typer.Option(min=1, help="a checkpoint every N rounds (default: the scenario's, else 1)")
+    ] = None,
+    log_turns: Annotated[
+        bool | None, typer.Option("--log-turns/--no-log-turns", help="log observe/think/act of every turn")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="run directory (default: RUNS_DIR/NAME-STAMP-ID)")] = None,
     runs_dir: Annotated[Path, typer.Option(help="where run directories go")] = Path("runs"),
     no_save: Annotated[bool, typer.Option("--no-save", help="write no run directory")] = False,

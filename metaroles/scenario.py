@@ -136,10 +136,10 @@ class RunOptions:
     """Seeds the environment's random source (``env.rng``)."""
     budget: float | None = None
     """Money budget: the run stops cleanly once the ledger reaches it."""
-    checkpoint_every: int = 1
-    """A checkpoint every this many rounds (and where the run stops)."""
-    log_turns: bool = True
-    """Log each turn's observe, think and act events (off: publishes, deliveries, calls, errors)."""
+    checkpoint_every: int | None = None
+    """A checkpoint every this many rounds (and where the run stops); default: the scenario's, else 1."""
+    log_turns: bool | None = None
+    """Log each turn's observe, think and act events; default: the scenario's, else yes."""
 
 
 def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> ScenarioPlan:
@@ -148,8 +148,10 @@ def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> Scenari
         plan.team.env.rng.seed(run.seed)
     if run.budget is not None:
         plan.team.invest(run.budget)
-    plan.team.checkpoint_every = run.checkpoint_every
-    plan.team.log_turns = run.log_turns
+    defaults: dict[str, Any] = getattr(module, "RUN_DEFAULTS", {})
+    every = run.checkpoint_every if run.checkpoint_every is not None else defaults.get("checkpoint_every", 1)
+    plan.team.checkpoint_every = every
+    plan.team.log_turns = run.log_turns if run.log_turns is not None else defaults.get("log_turns", True)
     return ScenarioPlan(
         team=plan.team,
         idea=plan.idea if run.idea is None else run.idea,
@@ -201,7 +203,7 @@ async def run_scenario(
     module = load_scenario(name)
     config = module.Config.model_validate(options)
     plan = _plan(module, config, llm, run)
-    plan.team.on_round = on_round
+    plan.team.on_round = _with_metrics(module, out_dir, on_round)
     if out_dir is None:
         report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
         return report, plan.team
@@ -212,8 +214,8 @@ async def run_scenario(
         "idea": plan.idea,
         "seed": run.seed,
         "budget": run.budget,
-        "checkpoint_every": run.checkpoint_every,
-        "log_turns": run.log_turns,
+        "checkpoint_every": plan.team.checkpoint_every,
+        "log_turns": plan.team.log_turns,
         **(manifest or {}),
         **provenance(),
     }
@@ -228,6 +230,42 @@ async def run_scenario(
     )
     write_run_dir(out_dir, plan.team, report, record)
     return report, plan.team
+
+
+METRICS = "metrics.jsonl"
+
+
+def _with_metrics(
+    module: ModuleType, out_dir: Path | None, on_round: Callable[[Team], None] | None
+) -> Callable[[Team], None] | None:
+    """``on_round``, plus a line in ``metrics.jsonl`` per round when the scenario has ``round_metrics(team)``.
+
+    The first line written drops any from that round on (a resumed run writes them again).
+    """
+    measure = getattr(module, "round_metrics", None)
+    if measure is None or out_dir is None:
+        return on_round
+    path = out_dir / METRICS
+    started = False
+
+    def record(team: Team) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            kept = [line for line in _lines(path) if json.loads(line)["round"] < team.env.round]
+            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"round": team.env.round, **measure(team)}) + "\n")
+        if on_round is not None:
+            on_round(team)
+
+    return record
+
+
+def _lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def write_manifest(run_dir: Path, record: dict[str, Any]) -> None:
@@ -258,8 +296,8 @@ def _rebuild(manifest: dict[str, Any], llm: LLM, changes: dict[str, Any] | None 
         rounds=manifest["n_round"],
         seed=manifest.get("seed"),
         budget=manifest.get("budget"),
-        checkpoint_every=manifest.get("checkpoint_every", 1),
-        log_turns=manifest.get("log_turns", True),
+        checkpoint_every=manifest.get("checkpoint_every"),
+        log_turns=manifest.get("log_turns"),
     )
     return _plan(module, config, llm, run)
 
@@ -270,7 +308,7 @@ async def resume_scenario(
     """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint."""
     manifest = read_manifest(run_dir)
     plan = _rebuild(manifest, llm)
-    plan.team.on_round = on_round
+    plan.team.on_round = _with_metrics(load_scenario(manifest["scenario"]), run_dir, on_round)
     report = await plan.team.resume(
         run_dir / CHECKPOINTS, plan.n_round, save_to=run_dir / STATE, events=run_dir / EVENTS
     )
@@ -304,7 +342,7 @@ async def fork_scenario(
         if role_name not in plan.team.env.roles:
             raise ConfigError(f"no role named {role_name!r} in this run; roles: {sorted(plan.team.env.roles)}")
         plan.team.env.roles[role_name].set_llm(role_llm)
-    plan.team.on_round = on_round
+    plan.team.on_round = _with_metrics(load_scenario(record["scenario"]), out_dir, on_round)
     child = {
         **record,
         "config": {**record["config"], **(changes or {})},

@@ -1,0 +1,188 @@
+"""A society: N agents on a social graph exchanging opinions with their neighbours.
+
+Each agent holds an opinion in [0, 1] and, every round, tells its neighbours (addressed messages)
+what it now thinks. A rule-based agent follows the Hegselmann-Krause bounded-confidence model: its
+new opinion is the mean of its own and of the neighbours' opinions it just heard that lie within
+``epsilon`` of it. An LLM-backed agent asks its model for the new opinion with a tight schema.
+Both kinds mix on one graph (``llm_agents`` of them are LLM-backed). The graph is a
+Watts-Strogatz small world by default (``ring`` for a plain cycle). Per-round metrics — mean,
+variance, clusters — land in the run directory's ``metrics.jsonl``.
+
+This is the scale scenario: ``metaroles run society --set agents=10000 --rounds 100``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from metaroles import LLM, Action, ActionResult, Message, Role, Team, UserRequirement
+from metaroles.scenario import ScenarioPlan
+
+RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
+"""Large societies log publishes and deliveries only, and checkpoint every 10 rounds."""
+
+
+class Config(BaseModel):
+    """Options of the society."""
+
+    agents: int = Field(default=100, ge=2)
+    """How many agents."""
+    rounds: int = Field(default=30, ge=1)
+    """Rounds of opinion exchange (after the one in which everyone states an opinion)."""
+    graph: Literal["small_world", "ring"] = "small_world"
+    """The social graph: Watts-Strogatz small world, or a plain cycle."""
+    degree: int = Field(default=6, ge=2)
+    """Neighbours per agent in the small world (even)."""
+    rewire: float = Field(default=0.1, ge=0, le=1)
+    """Rewiring probability of the small world."""
+    epsilon: float = Field(default=0.25, gt=0, le=1)
+    """Confidence bound: opinions farther than this are ignored."""
+    llm_agents: int = Field(default=0, ge=0)
+    """How many agents (the first ones) ask their model instead of following the rule."""
+    opinions: list[float] | None = None
+    """Initial opinions (default: uniform random from the graph seed)."""
+    graph_seed: int = 0
+    """Seed of the graph and of the initial opinions."""
+    cluster_gap: float = Field(default=0.01, gt=0)
+    """Opinions closer than this, in sorted order, belong to one cluster."""
+
+
+class OpinionUpdate(BaseModel):
+    """An LLM-backed agent's answer."""
+
+    opinion: float = Field(ge=0, le=1)
+    """The agent's new opinion, between 0 and 1."""
+
+
+def hegselmann_krause(own: float, heard: Sequence[float], epsilon: float) -> float:
+    """The mean of ``own`` and of the ``heard`` opinions within ``epsilon`` of it."""
+    close = [own, *(o for o in heard if abs(o - own) <= epsilon)]
+    return sum(close) / len(close)
+
+
+def opinion_of(message: Message) -> float:
+    """The opinion a message carries."""
+    if isinstance(message.instruct_content, OpinionUpdate):
+        return message.instruct_content.opinion
+    return float(message.content)
+
+
+class Share(Action):
+    """Update the opinion from the news, by the rule, and say it."""
+
+    def __init__(self, agent: Agent) -> None:
+        """Act for ``agent``."""
+        super().__init__()
+        self.agent = agent
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        """Apply the bounded-confidence rule to what the neighbours just said."""
+        agent = self.agent
+        return f"{hegselmann_krause(agent.opinion, agent.heard(), agent.epsilon):.6f}"
+
+
+class Reconsider(Share):
+    """Ask the model for the new opinion (a tight schema: one number in [0, 1])."""
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        """Tell the model its opinion and what the neighbours said; take its answer."""
+        agent = self.agent
+        heard = ", ".join(f"{o:.3f}" for o in agent.heard()) or "nothing yet"
+        prompt = (
+            f"Your opinion on the question is {agent.opinion:.3f} on a scale from 0 to 1. Your neighbours said: "
+            f"{heard}. What is your opinion now?"
+        )
+        return await self.aask(prompt, output_model=OpinionUpdate)
+
+
+class Agent(Role):
+    """A member of the society: watches its neighbours' opinions and tells them its own.
+
+    Its opinion is what it last said (its initial one before that): all its state is on the bus,
+    so checkpoints replay it like any default role.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        neighbours: list[str],
+        opinion: float,
+        epsilon: float,
+        llm_backed: bool,
+        cluster_gap: float = 0.01,
+    ) -> None:
+        """Create the agent with its neighbours and initial opinion."""
+        self.initial = opinion
+        self.epsilon = epsilon
+        self.cluster_gap = cluster_gap
+        action = (Reconsider if llm_backed else Share)(self)
+        super().__init__(
+            name=name, actions=[action], watch=[UserRequirement, Share, Reconsider], send_to=set(neighbours)
+        )
+
+    @property
+    def opinion(self) -> float:
+        """What the agent last said, else its initial opinion."""
+        said = self.rc.memory.index.get(self.actions[0]._action_id, ())
+        for message in reversed(said):  # its own answer is among the newest: neighbours' come after it
+            if message.sent_from == self.name:
+                return opinion_of(message)
+        return self.initial
+
+    def heard(self) -> list[float]:
+        """The opinions in this turn's news."""
+        return [opinion_of(m) for m in self.rc.news if m.cause_by != UserRequirement.action_id()]
+
+
+def social_graph(config: Config) -> Any:
+    """The networkx graph of the society."""
+    import networkx as nx  # the graph extra; only this scenario needs it
+
+    if config.graph == "ring":
+        return nx.cycle_graph(config.agents)
+    degree = min(config.degree, config.agents - 1) // 2 * 2
+    return nx.connected_watts_strogatz_graph(config.agents, max(degree, 2), config.rewire, seed=config.graph_seed)
+
+
+def build(config: Config, llm: LLM) -> ScenarioPlan:
+    """Place the agents on the graph; a broadcast asks everyone to state an opinion."""
+    graph = social_graph(config)
+    rng = random.Random(config.graph_seed)
+    opinions = config.opinions or [rng.random() for _ in range(config.agents)]
+    if len(opinions) != config.agents:
+        raise ValueError(f"opinions has {len(opinions)} values for {config.agents} agents; give one per agent")
+    team = Team(llm=llm)
+    team.hire(
+        Agent(
+            name=f"a{i}",
+            neighbours=[f"a{j}" for j in sorted(graph.neighbors(i))],
+            opinion=opinions[i],
+            epsilon=config.epsilon,
+            llm_backed=i < config.llm_agents,
+            cluster_gap=config.cluster_gap,
+        )
+        for i in range(config.agents)
+    )
+    return ScenarioPlan(team=team, idea="State your opinion.", send_to="", n_round=config.rounds + 1)
+
+
+def round_metrics(team: Team) -> dict[str, Any]:
+    """Mean and variance of the opinions, and the clusters they form."""
+    agents = [role for role in team.env.roles.values() if isinstance(role, Agent)]
+    opinions = sorted(agent.opinion for agent in agents)
+    gap = agents[0].cluster_gap
+    clusters = 1 + sum(b - a > gap for a, b in itertools.pairwise(opinions))
+    return {
+        "mean": round(statistics.fmean(opinions), 6),
+        "variance": round(statistics.pvariance(opinions), 6),
+        "clusters": clusters,
+        "min": round(opinions[0], 6),
+        "max": round(opinions[-1], 6),
+    }
