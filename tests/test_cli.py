@@ -2,9 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import anyio
 from typer.testing import CliRunner
@@ -91,42 +92,40 @@ def test_fork_and_diff_on_the_command_line(tmp_path):
     assert invoke("diff", str(tmp_path / "a"), str(tmp_path / "c")).output.startswith("identical:")
 
 
-PLUGIN_MODULE = """
-from pydantic import BaseModel
-from metaroles.scenario import ScenarioPlan
-from metaroles import Team, Role, UserRequirement
-
-class Config(BaseModel):
-    pass
-
-def build(config, llm):
-    team = Team(llm=llm)
-    team.hire([Role(name="Solo", watch=[UserRequirement])])
-    return ScenarioPlan(team=team, idea="hi", send_to="Solo", n_round=1)
-"""
+PLUGIN = Path(__file__).resolve().parent / "plugin_pkg"
 
 
-def test_list_and_run_as_a_subprocess_including_a_plugin_scenario(tmp_path):
-    site = tmp_path / "site"
-    (site / "echo_plugin-0.1.dist-info").mkdir(parents=True)
-    (site / "echo_plugin.py").write_text(textwrap.dedent(PLUGIN_MODULE))
-    (site / "echo_plugin-0.1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: echo-plugin\nVersion: 0.1\n"
-    )
-    (site / "echo_plugin-0.1.dist-info" / "entry_points.txt").write_text("[metaroles.scenarios]\necho = echo_plugin\n")
+def test_an_installed_plugin_scenario_is_listed_and_runs(tmp_path):
+    site, source = tmp_path / "site", tmp_path / "plugin"
+    shutil.copytree(PLUGIN, source)  # the build writes next to the sources: not into the repository
+    install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+    built = subprocess.run([*install, "--target", str(site), str(source)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
     env = {**os.environ, "PYTHONPATH": str(site)}
     listed = subprocess.run([sys.executable, "-m", "metaroles", "list"], capture_output=True, text=True, env=env)
-    assert (
-        listed.returncode == 0 and "debate\tscenarios.debate" in listed.stdout and "echo\techo_plugin" in listed.stdout
-    )
+    assert listed.returncode == 0
+    assert "debate\tscenarios.debate" in listed.stdout and "echo\tmetaroles_echo.scenario" in listed.stdout
     ran = subprocess.run(
-        [sys.executable, "-m", "metaroles", "run", "echo", "--llm", "test", "--runs-dir", str(tmp_path / "runs")],
+        [
+            sys.executable,
+            "-m",
+            "metaroles",
+            "run",
+            "echo",
+            "--llm",
+            "test",
+            "--set",
+            "times=1",
+            "--out",
+            str(tmp_path / "r"),
+        ],
         capture_output=True,
         text=True,
         env=env,
     )
     assert ran.returncode == 0, ran.stderr
-    assert "[Human → Solo] hi" in ran.stdout
+    assert "[Echo → <all>] HELLO PLUG-IN !" in ran.stdout
+    assert json.loads((tmp_path / "r" / "manifest.json").read_text())["scenario"] == "echo"
     missing = subprocess.run(
         [sys.executable, "-m", "metaroles", "resume", str(tmp_path / "nope")], capture_output=True, text=True
     )
