@@ -31,6 +31,7 @@ from metaroles.scenario import (
     RunOptions,
     fork_scenario,
     known_scenarios,
+    load_scenario,
     new_run_dir,
     read_config_file,
     read_manifest,
@@ -191,6 +192,10 @@ def run(
         except MetarolesError as exc:
             raise _fail(str(exc)) from None
         name, options, settings = config.scenario, {**config.config, **options}, config.run
+    try:
+        load_scenario(name)  # a wrong name is reported before any model is loaded
+    except MetarolesError as exc:
+        raise _fail(str(exc)) from None
     seed = seed if seed is not None else settings.get("seed")
     chosen = llm or settings.get("llm")
     language_model = _model(chosen, model or settings.get("model"), base_url or settings.get("base_url"), seed, replay)

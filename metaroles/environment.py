@@ -25,6 +25,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from metaroles.exceptions import (
+    ConfigError,
     DuplicateRoleError,
     InvalidValueError,
     RoleFailed,
@@ -452,9 +453,10 @@ class Environment:
 
     def state_dict(self) -> EnvironmentState:
         """The whole environment as data (call between rounds)."""
+        shared = self.history._store
         return EnvironmentState(
             round=self.round,
-            roles=[role.state_dict() for role in self._members],
+            roles=[_by_reference(role.state_dict(), shared) for role in self._members],
             history=self.history.storage,
             dead_letters=list(self.dead_letters),
             events=list(self.events),
@@ -476,6 +478,7 @@ class Environment:
             )
         self.round = state.round
         self.history = Memory(state.history)
+        shared = self.history._store
         self.dead_letters = list(state.dead_letters)
         self.events = list(state.events)
         self.ledger.reset(state.ledger)
@@ -483,7 +486,7 @@ class Environment:
             set_rng_state(self.rng, state.rng)
         for role_state in state.roles:
             role = self.roles[role_state.name]
-            role.load_state(role_state)
+            role.load_state(_resolved(role_state, shared))
             self.reindex(role)
             if not role.rc.msg_buffer.empty():
                 self.mark_ready(role)
@@ -513,6 +516,36 @@ class Environment:
     def load(self, path: str | Path) -> None:
         """Restore a state written by :meth:`save`."""
         self.load_state(EnvironmentState.model_validate_json(Path(path).read_text(encoding="utf-8")))
+
+
+_SHARED_FIELDS = ("buffer", "memory", "working_memory", "news")
+
+
+def _by_reference(state: RoleState, history: dict[str, Message]) -> RoleState:
+    """``state`` with messages that are in the history given by id (a state file holds each message once)."""
+    update = {}
+    for field in _SHARED_FIELDS:
+        items = getattr(state, field)
+        update[field] = [m.id if isinstance(m, Message) and history.get(m.id) is m else m for m in items]
+    return state.model_copy(update=update)
+
+
+def _resolved(state: RoleState, history: dict[str, Message]) -> RoleState:
+    """``state`` with history ids replaced by the history's messages.
+
+    Raises:
+        ConfigError: If an id is not in the history (a damaged state).
+    """
+    update = {}
+    for field in _SHARED_FIELDS[:3]:
+        items = getattr(state, field)
+        missing = [m for m in items if isinstance(m, str) and m not in history]
+        if missing:
+            raise ConfigError(
+                f"state of role {state.name!r} names messages {missing[:3]} in {field} that its history lacks"
+            )
+        update[field] = [history[m] if isinstance(m, str) else m for m in items]
+    return state.model_copy(update=update)
 
 
 def rng_state(rng: random.Random) -> list[Any]:

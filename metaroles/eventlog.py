@@ -43,6 +43,24 @@ def read_events(path: Path) -> list[Event]:
     return events
 
 
+def publish_rounds(path: Path) -> dict[str, int]:
+    """Message id → the round it was published in, reading only the publish lines of a log."""
+    if not path.exists():
+        return {}
+    rounds: dict[str, int] = {}
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if '"publish"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line (read_events warns about it)
+            if event.get("kind") == "publish":
+                rounds[event["message_id"]] = event["round"]
+    return rounds
+
+
 def copy_events(source: Path, target: Path, *, through_round: int) -> None:
     """Write the events of ``source`` up to ``through_round`` into ``target`` (a fork's prefix)."""
     kept = [e for e in read_events(source) if e.get("round", 0) <= through_round]

@@ -114,6 +114,10 @@ class RoleContext:
         return self.memory.get()
 
 
+MessageRef = Annotated[str | Message, Field(union_mode="left_to_right")]
+"""A message, or (in a state an Environment saved) the id of a message in its history."""
+
+
 class RoleState(BaseModel):
     """A role's serialisable state: nothing buffered or remembered is left out."""
 
@@ -122,10 +126,13 @@ class RoleState(BaseModel):
     addresses: list[str]
     watch: list[str]
     state: int = -1
-    buffer: list[Message] = Field(default_factory=list)
-    memory: list[Message] = Field(default_factory=list)
-    working_memory: list[Message] = Field(default_factory=list)
-    news: list[Message | str] = Field(default_factory=list)
+    buffer: list[MessageRef] = Field(default_factory=list)
+    """Buffered messages. In a state an Environment saved, a string is the id of a message in its history."""
+    memory: list[MessageRef] = Field(default_factory=list)
+    """Remembered messages (ids of history messages, as for ``buffer``)."""
+    working_memory: list[MessageRef] = Field(default_factory=list)
+    """Plan-and-act step outputs (ids of history messages, as for ``buffer``)."""
+    news: list[MessageRef] = Field(default_factory=list)
     """The last observation's news (ids, in states saved before news were kept whole)."""
     long_term: str | None = None
     """The id under which the role's long-term memory was persisted, if it has one."""
@@ -571,17 +578,18 @@ class Role:
         if state.name != self.name:
             raise InvalidValueError(f"state of role {state.name!r} cannot be loaded into role {self.name!r}")
         rc = self.rc
-        rc.msg_buffer = MessageQueue(state.buffer)
+        buffer, memory, working = (_messages(state, field) for field in ("buffer", "memory", "working_memory"))
+        rc.msg_buffer = MessageQueue(buffer)
         if isinstance(rc.memory, LongtermMemory):
             Memory.clear(rc.memory)
             if state.long_term:
                 rc.memory.memory_storage.recover_memory(state.long_term)
-            Memory.add_batch(rc.memory, state.memory)
+            Memory.add_batch(rc.memory, memory)
         else:
-            rc.memory = Memory(state.memory, ignore_id=rc.memory.ignore_id)
-        rc.working_memory = Memory(state.working_memory)
+            rc.memory = Memory(memory, ignore_id=rc.memory.ignore_id)
+        rc.working_memory = Memory(working)
         rc.watch = set(state.watch)
-        by_id = {m.id: m for m in state.memory}
+        by_id = {m.id: m for m in memory}
         rc.news = _restored_news(state.news, by_id)
         self.addresses = frozenset(state.addresses)
         if state.brain is not None:
@@ -589,6 +597,22 @@ class Role:
         if state.extra is not None:
             self.load_extra_state(state.extra)
         self._set_state(state.state)
+
+
+def _messages(state: RoleState, field: str) -> list[Message]:
+    """A list of the state's messages, which must be whole (an Environment resolves history ids first).
+
+    Raises:
+        InvalidValueError: If it holds a history id.
+    """
+    items: list[Message | str] = getattr(state, field)
+    for item in items:
+        if not isinstance(item, Message):
+            raise InvalidValueError(
+                f"state of role {state.name!r} refers to message {item!r} of an environment's history in {field}; "
+                "load it with Environment.load_state, which resolves such ids"
+            )
+    return cast(list[Message], items)
 
 
 def _restored_news(saved: list[Message | str], memory: dict[str, Message]) -> list[Message]:

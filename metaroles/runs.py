@@ -7,11 +7,11 @@ from itertools import zip_longest
 from pathlib import Path
 
 from metaroles.environment import EnvironmentState
-from metaroles.eventlog import read_events
+from metaroles.eventlog import publish_rounds
 from metaroles.exceptions import ConfigError
 from metaroles.message import Message
 from metaroles.restore import checkpoint_history
-from metaroles.scenario import CHECKPOINTS, EVENTS, STATE, message_rounds
+from metaroles.scenario import CHECKPOINTS, EVENTS, STATE
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def run_messages(run_dir: Path) -> list[RunMessage]:
         ConfigError: If ``run_dir`` holds neither.
     """
     history = _history(run_dir)
-    rounds = message_rounds(read_events(run_dir / EVENTS))
+    rounds = publish_rounds(run_dir / EVENTS)
     return [
         RunMessage(
             round=rounds.get(m.id, 0),

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from metaroles.eventlog import read_events
+from metaroles.eventlog import publish_rounds
 from metaroles.exceptions import ConfigError
 from metaroles.llm import LLM
 from metaroles.message import Message
@@ -370,11 +370,6 @@ def new_run_dir(root: Path, name: str) -> Path:
     return root / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def message_rounds(events: list[dict[str, Any]]) -> dict[str, int]:
-    """Message id → the round it was published in, from a run's events."""
-    return {e["message_id"]: e["round"] for e in events if e["kind"] == "publish"}
-
-
 def transcript_markdown(title: str, messages: list[Message], rounds: dict[str, int]) -> str:
     """The transcript as Markdown, a section per round."""
     lines = [f"# {title}", ""]
@@ -395,7 +390,7 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[
     """Write transcript, report and ledger of a finished run (``Team.run`` saved its state)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     env = team.env
-    rounds = message_rounds(read_events(out_dir / EVENTS))
+    rounds = publish_rounds(out_dir / EVENTS)
     title = f"{manifest.get('scenario', 'run')} — {out_dir.name}"
     (out_dir / TRANSCRIPT).write_text(transcript_markdown(title, env.history.storage, rounds), encoding="utf-8")
     summary = {"report": report.model_dump(mode="json"), "config": manifest.get("config", {})}

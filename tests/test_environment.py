@@ -418,3 +418,19 @@ async def test_a_session_keeps_workers_across_rounds_and_leaves_no_task():
     assert started == [2, 2], "the second round woke the same two workers instead of starting new ones"
     assert sum(m.content == "done" for m in env.history) == 10
     assert len(anyio.get_running_tasks()) == tasks_before
+
+
+async def test_a_saved_state_holds_each_history_message_once(tmp_path):
+    env, a, _, _ = make_env()
+    env.publish_message(Message("hello", send_to={"a", "b"}))
+    await env.run(2)
+    a.rc.memory.add(Message("a private note"))  # not in the history: saved whole
+    saved = EnvironmentState.model_validate_json(env.save(tmp_path / "state.json").read_text())
+    memory = next(r for r in saved.roles if r.name == "a").memory
+    assert all(isinstance(m, str) for m in memory[:-1]) and isinstance(memory[-1], Message)
+    again, *_ = make_env()
+    again.load(tmp_path / "state.json")
+    assert again.state_dict().model_dump_json() == env.state_dict().model_dump_json()
+    assert again.roles["a"].rc.memory.storage[0] is again.history.storage[0], "one object, shared"
+    with pytest.raises(InvalidValueError, match=r"load it with Environment\.load_state"):
+        Role(name="a").load_state(next(r for r in saved.roles if r.name == "a"))
