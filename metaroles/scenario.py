@@ -201,6 +201,8 @@ async def run_scenario(
     """
     run = run or RunOptions()
     module = load_scenario(name)
+    if out_dir is not None and "workspace" in module.Config.model_fields and not options.get("workspace"):
+        options = {**options, "workspace": str(out_dir / "workspace")}  # artifacts go into the run directory
     config = module.Config.model_validate(options)
     plan = _plan(module, config, llm, run)
     plan.team.on_round = _with_metrics(module, out_dir, on_round)

@@ -1,0 +1,223 @@
+"""The software company's actions: PRD, design, tasks, code, tests, and running the tests.
+
+Structured outputs (PRD, design, task list, test report) are pydantic models that become the
+messages' ``instruct_content``; code and tests are files written into a workspace; the tests run
+in the sandboxed :class:`~metaroles.sandbox.PythonExecute`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from metaroles import Action, Message
+from metaroles.prompts import load_prompt, render_prompt
+from metaroles.sandbox import PythonExecute
+
+
+class PRD(BaseModel):
+    """A product requirement document."""
+
+    goal: str = Field(min_length=1, max_length=120)
+    user_stories: list[str] = Field(min_length=1, max_length=2)
+    requirements: list[str] = Field(min_length=1, max_length=3)
+
+
+class ModuleSpec(BaseModel):
+    """One module of the design."""
+
+    name: str = Field(min_length=1, max_length=30)
+    purpose: str = Field(min_length=1, max_length=100)
+
+
+class Design(BaseModel):
+    """The architect's design."""
+
+    modules: list[ModuleSpec] = Field(min_length=1, max_length=2)
+
+
+class Task(BaseModel):
+    """One engineering task: a module to write."""
+
+    module: str = Field(min_length=1, max_length=30)
+    description: str = Field(min_length=1, max_length=100)
+
+
+class TaskList(BaseModel):
+    """The project manager's tasks."""
+
+    tasks: list[Task] = Field(min_length=1, max_length=2)
+
+
+class TestReport(BaseModel):
+    """What running the tests gave."""
+
+    __test__ = False  # a report, not a pytest test class
+
+    passed: int
+    failed: int
+    errors: list[str]
+    attempt: int
+
+
+def module_file(name: str, index: int) -> str:
+    """A safe file name for a module the model named."""
+    slug = re.sub(r"[^a-z0-9_]", "_", name.lower().removesuffix(".py")).strip("_")
+    return f"{slug if slug and slug[0].isalpha() else f'module_{index}'}.py"
+
+
+def strip_fences(text: str) -> str:
+    """The code inside a Markdown fence, if the model wrapped it in one."""
+    match = re.search(r"```(?:python)?\n(.*?)```", text, flags=re.DOTALL)
+    return (match.group(1) if match else text).strip() + "\n"
+
+
+def latest(history: Sequence[Message], model: type[BaseModel]) -> BaseModel | None:
+    """The newest structured output of type ``model`` in ``history``."""
+    for message in reversed(history):
+        if isinstance(message.instruct_content, model):
+            return message.instruct_content
+    return None
+
+
+def markdown(title: str, model: BaseModel) -> str:
+    """A structured output as a Markdown document."""
+    lines = [f"# {title}", ""]
+    for field, value in model.model_dump().items():
+        lines += [f"## {field.replace('_', ' ').capitalize()}", ""]
+        items = value if isinstance(value, list) else [value]
+        lines.extend(f"- {json.dumps(v) if isinstance(v, dict) else v}" for v in items)
+        lines.append("")
+    return "\n".join(lines)
+
+
+class _Workspace(Action):
+    """An action that writes into the company's workspace."""
+
+    def __init__(self, workspace: Path) -> None:
+        """Write into ``workspace``."""
+        super().__init__()
+        self.workspace = workspace
+
+    def write(self, relative: str, text: str) -> None:
+        """Write a file in the workspace."""
+        path = self.workspace / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+class WritePRD(_Workspace):
+    """Turn the idea into a PRD (docs/prd.md)."""
+
+    async def run(self, history: Sequence[Message]) -> PRD:
+        """Ask for the PRD."""
+        prompt = render_prompt(load_prompt("actions.prompts", "write_prd.txt"), idea=history[-1].content)
+        prd = await self.aask(prompt, output_model=PRD)
+        self.write("docs/prd.md", markdown("Product requirements", prd))
+        return prd
+
+
+class WriteDesign(_Workspace):
+    """Turn the PRD into a design (docs/design.md)."""
+
+    async def run(self, history: Sequence[Message]) -> Design:
+        """Ask for the design."""
+        prd = latest(history, PRD)
+        prompt = render_prompt(
+            load_prompt("actions.prompts", "write_design.txt"), prd=prd.model_dump_json() if prd else ""
+        )
+        design = await self.aask(prompt, output_model=Design)
+        self.write("docs/design.md", markdown("Design", design))
+        return design
+
+
+class WriteTasks(_Workspace):
+    """Turn the design into one task per module (docs/tasks.md)."""
+
+    async def run(self, history: Sequence[Message]) -> TaskList:
+        """Ask for the tasks."""
+        design = latest(history, Design)
+        context = design.model_dump_json() if design else ""
+        tasks = await self.aask(
+            render_prompt(load_prompt("actions.prompts", "write_tasks.txt"), design=context), output_model=TaskList
+        )
+        self.write("docs/tasks.md", markdown("Tasks", tasks))
+        return tasks
+
+
+class WriteCode(_Workspace):
+    """Write one file per task (src/), taking the last test report's errors into account."""
+
+    async def run(self, history: Sequence[Message]) -> str:
+        """Write every module; return the list of files."""
+        tasks = latest(history, TaskList)
+        report = latest(history, TestReport)
+        feedback = (
+            f"The last test run failed with: {'; '.join(report.errors)[:600]}" if isinstance(report, TestReport) else ""
+        )
+        written = []
+        for index, task in enumerate(tasks.tasks if isinstance(tasks, TaskList) else []):
+            path = module_file(task.module, index)
+            template = load_prompt("actions.prompts", "write_code.txt")
+            code = await self.aask(render_prompt(template, path=path, task=task.description, feedback=feedback))
+            self.write(f"src/{path}", strip_fences(code))
+            written.append(path)
+        return "wrote " + ", ".join(f"src/{p}" for p in written)
+
+
+class WriteTest(_Workspace):
+    """Write a test file per module (tests/)."""
+
+    async def run(self, history: Sequence[Message]) -> str:
+        """Write the tests for every module in src/."""
+        written = []
+        for source in sorted((self.workspace / "src").glob("*.py")):
+            template = load_prompt("actions.prompts", "write_test.txt")
+            prompt = render_prompt(template, module=source.stem, code=source.read_text(encoding="utf-8")[:1500])
+            self.write(f"tests/test_{source.stem}.py", strip_fences(await self.aask(prompt)))
+            written.append(f"tests/test_{source.stem}.py")
+        return "wrote " + ", ".join(written)
+
+
+_RUNNER = r"""
+import glob, json, os, sys, traceback
+sys.path.insert(0, os.path.join(os.getcwd(), "src"))
+passed, failed, errors = 0, 0, []
+for path in sorted(glob.glob("tests/test_*.py")):
+    scope = {"__name__": "tests"}
+    try:
+        exec(compile(open(path).read(), path, "exec"), scope)
+    except BaseException as exc:
+        failed += 1
+        errors.append(f"{path}: {type(exc).__name__}: {exc}")
+        continue
+    for name, test in sorted(scope.items()):
+        if name.startswith("test_") and callable(test):
+            try:
+                test()
+                passed += 1
+            except BaseException as exc:
+                failed += 1
+                errors.append(f"{path}::{name}: {type(exc).__name__}: {exc}")
+print(json.dumps({"passed": passed, "failed": failed, "errors": errors[:10]}))
+"""
+
+
+class RunTests(_Workspace):
+    """Run the tests in the sandbox; report (test_report.json) and, if they failed, tell the engineer."""
+
+    async def run(self, history: Sequence[Message]) -> TestReport:
+        """Run every ``test_*`` function of tests/ against src/."""
+        attempt = 1 + sum(isinstance(m.instruct_content, TestReport) for m in history)
+        result = await PythonExecute(workdir=self.workspace, timeout=20)(code=_RUNNER)
+        try:
+            data = json.loads(str(result.output).strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            data = {"passed": 0, "failed": 1, "errors": [str(result.error or result.output)[:500]]}
+        report = TestReport(attempt=attempt, **data)
+        self.write("test_report.json", report.model_dump_json(indent=1))
+        return report

@@ -1,0 +1,81 @@
+"""The software company (MetaGPT's flagship): PM → Architect → Project manager → Engineer → QA.
+
+The product manager writes a PRD, the architect a design, the project manager one task per
+module (all three as ``instruct_content`` models and as Markdown in ``workspace/docs/``); the
+engineer writes one file per task into ``workspace/src/``; QA writes tests into
+``workspace/tests/``, runs them in the sandboxed Python tool and reports (``test_report.json``).
+Failures go back to the engineer, at most ``max_fix_loops`` times.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from actions.software import RunTests, TestReport, WriteCode, WriteDesign, WritePRD, WriteTasks, WriteTest
+from metaroles import LLM, Role, Team, UserRequirement
+from metaroles.scenario import ScenarioPlan
+
+
+class Config(BaseModel):
+    """Options of the company."""
+
+    idea: str = "A command-line tool that counts the words in a text file."
+    investment: float | None = Field(default=None, gt=0)
+    """Money budget of the run (the test and local models cost nothing)."""
+    max_fix_loops: int = Field(default=2, ge=0)
+    """How often failed tests go back to the engineer."""
+    workspace: str | None = None
+    """Where the artifacts go (``metaroles run`` sets the run directory's ``workspace/``)."""
+
+
+class Engineer(Role):
+    """Writes the code for the tasks, and again after failing tests (at most ``max_fix_loops`` times)."""
+
+    def __init__(self, workspace: Path, *, max_fix_loops: int) -> None:
+        """Create the engineer for ``workspace``."""
+        super().__init__(name="Engineer", actions=[WriteCode(workspace)], watch=[WriteTasks, RunTests], send_to="QA")
+        self.max_fix_loops = max_fix_loops
+
+    async def _think(self) -> bool:
+        """Code for new tasks; fix for a failing report within the budget; otherwise rest."""
+        for message in self.rc.news:
+            report = message.instruct_content
+            if not isinstance(report, TestReport) or (report.failed and report.attempt <= self.max_fix_loops):
+                return await super()._think()
+        self._set_state(-1)
+        return False
+
+
+class QA(Role):
+    """Writes the tests once code exists, then runs them; reports to the engineer and the human."""
+
+    def __init__(self, workspace: Path) -> None:
+        """Create QA for ``workspace``."""
+        super().__init__(
+            name="QA",
+            profile="QA engineer",
+            actions=[WriteTest(workspace), RunTests(workspace)],
+            watch=[WriteCode],
+            send_to={"Engineer", "Human"},
+            react_mode="by_order",
+        )
+
+
+def build(config: Config, llm: LLM) -> ScenarioPlan:
+    """Hire the company."""
+    workspace = Path(config.workspace or tempfile.mkdtemp(prefix="software-company-"))
+    team = Team(llm=llm, investment=config.investment)
+    team.hire(
+        [
+            Role(name="ProductManager", actions=[WritePRD(workspace)], watch=[UserRequirement], send_to="Architect"),
+            Role(name="Architect", actions=[WriteDesign(workspace)], watch=[WritePRD], send_to="ProjectManager"),
+            Role(name="ProjectManager", actions=[WriteTasks(workspace)], watch=[WriteDesign], send_to="Engineer"),
+            Engineer(workspace, max_fix_loops=config.max_fix_loops),
+            QA(workspace),
+            Role(name="Human", watch=[]),
+        ]
+    )
+    return ScenarioPlan(team=team, idea=config.idea, send_to="ProductManager", n_round=8 + 3 * config.max_fix_loops)
