@@ -28,11 +28,13 @@ from metaroles.llm import LLM
 from metaroles.providers import llm_from_settings
 from metaroles.scenario import (
     EVENTS,
+    PLUGIN_KINDS,
     RunOptions,
     fork_scenario,
     known_scenarios,
     load_scenario,
     new_run_dir,
+    plugins,
     read_config_file,
     read_manifest,
     resume_scenario,
@@ -383,9 +385,12 @@ def _line(message: Any) -> str:
 
 @app.command("list")
 def list_() -> None:
-    """The scenarios you can run, including those installed plug-ins contribute."""
+    """The scenarios you can run, and the roles, actions and environments plug-ins contribute."""
     for name, module in known_scenarios().items():
         typer.echo(f"{name}\t{module}")
+    for kind in PLUGIN_KINDS:
+        for name, target in plugins(kind).items():
+            typer.echo(f"{kind[:-1]}: {name}\t{target}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

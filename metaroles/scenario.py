@@ -76,6 +76,33 @@ def known_scenarios() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+PLUGIN_KINDS = ("roles", "actions", "environments")
+"""Besides scenarios, plug-ins contribute these, each through entry-point group ``metaroles.KIND``."""
+
+
+def plugins(kind: str) -> dict[str, str]:
+    """Name → ``module:attribute`` of the roles, actions or environments installed plug-ins contribute.
+
+    Raises:
+        ConfigError: On an unknown kind.
+    """
+    if kind not in PLUGIN_KINDS:
+        raise ConfigError(f"plug-in kind {kind!r} is not one of {PLUGIN_KINDS}")
+    return dict(sorted((e.name, e.value) for e in metadata.entry_points(group=f"metaroles.{kind}")))
+
+
+def load_plugin(kind: str, name: str) -> Any:
+    """The role class, action class or environment class a plug-in contributes as ``name``.
+
+    Raises:
+        ConfigError: If no installed plug-in contributes it (the message lists those that do).
+    """
+    for entry in metadata.entry_points(group=f"metaroles.{kind}"):
+        if entry.name == name:
+            return entry.load()
+    raise ConfigError(f"no plug-in contributes {kind[:-1]} {name!r}; installed: {sorted(plugins(kind))}")
+
+
 RUN_OPTIONS = ("rounds", "idea", "llm", "model", "base_url", "seed", "budget")
 """Keys of a YAML config file that set how to run, not the scenario's own options."""
 

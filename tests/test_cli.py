@@ -105,6 +105,20 @@ def test_an_installed_plugin_scenario_is_listed_and_runs(tmp_path):
     listed = subprocess.run([sys.executable, "-m", "metaroles", "list"], capture_output=True, text=True, env=env)
     assert listed.returncode == 0
     assert "debate\tscenarios.debate" in listed.stdout and "echo\tmetaroles_echo.scenario" in listed.stdout
+    for kind in ("role: echoer\tmetaroles_echo.scenario:Echoer", "action: echo\tmetaroles_echo.scenario:Echo"):
+        assert kind in listed.stdout
+    assert "environment: quiet\tmetaroles_echo.scenario:QuietEnvironment" in listed.stdout
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from metaroles.scenario import load_plugin; print(load_plugin('roles', 'echoer')().name)",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert loaded.stdout.strip() == "Echo", loaded.stderr
     ran = subprocess.run(
         [
             sys.executable,

@@ -2,7 +2,7 @@
 
 from pydantic import BaseModel
 
-from metaroles import Action, Role, Team, UserRequirement
+from metaroles import Action, Environment, Role, Team, UserRequirement
 from metaroles.scenario import ScenarioPlan
 
 
@@ -19,8 +19,22 @@ class Echo(Action):
         return history[-1].content.upper() + "!"
 
 
+class Echoer(Role):
+    """A role that echoes what it is told."""
+
+    def __init__(self, name="Echo"):
+        super().__init__(name=name, actions=[Echo], watch=[UserRequirement])
+
+
+class QuietEnvironment(Environment):
+    """An environment that runs one role at a time."""
+
+    def __init__(self, **options):
+        super().__init__(concurrency=1, **options)
+
+
 def build(config, llm):
-    """One role that echoes the idea."""
-    team = Team(llm=llm)
-    team.hire([Role(name="Echo", actions=[Echo], watch=[UserRequirement])])
+    """One role that echoes the idea, in the plug-in's environment."""
+    team = Team(env=QuietEnvironment(), llm=llm)
+    team.hire([Echoer()])
     return ScenarioPlan(team=team, idea="hello plug-in " * config.times, send_to="Echo", n_round=1)
