@@ -29,3 +29,8 @@ def test_your_own_role_example_runs_and_prints_the_reply():
 def test_every_readme_snippet_runs():
     for block in python_blocks()[1:]:
         exec(compile(block, "README.md", "exec"), {"__name__": "readme_snippet"})
+
+
+def test_the_pictures_the_readme_shows_exist():
+    pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README.read_text(encoding="utf-8"))
+    assert pictures and all((README.parent / p).is_file() for p in pictures)
