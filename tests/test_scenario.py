@@ -55,7 +55,7 @@ def test_cli_runs_a_scenario_and_prints_the_transcript(tmp_path, capsys):
 
 def test_cli_unknown_scenario_is_a_clear_error(capsys):
     assert main(["run", "nosuch", "--no-save"]) == 2
-    assert "no scenario named 'nosuch'; known scenarios: ['debate', 'society']" in capsys.readouterr().err
+    assert "no scenario named 'nosuch'; known scenarios: ['debate', 'society', 'software_company', 'werewolf']" in capsys.readouterr().err
 
 
 async def test_unknown_scenario_name():
