@@ -171,7 +171,9 @@ def run(
     model: Annotated[str | None, typer.Option(help="model name for an OpenAI-compatible server")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")] = None,
     seed: Annotated[int | None, typer.Option(help="seed of the run's random source and of the test model")] = None,
-    budget: Annotated[float | None, typer.Option(help="money budget; the run stops cleanly when it is spent")] = None,
+    budget: Annotated[
+        float | None, typer.Option("--budget", "--investment", help="money budget; the run stops cleanly when spent")
+    ] = None,
     record: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="record every model call here")] = None,
     replay: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="answer from a recorded cassette")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="scenario option")] = None,

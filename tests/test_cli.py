@@ -30,6 +30,11 @@ def test_help_is_everywhere():
         assert result.exit_code == 0 and "Usage" in result.output
 
 
+def test_investment_is_the_money_budget(tmp_path):
+    result = invoke("run", "software_company", "--llm", "test:1", "--investment", "3", "--rounds", "2", "--no-save")
+    assert result.exit_code == 0 and "of budget 3" in result.output
+
+
 def test_run_honours_rounds_idea_seed_and_budget(tmp_path):
     out = tmp_path / "run"
     result = invoke(

