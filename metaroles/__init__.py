@@ -10,9 +10,7 @@ from metaroles.agent_role import AgentRole, PublishMessage
 from metaroles.environment import (
     DeadLetterWarning,
     DropMessage,
-    EnvEvent,
     Environment,
-    EnvironmentState,
     Intervention,
     RouteExplanation,
 )
@@ -42,7 +40,8 @@ from metaroles.message import Message
 from metaroles.offline import FunctionLLM, ScriptedLLM, TestLLM
 from metaroles.providers import resolve_llm
 from metaroles.queue import MessageQueue, PriorityMessageQueue
-from metaroles.role import Role, RoleContext, RoleReactMode, RoleState
+from metaroles.role import Role
+from metaroles.role_context import RoleContext, RoleReactMode
 from metaroles.sandbox import FileRead, FileWrite, PythonExecute
 from metaroles.schema import (
     MESSAGE_ROUTE_TO_ALL,
@@ -53,6 +52,7 @@ from metaroles.schema import (
     ToolChoice,
     any_to_str,
 )
+from metaroles.state import EnvEvent, EnvironmentState, RoleState
 from metaroles.team import StopReason, Team, TeamReport
 from metaroles.tool import BaseTool, Terminate, ToolCollection, ToolFailure, ToolResult
 

@@ -29,11 +29,12 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metaroles.environment import Environment, rng_state
+from metaroles.environment import Environment
 from metaroles.memory import Memory
 from metaroles.message import Message
 from metaroles.queue import MessageQueue
 from metaroles.role import Role
+from metaroles.state import rng_state
 
 if TYPE_CHECKING:
     from metaroles.restore import Restored

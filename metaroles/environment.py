@@ -22,10 +22,9 @@ from typing import Any, Literal
 from warnings import warn
 
 import anyio
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from metaroles.exceptions import (
-    ConfigError,
     DuplicateRoleError,
     InvalidValueError,
     RoleFailed,
@@ -33,12 +32,13 @@ from metaroles.exceptions import (
     UndeliverableError,
     UnknownRoleError,
 )
-from metaroles.ledger import CostLedger, LedgerEntry
+from metaroles.ledger import CostLedger
 from metaroles.memory import Memory
 from metaroles.message import Message
-from metaroles.role import Role, RoleState
+from metaroles.role import Role
 from metaroles.rounds import WorkerPool, run_roles
 from metaroles.schema import MESSAGE_ROUTE_TO_ALL
+from metaroles.state import EnvEvent, EnvironmentState, by_reference, resolved, rng_state, set_rng_state
 
 
 class DeadLetterWarning(UserWarning):
@@ -65,16 +65,6 @@ class Intervention:
         return message
 
 
-class EnvEvent(BaseModel):
-    """A notable thing that happened on the bus (failure, dead letter, drop)."""
-
-    kind: Literal["role_error", "dead_letter", "dropped"]
-    round: int
-    role: str = ""
-    message_id: str = ""
-    detail: str = ""
-
-
 class RouteExplanation(BaseModel):
     """Why a message does (or does not) reach a role and count as its news."""
 
@@ -88,20 +78,6 @@ class RouteExplanation(BaseModel):
     def __str__(self) -> str:
         """One line per rule that decided."""
         return "\n".join(self.reasons)
-
-
-class EnvironmentState(BaseModel):
-    """A whole Environment, serialisable: roles with buffers and memories, history, ledger."""
-
-    version: int = 1
-    round: int = 0
-    roles: list[RoleState] = Field(default_factory=list)
-    history: list[Message] = Field(default_factory=list)
-    dead_letters: list[Message] = Field(default_factory=list)
-    events: list[EnvEvent] = Field(default_factory=list)
-    ledger: list[LedgerEntry] = Field(default_factory=list)
-    rng: list[Any] | None = None
-    """The state of :attr:`Environment.rng` (``random.Random.getstate()`` as lists)."""
 
 
 class Environment:
@@ -456,7 +432,7 @@ class Environment:
         shared = self.history._store
         return EnvironmentState(
             round=self.round,
-            roles=[_by_reference(role.state_dict(), shared) for role in self._members],
+            roles=[by_reference(role.state_dict(), shared) for role in self._members],
             history=self.history.storage,
             dead_letters=list(self.dead_letters),
             events=list(self.events),
@@ -486,7 +462,7 @@ class Environment:
             set_rng_state(self.rng, state.rng)
         for role_state in state.roles:
             role = self.roles[role_state.name]
-            role.load_state(_resolved(role_state, shared))
+            role.load_state(resolved(role_state, shared))
             self.reindex(role)
             if not role.rc.msg_buffer.empty():
                 self.mark_ready(role)
@@ -516,48 +492,6 @@ class Environment:
     def load(self, path: str | Path) -> None:
         """Restore a state written by :meth:`save`."""
         self.load_state(EnvironmentState.model_validate_json(Path(path).read_text(encoding="utf-8")))
-
-
-_SHARED_FIELDS = ("buffer", "memory", "working_memory", "news")
-
-
-def _by_reference(state: RoleState, history: dict[str, Message]) -> RoleState:
-    """``state`` with messages that are in the history given by id (a state file holds each message once)."""
-    update = {}
-    for field in _SHARED_FIELDS:
-        items = getattr(state, field)
-        update[field] = [m.id if isinstance(m, Message) and history.get(m.id) is m else m for m in items]
-    return state.model_copy(update=update)
-
-
-def _resolved(state: RoleState, history: dict[str, Message]) -> RoleState:
-    """``state`` with history ids replaced by the history's messages.
-
-    Raises:
-        ConfigError: If an id is not in the history (a damaged state).
-    """
-    update = {}
-    for field in _SHARED_FIELDS[:3]:
-        items = getattr(state, field)
-        missing = [m for m in items if isinstance(m, str) and m not in history]
-        if missing:
-            raise ConfigError(
-                f"state of role {state.name!r} names messages {missing[:3]} in {field} that its history lacks"
-            )
-        update[field] = [history[m] if isinstance(m, str) else m for m in items]
-    return state.model_copy(update=update)
-
-
-def rng_state(rng: random.Random) -> list[Any]:
-    """``rng``'s state as JSON-friendly lists."""
-    version, internal, gauss = rng.getstate()
-    return [version, list(internal), gauss]
-
-
-def set_rng_state(rng: random.Random, state: list[Any]) -> None:
-    """Restore a state taken by :func:`rng_state`."""
-    version, internal, gauss = state
-    rng.setstate((version, tuple(internal), gauss))
 
 
 def _env_index(role: Role) -> int:

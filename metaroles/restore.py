@@ -16,12 +16,13 @@ from typing import Any
 from warnings import warn
 
 from metaroles.checkpoint import FORMAT, MESSAGES
-from metaroles.environment import EnvEvent, Environment, EnvironmentState, set_rng_state
+from metaroles.environment import Environment
 from metaroles.exceptions import ConfigError
 from metaroles.ledger import LedgerEntry
 from metaroles.memory import Memory
 from metaroles.message import Message
-from metaroles.role import Role, RoleState
+from metaroles.role import Role
+from metaroles.state import EnvEvent, EnvironmentState, RoleState, set_rng_state
 
 
 @dataclass

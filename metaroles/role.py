@@ -10,9 +10,8 @@ A custom role needs only :meth:`Role.set_actions` and :meth:`Role._watch`, or ov
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, cast
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
 from warnings import warn
 
 from pydantic import BaseModel, Field, create_model
@@ -30,19 +29,9 @@ from metaroles.memory import Memory
 from metaroles.message import Message
 from metaroles.prompts import load_prompt, render_prompt
 from metaroles.queue import MessageQueue
+from metaroles.role_context import RoleContext, RoleHost, RoleReactMode
 from metaroles.schema import BROADCAST, ChatRole, any_to_str, to_addresses
-
-
-class RoleReactMode(StrEnum):
-    """How a role chooses its actions within one turn."""
-
-    REACT = "react"
-    """The model picks the next action, up to ``max_react_loop`` times."""
-    BY_ORDER = "by_order"
-    """Every action once, in declaration order."""
-    PLAN_AND_ACT = "plan_and_act"
-    """The model plans a sequence of actions first, then they run in order."""
-
+from metaroles.state import RoleState, restored_news, whole_messages
 
 _REACT_MODES = frozenset(m.value for m in RoleReactMode)
 CHOOSE_STEP = "<choose_action>"
@@ -50,96 +39,6 @@ CHOOSE_STEP = "<choose_action>"
 PLAN_STEP = "<plan>"
 """The ``action`` of the model call in which a plan_and_act role plans its steps."""
 _TURN_HOOKS = ("_observe", "react", "_react", "_think", "_act", "_to_message", "publish_message")
-
-
-class RoleHost(Protocol):
-    """What a role needs from the Environment it lives in."""
-
-    ledger: CostLedger
-    trace: list[tuple[str, str, Any, int]] | None
-
-    @property
-    def roles(self) -> Mapping[str, Role]:
-        """The roles on the bus, by name."""
-        ...
-
-    def publish_message(self, message: Message) -> None:
-        """Route ``message`` to its recipients."""
-        ...
-
-    def mark_ready(self, role: Role) -> None:
-        """Note that ``role`` has buffered messages to observe."""
-        ...
-
-
-class RoleContext:
-    """A role's runtime state: buffer, memories, watch set, news and the current todo."""
-
-    __slots__ = (
-        "env",
-        "max_react_loop",
-        "memory",
-        "msg_buffer",
-        "news",
-        "react_mode",
-        "remembered",
-        "state",
-        "todo",
-        "watch",
-        "working_memory",
-    )
-
-    def __init__(self, *, react_mode: RoleReactMode, max_react_loop: int) -> None:
-        """Create an empty context."""
-        self.env: RoleHost | None = None
-        self.msg_buffer = MessageQueue()
-        self.memory = Memory()
-        self.working_memory = Memory()
-        self.state = -1
-        self.todo: Action | None = None
-        self.watch: set[str] = set()
-        self.news: list[Message] = []
-        self.remembered = 0  # how many messages the last observation added to memory (news or not)
-        self.react_mode = react_mode
-        self.max_react_loop = max_react_loop
-
-    @property
-    def important_memory(self) -> list[Message]:
-        """Remembered messages caused by a watched action."""
-        return self.memory.get_by_actions(self.watch)
-
-    @property
-    def history(self) -> list[Message]:
-        """Everything remembered, oldest first."""
-        return self.memory.get()
-
-
-MessageRef = Annotated[str | Message, Field(union_mode="left_to_right")]
-"""A message, or (in a state an Environment saved) the id of a message in its history."""
-
-
-class RoleState(BaseModel):
-    """A role's serialisable state: nothing buffered or remembered is left out."""
-
-    name: str
-    cls: str
-    addresses: list[str]
-    watch: list[str]
-    state: int = -1
-    buffer: list[MessageRef] = Field(default_factory=list)
-    """Buffered messages. In a state an Environment saved, a string is the id of a message in its history."""
-    memory: list[MessageRef] = Field(default_factory=list)
-    """Remembered messages (ids of history messages, as for ``buffer``)."""
-    working_memory: list[MessageRef] = Field(default_factory=list)
-    """Plan-and-act step outputs (ids of history messages, as for ``buffer``)."""
-    news: list[MessageRef] = Field(default_factory=list)
-    """The last observation's news (ids, in states saved before news were kept whole)."""
-    long_term: str | None = None
-    """The id under which the role's long-term memory was persisted, if it has one."""
-    brain: BrainMemory | None = None
-    """The role's BrainMemory (conversation, knowledge, summary), if it has one."""
-    extra: dict[str, Any] | None = None
-    """What a subclass keeps beyond the bus's state (:meth:`Role.extra_state`), e.g. an agent's chat."""
 
 
 def _check_react_mode(react_mode: object, max_react_loop: object) -> RoleReactMode:
@@ -578,7 +477,7 @@ class Role:
         if state.name != self.name:
             raise InvalidValueError(f"state of role {state.name!r} cannot be loaded into role {self.name!r}")
         rc = self.rc
-        buffer, memory, working = (_messages(state, field) for field in ("buffer", "memory", "working_memory"))
+        buffer, memory, working = (whole_messages(state, field) for field in ("buffer", "memory", "working_memory"))
         rc.msg_buffer = MessageQueue(buffer)
         if isinstance(rc.memory, LongtermMemory):
             Memory.clear(rc.memory)
@@ -590,40 +489,13 @@ class Role:
         rc.working_memory = Memory(working)
         rc.watch = set(state.watch)
         by_id = {m.id: m for m in memory}
-        rc.news = _restored_news(state.news, by_id)
+        rc.news = restored_news(state.news, by_id)
         self.addresses = frozenset(state.addresses)
         if state.brain is not None:
             self.brain_memory = state.brain
         if state.extra is not None:
             self.load_extra_state(state.extra)
         self._set_state(state.state)
-
-
-def _messages(state: RoleState, field: str) -> list[Message]:
-    """A list of the state's messages, which must be whole (an Environment resolves history ids first).
-
-    Raises:
-        InvalidValueError: If it holds a history id.
-    """
-    items: list[Message | str] = getattr(state, field)
-    for item in items:
-        if not isinstance(item, Message):
-            raise InvalidValueError(
-                f"state of role {state.name!r} refers to message {item!r} of an environment's history in {field}; "
-                "load it with Environment.load_state, which resolves such ids"
-            )
-    return cast(list[Message], items)
-
-
-def _restored_news(saved: list[Message | str], memory: dict[str, Message]) -> list[Message]:
-    """The news of a saved state, sharing the remembered instances (an old state saved only ids)."""
-    news = []
-    for item in saved:
-        if isinstance(item, Message):
-            news.append(memory.get(item.id, item))
-        elif item in memory:
-            news.append(memory[item])
-    return news
 
 
 def _choice_model(count: int) -> type[BaseModel]:

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
-from metaroles.environment import EnvironmentState
 from metaroles.eventlog import publish_rounds
 from metaroles.exceptions import ConfigError
 from metaroles.message import Message
 from metaroles.restore import checkpoint_history
 from metaroles.scenario import CHECKPOINTS, EVENTS, STATE
+from metaroles.state import EnvironmentState
 
 
 @dataclass(frozen=True)
