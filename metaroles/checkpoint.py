@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metaroles.environment import Environment
+from metaroles.files import append_durably, write_atomic
 from metaroles.memory import Memory
 from metaroles.message import Message
 from metaroles.queue import MessageQueue
@@ -47,17 +47,6 @@ FORMAT = 2
 def round_file(folder: Path, round_no: int) -> Path:
     """The checkpoint file of ``round_no`` in ``folder``."""
     return folder / f"round-{round_no:04d}.json"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a crash leaves either the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _plain(message: Message) -> bool:
@@ -213,10 +202,7 @@ class CheckpointWriter:
         self._deliveries.clear()
         self._blind = False
         if new_rows:
-            with (self.folder / MESSAGES).open("a", encoding="utf-8") as handle:
-                handle.write("".join(new_rows))
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_durably(self.folder / MESSAGES, "".join(new_rows))
             new_rows.clear()
         path = round_file(self.folder, env.round)
         write_atomic(path, "{" + ",".join(parts) + "}\n")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -75,6 +76,17 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+@contextmanager
+def _reported() -> Iterator[None]:
+    """Turn metaroles errors into one line on stderr: exit 1 for a failed run, 2 for bad input."""
+    try:
+        yield
+    except RunError as exc:
+        raise _fail(str(exc), code=1) from None
+    except MetarolesError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _options(pairs: Sequence[str]) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for pair in pairs:
@@ -129,13 +141,8 @@ class _Live:
 
 def _execute(work: Callable[[Callable[[Team], None]], Any], total: int, *, quiet: bool) -> tuple[TeamReport, Team]:
     live = _Live(total, enabled=not quiet and err.is_terminal)
-    try:
-        with live.progress:
-            report, team = anyio.run(lambda: work(live))
-    except RunError as exc:
-        raise _fail(str(exc), code=1) from None
-    except MetarolesError as exc:
-        raise _fail(str(exc)) from None
+    with _reported(), live.progress:
+        report, team = anyio.run(lambda: work(live))
     return report, team
 
 
@@ -191,15 +198,11 @@ def run(
     """Run a scenario and write its run directory."""
     name, options, settings = target, _options(set_ or []), {}
     if target.endswith((".yaml", ".yml")):
-        try:
+        with _reported():
             config = read_config_file(Path(target))
-        except MetarolesError as exc:
-            raise _fail(str(exc)) from None
         name, options, settings = config.scenario, {**config.config, **options}, config.run
-    try:
+    with _reported():
         load_scenario(name)  # a wrong name is reported before any model is loaded
-    except MetarolesError as exc:
-        raise _fail(str(exc)) from None
     seed = seed if seed is not None else settings.get("seed")
     chosen = llm or settings.get("llm")
     language_model = _model(chosen, model or settings.get("model"), base_url or settings.get("base_url"), seed, replay)
@@ -243,10 +246,8 @@ def resume(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
 ) -> None:
     """Continue a run from its last complete checkpoint (after a crash, a kill, or a budget stop)."""
-    try:
+    with _reported():
         manifest = read_manifest(_run_dir(run_dir))
-    except MetarolesError as exc:
-        raise _fail(str(exc)) from None
     llm = _manifest_model(manifest)
     report, team = _execute(
         lambda live: resume_scenario(run_dir, llm=llm, on_round=live), manifest["n_round"], quiet=quiet
@@ -267,10 +268,8 @@ def fork(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
 ) -> None:
     """Start a new run from a round of an earlier one, with a change; the new run records its parent."""
-    try:
+    with _reported():
         manifest = read_manifest(_run_dir(run_dir))
-    except MetarolesError as exc:
-        raise _fail(str(exc)) from None
     changes, role_llms = {}, {}
     for key, value in _options(set_ or []).items():
         if key.startswith("role.") and key.endswith(".llm"):
@@ -345,10 +344,8 @@ def show(
     """Print a run's transcript, optionally only one role's messages or one round."""
     from metaroles.runs import run_messages
 
-    try:
+    with _reported():
         messages = run_messages(_run_dir(run_dir))
-    except MetarolesError as exc:
-        raise _fail(str(exc)) from None
     if role is not None:
         messages = [m for m in messages if m.sender == role or role in m.recipients or "<all>" in m.recipients]
     if round_ is not None:
@@ -367,10 +364,8 @@ def diff(
     """Where two runs part: the first round whose messages differ, and the messages that differ."""
     from metaroles.runs import diff_runs
 
-    try:
+    with _reported():
         result = diff_runs(_run_dir(run_a), _run_dir(run_b))
-    except MetarolesError as exc:
-        raise _fail(str(exc)) from None
     if result.first_divergence_round is None:
         typer.echo(f"identical: {result.common} message(s)")
         return

@@ -10,9 +10,7 @@ transcript. A message that reaches no role goes to :attr:`Environment.dead_lette
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -32,6 +30,7 @@ from metaroles.exceptions import (
     UndeliverableError,
     UnknownRoleError,
 )
+from metaroles.files import write_atomic
 from metaroles.ledger import CostLedger
 from metaroles.memory import Memory
 from metaroles.message import Message
@@ -478,16 +477,7 @@ class Environment:
 
     def save(self, path: str | Path) -> Path:
         """Write the state as JSON, atomically (a crash never leaves a half-written file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = self.state_dict().model_dump_json(indent=1)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        return path
+        return write_atomic(Path(path), self.state_dict().model_dump_json(indent=1))
 
     def load(self, path: str | Path) -> None:
         """Restore a state written by :meth:`save`."""

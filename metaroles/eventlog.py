@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import Iterator
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from warnings import warn
 
 from metaroles.environment import Environment
+from metaroles.files import append_durably
 from metaroles.message import Message
 
 Event = dict[str, Any]
@@ -174,7 +174,4 @@ class EventLog:
                 add(f'{{"seq":{next(numbers)}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
 
     def _append(self, lines: list[str]) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write("".join(lines))
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_durably(self.path, "".join(lines))
