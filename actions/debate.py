@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from metaroles import Action, Message, UserRequirement
-from metaroles.prompts import load_prompt, render_prompt
+from metaroles.core.prompts import load_prompt, render_prompt
 
 CONTEXT_TURNS = 8
 
@@ -38,7 +38,7 @@ class SpeakAloud(Action):
     async def run(self, history: Sequence[Message]) -> str:
         """Render the speech prompt and ask the model."""
         prompt = render_prompt(
-            load_prompt("actions.prompts", "speak.txt"),
+            load_prompt("metaroles.actions.prompts", "speak.txt"),
             name=self.role_name,
             side=self.side,
             topic=debate_topic(history),
@@ -67,6 +67,8 @@ class JudgeDebate(Action):
     async def run(self, history: Sequence[Message]) -> Verdict:
         """Render the judging prompt and ask for a :class:`Verdict`."""
         prompt = render_prompt(
-            load_prompt("actions.prompts", "judge.txt"), topic=debate_topic(history), context=debate_context(history)
+            load_prompt("metaroles.actions.prompts", "judge.txt"),
+            topic=debate_topic(history),
+            context=debate_context(history),
         )
         return await self.aask(prompt, output_model=Verdict)

@@ -2,7 +2,7 @@
 
 Structured outputs (PRD, design, task list, test report) are pydantic models that become the
 messages' ``instruct_content``; code and tests are files written into a workspace; the tests run
-in the sandboxed :class:`~metaroles.sandbox.PythonExecute`.
+in the sandboxed :class:`~metaroles.agents.sandbox.PythonExecute`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from metaroles import Action, Message
-from metaroles.prompts import load_prompt, render_prompt
-from metaroles.sandbox import PythonExecute
+from metaroles.agents.sandbox import PythonExecute
+from metaroles.core.prompts import load_prompt, render_prompt
 
 
 class PRD(BaseModel):
@@ -115,7 +115,7 @@ class WritePRD(_Workspace):
 
     async def run(self, history: Sequence[Message]) -> PRD:
         """Ask for the PRD."""
-        prompt = render_prompt(load_prompt("actions.prompts", "write_prd.txt"), idea=history[-1].content)
+        prompt = render_prompt(load_prompt("metaroles.actions.prompts", "write_prd.txt"), idea=history[-1].content)
         prd = await self.aask(prompt, output_model=PRD)
         self.write("docs/prd.md", markdown("Product requirements", prd))
         return prd
@@ -128,7 +128,7 @@ class WriteDesign(_Workspace):
         """Ask for the design."""
         prd = latest(history, PRD)
         prompt = render_prompt(
-            load_prompt("actions.prompts", "write_design.txt"), prd=prd.model_dump_json() if prd else ""
+            load_prompt("metaroles.actions.prompts", "write_design.txt"), prd=prd.model_dump_json() if prd else ""
         )
         design = await self.aask(prompt, output_model=Design)
         self.write("docs/design.md", markdown("Design", design))
@@ -143,7 +143,8 @@ class WriteTasks(_Workspace):
         design = latest(history, Design)
         context = design.model_dump_json() if design else ""
         tasks = await self.aask(
-            render_prompt(load_prompt("actions.prompts", "write_tasks.txt"), design=context), output_model=TaskList
+            render_prompt(load_prompt("metaroles.actions.prompts", "write_tasks.txt"), design=context),
+            output_model=TaskList,
         )
         self.write("docs/tasks.md", markdown("Tasks", tasks))
         return tasks
@@ -162,7 +163,7 @@ class WriteCode(_Workspace):
         written = []
         for index, task in enumerate(tasks.tasks if isinstance(tasks, TaskList) else []):
             path = module_file(task.module, index)
-            template = load_prompt("actions.prompts", "write_code.txt")
+            template = load_prompt("metaroles.actions.prompts", "write_code.txt")
             code = await self.aask(render_prompt(template, path=path, task=task.description, feedback=feedback))
             self.write(f"src/{path}", strip_fences(code))
             written.append(path)
@@ -176,7 +177,7 @@ class WriteTest(_Workspace):
         """Write the tests for every module in src/."""
         written = []
         for source in sorted((self.workspace / "src").glob("*.py")):
-            template = load_prompt("actions.prompts", "write_test.txt")
+            template = load_prompt("metaroles.actions.prompts", "write_test.txt")
             prompt = render_prompt(template, module=source.stem, code=source.read_text(encoding="utf-8")[:1500])
             self.write(f"tests/test_{source.stem}.py", strip_fences(await self.aask(prompt)))
             written.append(f"tests/test_{source.stem}.py")

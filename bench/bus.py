@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from metaroles import Action, Environment, Memory, Message, Role, UserRequirement
-from metaroles.message import new_id
+from metaroles.core.ids import new_id
 
 REPEATS = 3
 

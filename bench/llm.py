@@ -19,7 +19,7 @@ import time
 import anyio
 
 from metaroles import Action, Environment, FunctionLLM, LLMRequest, Message, Role
-from metaroles.model_files import local_model_available
+from metaroles.llm.model_files import local_model_available
 
 LATENCY = 0.1
 
@@ -55,7 +55,7 @@ async def latency_rounds(roles: int) -> tuple[float, float]:
 
 
 async def local_figures() -> None:
-    from metaroles.local_llm import LocalLLM
+    from metaroles.llm.local import LocalLLM
 
     llm = LocalLLM(max_tokens=100, temperature=0.0)
     start = time.perf_counter()

@@ -23,8 +23,8 @@ import faiss
 import numpy as np
 
 from metaroles import Message
-from metaroles.embedding import HashingEmbedding, MiniLMEmbedding, semantic_available
-from metaroles.memory_storage import MemoryStorage
+from metaroles.longterm.embedding import HashingEmbedding, MiniLMEmbedding, semantic_available
+from metaroles.longterm.storage import MemoryStorage
 
 WORDS = "river bridge budget tuna concert marathon database index flood ticket rain quarter cat town".split()
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import anyio
 from bus import ring_env
 
-from metaroles.checkpoint import CheckpointWriter
-from metaroles.eventlog import EventLog
+from metaroles.runs.checkpoint import CheckpointWriter
+from metaroles.runs.eventlog import EventLog
 
 ROLES, ROUNDS, REPEATS = 1000, 10, 5
 MODES = {  # name: (event log with turn events?, checkpoint every N rounds)

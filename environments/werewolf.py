@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from metaroles import DropMessage, Environment, Intervention, Message, Role
-from metaroles.exceptions import InvalidValueError
+from metaroles.core.exceptions import InvalidValueError
 
 GameRole = Literal["werewolf", "villager", "seer", "witch"]
 

@@ -4,17 +4,18 @@ Importing this package reads no environment, writes no file and imports no provi
 faiss, llama-index or ray.
 """
 
-from metaroles.action import Action, ActionResult, UserRequirement
-from metaroles.agent import BaseAgent, ReActAgent, ToolCallAgent
-from metaroles.agent_role import AgentRole, PublishMessage
-from metaroles.environment import (
-    DeadLetterWarning,
-    DropMessage,
-    Environment,
-    Intervention,
-    RouteExplanation,
-)
-from metaroles.exceptions import (
+from metaroles.agents.agent import BaseAgent, ReActAgent, ToolCallAgent
+from metaroles.agents.agent_role import AgentRole, PublishMessage
+from metaroles.agents.sandbox import FileRead, FileWrite, PythonExecute
+from metaroles.agents.tool import BaseTool, Terminate, ToolCollection, ToolFailure, ToolResult
+from metaroles.bus.action import Action, ActionResult, UserRequirement
+from metaroles.bus.context import RoleContext, RoleReactMode
+from metaroles.bus.delivery import Bus
+from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
+from metaroles.bus.routing import DeadLetterWarning, DropMessage, Intervention, RouteExplanation
+from metaroles.bus.state import EnvEvent, EnvironmentState, RoleState
+from metaroles.core.exceptions import (
     AgentStateError,
     ConfigError,
     DuplicateRoleError,
@@ -33,17 +34,7 @@ from metaroles.exceptions import (
     UnknownRoleError,
     UserError,
 )
-from metaroles.ledger import Budget, CostLedger, LedgerEntry, Price, Spend
-from metaroles.llm import LLM, LLMRequest, LLMResponse, Usage
-from metaroles.memory import ChatMemory, Memory
-from metaroles.message import Message
-from metaroles.offline import FunctionLLM, ScriptedLLM, TestLLM
-from metaroles.providers import resolve_llm
-from metaroles.queue import MessageQueue, PriorityMessageQueue
-from metaroles.role import Role
-from metaroles.role_context import RoleContext, RoleReactMode
-from metaroles.sandbox import FileRead, FileWrite, PythonExecute
-from metaroles.schema import (
+from metaroles.core.schema import (
     MESSAGE_ROUTE_TO_ALL,
     AgentState,
     ChatRole,
@@ -52,9 +43,16 @@ from metaroles.schema import (
     ToolChoice,
     any_to_str,
 )
-from metaroles.state import EnvEvent, EnvironmentState, RoleState
-from metaroles.team import StopReason, Team, TeamReport
-from metaroles.tool import BaseTool, Terminate, ToolCollection, ToolFailure, ToolResult
+from metaroles.llm.ledger import Budget, CostLedger, LedgerEntry, Price, Spend
+from metaroles.llm.offline import FunctionLLM, ScriptedLLM, TestLLM
+from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse, Usage
+from metaroles.llm.providers import resolve_llm
+from metaroles.messages.memory import ChatMemory, Memory
+from metaroles.messages.message import Message
+from metaroles.messages.queue import MessageQueue, PriorityMessageQueue
+from metaroles.runs.registry import ScenarioPlan, load_scenario
+from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.runs.team import StopReason, Team, TeamReport
 
 __all__ = [
     "LLM",
@@ -67,6 +65,7 @@ __all__ = [
     "BaseAgent",
     "BaseTool",
     "Budget",
+    "Bus",
     "ChatMemory",
     "ChatRole",
     "ConfigError",
@@ -105,6 +104,7 @@ __all__ = [
     "RoleState",
     "RouteExplanation",
     "RunError",
+    "ScenarioPlan",
     "ScriptExhausted",
     "ScriptedLLM",
     "Spend",
@@ -128,5 +128,9 @@ __all__ = [
     "UserError",
     "UserRequirement",
     "any_to_str",
+    "fork_scenario",
+    "load_scenario",
     "resolve_llm",
+    "resume_scenario",
+    "run_scenario",
 ]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from metaroles.actions.debate import JudgeDebate, SpeakAloud
 from pydantic import BaseModel
 
-from actions.debate import JudgeDebate, SpeakAloud
-from metaroles import LLM, Role, Team, UserRequirement
-from metaroles.scenario import ScenarioPlan
+from metaroles import LLM, Role, ScenarioPlan, Team, UserRequirement
 
 JUDGE = "Judge"
 

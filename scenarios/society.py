@@ -21,8 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from metaroles import LLM, Action, ActionResult, Message, Role, Team, UserRequirement
-from metaroles.scenario import ScenarioPlan
+from metaroles import LLM, Action, ActionResult, Message, Role, ScenarioPlan, Team, UserRequirement
 
 RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
 """Large societies log publishes and deliveries only, and checkpoint every 10 rounds."""

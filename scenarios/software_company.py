@@ -12,11 +12,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from metaroles.actions.software import RunTests, TestReport, WriteCode, WriteDesign, WritePRD, WriteTasks, WriteTest
 from pydantic import BaseModel, Field
 
-from actions.software import RunTests, TestReport, WriteCode, WriteDesign, WritePRD, WriteTasks, WriteTest
-from metaroles import LLM, Role, Team, UserRequirement
-from metaroles.scenario import ScenarioPlan
+from metaroles import LLM, Role, ScenarioPlan, Team, UserRequirement
 
 
 class Config(BaseModel):

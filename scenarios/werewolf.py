@@ -14,11 +14,10 @@ import random
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
+from metaroles.environments.werewolf import Game, GameRole, Phase, RuleError, WerewolfEnv
 from pydantic import BaseModel, Field, create_model
 
-from environments.werewolf import Game, GameRole, Phase, RuleError, WerewolfEnv
-from metaroles import LLM, Action, ActionResult, ChatRole, Message, Role, Team, UserRequirement
-from metaroles.scenario import ScenarioPlan
+from metaroles import LLM, Action, ActionResult, ChatRole, Message, Role, ScenarioPlan, Team, UserRequirement
 
 MODERATOR = "Moderator"
 DEFAULT_PLAYERS = ("Ann", "Ben", "Cat", "Dan", "Eve", "Fay")

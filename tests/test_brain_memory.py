@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from metaroles import ChatRole, Message, ScriptedLLM
-from metaroles.brain_memory import BrainMemory
-from metaroles.stores import FileStore, RedisStore
+from metaroles.longterm.brain import BrainMemory
+from metaroles.longterm.stores import FileStore, RedisStore
 
 pytest.importorskip("redis", reason="needs metaroles[redis]")
 

@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metaroles import Action, Environment, Intervention, Message, Role, UserRequirement
-from metaroles.checkpoint import MESSAGES, CheckpointWriter, round_file
-from metaroles.exceptions import ConfigError
-from metaroles.restore import checkpoint_history, restore_checkpoint
+from metaroles.core.exceptions import ConfigError
+from metaroles.runs.checkpoint import MESSAGES, CheckpointWriter, round_file
+from metaroles.runs.restore import checkpoint_history, restore_checkpoint
 
 
 class Echo(Action):

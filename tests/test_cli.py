@@ -117,7 +117,7 @@ def test_an_installed_plugin_scenario_is_listed_and_runs(tmp_path):
         [
             sys.executable,
             "-c",
-            "from metaroles.scenario import load_plugin; print(load_plugin('roles', 'echoer')().name)",
+            "from metaroles.runs.registry import load_plugin; print(load_plugin('roles', 'echoer')().name)",
         ],
         capture_output=True,
         text=True,
@@ -185,7 +185,7 @@ def test_replay_a_recorded_cassette_with_no_model(tmp_path):
 def test_the_progress_display_follows_the_rounds():
     from metaroles import TestLLM
     from metaroles.cli import _Live
-    from metaroles.scenario import load_scenario
+    from metaroles.runs.registry import load_scenario
 
     module = load_scenario("debate")
     plan = module.build(module.Config(turns=1), TestLLM(1))

@@ -105,7 +105,7 @@ async def test_explain_route_says_why():
     broadcast = Message("x")
     assert str(env.explain_route(broadcast, "a")) == (
         "delivered: send_to contains '<all>', a broadcast to every role\n"
-        "news: cause_by 'metaroles.action.UserRequirement' is in the role's watch set"
+        "news: cause_by 'metaroles.bus.action.UserRequirement' is in the role's watch set"
     )
     why = env.explain_route(broadcast, c)
     assert why.delivered and not why.admitted
@@ -113,7 +113,7 @@ async def test_explain_route_says_why():
     addressed = Message("x", send_to="b", cause_by=Other)
     assert env.explain_route(addressed, b).reasons[1] == "news: the role's name 'b' is in send_to"
     missed = env.explain_route(addressed, a)
-    assert not missed.delivered and "meets none of the role's addresses ['a', 'metaroles.role.Role']" in str(missed)
+    assert not missed.delivered and "meets none of the role's addresses ['a', 'metaroles.bus.role.Role']" in str(missed)
     by_class = env.explain_route(Message("x", send_to=Listener), c)
     assert by_class.delivered and "tests.test_environment.Listener" in by_class.reasons[0]
     env.publish_message(broadcast)

@@ -8,9 +8,9 @@ import pytest
 
 from metaroles import TestLLM
 from metaroles.cli import main
-from metaroles.eventlog import read_events
-from metaroles.flowgraph import causal_dag, metrics, role_graph, to_json, to_mermaid, write_graphml
-from metaroles.scenario import run_scenario
+from metaroles.flow.graph import causal_dag, metrics, role_graph, to_json, to_mermaid, write_graphml
+from metaroles.runs.eventlog import read_events
+from metaroles.runs.scenario import run_scenario
 
 
 @pytest.fixture

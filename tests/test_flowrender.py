@@ -13,12 +13,12 @@ import pytest
 from PIL import Image
 
 from metaroles import TestLLM
-from metaroles.eventlog import read_events
-from metaroles.flowgraph import role_graph, to_mermaid, write_graphml
-from metaroles.flowhtml import page_data, render_html
-from metaroles.flowplot import aggregate, render
-from metaroles.runs import run_messages
-from metaroles.scenario import run_scenario
+from metaroles.flow.graph import role_graph, to_mermaid, write_graphml
+from metaroles.flow.page import page_data, render_html
+from metaroles.flow.plot import aggregate, render
+from metaroles.runs.diff import run_messages
+from metaroles.runs.eventlog import read_events
+from metaroles.runs.scenario import run_scenario
 
 
 @pytest.fixture

@@ -5,9 +5,10 @@ import json
 import pytest
 
 from metaroles import TestLLM
-from metaroles.exceptions import ConfigError
-from metaroles.runs import diff_runs, run_messages
-from metaroles.scenario import fork_scenario, read_manifest, run_scenario
+from metaroles.core.exceptions import ConfigError
+from metaroles.runs.diff import diff_runs, run_messages
+from metaroles.runs.rundir import read_manifest
+from metaroles.runs.scenario import fork_scenario, run_scenario
 
 OPTIONS = {"turns": 3}
 

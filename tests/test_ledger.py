@@ -16,7 +16,7 @@ from metaroles import (
     Usage,
     UserRequirement,
 )
-from metaroles.exceptions import UnknownRoleError
+from metaroles.core.exceptions import UnknownRoleError
 
 
 class Chat(Action):

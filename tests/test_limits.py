@@ -3,7 +3,7 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from metaroles import FunctionLLM, InvalidValueError, LLMRequest
-from metaroles.limits import LimitedLLM, next_slot
+from metaroles.llm.limits import LimitedLLM, next_slot
 
 
 def ask(n: int) -> LLMRequest:

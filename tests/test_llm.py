@@ -17,7 +17,7 @@ from metaroles import (
     TestLLM,
     resolve_llm,
 )
-from metaroles.llm import extract_json, parse_output
+from metaroles.llm.protocol import extract_json, parse_output
 
 
 class Inner(BaseModel):

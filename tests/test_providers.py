@@ -1,11 +1,11 @@
 import pytest
 
 from metaroles import ConfigError, TestLLM
-from metaroles.limits import LimitedLLM
-from metaroles.model_files import local_model_available
-from metaroles.openai_llm import OpenAICompatibleLLM
-from metaroles.providers import NO_MODEL_NOTICE, _auto, llm_from_settings, resolve_llm
-from metaroles.settings import LLMSettings
+from metaroles.llm.limits import LimitedLLM
+from metaroles.llm.model_files import local_model_available
+from metaroles.llm.openai_compat import OpenAICompatibleLLM
+from metaroles.llm.providers import NO_MODEL_NOTICE, _auto, llm_from_settings, resolve_llm
+from metaroles.llm.settings import LLMSettings
 
 
 def test_settings_come_from_the_environment_and_options_win():

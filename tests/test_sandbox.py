@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from metaroles.exceptions import InvalidValueError, ToolError
-from metaroles.sandbox import FileRead, FileWrite, PythonExecute
+from metaroles.agents.sandbox import FileRead, FileWrite, PythonExecute
+from metaroles.core.exceptions import InvalidValueError, ToolError
 
 
 @pytest.fixture

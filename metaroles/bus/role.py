@@ -1,0 +1,386 @@
+"""Roles: agents on the bus that observe news, think of their next Action, act and publish.
+
+A custom role needs only :meth:`Role.set_actions` and :meth:`Role._watch`, or overrides
+:meth:`Role._think` / :meth:`Role._act`. One :meth:`Role.run` is one turn::
+
+    _observe  pop the buffer, remember what is new, keep as news what ``watch`` or the name admits
+    react     _think → _act, per react_mode (react / by_order / plan_and_act)
+    publish   the last response goes to the Environment
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+from warnings import warn
+
+if TYPE_CHECKING:
+    from metaroles.longterm.storage import MemoryStorage
+
+from metaroles.bus.action import Action, ActionResult, UserRequirement, result_message, run_action
+from metaroles.bus.context import RoleContext, RoleHost, RoleReactMode, check_react_mode
+from metaroles.bus.state import RoleState, context_state, persist_long_term, restore_context
+from metaroles.bus.thinking import Step, choose_state, plan_steps, prompt_vars
+from metaroles.core.exceptions import InvalidValueError
+from metaroles.core.ids import IdScope
+from metaroles.core.schema import BROADCAST, any_to_str, to_addresses
+from metaroles.llm.ledger import CostLedger
+from metaroles.llm.protocol import LLM
+from metaroles.longterm.brain import BrainMemory
+from metaroles.longterm.memory import LongtermMemory
+from metaroles.messages.message import Message
+
+_TURN_HOOKS = ("run", "_observe", "react", "_react", "_think", "_act", "_to_message", "publish_message")
+
+
+class Role:
+    """An agent on the bus.
+
+    Class attributes give defaults, so ``class Alice(Role): name = "Alice"`` works as in MetaGPT.
+
+    Args:
+        name: Unique name within an Environment (default: class attribute, else class name).
+        profile: What the role is, e.g. ``"Engineer"`` (default: the name).
+        goal: What it tries to achieve (goes into prompts).
+        constraints: Rules it follows (goes into prompts).
+        llm: Model for the role and for its actions that have none.
+        actions: Action classes or instances; see :meth:`set_actions`.
+        watch: Actions whose messages count as news; defaults to ``[UserRequirement]``.
+        react_mode: ``"react"``, ``"by_order"`` or ``"plan_and_act"``.
+        max_react_loop: How many actions a ``"react"`` turn may take.
+        send_to: Where published responses go; defaults to every role (``"<all>"``).
+        long_term: A MemoryStorage: watched messages then persist there (a LongtermMemory).
+        similarity_threshold: With ``long_term``, drop news this similar to what is remembered.
+        brain_memory: A BrainMemory the role's actions may use; saved with the run's state.
+    """
+
+    name: str = ""
+    profile: str = ""
+    goal: str = ""
+    constraints: str = ""
+    desc: str = ""
+    _plain_turn: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Note whether the subclass keeps every hook of a turn (then a one-action turn is inlined)."""
+        super().__init_subclass__(**kwargs)
+        cls._plain_turn = all(getattr(cls, hook) is getattr(Role, hook) for hook in _TURN_HOOKS)
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        profile: str | None = None,
+        goal: str | None = None,
+        constraints: str | None = None,
+        llm: LLM | None = None,
+        actions: Sequence[type[Action] | Action] = (),
+        watch: Iterable[object] | None = None,
+        react_mode: RoleReactMode | str = RoleReactMode.REACT,
+        max_react_loop: int = 1,
+        send_to: object = None,
+        long_term: MemoryStorage | None = None,
+        similarity_threshold: float | None = None,
+        brain_memory: BrainMemory | None = None,
+    ) -> None:
+        """Create a role; see the class docstring for the arguments."""
+        self.name = name or type(self).name or type(self).__name__
+        if not isinstance(self.name, str):
+            raise InvalidValueError(f"name={self.name!r} must be a string")
+        self.profile = profile or type(self).profile or self.name
+        self.goal = goal if goal is not None else type(self).goal
+        self.constraints = constraints if constraints is not None else type(self).constraints
+        self.llm = llm
+        self.rc = RoleContext(react_mode=check_react_mode(react_mode, max_react_loop), max_react_loop=max_react_loop)
+        self.actions: list[Action] = []
+        self.states: list[str] = []
+        self.send_to: frozenset[str] = BROADCAST if send_to is None else to_addresses(send_to)
+        self.addresses: frozenset[str] = frozenset({self.name, f"{type(self).__module__}.{type(self).__qualname__}"})
+        self.ledger: CostLedger | None = None
+        self._env_index = -1
+        self.ids: IdScope | None = None
+        """Where the ids this role makes in its turns come from (set by the Environment it joins)."""
+        self._ready = False
+        self.brain_memory = brain_memory
+        if long_term is not None:
+            self.rc.memory = LongtermMemory(long_term, similarity_threshold=similarity_threshold)
+        self._watch([UserRequirement] if watch is None else watch)
+        if actions:
+            self.set_actions(actions)
+
+    def __repr__(self) -> str:
+        """Show class and name."""
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def set_actions(self, actions: Sequence[type[Action] | Action]) -> None:
+        """Give the role its actions (classes are instantiated); resets the stage to -1."""
+        instances: list[Action] = []
+        for item in actions:
+            if isinstance(item, type) and issubclass(item, Action):
+                instances.append(item())
+            elif isinstance(item, Action):
+                instances.append(item)
+            else:
+                raise InvalidValueError(
+                    f"set_actions got {item!r}, which is neither an Action class nor an Action instance"
+                )
+        self.actions = instances
+        for action in instances:
+            self._bind(action)
+        self.states = [f"{i}. {action.name}" for i, action in enumerate(instances)]
+        self._set_state(-1)
+
+    def set_action(self, action: type[Action] | Action) -> None:
+        """Give the role a single action."""
+        self.set_actions([action])
+
+    def _bind(self, action: Action) -> None:
+        if action.llm is None:
+            action.llm = self.llm
+        action.role_name = self.name
+        action.ledger = self.ledger
+
+    def set_llm(self, llm: LLM) -> None:
+        """Use ``llm`` for the role and for its actions that have no model of their own.
+
+        Actions that had inherited the role's previous model follow the change.
+        """
+        previous, self.llm = self.llm, llm
+        for action in self.actions:
+            if previous is not None and action.llm is previous:
+                action.llm = llm
+            self._bind(action)
+
+    def attach(self, env: RoleHost, index: int, *, ids: IdScope | None = None) -> None:
+        """Join ``env`` as its ``index``-th role (called by the Environment); ``ids`` is where its turns' ids come from.
+
+        Raises:
+            InvalidValueError: If the role already belongs to another environment.
+        """
+        if self.rc.env is not None and self.rc.env is not env:
+            raise InvalidValueError(
+                f"role {self.name!r} already belongs to another Environment; build a new role for this one"
+            )
+        self.rc.env = env
+        self._env_index = index
+        self.ids = ids
+        self.ledger = env.ledger
+        for action in self.actions:
+            self._bind(action)
+
+    def _watch(self, actions: Iterable[object]) -> None:
+        """Count messages caused by ``actions`` (classes, instances or ids) as news."""
+        self.rc.watch = {any_to_str(a) for a in actions}
+        if isinstance(self.rc.memory, LongtermMemory):
+            self.rc.memory.watch = self.rc.watch
+
+    def set_addresses(self, addresses: Iterable[str]) -> None:
+        """Replace the addresses this role receives on (the Environment re-indexes it)."""
+        self.addresses = to_addresses(list(addresses))
+        env = self.rc.env
+        reindex = getattr(env, "reindex", None)
+        if reindex is not None:
+            reindex(self)
+
+    def _set_react_mode(self, react_mode: RoleReactMode | str, max_react_loop: int = 1) -> None:
+        self.rc.react_mode = check_react_mode(react_mode, max_react_loop)
+        self.rc.max_react_loop = max_react_loop
+
+    def _set_state(self, state: int) -> None:
+        self.rc.state = state
+        self.rc.todo = self.actions[state] if 0 <= state < len(self.actions) else None
+
+    def set_todo(self, action: Action | None) -> None:
+        """Set the action to run next (``None`` for nothing)."""
+        self.rc.todo = action
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def put_message(self, message: Message) -> None:
+        """Buffer ``message`` for the next observation."""
+        if not isinstance(message, Message):
+            raise InvalidValueError(f"put_message got {message!r}, which is not a Message; wrap text in Message(...)")
+        if self.rc.msg_buffer.push(message) and self.rc.env is not None:
+            self.rc.env.mark_ready(self)
+
+    def publish_message(self, message: Message | None) -> None:
+        """Hand ``message`` to the Environment (a standalone role's ``run`` returns it instead)."""
+        if message is not None and self.rc.env is not None:
+            self.rc.env.publish_message(message)
+
+    def _trace(self, kind: str, detail: object) -> None:
+        """Record a turn step (observe, think, act) in the environment's trace, if it keeps one."""
+        env = self.rc.env
+        if env is not None and env.trace is not None:
+            env.trace.append((kind, self.name, detail, self.rc.remembered if kind == "observe" else 0))
+
+    def _take_news(self) -> int:
+        rc = self.rc
+        new = rc.memory.remember_new(rc.msg_buffer.pop_all())
+        rc.remembered = len(new)
+        watch, name = rc.watch, self.name
+        rc.news = news = [m for m in new if m.cause_by in watch or name in m.send_to]
+        return len(news)
+
+    async def _observe(self) -> int:
+        """Pop the buffer, remember what is new, keep what is watched or addressed as news; count it."""
+        return self._take_news()
+
+    @property
+    def is_idle(self) -> bool:
+        """True when nothing is buffered, nothing is news and nothing is to do."""
+        return not self.rc.news and self.rc.todo is None and self.rc.msg_buffer.empty()
+
+    def get_memories(self, k: int = 0) -> list[Message]:
+        """The newest ``k`` remembered messages (all when 0)."""
+        return self.rc.memory.get(k)
+
+    # -- thinking and acting -------------------------------------------------------------------
+
+    async def _think(self) -> bool:
+        """Choose the next action into ``rc.todo``; return whether there is one."""
+        count = len(self.actions)
+        if count == 1:
+            self.rc.state, self.rc.todo = 0, self.actions[0]
+            return True
+        if count == 0:
+            return False
+        if self.rc.react_mode is RoleReactMode.BY_ORDER:
+            self._set_state(self.rc.state + 1)
+            return self.rc.todo is not None
+        self._set_state(await self._choose_state())
+        return self.rc.todo is not None
+
+    def _prompt_vars(self) -> dict[str, str]:
+        return prompt_vars(self.name, self.profile, self.goal, self.constraints, self.rc.memory)
+
+    async def _choose_state(self) -> int:
+        """Ask the model which action to take next (react mode)."""
+        step = Step(self.llm, self.ledger, self.name, self._prompt_vars())
+        state = await choose_state(step, self.states, previous=self.rc.state)
+        if not -1 <= state < len(self.actions):
+            warn(f"role {self.name!r}: the model chose stage {state!r}, out of range; taking none", stacklevel=2)
+            return -1
+        return state
+
+    async def _plan(self) -> list[int]:
+        """Ask the model for the actions to take, in order (plan_and_act mode)."""
+        if len(self.actions) == 1:
+            return [0]
+        step = Step(self.llm, self.ledger, self.name, self._prompt_vars())
+        return await plan_steps(step, [a.name for a in self.actions])
+
+    async def _act(self) -> Message | None:
+        """Run ``rc.todo`` on the history and remember its response."""
+        todo = self.rc.todo
+        if todo is None:
+            return None
+        message = self._to_message(await self._run_action(todo), todo)
+        if message is not None:
+            self.rc.memory.add(message)
+        return message
+
+    async def _run_action(self, todo: Action) -> ActionResult:
+        """Run ``todo`` on the history; an answer that never validated becomes a failure message."""
+        return await run_action(todo, self.rc.memory.get(), sender=self.name, send_to=self.send_to)
+
+    def _to_message(self, result: ActionResult, action: Action) -> Message | None:
+        return result_message(result, action, sender=self.name, send_to=self.send_to)
+
+    async def _react(self) -> Message | None:
+        """Think and act up to ``max_react_loop`` times (by_order: once per action)."""
+        limit = len(self.actions) if self.rc.react_mode is RoleReactMode.BY_ORDER else self.rc.max_react_loop
+        response: Message | None = None
+        for _ in range(limit):
+            if not await self._think():
+                break
+            self._trace("think", self.rc.todo)
+            acted = await self._act()
+            self._trace("act", acted)
+            response = acted or response
+        return response
+
+    async def _plan_and_act(self) -> Message | None:
+        """Plan the actions, run them in order; step outputs go to working memory."""
+        self.rc.working_memory.clear()
+        response: Message | None = None
+        for index in await self._plan():
+            self._set_state(index)
+            self._trace("think", self.rc.todo)
+            step = await self._act()
+            self._trace("act", step)
+            if step is not None:
+                self.rc.working_memory.add(step)
+                response = step
+        return response
+
+    async def react(self) -> Message | None:
+        """Take this turn's actions per ``react_mode``; return the response to publish."""
+        if self.rc.react_mode is RoleReactMode.PLAN_AND_ACT:
+            response = await self._plan_and_act()
+        else:
+            response = await self._react()
+        self.rc.state, self.rc.todo = -1, None
+        return response
+
+    async def run(self, with_message: Message | str | None = None) -> Message | None:
+        """One turn: observe, react, publish. Returns the published response, if any."""
+        if with_message is not None:
+            self.put_message(Message(with_message) if isinstance(with_message, str) else with_message)
+        observed = await self._observe()
+        self._trace("observe", self.rc.news)
+        if not observed:
+            return None
+        response = await self.react()
+        self.rc.todo = None
+        self.publish_message(response)
+        return response
+
+    @property
+    def takes_plain_turn(self) -> bool:
+        """Whether a turn is the default one: observe, run the one action, remember and publish its answer.
+
+        The bus then runs it inlined (``rounds.plain_turn``): fewer awaits on the hot path of large societies.
+        """
+        rc = self.rc
+        return (
+            self._plain_turn
+            and len(self.actions) <= 1
+            and rc.max_react_loop == 1
+            and rc.react_mode is not RoleReactMode.PLAN_AND_ACT
+        )
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> RoleState:
+        """Everything needed to resume this role, buffered messages included."""
+        return RoleState(
+            name=self.name,
+            cls=f"{type(self).__module__}.{type(self).__qualname__}",
+            addresses=sorted(self.addresses),
+            **context_state(self.rc),
+            long_term=persist_long_term(self.rc.memory, self.name),
+            brain=self.brain_memory,
+            extra=self.extra_state(),
+        )
+
+    def extra_state(self) -> dict[str, Any] | None:
+        """State a subclass keeps beyond the bus's, as JSON data, saved with the role (``None``: none)."""
+        return None
+
+    def load_extra_state(self, data: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` returned."""
+
+    def load_state(self, state: RoleState) -> None:
+        """Restore a state produced by :meth:`state_dict` (the role keeps its actions and model)."""
+        if state.name != self.name:
+            raise InvalidValueError(f"state of role {state.name!r} cannot be loaded into role {self.name!r}")
+        restore_context(self.rc, state)
+        self.addresses = frozenset(state.addresses)
+        if state.brain is not None:
+            self.brain_memory = state.brain
+        if state.extra is not None:
+            self.load_extra_state(state.extra)
+        self._set_state(state.state)

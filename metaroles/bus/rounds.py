@@ -1,0 +1,155 @@
+"""Running the roles of one round concurrently, without paying for a task per role.
+
+The round's own task drains a queue of ready roles. One worker is woken (or started) at once; it
+only gets to run when the round's task waits (a role awaiting its model) or has drained the queue.
+A worker that runs while roles are still queued wakes more — twice as many each time, so a
+thousand waiting roles are all in flight after a few hops — then drains too. Roles that never
+wait cost no task at all; roles that wait get up to ``concurrency`` tasks. Workers park between
+rounds for the next one (within an Environment's session).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+
+import anyio
+from anyio.abc import TaskGroup
+
+from metaroles.bus.action import result_message
+from metaroles.bus.role import Role
+from metaroles.core.ids import enter_scope, leave_scope
+from metaroles.messages.message import Message
+
+OnError = Callable[[Role, Exception], None]
+
+
+class WorkerPool:
+    """Worker tasks that outlive rounds: a round wakes parked workers instead of spawning tasks.
+
+    The round's own task drains the queue too; parked workers are woken (and, up to the bound,
+    new ones started) with doubling fan-out, and stay for the next round.
+
+    Args:
+        tg: The task group the workers live in (the Environment's session).
+        concurrency: Roles mid-turn at once, the round's own task included.
+    """
+
+    def __init__(self, tg: TaskGroup, concurrency: int) -> None:
+        """Create an empty pool; workers start when a round needs them."""
+        self.tg = tg
+        self.limit = concurrency - 1
+        self.started = 0
+        self.parked: list[anyio.Event] = []
+        self.queue: deque[Role] = deque()
+        self.unfinished = 0
+        self.done = anyio.Event()
+        self.on_error: OnError = _raise
+        self.fanout = 1
+        self.round = 0
+
+    async def run(self, roles: Iterable[Role], round_no: int, *, on_error: OnError) -> None:
+        """Run round ``round_no``'s turn of each of ``roles``; return when every turn is over."""
+        self.round = round_no
+        self.queue.extend(roles)
+        self.unfinished = len(self.queue)
+        self.on_error = on_error
+        self.fanout = 1
+        self.done = anyio.Event()
+        self._wake(1)
+        await self._drain()
+        if self.unfinished:
+            await self.done.wait()
+
+    def _wake(self, count: int) -> None:
+        count = min(count, len(self.queue))
+        while count and self.parked:
+            self.parked.pop().set()
+            count -= 1
+        start = min(count, self.limit - self.started)
+        self.started += start
+        for _ in range(start):
+            self.tg.start_soon(self._worker)
+
+    async def _worker(self) -> None:
+        while True:
+            if self.queue:
+                self.fanout *= 2
+                self._wake(self.fanout)
+                await self._drain()
+            else:
+                parked = anyio.Event()
+                self.parked.append(parked)
+                await parked.wait()
+
+    async def _drain(self) -> None:
+        queue = self.queue
+        while queue:
+            role = queue.popleft()
+            try:
+                await take_turn(role, self.round)
+            except Exception as exc:
+                self.on_error(role, exc)
+            self.unfinished -= 1
+            if not self.unfinished:
+                self.done.set()
+
+
+def _raise(role: Role, exc: Exception) -> None:  # pragma: no cover - replaced by each round
+    raise exc
+
+
+async def take_turn(role: Role, round_no: int) -> None:
+    """One turn of ``role`` in round ``round_no``, the ids it makes drawn from its own scope.
+
+    Its ids then depend only on the round, the role's place and what it does, never on which
+    worker ran it or when (see ``core.ids``).
+    """
+    ids = role.ids
+    if ids is None:
+        await (plain_turn(role) if role.takes_plain_turn else role.run())
+        return
+    token = enter_scope(ids.at(round_no))
+    try:
+        await (plain_turn(role) if role.takes_plain_turn else role.run())
+    finally:
+        leave_scope(token)
+
+
+async def plain_turn(role: Role) -> Message | None:
+    """The default turn of a role with at most one action whose class overrides no turn hook.
+
+    Behaves exactly as ``_observe`` → ``react`` → ``publish_message`` do for such a role,
+    with their bodies inlined: fewer awaits on the hot path of large societies.
+    """
+    rc = role.rc
+    trace = rc.env.trace if rc.env is not None else None
+    observed = role._take_news()
+    if trace is not None:
+        trace.append(("observe", role.name, rc.news, rc.remembered))
+    if not observed or not role.actions:
+        return None
+    todo = rc.todo = role.actions[0]
+    rc.state = 0
+    if trace is not None:
+        trace.append(("think", role.name, todo, 0))
+    message = result_message(await role._run_action(todo), todo, sender=role.name, send_to=role.send_to)
+    if message is not None:
+        rc.memory.add(message)
+    if trace is not None:
+        trace.append(("act", role.name, message, 0))
+    rc.state, rc.todo = -1, None
+    if message is not None and rc.env is not None:
+        rc.env.publish_message(message)
+    return message
+
+
+async def run_roles(roles: Iterable[Role], round_no: int, *, concurrency: int, on_error: OnError) -> None:
+    """Run one turn of each of ``roles``, at most ``concurrency`` at once, in a pool of its own.
+
+    A role that raises is reported to ``on_error`` and the others go on; the function returns
+    when every turn is over, with no task left behind.
+    """
+    async with anyio.create_task_group() as tg:
+        await WorkerPool(tg, concurrency).run(roles, round_no, on_error=on_error)
+        tg.cancel_scope.cancel()

@@ -1,0 +1,141 @@
+"""Routing vocabulary: interventions that see every publish and delivery, dead letters, and why a route holds.
+
+The Environment routes; this module says what its hooks look like and explains a route to a
+user (:func:`explain_route`): which rule delivered a message to a role, or why not, and whether
+the role's observation keeps it as news.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from metaroles.bus.role import Role
+from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
+from metaroles.messages.message import Message
+
+
+class DeadLetterWarning(UserWarning):
+    """A published message reached no role; it is kept in ``Environment.dead_letters``."""
+
+
+class DropMessage:
+    """Returned by an intervention to drop a message (the drop is recorded as an event)."""
+
+
+class Intervention:
+    """Sees every publish and every delivery; may observe, modify or drop the message.
+
+    Subclass and override either hook. Return the message (the same or a modified one) or
+    :class:`DropMessage`.
+    """
+
+    def on_publish(self, message: Message, *, sender: str) -> Message | type[DropMessage]:
+        """Called once per published message, before routing."""
+        return message
+
+    def on_deliver(self, message: Message, *, recipient: Role) -> Message | type[DropMessage]:
+        """Called once per recipient, before the message enters its buffer."""
+        return message
+
+
+class RouteExplanation(BaseModel):
+    """Why a message does (or does not) reach a role and count as its news."""
+
+    role: str
+    delivered: bool
+    """Whether ``send_to`` meets the role's addresses."""
+    admitted: bool
+    """Whether, once delivered, the role's observation keeps it as news."""
+    reasons: list[str]
+
+    def __str__(self) -> str:
+        """One line per rule that decided."""
+        return "\n".join(self.reasons)
+
+
+def env_index(role: Role) -> int:
+    """A role's place in its Environment (the order of delivery)."""
+    return role._env_index
+
+
+class AddressBook:
+    """The roles of an Environment in registration order, indexed by address.
+
+    Routing costs what the recipients cost, not what the roles do: one dict lookup per address.
+    """
+
+    def __init__(self) -> None:
+        """Create an empty book."""
+        self.members: list[Role] = []
+        self._index: dict[str, list[Role]] = {}
+
+    def add(self, role: Role) -> None:
+        """Register ``role`` (already attached at its index) under its addresses."""
+        self.members.append(role)
+        self._index_role(role)
+
+    def _index_role(self, role: Role) -> None:
+        for address in role.addresses:
+            bucket = self._index.setdefault(address, [])
+            bucket.append(role)
+            if len(bucket) > 1 and bucket[-2]._env_index > role._env_index:
+                bucket.sort(key=env_index)
+
+    def reindex(self, role: Role) -> None:
+        """Re-read ``role``'s addresses (after they changed)."""
+        for address, bucket in list(self._index.items()):
+            if role in bucket:
+                bucket.remove(role)
+                if not bucket:
+                    del self._index[address]
+        self._index_role(role)
+
+    def addresses(self) -> list[str]:
+        """Every address some role receives on, sorted."""
+        return sorted(self._index)
+
+    def route(self, send_to: frozenset[str]) -> Sequence[Role]:
+        """The roles ``send_to`` reaches, in registration order."""
+        if MESSAGE_ROUTE_TO_ALL in send_to:
+            return self.members
+        if len(send_to) == 1:
+            for address in send_to:
+                return self._index.get(address, ())
+        found: dict[int, Role] = {}
+        for address in send_to:
+            for role in self._index.get(address, ()):
+                found[role._env_index] = role
+        return [found[i] for i in sorted(found)]
+
+
+def explain_route(message: Message, target: Role) -> RouteExplanation:
+    """Say which rule delivers ``message`` to ``target`` (or not) and whether it becomes news."""
+    send_to = message.send_to
+    if MESSAGE_ROUTE_TO_ALL in send_to:
+        delivered, reasons = True, ["delivered: send_to contains '<all>', a broadcast to every role"]
+    elif matched := sorted(send_to & target.addresses):
+        delivered, reasons = True, [f"delivered: send_to {sorted(send_to)} names the role's address(es) {matched}"]
+    else:
+        delivered = False
+        addresses = sorted(target.addresses)
+        reasons = [f"not delivered: send_to {sorted(send_to)} meets none of the role's addresses {addresses}"]
+    admitted = False
+    if delivered:
+        admitted, reason = _admission(message, target)
+        reasons.append(reason)
+    return RouteExplanation(role=target.name, delivered=delivered, admitted=admitted, reasons=reasons)
+
+
+def _admission(message: Message, role: Role) -> tuple[bool, str]:
+    if message in role.rc.memory:
+        return False, "not news: the role already remembers this message (find_news skips it)"
+    if message.cause_by in role.rc.watch:
+        return True, f"news: cause_by {message.cause_by!r} is in the role's watch set"
+    if role.name in message.send_to:
+        return True, f"news: the role's name {role.name!r} is in send_to"
+    return False, (
+        f"remembered but not news: cause_by {message.cause_by!r} is not in watch {sorted(role.rc.watch)} "
+        f"and the name {role.name!r} is not in send_to"
+    )

@@ -1,0 +1,165 @@
+"""The ``metaroles`` command's shared parts: the typer app, error reporting, model choice, progress.
+
+Exit codes: 0 done; 1 the run failed (a role raised, a model failed); 2 bad input (unknown
+scenario, not a run directory, bad option). Errors are one line on stderr; the transcript goes
+to stdout and the live progress display to stderr, so ``metaroles run x > out.txt`` stays clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import anyio
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from metaroles.core.exceptions import MetarolesError, RunError
+from metaroles.llm.cassette import CassetteLLM, CassetteMode
+from metaroles.llm.protocol import LLM
+from metaroles.llm.providers import llm_from_settings
+from metaroles.llm.settings import LLMSettings
+from metaroles.runs.rundir import transcript
+from metaroles.runs.team import Team, TeamReport
+
+app = typer.Typer(
+    name="metaroles",
+    help="Run multi-role scenarios on a message bus; every run leaves a directory you can resume, fork and plot.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+
+LLM_HELP = (
+    "auto (default: $METAROLES_LLM, else an OpenAI-compatible server if OPENAI_BASE_URL is set, else the embedded "
+    "local model, else the offline test model), openai, local, test, test:SEED, scripted:PATH, replay:PATH"
+)
+
+
+class Format(StrEnum):
+    """Renderings of the message-flow graph."""
+
+    png = "png"
+    svg = "svg"
+    html = "html"
+    mermaid = "mermaid"
+    graphml = "graphml"
+    json = "json"
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """One error line on stderr; the exit to raise (2: bad input, 1: the run failed)."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """Turn metaroles errors into one line on stderr: exit 1 for a failed run, 2 for bad input."""
+    try:
+        yield
+    except RunError as exc:
+        raise fail(str(exc), code=1) from None
+    except MetarolesError as exc:
+        raise fail(str(exc)) from None
+
+
+def options_from(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` pairs as a dict (values parsed as JSON when they are JSON)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail(f"--set {pair!r}: expected KEY=VALUE, e.g. --set turns=2")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def resolve(settings: dict[str, Any]) -> LLM:
+    """The model the options and the environment ask for (the only place env vars are read)."""
+    llm = llm_from_settings(LLMSettings.from_env(os.environ, **settings), notify=lambda text: err.print(text))
+    err.print(f"model: {llm!r}", highlight=False)
+    return llm
+
+
+def run_dir_at(path: Path) -> Path:
+    """``path``, which must be a directory (else a one-line error, exit 2)."""
+    if not path.is_dir():
+        raise fail(f"no run directory at {str(path)!r}")
+    return path
+
+
+class Live:
+    """A rich progress bar over rounds, with messages, tokens and cost, fed by ``Team.on_round``."""
+
+    def __init__(self, total: int, *, enabled: bool) -> None:
+        self.progress = Progress(
+            TextColumn("round"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not enabled,
+            transient=False,
+        )
+        self.task = self.progress.add_task("run", total=total, stats="")
+
+    def __call__(self, team: Team) -> None:
+        """Show the round just ended, with the team's messages, tokens and cost."""
+        env = team.env
+        active = sum(not role.is_idle for role in env.roles.values())
+        stats = (
+            f"active {active}/{len(env.roles)} · {len(env.history)} msgs · {env.ledger.total_tokens} tokens · "
+            f"cost {env.ledger.total_cost:.4g}"
+        )
+        self.progress.update(self.task, completed=env.round, stats=stats)
+
+
+def execute(work: Callable[[Callable[[Team], None]], Any], total: int, *, quiet: bool) -> tuple[TeamReport, Team]:
+    """Run ``work`` under the progress display; metaroles errors become one line and an exit code."""
+    live = Live(total, enabled=not quiet and err.is_terminal)
+    with reported(), live.progress:
+        report, team = anyio.run(lambda: work(live))
+    return report, team
+
+
+def finish(report: TeamReport, team: Team, run_dir: Path | None, *, quiet: bool) -> None:
+    """Print the transcript (unless quiet), the report, and a summary table."""
+    if not quiet:
+        typer.echo(transcript(team.env.history.storage))
+    typer.echo(f"\n{report}")
+    table = Table(show_header=False, box=None)
+    table.add_row("rounds", str(team.env.round))
+    table.add_row("messages", str(len(team.env.history)))
+    table.add_row("tokens", str(team.env.ledger.total_tokens))
+    table.add_row("cost", f"{team.env.ledger.total_cost:.6g}")
+    if run_dir is not None:
+        table.add_row("run directory", str(run_dir))
+        typer.echo(f"run directory: {run_dir}")
+    err.print(table)
+
+
+def model_from(llm: str | None, model: str | None, base_url: str | None, seed: int | None, replay: Path | None) -> LLM:
+    """The model to run with: a cassette to replay, or what the options and environment ask for."""
+    if replay is not None:
+        if not replay.is_file():
+            raise fail(f"no cassette at {str(replay)!r}; record one with --record")
+        return CassetteLLM(replay, mode=CassetteMode.REPLAY)
+    return resolve({"llm": llm, "model": model, "base_url": base_url, "seed": seed})
+
+
+def manifest_model(manifest: dict[str, Any]) -> LLM:
+    """The model a run was made with, as its manifest names it (a replayed cassette replays again)."""
+    return resolve({key: manifest.get(key) for key in ("llm", "model", "base_url", "seed")})

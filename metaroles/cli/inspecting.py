@@ -1,0 +1,121 @@
+"""``metaroles graph``, ``show``, ``diff`` and ``list``: look into run directories and what is installed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at
+from metaroles.core.exceptions import MetarolesError
+from metaroles.runs.diff import RunDiff, diff_runs, run_messages
+from metaroles.runs.eventlog import read_events
+from metaroles.runs.registry import PLUGIN_KINDS, known_scenarios, plugins
+from metaroles.runs.rundir import EVENTS, read_manifest
+
+
+@app.command()
+def graph(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `metaroles run`")],
+    format_: Annotated[Format, typer.Option("--format", "-f", help="what to produce")] = Format.mermaid,
+    out: Annotated[
+        Path | None, typer.Option(help="file to write (default: RUN_DIR/flow.EXT; text formats print)")
+    ] = None,
+) -> None:
+    """The message-flow graph of a run: a picture, an interactive page, Mermaid, GraphML or JSON."""
+    from metaroles.flow import graph as flowgraph  # networkx/matplotlib: only for this command
+    from metaroles.flow import page as flowhtml
+    from metaroles.flow import plot as flowplot
+
+    if not (run_dir_at(run_dir) / EVENTS).is_file():
+        raise fail(f"{str(run_dir)!r} has no {EVENTS}; pass a run directory `metaroles run` wrote")
+    events = read_events(run_dir / EVENTS)
+    title = _title(run_dir)
+    if format_ in (Format.mermaid, Format.json) and out is None:
+        typer.echo(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events), nl=False)
+        return
+    target = out or run_dir / f"flow.{format_.value}"
+    if format_ in (Format.png, Format.svg):
+        flowplot.render(events, target, title=title)
+    elif format_ is Format.html:
+        flowhtml.render_html(events, target, title=title, texts={m.id: m.content for m in run_messages(run_dir)})
+    elif format_ is Format.graphml:
+        flowgraph.write_graphml(events, target)
+    else:
+        target.write_text(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events))
+    typer.echo(f"wrote {target}")
+
+
+def _title(run_dir: Path) -> str:
+    try:
+        manifest = read_manifest(run_dir)
+    except MetarolesError:
+        return run_dir.name
+    return f"{manifest.get('scenario', 'run')} · {run_dir.name}"
+
+
+@app.command()
+def show(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    role: Annotated[str | None, typer.Option(help="only messages from or to this role")] = None,
+    round_: Annotated[int | None, typer.Option("--round", help="only this round")] = None,
+) -> None:
+    """Print a run's transcript, optionally only one role's messages or one round."""
+    with reported():
+        messages = run_messages(run_dir_at(run_dir))
+    if role is not None:
+        messages = [m for m in messages if m.sender == role or role in m.recipients or "<all>" in m.recipients]
+    if round_ is not None:
+        messages = [m for m in messages if m.round == round_]
+    for m in messages:
+        typer.echo(f"[round {m.round}] [{m.sender} → {', '.join(m.recipients)}] ({m.action}) {m.content}")
+    if not messages:
+        err.print("no message matches", highlight=False)
+
+
+@app.command()
+def diff(
+    run_a: Annotated[Path, typer.Argument(help="a run directory")],
+    run_b: Annotated[Path, typer.Argument(help="another, e.g. a fork of the first")],
+) -> None:
+    """Where two runs part: the first round whose messages differ, those messages, and the first differing event."""
+    with reported():
+        result = diff_runs(run_dir_at(run_a), run_dir_at(run_b))
+    if result.identical:
+        typer.echo(f"identical: {result.common} message(s), {result.events_common} event(s)")
+        return
+    if result.first_divergence_round is None:
+        typer.echo(f"same messages: {result.common}")
+    else:
+        typer.echo(f"{result.common} message(s) in common; first divergence in round {result.first_divergence_round}")
+        for left, right in result.differing:
+            typer.echo(f"- {_line(left)}\n+ {_line(right)}")
+    _echo_event_difference(result)
+
+
+def _echo_event_difference(result: RunDiff) -> None:
+    if result.first_event_difference is None:
+        typer.echo(f"same events: {result.events_common}")
+        return
+    left, right = result.first_event_difference
+    typer.echo(f"{result.events_common} event(s) in common; first differing event:")
+    typer.echo(f"- {json.dumps(left, ensure_ascii=False) if left else '(none)'}")
+    typer.echo(f"+ {json.dumps(right, ensure_ascii=False) if right else '(none)'}")
+
+
+def _line(message: Any) -> str:
+    if message is None:
+        return "(none)"
+    return f"[round {message.round}] [{message.sender} → {', '.join(message.recipients)}] {message.content[:200]}"
+
+
+@app.command("list")
+def list_() -> None:
+    """The scenarios you can run, and the roles, actions and environments plug-ins contribute."""
+    for name, module in known_scenarios().items():
+        typer.echo(f"{name}\t{module}")
+    for kind in PLUGIN_KINDS:
+        for name, target in plugins(kind).items():
+            typer.echo(f"{kind[:-1]}: {name}\t{target}")

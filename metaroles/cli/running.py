@@ -1,0 +1,160 @@
+"""``metaroles run``, ``resume`` and ``fork``: make a run directory, continue one, branch one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from metaroles.cli.common import (
+    LLM_HELP,
+    app,
+    execute,
+    finish,
+    manifest_model,
+    model_from,
+    options_from,
+    reported,
+    resolve,
+    run_dir_at,
+)
+from metaroles.llm.cassette import CassetteLLM, CassetteMode
+from metaroles.runs.config import RunOptions, read_config_file
+from metaroles.runs.registry import load_scenario
+from metaroles.runs.rundir import new_run_dir, read_manifest
+from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.runs.team import Team
+
+
+@app.command()
+def run(
+    target: Annotated[str, typer.Argument(help="scenario name (see `metaroles list`) or a YAML config file")],
+    rounds: Annotated[int | None, typer.Option(help="rounds to run (default: the scenario's)")] = None,
+    idea: Annotated[str | None, typer.Option(help="the idea/topic published at the start")] = None,
+    llm: Annotated[str | None, typer.Option(help=LLM_HELP)] = None,
+    model: Annotated[str | None, typer.Option(help="model name for an OpenAI-compatible server")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")] = None,
+    seed: Annotated[int | None, typer.Option(help="seed of the run's random source and of the test model")] = None,
+    budget: Annotated[
+        float | None, typer.Option("--budget", "--investment", help="money budget; the run stops cleanly when spent")
+    ] = None,
+    record: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="record every model call here")] = None,
+    replay: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="answer from a recorded cassette")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="scenario option")] = None,
+    checkpoint_every: Annotated[
+        int | None, typer.Option(min=1, help="a checkpoint every N rounds (default: the scenario's, else 1)")
+    ] = None,
+    log_turns: Annotated[
+        bool | None, typer.Option("--log-turns/--no-log-turns", help="log observe/think/act of every turn")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="run directory (default: RUNS_DIR/NAME-STAMP-ID)")] = None,
+    runs_dir: Annotated[Path, typer.Option(help="where run directories go")] = Path("runs"),
+    no_save: Annotated[bool, typer.Option("--no-save", help="write no run directory")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
+) -> None:
+    """Run a scenario and write its run directory."""
+    name, options, settings = _read_target(target, set_ or [])
+    seed = seed if seed is not None else settings.get("seed")
+    chosen = llm or settings.get("llm")
+    model = model or settings.get("model")
+    base_url = base_url or settings.get("base_url")
+    language_model = model_from(chosen, model, base_url, seed, replay)
+    if record is not None:
+        language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model)
+    run_options = RunOptions(
+        rounds=rounds if rounds is not None else settings.get("rounds"),
+        idea=idea if idea is not None else settings.get("idea"),
+        seed=seed,
+        budget=budget if budget is not None else settings.get("budget"),
+        checkpoint_every=checkpoint_every,
+        log_turns=log_turns,
+    )
+    run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
+    named = f"replay:{replay}" if replay is not None else chosen or "auto"
+    manifest = {"llm": named, "model": model, "base_url": base_url, "cassette": str(record or replay or "")}
+
+    def work(live: Callable[[Team], None]) -> Any:
+        return run_scenario(
+            name,
+            llm=language_model,
+            options=options,
+            out_dir=run_dir,
+            manifest=manifest,
+            run=run_options,
+            on_round=live,
+        )
+
+    report, team = execute(work, run_options.rounds or 0, quiet=quiet)
+    finish(report, team, run_dir, quiet=quiet)
+
+
+def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Scenario name, its options and the run settings, from a name or a YAML file plus ``--set`` pairs.
+
+    A wrong name is reported here, before any model is loaded.
+    """
+    name, options, settings = target, options_from(pairs), {}
+    if target.endswith((".yaml", ".yml")):
+        with reported():
+            config = read_config_file(Path(target))
+        name, options, settings = config.scenario, {**config.config, **options}, config.run
+    with reported():
+        load_scenario(name)
+    return name, options, settings
+
+
+@app.command()
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `metaroles run`")],
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
+) -> None:
+    """Continue a run from its last complete checkpoint (after a crash, a kill, or a budget stop)."""
+    with reported():
+        manifest = read_manifest(run_dir_at(run_dir))
+    llm = manifest_model(manifest)
+    report, team = execute(
+        lambda live: resume_scenario(run_dir, llm=llm, on_round=live), manifest["n_round"], quiet=quiet
+    )
+    finish(report, team, run_dir, quiet=quiet)
+
+
+@app.command()
+def fork(
+    run_dir: Annotated[Path, typer.Argument(help="the parent run directory")],
+    from_round: Annotated[int, typer.Option("--from-round", help="branch from the state at the end of this round")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="a scenario option, or role.NAME.llm=MODEL for one role"),
+    ] = None,
+    idea: Annotated[str, typer.Option(help="a message published to every role at the fork point")] = "",
+    out: Annotated[Path | None, typer.Option(help="the new run directory (default: next to the parent)")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
+) -> None:
+    """Start a new run from a round of an earlier one, with a change; the new run records its parent."""
+    with reported():
+        manifest = read_manifest(run_dir_at(run_dir))
+    changes, role_llms = {}, {}
+    for key, value in options_from(set_ or []).items():
+        if key.startswith("role.") and key.endswith(".llm"):
+            role_llms[key[len("role.") : -len(".llm")]] = resolve({"llm": str(value)})
+        else:
+            changes[key] = value
+    llm = manifest_model(manifest)
+    child = out or new_run_dir(run_dir.parent, f"{manifest['scenario']}-fork{from_round}")
+
+    def work(live: Callable[[Team], None]) -> Any:
+        return fork_scenario(
+            run_dir,
+            from_round=from_round,
+            out_dir=child,
+            llm=llm,
+            changes=changes,
+            role_llms=role_llms,
+            idea=idea,
+            on_round=live,
+        )
+
+    report, team = execute(work, manifest["n_round"], quiet=quiet)
+    finish(report, team, child, quiet=quiet)

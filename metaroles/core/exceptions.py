@@ -1,0 +1,114 @@
+"""The metaroles exception tree.
+
+Every error metaroles raises on purpose derives from :class:`MetarolesError`::
+
+    MetarolesError
+    ├── UserError                 a developer mistake: fix the call, the config or the script
+    │   ├── InvalidValueError     a value of the wrong type or out of range (names the value)
+    │   ├── DuplicateRoleError    a role name used twice in one Environment
+    │   ├── UnknownRoleError      a role name that the Environment does not know
+    │   ├── ConfigError           an unknown provider name, a script file that does not parse
+    │   ├── UndeliverableError    strict mode: a message whose ``send_to`` meets no role
+    │   ├── DuplicateToolError    two tools with one name in a ToolCollection
+    │   ├── ToolArgumentsInvalid  a tool called with arguments its JSON schema rejects
+    │   └── AgentStateError       an agent asked to run from a state other than IDLE
+    └── RunError                  the run itself failed; the run's state is kept
+        ├── ProviderError         a model server failed past the retries, or refused the request
+        ├── LLMOutputInvalid      the model's answer did not validate after the retries
+        ├── ScriptExhausted       a ScriptedLLM has no response left for a role and action
+        ├── RoleFailed            a role raised during a round (the original is ``__cause__``)
+        ├── ToolError             a tool could not do its job (becomes a ToolFailure observation)
+        └── ToolCallMissing       tool_choice=REQUIRED, and the model called no tool
+
+Messages name the offending value with ``!r`` and say what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class MetarolesError(Exception):
+    """Base class of every error raised by metaroles."""
+
+
+class UserError(MetarolesError):
+    """A developer mistake: a bad argument, configuration or script."""
+
+
+class InvalidValueError(UserError):
+    """A value of the wrong type or out of range."""
+
+
+class DuplicateRoleError(UserError):
+    """A role name used twice in one Environment."""
+
+
+class UnknownRoleError(UserError):
+    """A role name the Environment does not know."""
+
+
+class ConfigError(UserError):
+    """A configuration value that cannot be used (unknown provider, unparsable file)."""
+
+
+class UndeliverableError(UserError):
+    """Strict mode: a published message whose ``send_to`` meets no role."""
+
+
+class DuplicateToolError(UserError):
+    """Two tools with one name in a ToolCollection."""
+
+
+class ToolArgumentsInvalid(InvalidValueError):
+    """A tool called with arguments its JSON schema rejects."""
+
+
+class AgentStateError(UserError):
+    """An agent asked to run from a state other than IDLE."""
+
+
+class RunError(MetarolesError):
+    """A failure of the run itself, as opposed to a mistake in how it was set up."""
+
+
+class ProviderError(RunError):
+    """A model server failed past the retries (429, 5xx, timeouts), or refused the request (4xx)."""
+
+
+class LLMOutputInvalid(RunError):
+    """The model's answer did not validate against the requested output model.
+
+    Attributes:
+        raw: The last raw text the model returned.
+        errors: The validation error text of the last attempt.
+    """
+
+    def __init__(self, message: str, *, raw: str, errors: str) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.errors = errors
+
+
+class ScriptExhausted(RunError):
+    """A :class:`~metaroles.llm.offline.ScriptedLLM` has no response left."""
+
+
+class RoleFailed(RunError):
+    """A role raised during a round; the original exception is ``__cause__``.
+
+    Attributes:
+        role: Name of the role that failed.
+        round: The round in which it failed.
+    """
+
+    def __init__(self, message: str, *, role: str, round: int) -> None:
+        super().__init__(message)
+        self.role = role
+        self.round = round
+
+
+class ToolError(RunError):
+    """A tool could not do its job; agents observe it as a ``ToolFailure``."""
+
+
+class ToolCallMissing(RunError):
+    """``tool_choice`` was REQUIRED and the model called no tool."""

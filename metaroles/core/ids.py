@@ -1,0 +1,132 @@
+"""Ids: a pure function of the run and the logical position inside it; unique per process outside a run.
+
+Inside a run, every id (of a message, a tool call, anything that may reach a prompt, a file or a
+log) comes from the :class:`IdScope` of whoever is producing it: a role's turn, or the run itself
+between rounds. An id is ``key + round + slot + sequence`` in hex, where
+
+- ``key`` derives from the run's seed (:func:`run_key`), so two runs with one seed share ids and
+  runs with different seeds do not;
+- ``round`` is the round being run (0 before the first);
+- ``slot`` is 0 for the run itself and ``1 + index`` for the ``index``-th registered role;
+- ``sequence`` counts the ids that producer made in that round.
+
+Nothing in an id depends on the process, the clock, ``PYTHONHASHSEED`` or the order in which
+concurrent roles finish, so reruns, resumes and forks give byte-identical run directories.
+Code running outside any scope (a script building messages by hand) gets process-unique ids:
+64 random bits per process, then a counter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+
+KEY_DIGITS = 16
+"""Hex digits of a run key; an id has 32 hex digits (more past 2**20 ids per producer and round)."""
+
+
+def run_key(seed: int | str | None) -> str:
+    """The key of a run with ``seed``: derived from the seed, or random when there is none."""
+    if seed is None:
+        return os.urandom(KEY_DIGITS // 2).hex()
+    return hashlib.blake2b(f"metaroles-run:{seed}".encode(), digest_size=KEY_DIGITS // 2).hexdigest()
+
+
+class IdScope:
+    """The ids one producer (a role, or the run between rounds) makes in a run, round by round.
+
+    Args:
+        key: The run's key (:func:`run_key`).
+        slot: 0 for the run itself, ``1 + index`` for a role.
+    """
+
+    __slots__ = ("key", "prefix", "round", "seq", "slot")
+
+    def __init__(self, key: str, slot: int) -> None:
+        """Create a scope; :meth:`at` places it in a round."""
+        self.key = key
+        self.slot = slot
+        self.round = -1
+        self.seq = 0
+        self.prefix = ""
+
+    def at(self, round_no: int) -> IdScope:
+        """Place the scope in round ``round_no`` (the sequence restarts when the round changes)."""
+        if round_no != self.round:
+            self.round = round_no
+            self.seq = 0
+            self.prefix = f"{self.key}{round_no:06x}{self.slot:05x}"
+        return self
+
+    def next(self) -> str:
+        """The next id of this producer in this round."""
+        seq = self.seq
+        self.seq = seq + 1
+        return f"{self.prefix}{seq:05x}"
+
+
+_SCOPE: ContextVar[IdScope | None] = ContextVar("metaroles_id_scope", default=None)
+
+
+@contextmanager
+def id_scope(scope: IdScope) -> Iterator[IdScope]:
+    """Make ids inside the block (in this task and the tasks it starts) come from ``scope``."""
+    token = _SCOPE.set(scope)
+    try:
+        yield scope
+    finally:
+        _SCOPE.reset(token)
+
+
+def enter_scope(scope: IdScope) -> Token[IdScope | None]:
+    """Make ids come from ``scope`` until :func:`leave_scope` (the bus's per-turn form of :func:`id_scope`)."""
+    return _SCOPE.set(scope)
+
+
+def leave_scope(token: Token[IdScope | None]) -> None:
+    """Undo the :func:`enter_scope` that returned ``token``."""
+    _SCOPE.reset(token)
+
+
+def current_scope() -> IdScope | None:
+    """The scope ids come from here, if any."""
+    return _SCOPE.get()
+
+
+class _ProcessIds:
+    """Ids outside any run: 64 random bits per process, then a counter; a forked child draws anew."""
+
+    __slots__ = ("counter", "prefix")
+
+    def __init__(self) -> None:
+        self.prefix = ""
+        self.counter = itertools.count()
+
+    def reseed(self) -> None:
+        if not self.prefix and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.reseed)
+        self.prefix = os.urandom(8).hex()
+        self.counter = itertools.count()
+
+    def next(self) -> str:
+        if not self.prefix:
+            self.reseed()
+        return f"{self.prefix}{next(self.counter):016x}"
+
+
+_PROCESS = _ProcessIds()
+
+
+def new_id() -> str:
+    """A fresh id: from the current :class:`IdScope` inside a run, else unique in this process.
+
+    Either way it is 32 hex digits, and ids of one producer sort in creation order.
+    """
+    scope = _SCOPE.get()
+    if scope is not None:
+        return scope.next()
+    return _PROCESS.next()

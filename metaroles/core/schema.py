@@ -1,0 +1,218 @@
+"""The small value types around messages: chat roles, tool calls, ids and routing keys.
+
+Routing keys are normalised here, once, when a :class:`~metaroles.messages.message.Message` is built:
+``cause_by`` from an Action class, instance or string (:func:`any_to_str`), ``send_to`` from
+names, Role classes or instances (:func:`to_addresses`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, create_model
+
+from metaroles.core.exceptions import InvalidValueError
+
+MESSAGE_ROUTE_TO_ALL = "<all>"
+"""The ``send_to`` address that reaches every role of an Environment."""
+
+USER_REQUIREMENT = "metaroles.bus.action.UserRequirement"
+"""The ``cause_by`` of a message that no Action produced (a user's request)."""
+
+BROADCAST: frozenset[str] = frozenset({MESSAGE_ROUTE_TO_ALL})
+
+
+class ChatRole(StrEnum):
+    """Who speaks in a chat exchange with a model."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+_CHAT_ROLES = frozenset(r.value for r in ChatRole)
+
+
+class ToolChoice(StrEnum):
+    """Whether the model may, must or must not call tools."""
+
+    NONE = "none"
+    AUTO = "auto"
+    REQUIRED = "required"
+
+
+class AgentState(StrEnum):
+    """Execution state of a tool-calling agent."""
+
+    IDLE = "IDLE"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    ERROR = "ERROR"
+
+
+class Function(BaseModel):
+    """The function part of a tool call."""
+
+    name: str
+    """Name of the tool to call."""
+    arguments: str
+    """Arguments as a JSON string, exactly as the model produced them."""
+
+
+class ToolCall(BaseModel):
+    """A tool call requested by the model in an assistant message."""
+
+    id: str
+    """Identifier that the answering tool message repeats in ``tool_call_id``."""
+    type: str = "function"
+    """Kind of call; always ``"function"`` today."""
+    function: Function
+    """What to call and with which arguments."""
+
+
+def any_to_str(value: object) -> str:
+    """Normalise an Action class, Action instance or string to an action id.
+
+    Args:
+        value: A string (kept as is), or a class or instance with an ``action_id()`` method.
+
+    Returns:
+        The action id, e.g. ``"mypkg.actions.WriteCode"``.
+
+    Raises:
+        InvalidValueError: If ``value`` is none of those.
+    """
+    if type(value) is str:
+        return value
+    action_id = getattr(value, "action_id", None)
+    if callable(action_id):
+        result = action_id()
+        if isinstance(result, str):
+            return result
+    raise InvalidValueError(
+        f"cause_by={value!r} is not an Action class, an Action instance or a string; "
+        "pass the Action that produced the message, e.g. cause_by=WriteCode"
+    )
+
+
+def _address_of(value: object) -> str:
+    if type(value) is str:
+        if not value:
+            raise InvalidValueError("send_to contains an empty address ''; use a role name or '<all>'")
+        return value
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    name = getattr(value, "name", None)
+    if isinstance(name, str) and hasattr(value, "addresses"):
+        return name
+    raise InvalidValueError(
+        f"send_to={value!r} ({type(value).__name__}) is not an address; pass a role name, "
+        "a Role class or instance, '<all>', or a set of those"
+    )
+
+
+def to_addresses(value: object) -> frozenset[str]:
+    """Normalise a ``send_to`` value to a frozen set of addresses.
+
+    Args:
+        value: A role name, ``"<all>"``, a Role class or instance, or an iterable of those.
+
+    Returns:
+        The addresses as a ``frozenset``.
+
+    Raises:
+        InvalidValueError: On any other type, or an empty collection.
+    """
+    if type(value) is frozenset and all(type(a) is str and a for a in value):
+        addresses: frozenset[str] = value
+    elif isinstance(value, str | type) or hasattr(value, "addresses"):
+        addresses = frozenset((_address_of(value),))
+    elif isinstance(value, Iterable) and not isinstance(value, bytes | dict):
+        addresses = frozenset(_address_of(item) for item in value)
+    else:
+        raise InvalidValueError(
+            f"send_to={value!r} ({type(value).__name__}) is not an address; pass a role name, "
+            "a Role class or instance, '<all>', or a set of those"
+        )
+    if not addresses:
+        raise InvalidValueError("send_to is empty; name at least one role, or use '<all>' to broadcast")
+    return addresses
+
+
+def _type_path(model: type[BaseModel]) -> str:
+    return f"{model.__module__}.{model.__qualname__}"
+
+
+def _import_model(path: str) -> type[BaseModel] | None:
+    module_name, _, qualname = path.rpartition(".")
+    while module_name:
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError:
+            module_name, _, head = module_name.rpartition(".")
+            qualname = f"{head}.{qualname}"
+            continue
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        if isinstance(obj, type) and issubclass(obj, BaseModel):
+            return obj
+        return None
+    return None
+
+
+def encode_instruct_content(model: BaseModel) -> dict[str, Any]:
+    """Encode a pydantic instance with its type so that it can be restored from JSON."""
+    return {"type": _type_path(type(model)), "value": model.model_dump(mode="json")}
+
+
+def decode_instruct_content(data: dict[str, Any]) -> BaseModel:
+    """Restore a pydantic instance encoded by :func:`encode_instruct_content`.
+
+    The original class is imported by its qualified name. If it cannot be imported (a class
+    defined inside a function, a module not installed here) a stand-in model with the same
+    field names is built, so that the data is never lost.
+    """
+    path = data.get("type")
+    value = data.get("value")
+    if not isinstance(path, str) or not isinstance(value, dict):
+        raise InvalidValueError(
+            f"instruct_content={data!r} is neither a pydantic model nor an encoded one "
+            "({'type': 'pkg.module.Model', 'value': {...}})"
+        )
+    model = _import_model(path)
+    if model is None:
+        fields: dict[str, Any] = {key: (Any, ...) for key in value}
+        model = create_model(path.rpartition(".")[2], **fields)
+    return model.model_validate(value)
+
+
+def to_chat_role(value: object) -> ChatRole:
+    """Normalise a chat role given as a :class:`ChatRole` or its string value.
+
+    Raises:
+        InvalidValueError: On anything else (the message lists the chat roles).
+    """
+    if isinstance(value, ChatRole):
+        return value
+    if isinstance(value, str) and value in _CHAT_ROLES:
+        return ChatRole(value)
+    allowed = ", ".join(repr(r.value) for r in ChatRole)
+    raise InvalidValueError(
+        f"role={value!r} is not a chat role; use one of {allowed} (a Role's name goes in sent_from)"
+    )
+
+
+def to_instruct_content(value: object) -> BaseModel | None:
+    """Accept a pydantic instance, an encoded one (see :func:`encode_instruct_content`) or ``None``."""
+    if value is None or isinstance(value, BaseModel):
+        return value
+    if isinstance(value, dict):
+        return decode_instruct_content(value)
+    raise InvalidValueError(
+        f"instruct_content={value!r} is not a pydantic model; declare an output model "
+        "(a pydantic BaseModel) and pass an instance of it"
+    )

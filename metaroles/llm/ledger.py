@@ -1,0 +1,162 @@
+"""The cost ledger: every model call's role, action, model, tokens, latency and cost; and budgets.
+
+Costs come from a price table per model (USD per 1,000 tokens, editable: pass your own); a model
+missing from the table is charged what its response reports (0 for local and test models unless
+configured). The ledger is part of a run's saved state, so it survives resume.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from metaroles.llm.protocol import LLMResponse
+
+
+class Price(BaseModel):
+    """What a model costs, in USD per 1,000 tokens."""
+
+    prompt: float = Field(ge=0)
+    completion: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """Cost of one call."""
+        return (prompt_tokens * self.prompt + completion_tokens * self.completion) / 1000
+
+
+DEFAULT_PRICES: dict[str, Price] = {
+    "gpt-4o": Price(prompt=0.0025, completion=0.01),
+    "gpt-4o-mini": Price(prompt=0.00015, completion=0.0006),
+    "gpt-4.1": Price(prompt=0.002, completion=0.008),
+    "gpt-4.1-mini": Price(prompt=0.0004, completion=0.0016),
+}
+"""List prices at the time of writing; edit or replace them to match your provider."""
+
+
+@dataclass(slots=True)
+class LedgerEntry:
+    """One accounted call (a slotted dataclass: the ledger grows by one per model call)."""
+
+    role: str
+    action: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+    latency_s: float = 0.0
+    """Wall-clock seconds of the call: measured, so kept out of what :meth:`saved` returns."""
+
+    @property
+    def tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def saved(self) -> dict[str, Any]:
+        """The entry as a run directory records it: everything but the clock-measured latency.
+
+        A run directory is a function of the run's seed and model answers; a latency is neither.
+        """
+        return {
+            "role": self.role,
+            "action": self.action,
+            "model": self.model,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost": self.cost,
+        }
+
+
+class Spend(BaseModel):
+    """Totals of a group of calls."""
+
+    calls: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+
+
+class CostLedger:
+    """Tokens, latency and money spent, per role, action and model.
+
+    Args:
+        entries: Entries to start from (a resumed run's ledger).
+        prices: Price table by model name (``DEFAULT_PRICES`` by default).
+    """
+
+    def __init__(self, entries: list[LedgerEntry] | None = None, *, prices: Mapping[str, Price] | None = None) -> None:
+        """Create a ledger, optionally continuing ``entries``."""
+        self.prices: dict[str, Price] = dict(DEFAULT_PRICES if prices is None else prices)
+        self.entries: list[LedgerEntry] = []
+        self.total_cost = 0.0
+        self.total_tokens = 0
+        self.reset(entries or [])
+
+    def reset(self, entries: list[LedgerEntry]) -> None:
+        """Replace the entries (when a saved run is restored); totals follow."""
+        self.entries = list(entries)
+        self.total_cost = sum(e.cost for e in self.entries)
+        self.total_tokens = sum(e.tokens for e in self.entries)
+
+    def price_of(self, response: LLMResponse) -> float:
+        """The call's cost: from the price table, else what the response reports."""
+        price = self.prices.get(response.model)
+        if price is None:
+            return response.cost
+        return price.cost(response.usage.prompt_tokens, response.usage.completion_tokens)
+
+    def record(self, *, role: str, action: str, response: LLMResponse, latency_s: float = 0.0) -> LedgerEntry:
+        """Account for one call."""
+        entry = LedgerEntry(
+            role=role,
+            action=action,
+            model=response.model,
+            prompt_tokens=response.usage.prompt_tokens,
+            completion_tokens=response.usage.completion_tokens,
+            cost=self.price_of(response),
+            latency_s=latency_s,
+        )
+        self.entries.append(entry)
+        self.total_cost += entry.cost
+        self.total_tokens += entry.tokens
+        return entry
+
+    def spend_by(self, key: str) -> dict[str, Spend]:
+        """Calls, tokens and money grouped by ``"role"``, ``"action"`` or ``"model"``."""
+        totals: defaultdict[str, Spend] = defaultdict(Spend)
+        for entry in self.entries:
+            spend = totals[getattr(entry, key)]
+            spend.calls += 1
+            spend.tokens += entry.tokens
+            spend.cost += entry.cost
+        return dict(totals)
+
+    def cost_by(self, key: str) -> dict[str, float]:
+        """Money spent grouped by ``"role"``, ``"action"`` or ``"model"``."""
+        return {name: spend.cost for name, spend in self.spend_by(key).items()}
+
+    def dump(self) -> list[dict[str, Any]]:
+        """Serialise the entries (without latencies, see :meth:`LedgerEntry.saved`)."""
+        return [e.saved() for e in self.entries]
+
+    @classmethod
+    def load(cls, data: list[dict[str, Any]], *, prices: Mapping[str, Price] | None = None) -> CostLedger:
+        """Restore a ledger serialised by :meth:`dump`."""
+        return cls([LedgerEntry(**e) for e in data], prices=prices)
+
+
+class Budget(BaseModel):
+    """A spending bound in money, tokens, or both (``None`` leaves that one unbounded)."""
+
+    max_cost: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+
+    def crossed_by(self, spend: Spend) -> str | None:
+        """Say how ``spend`` crosses this budget, or ``None`` if it does not."""
+        if self.max_cost is not None and spend.cost >= self.max_cost:
+            return f"cost {spend.cost:g} reached the budget of {self.max_cost:g}"
+        if self.max_tokens is not None and spend.tokens >= self.max_tokens:
+            return f"{spend.tokens} tokens reached the budget of {self.max_tokens}"
+        return None

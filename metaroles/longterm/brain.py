@@ -1,0 +1,115 @@
+"""BrainMemory: a conversation's history, knowledge and a running summary, kept in a store.
+
+MetaGPT's API (seed 004) with its faults fixed: ``add_talk``/``add_answer`` do not mutate the
+caller's message (they keep a copy with the chat role set); the model is passed to
+``compress_history`` rather than held in a field; compression is bounded by a message count and a
+token estimate, and becomes hierarchical when the summary itself grows too long; the store is
+passed in (a file store by default, Redis with a file fallback), never built from a global config.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from metaroles.core.prompts import load_prompt, render_prompt
+from metaroles.core.schema import ChatRole
+from metaroles.llm.protocol import LLM, LLMRequest, estimate_tokens
+from metaroles.longterm.stores import KeyValueStore
+from metaroles.messages.message import Message
+
+
+class BrainMemory(BaseModel):
+    """History, knowledge and summary of one conversation."""
+
+    history: list[Message] = Field(default_factory=list)
+    """The talk not yet summarised, oldest first."""
+    knowledge: list[Message] = Field(default_factory=list)
+    """Facts the assistant may use."""
+    historical_summary: str = ""
+    """Summary of the talk that left ``history``."""
+    last_history_id: str = ""
+    is_dirty: bool = False
+    """Changed since the last dump."""
+    last_talk: str | None = None
+    cacheable: bool = True
+
+    @staticmethod
+    def to_redis_key(prefix: str, user_id: str, chat_id: str) -> str:
+        """``{prefix}:{user}:{chat}``."""
+        return f"{prefix}:{user_id}:{chat_id}"
+
+    def add_history(self, message: Message) -> None:
+        """Append ``message`` to the history (once per id)."""
+        if any(m.id == message.id for m in self.history[-8:]):
+            return
+        self.history.append(message)
+        self.last_history_id = message.id
+        self.is_dirty = True
+
+    def add_talk(self, message: Message) -> None:
+        """Record what the user said (a copy with role ``user``)."""
+        self.add_history(message.model_copy(update={"role": ChatRole.USER}))
+        self.last_talk = message.content
+
+    def add_answer(self, message: Message) -> None:
+        """Record what the assistant answered (a copy with role ``assistant``)."""
+        self.add_history(message.model_copy(update={"role": ChatRole.ASSISTANT}))
+
+    def add_knowledge(self, message: Message) -> None:
+        """Add a fact."""
+        self.knowledge.append(message)
+        self.is_dirty = True
+
+    def get_knowledge(self) -> str:
+        """The knowledge, one fact per line."""
+        return "\n".join(m.content for m in self.knowledge)
+
+    def history_text(self) -> str:
+        """The summary (if any) and the history as ``role: content`` lines."""
+        lines = [f"{m.role.value}: {m.content}" for m in self.history]
+        return "\n".join(([f"summary: {self.historical_summary}"] if self.historical_summary else []) + lines)
+
+    def needs_compression(self, *, max_messages: int = 10, max_tokens: int = 4000) -> bool:
+        """Whether the history passed the message-count or the token bound."""
+        return len(self.history) > max_messages or estimate_tokens(self.history_text()) > max_tokens
+
+    async def compress_history(
+        self, llm: LLM, *, max_messages: int = 10, max_tokens: int = 4000, max_summary_tokens: int = 500
+    ) -> bool:
+        """Summarise the history into ``historical_summary`` past a bound; return whether it did.
+
+        When the summary itself grows past ``max_summary_tokens`` it is summarised again
+        (hierarchical compression), so the summary stays bounded however long the talk.
+        """
+        if not self.needs_compression(max_messages=max_messages, max_tokens=max_tokens):
+            return False
+        summary = await self._summarise(llm, self.history_text())
+        if estimate_tokens(summary) > max_summary_tokens:
+            summary = await self._summarise(llm, f"summary: {summary}")
+        self.historical_summary = summary
+        self.history = []
+        self.is_dirty = True
+        return True
+
+    async def _summarise(self, llm: LLM, text: str) -> str:
+        prompt = render_prompt(load_prompt("metaroles.longterm.prompts", "summarise.txt"), conversation=text)
+        request = LLMRequest(messages=[{"role": "user", "content": prompt}], role="BrainMemory", action="summarise")
+        return (await llm.complete(request)).text.strip()
+
+    async def dumps(self, store: KeyValueStore, key: str, *, ttl: float | None = 1800) -> bool:
+        """Save to ``store`` under ``key`` if anything changed; return whether it wrote."""
+        if not self.is_dirty or not self.cacheable:
+            return False
+        self.is_dirty = False
+        await store.set(key, self.model_dump_json(), ttl=ttl)
+        return True
+
+    @classmethod
+    async def loads(cls, store: KeyValueStore, key: str) -> BrainMemory:
+        """Load from ``store`` (an empty memory if nothing is saved)."""
+        text = await store.get(key)
+        if text is None:
+            return cls()
+        memory = cls.model_validate_json(text)
+        memory.is_dirty = False
+        return memory

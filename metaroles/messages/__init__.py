@@ -1,0 +1,1 @@
+"""Layer 2, what moves on the bus and what roles remember: Message, MessageQueue, Memory."""

@@ -1,0 +1,347 @@
+"""The Message: what roles publish on the bus, and a turn of a chat with a model.
+
+A :class:`Message` carries both the MetaGPT routing fields (``cause_by``, ``sent_from``,
+``send_to``, ``instruct_content``) and the OpenManus chat fields (``role``, ``tool_calls``,
+``tool_call_id``, ``name``, ``base64_image``). Every field is validated and routing keys are
+normalised when the message is built; equality and hashing go by ``id`` only.
+
+It is a slotted class with pydantic's model API (``model_dump``, ``model_dump_json``,
+``model_validate``, ``model_validate_json``, ``model_copy``) and a pydantic core schema, so it
+can be a field of any pydantic model. It is not a ``BaseModel``: a bus moves many thousands of
+messages a second and a slotted object costs a fraction of a model instance to build and hold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, ClassVar, Literal, Self
+
+import pydantic_core
+from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+from metaroles.core.exceptions import InvalidValueError
+from metaroles.core.ids import new_id
+from metaroles.core.schema import (
+    BROADCAST,
+    USER_REQUIREMENT,
+    ChatRole,
+    Function,
+    ToolCall,
+    any_to_str,
+    encode_instruct_content,
+    to_addresses,
+    to_chat_role,
+    to_instruct_content,
+)
+
+FIELDS = (
+    "id",
+    "content",
+    "instruct_content",
+    "role",
+    "cause_by",
+    "sent_from",
+    "send_to",
+    "metadata",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "base64_image",
+)
+_CHAT_FIELDS = ("tool_calls", "name", "tool_call_id", "base64_image")
+
+
+def _optional_str(field: str, value: object) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise InvalidValueError(f"{field}={value!r} must be a string or None")
+
+
+def _tool_calls(value: object) -> list[ToolCall] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple):
+        raise InvalidValueError(f"tool_calls={value!r} must be a list of ToolCall (or of dicts shaped like one)")
+    return [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in value]
+
+
+class Message:
+    """A message on the bus, and a turn of a chat with a model.
+
+    ``Message("text")`` is a user message with ``cause_by=UserRequirement``, broadcast to every
+    role. Every argument is validated; a wrong one raises :class:`InvalidValueError` naming it.
+
+    Args:
+        content: Natural-language content (may be given positionally).
+        id: Unique id; by default a fresh one (derived from the run's position inside a run, see ``core.ids``).
+        instruct_content: Structured content: a pydantic instance (survives JSON with its type).
+        role: Chat role: system, user, assistant or tool.
+        cause_by: The Action that produced the message: a class, an instance or its id.
+        sent_from: Name of the sending role.
+        send_to: Recipients: names, Role classes or instances, ``"<all>"`` (the default).
+        metadata: Free-form extra data (JSON-serialisable).
+        tool_calls: Tool calls requested by an assistant message.
+        tool_call_id: For a tool message: the id of the call it answers.
+        name: For a tool message: the tool's name.
+        base64_image: An image, base64-encoded.
+    """
+
+    __slots__ = FIELDS
+    model_fields: ClassVar[tuple[str, ...]] = FIELDS
+
+    id: str
+    content: str
+    instruct_content: BaseModel | None
+    role: ChatRole
+    cause_by: str
+    sent_from: str
+    send_to: frozenset[str]
+    metadata: dict[str, Any]
+    tool_calls: list[ToolCall] | None
+    tool_call_id: str | None
+    name: str | None
+    base64_image: str | None
+
+    def __init__(
+        self,
+        content: str | None = None,
+        *,
+        id: str | None = None,
+        instruct_content: BaseModel | dict[str, Any] | None = None,
+        role: ChatRole | str = ChatRole.USER,
+        cause_by: object = None,
+        sent_from: str = "",
+        send_to: object = None,
+        metadata: dict[str, Any] | None = None,
+        tool_calls: Iterable[ToolCall | dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        base64_image: str | None = None,
+    ) -> None:
+        """Build a validated message; see the class docstring for the arguments."""
+        if id is None:
+            id = new_id()
+        elif not isinstance(id, str) or not id:
+            raise InvalidValueError(f"id={id!r} must be a non-empty string (or omitted for a fresh one)")
+        if content is None:
+            content = ""
+        elif not isinstance(content, str):
+            raise InvalidValueError(f"content={content!r} must be a string; put structured data in instruct_content")
+        if not isinstance(sent_from, str):
+            raise InvalidValueError(f"sent_from={sent_from!r} must be the sending role's name (a string)")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidValueError(f"metadata={metadata!r} must be a dict")
+        self.id = id
+        self.content = content
+        self.instruct_content = to_instruct_content(instruct_content)
+        self.role = to_chat_role(role)
+        self.cause_by = USER_REQUIREMENT if cause_by is None or cause_by == "" else any_to_str(cause_by)
+        self.sent_from = sent_from
+        self.send_to = BROADCAST if send_to is None else to_addresses(send_to)
+        self.metadata = {} if metadata is None else dict(metadata)
+        self.tool_calls = _tool_calls(tool_calls)
+        self.tool_call_id = _optional_str("tool_call_id", tool_call_id)
+        self.name = _optional_str("name", name)
+        self.base64_image = _optional_str("base64_image", base64_image)
+
+    @classmethod
+    def _trusted(
+        cls,
+        content: str,
+        instruct_content: BaseModel | None,
+        role: ChatRole,
+        cause_by: str,
+        sent_from: str,
+        send_to: frozenset[str],
+    ) -> Self:
+        """Build a message from values the framework has already normalised, skipping validation.
+
+        Only for the bus's hot path (a Role wrapping its own action's output): ``cause_by`` comes
+        from an Action class, ``send_to`` was normalised when the Role was built.
+        """
+        message = cls.__new__(cls)
+        message.id = new_id()
+        message.content = content
+        message.instruct_content = instruct_content
+        message.role = role
+        message.cause_by = cause_by
+        message.sent_from = sent_from
+        message.send_to = send_to
+        message.metadata = {}
+        message.tool_calls = None
+        message.tool_call_id = None
+        message.name = None
+        message.base64_image = None
+        return message
+
+    # -- identity and operators ----------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        """Messages are equal when their ids are."""
+        if isinstance(other, Message):
+            return self.id == other.id
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        """Hash by id, consistent with equality."""
+        return hash(self.id)
+
+    def __add__(self, other: object) -> list[Message]:
+        """``msg + msg2`` and ``msg + [msgs]`` give a list of messages."""
+        if isinstance(other, Message):
+            return [self, other]
+        if isinstance(other, list):
+            return [self, *other]
+        raise TypeError(f"cannot add {type(other).__name__} to Message; add a Message or a list of them")
+
+    def __radd__(self, other: object) -> list[Message]:
+        """``[msgs] + msg`` gives a list of messages."""
+        if isinstance(other, list):
+            return [*other, self]
+        raise TypeError(f"cannot add Message to {type(other).__name__}; add it to a list of messages")
+
+    def __str__(self) -> str:
+        """Render as ``sender: content``."""
+        return f"{self.sent_from or self.role.value}: {self.content}"
+
+    def __repr__(self) -> str:
+        """Show the routing fields and the content."""
+        return (
+            f"Message(id={self.id!r}, content={self.content!r}, role={self.role.value!r}, "
+            f"cause_by={self.cause_by!r}, sent_from={self.sent_from!r}, send_to={sorted(self.send_to)!r})"
+        )
+
+    # -- pydantic's model API ------------------------------------------------------------------
+
+    def model_dump(self, *, mode: Literal["python", "json"] = "python", exclude_none: bool = False) -> dict[str, Any]:
+        """Return every field as a dict (``send_to`` sorted, ``instruct_content`` encoded with its type)."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "content": self.content,
+            "instruct_content": None
+            if self.instruct_content is None
+            else encode_instruct_content(self.instruct_content),
+            "role": self.role.value if mode == "json" else self.role,
+            "cause_by": self.cause_by,
+            "sent_from": self.sent_from,
+            "send_to": sorted(self.send_to),
+            "metadata": pydantic_core.to_jsonable_python(self.metadata) if mode == "json" else dict(self.metadata),
+            "tool_calls": None if self.tool_calls is None else [c.model_dump() for c in self.tool_calls],
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+            "base64_image": self.base64_image,
+        }
+        if exclude_none:
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+    def model_dump_json(self, *, indent: int | None = None) -> str:
+        """Serialise to JSON; the same message always gives the same text."""
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False, indent=indent)
+
+    @classmethod
+    def model_validate(cls, obj: object) -> Self:
+        """Build a message from a dict of fields (or return a message as is).
+
+        Raises:
+            InvalidValueError: On an unknown field or a bad value (named).
+        """
+        if isinstance(obj, cls):
+            return obj
+        if not isinstance(obj, dict):
+            raise InvalidValueError(f"cannot build a Message from {obj!r}; pass a dict of its fields")
+        unknown = set(obj) - set(FIELDS)
+        if unknown:
+            raise InvalidValueError(f"Message has no field(s) {sorted(unknown)}; its fields are {list(FIELDS)}")
+        return cls(**obj)
+
+    @classmethod
+    def model_validate_json(cls, text: str | bytes) -> Self:
+        """Build a message from its JSON text."""
+        return cls.model_validate(json.loads(text))
+
+    def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
+        """Return a shallow copy, with ``update`` applied as is (like pydantic, without validation)."""
+        clone = type(self).__new__(type(self))
+        for field in FIELDS:
+            setattr(clone, field, getattr(self, field))
+        clone.metadata = dict(self.metadata)
+        for field, value in (update or {}).items():
+            if field not in FIELDS:
+                raise InvalidValueError(f"Message has no field {field!r}; its fields are {list(FIELDS)}")
+            setattr(clone, field, value)
+        return clone
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """Let pydantic models hold messages: validated by :meth:`model_validate`, dumped by :meth:`model_dump`."""
+        return core_schema.no_info_plain_validator_function(
+            cls.model_validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda message, info: message.model_dump(mode="json" if info.mode_is_json() else "python"),
+                info_arg=True,
+            ),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """Describe a message as a JSON object with its fields."""
+        return {"type": "object", "title": "Message", "properties": {field: {} for field in FIELDS}}
+
+    # -- chat form and factories ---------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the chat form a model API expects, omitting fields that are ``None``."""
+        message: dict[str, Any] = {"role": self.role.value, "content": self.content}
+        if self.tool_calls is not None:
+            message["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        for field in ("name", "tool_call_id", "base64_image"):
+            value = getattr(self, field)
+            if value is not None:
+                message[field] = value
+        return message
+
+    def dump(self) -> str:
+        """Serialise to JSON (stable: same message, same text)."""
+        return self.model_dump_json()
+
+    @classmethod
+    def load(cls, text: str | bytes) -> Self:
+        """Restore a message serialised by :meth:`dump`."""
+        return cls.model_validate_json(text)
+
+    @classmethod
+    def user_message(cls, content: str, base64_image: str | None = None) -> Self:
+        """Build a user chat message."""
+        return cls(content, role=ChatRole.USER, base64_image=base64_image)
+
+    @classmethod
+    def system_message(cls, content: str) -> Self:
+        """Build a system chat message."""
+        return cls(content, role=ChatRole.SYSTEM)
+
+    @classmethod
+    def assistant_message(cls, content: str | None = None, base64_image: str | None = None) -> Self:
+        """Build an assistant chat message."""
+        return cls(content, role=ChatRole.ASSISTANT, base64_image=base64_image)
+
+    @classmethod
+    def tool_message(cls, content: str, name: str, tool_call_id: str, base64_image: str | None = None) -> Self:
+        """Build the message that reports a tool's result for one tool call."""
+        return cls(content, role=ChatRole.TOOL, name=name, tool_call_id=tool_call_id, base64_image=base64_image)
+
+    @classmethod
+    def from_tool_calls(
+        cls, tool_calls: Iterable[Any], content: str = "", base64_image: str | None = None, **kwargs: Any
+    ) -> Self:
+        """Build an assistant message from raw tool calls (objects with ``id`` and ``function``)."""
+        calls = [
+            ToolCall(id=call.id, function=Function.model_validate(call.function, from_attributes=True))
+            for call in tool_calls
+        ]
+        return cls(content, role=ChatRole.ASSISTANT, tool_calls=calls, base64_image=base64_image, **kwargs)

@@ -1,0 +1,196 @@
+"""Message buffers: a FIFO queue and a priority queue, both with O(1) duplicate checks.
+
+Each Role buffers what reaches it in a :class:`MessageQueue`. Pushing a message whose id is
+already buffered does nothing. ``await queue.get()`` waits for a message without polling.
+Both queues serialise with their contents, so nothing buffered is lost on save.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Self
+
+import anyio
+
+from metaroles.messages.message import Message
+
+
+class _Waitable:
+    """Wake-up plumbing shared by both queues: one anyio Event, created only when awaited."""
+
+    _event: anyio.Event | None
+
+    def _wake(self) -> None:
+        event = self._event
+        if event is not None:
+            self._event = None
+            event.set()
+
+    def empty(self) -> bool:  # pragma: no cover - overridden
+        """Return whether the queue holds no message."""
+        raise NotImplementedError
+
+    async def wait_nonempty(self) -> None:
+        """Wait until the queue holds at least one message."""
+        while self.empty():
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+
+
+class MessageQueue(_Waitable):
+    """A FIFO buffer of messages without duplicate ids.
+
+    ``push``, ``pop``, ``empty`` and ``count`` are O(1); ``pop_all`` is O(n) in what it returns.
+    """
+
+    __slots__ = ("_event", "_ids", "_queue")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        """Create a queue, optionally holding ``messages`` in order."""
+        self._queue: deque[Message] = deque()
+        self._ids: set[str] = set()
+        self._event = None
+        for message in messages:
+            self.push(message)
+
+    def push(self, message: Message) -> bool:
+        """Append ``message`` unless a message with its id is buffered; return whether it was added."""
+        ids = self._ids
+        if message.id in ids:
+            return False
+        ids.add(message.id)
+        self._queue.append(message)
+        if self._event is not None:
+            self._wake()
+        return True
+
+    def last(self) -> Message | None:
+        """The newest buffered message, or ``None`` when empty."""
+        return self._queue[-1] if self._queue else None
+
+    def pop(self) -> Message | None:
+        """Remove and return the oldest message, or ``None`` when empty."""
+        if not self._queue:
+            return None
+        message = self._queue.popleft()
+        self._ids.discard(message.id)
+        return message
+
+    def pop_all(self) -> list[Message]:
+        """Remove and return every buffered message, oldest first."""
+        messages = list(self._queue)
+        self._queue.clear()
+        self._ids.clear()
+        return messages
+
+    async def get(self) -> Message:
+        """Wait for a message, then remove and return the oldest one."""
+        await self.wait_nonempty()
+        message = self._queue.popleft()
+        self._ids.discard(message.id)
+        return message
+
+    def empty(self) -> bool:
+        """Return whether the queue holds no message."""
+        return not self._queue
+
+    def count(self) -> int:
+        """Return the number of buffered messages."""
+        return len(self._queue)
+
+    def __len__(self) -> int:
+        """Return the number of buffered messages."""
+        return len(self._queue)
+
+    def peek_all(self) -> list[Message]:
+        """Return the buffered messages, oldest first, without removing them."""
+        return list(self._queue)
+
+    def dump(self) -> list[dict[str, Any]]:
+        """Serialise the buffered messages, oldest first."""
+        return [m.model_dump(mode="json") for m in self._queue]
+
+    @classmethod
+    def load(cls, data: Iterable[dict[str, Any] | Message]) -> Self:
+        """Restore a queue serialised by :meth:`dump`."""
+        return cls(m if isinstance(m, Message) else Message.model_validate(m) for m in data)
+
+
+class PriorityMessageQueue(_Waitable):
+    """A buffer that pops the lowest priority number first, FIFO among equals.
+
+    A message's priority is the ``priority`` argument of :meth:`push`, else its
+    ``metadata["priority"]``, else 0. ``push`` and ``pop`` are O(log n).
+    """
+
+    __slots__ = ("_event", "_heap", "_ids", "_seq")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        """Create a queue, optionally holding ``messages``."""
+        self._heap: list[tuple[int, int, Message]] = []
+        self._ids: set[str] = set()
+        self._seq = 0
+        self._event = None
+        for message in messages:
+            self.push(message)
+
+    def push(self, message: Message, priority: int | None = None) -> bool:
+        """Add ``message`` unless its id is buffered; return whether it was added."""
+        if message.id in self._ids:
+            return False
+        if priority is None:
+            priority = int(message.metadata.get("priority", 0))
+        self._ids.add(message.id)
+        self._seq += 1
+        heapq.heappush(self._heap, (priority, self._seq, message))
+        self._wake()
+        return True
+
+    def pop(self) -> Message | None:
+        """Remove and return the most urgent message, or ``None`` when empty."""
+        if not self._heap:
+            return None
+        message = heapq.heappop(self._heap)[2]
+        self._ids.discard(message.id)
+        return message
+
+    def pop_all(self) -> list[Message]:
+        """Remove and return every buffered message, most urgent first."""
+        ordered = [entry[2] for entry in sorted(self._heap)]
+        self._heap.clear()
+        self._ids.clear()
+        return ordered
+
+    async def get(self) -> Message:
+        """Wait for a message, then remove and return the most urgent one."""
+        await self.wait_nonempty()
+        message = heapq.heappop(self._heap)[2]
+        self._ids.discard(message.id)
+        return message
+
+    def empty(self) -> bool:
+        """Return whether the queue holds no message."""
+        return not self._heap
+
+    def count(self) -> int:
+        """Return the number of buffered messages."""
+        return len(self._heap)
+
+    def __len__(self) -> int:
+        """Return the number of buffered messages."""
+        return len(self._heap)
+
+    def dump(self) -> list[dict[str, Any]]:
+        """Serialise as ``{"priority": p, "message": {...}}`` entries in pop order."""
+        return [{"priority": p, "message": m.model_dump(mode="json")} for p, _, m in sorted(self._heap)]
+
+    @classmethod
+    def load(cls, data: Iterable[dict[str, Any]]) -> Self:
+        """Restore a queue serialised by :meth:`dump`, keeping pop order."""
+        queue = cls()
+        for entry in data:
+            queue.push(Message.model_validate(entry["message"]), priority=int(entry["priority"]))
+        return queue

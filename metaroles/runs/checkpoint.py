@@ -1,0 +1,401 @@
+"""Incremental, crash-safe checkpoints of an Environment, one per round (reading: ``restore``).
+
+A checkpoint folder holds:
+
+- ``messages.jsonl``: every message a checkpoint refers to, once, in the order first seen; a
+  message is named by its row (line number, from 0). Appended and fsynced before the round file
+  that refers to it.
+- ``round-NNNN.json``: the state at the end of round NNNN, written atomically (temp file, fsync,
+  rename). A *full* snapshot every ``every`` rounds (and first); otherwise a *delta* against the
+  previous round file, so that a round costs what happened in it, not the size of the run:
+
+  - ``ops`` and ``deliveries``: what the bus did — which roles took a default turn (observe, then
+    remember their own answer) and which message reached whom. Replaying these with the roles'
+    own code rebuilds every *replayable* role (a default one-action turn, plain memory) exactly;
+    the writer checks, per role, that its state is what the replay will give.
+  - ``roles``: an entry for every other role that changed (custom turns, long-term or brain
+    memory, or anything touched outside the bus): the rows it added to memory, its buffer and
+    news, its state.
+  - the ledger, events and dead letters appended since, and the random source's state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from json.encoder import encode_basestring
+from pathlib import Path
+from typing import Any
+
+from metaroles.bus.environment import Environment
+from metaroles.core.files import append_durably, write_atomic
+from metaroles.messages.memory import Memory
+from metaroles.messages.message import Message
+from metaroles.messages.queue import MessageQueue
+from metaroles.bus.role import Role
+from metaroles.bus.state import rng_state
+
+MESSAGES = "messages.jsonl"
+FULL_EVERY = 25
+FORMAT = 2
+
+
+@dataclass
+class Restored:
+    """What a restore read: the round, its file, and the message table (rows) it used."""
+
+    round: int
+    path: Path
+    rows: list[Message] = field(default_factory=list)
+
+
+def round_file(folder: Path, round_no: int) -> Path:
+    """The checkpoint file of ``round_no`` in ``folder``."""
+    return folder / f"round-{round_no:04d}.json"
+
+
+def _plain(message: Message) -> bool:
+    return (
+        message.instruct_content is None
+        and not message.metadata
+        and message.tool_calls is None
+        and message.name is None
+        and message.tool_call_id is None
+        and message.base64_image is None
+    )
+
+
+_RoleMark = tuple[int, int, int, int, int, frozenset[str], frozenset[str], object]
+"""What a role looked like at the previous checkpoint: memory length and edits, state, working
+memory length and edits, watch, addresses, and its news list if its buffer was empty (else None;
+a role's observation replaces ``rc.news`` rather than changing it in place)."""
+
+
+def _replayable(role: Role) -> bool:
+    """Whether a replay of the bus's ops rebuilds this role: a default turn over plain memory and buffer."""
+    rc = role.rc
+    return (
+        role.takes_plain_turn
+        and type(rc.memory) is Memory
+        and not rc.memory.ignore_id
+        and type(rc.msg_buffer) is MessageQueue
+        and role.brain_memory is None
+        and type(role).extra_state is Role.extra_state
+    )
+
+
+def _signature(role: Role) -> list[Any]:
+    """What a replayable role looks like now; the writer moves it along with each op it records."""
+    rc = role.rc
+    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_memory
+    return [
+        len(memory),
+        memory._edits,
+        len(buffer),
+        buffer.last(),
+        rc.news,
+        len(working),
+        working._edits,
+        len(rc.watch),
+        role.addresses,
+    ]
+
+
+def _replays(role: Role, expected: list[Any]) -> bool:
+    """Whether ``role`` is exactly what replaying the recorded ops gives (else it gets an entry)."""
+    rc = role.rc
+    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_memory
+    return (
+        len(memory) == expected[0]
+        and memory._edits == expected[1]
+        and len(buffer) == expected[2]
+        and buffer.last() is expected[3]
+        and rc.news is expected[4]
+        and rc.state == -1
+        and rc.todo is None
+        and len(working) == expected[5]
+        and working._edits == expected[6]
+        and len(rc.watch) == expected[7]
+        and role.addresses is expected[8]
+        and _replayable(role)
+    )
+
+
+@dataclass
+class _EnvMark:
+    history: int = -1
+    edits: int = 0
+    dead_letters: int = 0
+    events: int = 0
+    ledger: int = 0
+
+
+class CheckpointWriter:
+    """Writes an environment's checkpoints into ``folder``, one per round.
+
+    Args:
+        folder: The checkpoint folder.
+        every: A full snapshot every this many rounds; deltas in between.
+        restored: What :func:`load_checkpoint` read, when continuing a run in the same folder.
+    """
+
+    def __init__(self, folder: Path, *, every: int = FULL_EVERY, restored: Restored | None = None) -> None:
+        """Open the folder; when continuing, cut the message table back to what the checkpoint used."""
+        self.folder = folder
+        self.every = every
+        self._rows: dict[int, int] = {}
+        self._held: list[Message] = []
+        self._text: dict[str, str] = {}
+        self._roles: dict[str, _RoleMark] = {}
+        self._env = _EnvMark()
+        self._full_round: int | None = None
+        self._expect: dict[str, list[Any]] = {}
+        self._ops: list[int] = []
+        self._deliveries: list[int] = []
+        self._noted_history = 0
+        self._seen: object = None
+        self._blind = True
+        self._index: dict[str, int] = {}
+        self._pending_rows: list[str] = []
+        self._send_to: dict[frozenset[str], str] = {}
+        self.round: int | None = None
+        """The round of the last checkpoint written (``None`` before the first)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        table = folder / MESSAGES
+        if restored is None:
+            table.write_bytes(b"")
+            return
+        _truncate_lines(table, len(restored.rows))
+        self.round = restored.round  # the next write is a full snapshot: nothing is expected yet
+        for message in restored.rows:
+            self._rows[id(message)] = len(self._held)
+            self._held.append(message)
+
+    def note(self, env: Environment) -> None:
+        """Take in the round that just ran (the turns and deliveries a delta replays); idempotent.
+
+        :meth:`write` calls it; a team that checkpoints every few rounds calls it every round.
+        """
+        self._role_index(env)
+        if env.trace is None:
+            env.trace, self._blind = [], True  # this round's turns are unknown: the next delta lists roles
+        elif env.trace is not self._seen:
+            self._seen = env.trace
+            self._note_turns(env.trace)
+        if env.interventions:
+            self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
+        self._note_deliveries(env)
+
+    def write(self, env: Environment) -> Path:
+        """Write the checkpoint of ``env``'s current round (call between rounds)."""
+        self.note(env)
+        full = self._full_round is None or env.round - self._full_round >= self.every
+        if full:
+            self._full_round = env.round
+            self._roles.clear()
+            self._expect.clear()
+            self._env = _EnvMark()
+        new_rows = self._pending_rows
+        parts = [f'"version":{FORMAT},"round":{env.round},"kind":"{"full" if full else "delta"}"']
+        parts.extend(self._env_parts(env, new_rows, full=full))
+        if not full and not self._blind:
+            parts.append(f'"ops":[{",".join(map(str, self._ops))}]')
+        roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
+        parts.append('"roles":{' + ",".join(roles) + "}")
+        parts.append(f'"rows":{len(self._held)}')
+        self._ops.clear()
+        self._deliveries.clear()
+        self._blind = False
+        if new_rows:
+            append_durably(self.folder / MESSAGES, "".join(new_rows))
+            new_rows.clear()
+        path = round_file(self.folder, env.round)
+        write_atomic(path, "{" + ",".join(parts) + "}\n")
+        self.round = env.round
+        return path
+
+    # -- what the bus did -----------------------------------------------------------------------
+
+    def _role_index(self, env: Environment) -> dict[str, int]:
+        if len(self._index) != len(env.roles):
+            self._index = {name: i for i, name in enumerate(env.roles)}
+        return self._index
+
+    def _note_turns(self, trace: list[tuple[str, str, Any, int]]) -> None:
+        """Record the default turns of replayable roles: observe (code 0), act (code 1 with its row)."""
+        expect, index, ops, rows = self._expect, self._index, self._ops, self._rows
+        for kind, name, detail, remembered in trace:
+            expected = expect.get(name)
+            if expected is None or kind not in ("observe", "act"):
+                continue
+            if kind == "observe":
+                ops += (0, index[name])
+                expected[0] += remembered
+                expected[2], expected[3], expected[4] = 0, None, detail
+            elif detail is None:
+                ops += (1, index[name], -1)
+            else:
+                row = rows.get(id(detail))
+                ops += (1, index[name], self._row(detail, self._pending_rows) if row is None else row)
+                expected[0] += 1
+
+    def _note_deliveries(self, env: Environment) -> None:
+        """Record each message published since the last note with the roles it reached."""
+        history = env.history
+        if len(history) <= self._noted_history:
+            self._noted_history = len(history)
+            return
+        index, expect, out, rows = self._role_index(env), self._expect, self._deliveries, self._rows
+        for message in history.get(len(history) - self._noted_history):
+            recipients = env.recipients(message)
+            row = rows.get(id(message))
+            out += (self._row(message, self._pending_rows) if row is None else row, len(recipients))
+            for role in recipients:
+                out.append(index[role.name])
+                expected = expect.get(role.name)
+                if expected is not None:
+                    expected[2] += 1
+                    expected[3] = message
+        self._noted_history = len(history)
+
+    # -- encoding --------------------------------------------------------------------------------
+
+    def _enc(self, text: str) -> str:
+        """JSON of a name that recurs (role, action, address), memoised."""
+        encoded = self._text.get(text)
+        if encoded is None:
+            encoded = self._text[text] = encode_basestring(text)
+        return encoded
+
+    def _row(self, message: Message, new_rows: list[str]) -> int:
+        row = self._rows.get(id(message))
+        if row is None:
+            row = self._rows[id(message)] = len(self._held)
+            self._held.append(message)  # keeps id(message) from being reused
+            new_rows.append(self._encode(message) + "\n")
+        return row
+
+    def _rows_of(self, messages: Any, new_rows: list[str]) -> str:
+        found, row = self._rows.get, self._row
+        numbers = [found(id(m)) for m in messages]
+        if None in numbers:
+            numbers = [row(m, new_rows) for m in messages]
+        return f"[{','.join(map(str, numbers))}]"
+
+    def _encode(self, message: Message) -> str:
+        if not _plain(message):
+            return message.model_dump_json()
+        enc = self._enc
+        send_to = self._send_to.get(message.send_to)
+        if send_to is None:
+            send_to = self._send_to[message.send_to] = ",".join([enc(a) for a in sorted(message.send_to)])
+        return (
+            f'{{"id":{encode_basestring(message.id)},"content":{encode_basestring(message.content)},'
+            f'"role":"{message.role.value}","cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},'
+            f'"send_to":[{send_to}]}}'
+        )
+
+    def _env_parts(self, env: Environment, new_rows: list[str], *, full: bool) -> list[str]:
+        mark, history = self._env, env.history
+        parts = [f'"rng":{json.dumps(rng_state(env.rng))},"id_key":{json.dumps(env.id_key)}']
+        if full or history._edits != mark.edits or len(history) < mark.history:
+            parts.append(f'"history":{self._rows_of(history, new_rows)}')
+            self._blind = self._blind or not full  # an edited history: the deliveries do not tell the story
+        else:
+            parts.append(f'"deliveries":[{",".join(map(str, self._deliveries))}]')
+        dead = env.dead_letters[mark.dead_letters :]
+        parts.append(f'"dead_letters_add":{self._rows_of(dead, new_rows)}')
+        events = [e.model_dump(mode="json") for e in env.events[mark.events :]]
+        ledger = [e.saved() for e in env.ledger.entries[mark.ledger :]]
+        parts.append(f'"events_add":{json.dumps(events)},"ledger_add":{json.dumps(ledger)}')
+        self._env = _EnvMark(
+            len(history), history._edits, len(env.dead_letters), len(env.events), len(env.ledger.entries)
+        )
+        return parts
+
+    # -- roles ----------------------------------------------------------------------------------
+
+    def _role_entries(self, env: Environment, new_rows: list[str], *, replayed: bool) -> list[str]:
+        """Entries for the roles a replay of ``ops`` and ``deliveries`` would not rebuild exactly."""
+        entries, expect = [], self._expect
+        for role in env.roles.values():
+            expected = expect.get(role.name)
+            if replayed and expected is not None and _replays(role, expected):
+                continue
+            if expected is not None:
+                self._roles.pop(role.name, None)  # its mark predates the replayed rounds: write it whole
+            entry = self._role_entry(role, new_rows)
+            if entry:
+                entries.append(entry)
+            if _replayable(role):
+                expect[role.name] = _signature(role)
+            else:
+                expect.pop(role.name, None)
+        return entries
+
+    def _role_entry(self, role: Role, new_rows: list[str]) -> str:
+        """The role's JSON entry (``"name":{...}``) if it changed since the last checkpoint, else ``""``.
+
+        Runs once per role per round, so it compares a few counters instead of contents: memory
+        and working memory only ever grow between two checkpoints unless their edit counter moved.
+        """
+        rc = role.rc
+        memory, working = rc.memory, rc.working_memory
+        if (
+            type(memory) is not Memory
+            or role.brain_memory is not None
+            or type(role).extra_state is not Role.extra_state
+        ):
+            self._roles.pop(role.name, None)  # long-term/brain memory or extra state: the role's full state each time
+            return f'{self._enc(role.name)}:{{"state_dict":{role.state_dict().model_dump_json()}}}'
+        buffer, news = rc.msg_buffer.peek_all(), rc.news
+        size, edits, state, watch, addresses = len(memory), memory._edits, rc.state, rc.watch, role.addresses
+        mark = self._roles.get(role.name)
+        if (
+            mark is not None
+            and not buffer
+            and mark[7] is news
+            and mark[:5] == (size, edits, state, len(working), working._edits)
+            and mark[5] == watch
+            and mark[6] is addresses
+        ):
+            return ""
+        rows = self._rows_of
+        parts = [f'"buffer":{rows(buffer, new_rows)},"news":{rows(news, new_rows)},"state":{state}']
+        if mark is None or edits != mark[1] or size < mark[0]:
+            cls = f"{type(role).__module__}.{type(role).__qualname__}"
+            parts.append(f'"cls":{encode_basestring(cls)},"memory":{rows(memory, new_rows)}')
+        elif size > mark[0]:
+            parts.append(f'"memory_add":{rows(memory.get(size - mark[0]), new_rows)}')
+        if mark is None or (len(working), working._edits) != mark[3:5]:
+            parts.append(f'"working_memory":{rows(working, new_rows)}')
+        watched = frozenset(watch) if mark is None or mark[5] != watch else mark[5]
+        if mark is None or mark[5] != watch or mark[6] is not addresses:
+            parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
+        self._roles[role.name] = (
+            size,
+            edits,
+            state,
+            len(working),
+            working._edits,
+            watched,
+            addresses,
+            None if buffer else news,
+        )
+        return f"{self._enc(role.name)}:{{{','.join(parts)}}}"
+
+
+def _truncate_lines(path: Path, count: int) -> None:
+    """Keep the first ``count`` lines of ``path`` (drops rows no kept checkpoint refers to)."""
+    if not path.exists():
+        path.write_bytes(b"")
+        return
+    data = path.read_bytes()
+    end = 0
+    for _ in range(count):
+        end = data.index(b"\n", end) + 1
+    with path.open("r+b") as handle:
+        handle.truncate(end)
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -1,0 +1,212 @@
+"""The run's event log: ``events.jsonl``, append-only, one JSON object per line.
+
+Events are written at the end of each round, in one append that is flushed and fsynced before the
+round's checkpoint: ``round_start``, ``publish`` (with ``caused_by``: the news its sender had
+observed), ``deliver``, ``dead_letter``, ``role_error``, ``dropped``, ``llm_call`` (tokens and
+cost) and ``round_end``, each with a sequence number and its round. On resume the log is cut back
+to the checkpoint's round, and a torn last line is dropped with a warning.
+
+The log is a function of the run (seed and model answers), byte for byte. What the clock measured,
+each model call's latency, goes beside it into ``timings.jsonl`` (the ``seq`` of its ``llm_call``
+and ``latency_s``); :func:`read_events` puts the latencies back on the events it returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from json.encoder import encode_basestring
+from pathlib import Path
+from typing import Any
+from warnings import warn
+
+from metaroles.bus.environment import Environment
+from metaroles.core.files import append_durably, write_atomic
+from metaroles.messages.message import Message
+
+Event = dict[str, Any]
+TIMINGS = "timings.jsonl"
+"""Beside ``events.jsonl``: the latency of each model call, by the ``seq`` of its ``llm_call`` event."""
+
+
+def timings_of(events: Path) -> Path:
+    """The timings file that goes with the event log ``events``."""
+    return events.with_name(TIMINGS)
+
+
+def read_events(path: Path) -> list[Event]:
+    """The events in ``path``, model calls with their ``latency_s``; a torn last line is skipped with a warning."""
+    events = _read_lines(path)
+    latencies = {t["seq"]: t["latency_s"] for t in _read_lines(timings_of(path), warn_torn=False)}
+    if latencies:
+        for event in events:
+            if event["kind"] == "llm_call":
+                event["latency_s"] = latencies.get(event["seq"], 0.0)
+    return events
+
+
+def _read_lines(path: Path, *, warn_torn: bool = True) -> list[Event]:
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    events: list[Event] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):
+                if warn_torn:
+                    warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=3)
+                break
+            raise
+    return events
+
+
+def publish_rounds(path: Path) -> dict[str, int]:
+    """Message id → the round it was published in, reading only the publish lines of a log."""
+    if not path.exists():
+        return {}
+    rounds: dict[str, int] = {}
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if '"publish"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line (read_events warns about it)
+            if event.get("kind") == "publish":
+                rounds[event["message_id"]] = event["round"]
+    return rounds
+
+
+def copy_events(source: Path, target: Path, *, through_round: int) -> None:
+    """Write the events of ``source`` up to ``through_round`` into ``target`` (a fork's prefix), with their timings."""
+    kept = [e for e in _read_lines(source) if e.get("round", 0) <= through_round]
+    _rewrite(target, kept)
+
+
+def _rewrite(events: Path, kept: list[Event]) -> None:
+    """Make ``events`` hold exactly ``kept``, and its timings only those of ``kept``'s model calls."""
+    events.parent.mkdir(parents=True, exist_ok=True)
+    last = kept[-1]["seq"] if kept else 0
+    timings = [t for t in _read_lines(timings_of(events), warn_torn=False) if t["seq"] <= last]
+    write_atomic(events, "".join(json.dumps(e) + "\n" for e in kept))
+    write_atomic(timings_of(events), "".join(json.dumps(t) + "\n" for t in timings))
+
+
+class EventLog:
+    """Writes one environment's events, a round at a time.
+
+    Lines are built from memoised JSON pieces rather than one ``json.dumps`` per event: a large
+    society logs thousands of events per round, and the log must not cost more than the round.
+
+    Args:
+        path: The ``events.jsonl`` file; appended to.
+        env: The environment whose rounds are logged.
+        through_round: Keep only events up to this round from an existing log (resume).
+        turns: Also log each turn's observe, think and act events (switches on ``env.trace``).
+    """
+
+    def __init__(self, path: Path, env: Environment, *, through_round: int | None = None, turns: bool = True) -> None:
+        """Open (and, on resume, cut back) the log."""
+        self.path = path
+        self.env = env
+        kept = _read_lines(path)
+        if through_round is not None:
+            kept = [e for e in kept if e.get("round", 0) <= through_round]
+        _rewrite(path, kept)
+        self.timings = timings_of(path)
+        self.seq = kept[-1]["seq"] if kept else 0
+        self._names: dict[str, str] = {}
+        self._send_to: dict[frozenset[str], str] = {}
+        self.turns = turns
+        if turns and env.trace is None:
+            env.trace = []
+        self._seen: object = env.trace  # a trace already there belongs to rounds before this log
+        self._mark()
+
+    def _mark(self) -> None:
+        env = self.env
+        self._history = len(env.history)
+        self._ledger = len(env.ledger.entries)
+        self._events = len(env.events)
+
+    def _name(self, text: str) -> str:
+        """JSON of a recurring string (role, action), memoised."""
+        encoded = self._names.get(text)
+        if encoded is None:
+            encoded = self._names[text] = encode_basestring(text)
+        return encoded
+
+    def round_done(self) -> None:
+        """Append the events of the round that just ended (or of what happened between rounds)."""
+        env = self.env
+        numbers = itertools.count(self.seq + 1)
+        head = f',"round":{env.round},"kind":'
+        lines = [f'{{"seq":{next(numbers)}{head}"round_start"}}\n']
+        if self.turns and env.trace is not None and env.trace is not self._seen:
+            self._seen = env.trace
+            self._turn_lines(lines, numbers, head)
+        if len(env.history) > self._history:
+            self._message_lines(lines, numbers, head, env.history.get(len(env.history) - self._history))
+        timings = []
+        for entry in env.ledger.entries[self._ledger :]:
+            call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
+            fields = json.dumps({"role": entry.role, **call})[1:-1]
+            seq = next(numbers)
+            lines.append(f'{{"seq":{seq}{head}"llm_call",{fields}}}\n')
+            timings.append(f'{{"seq":{seq},"latency_s":{entry.latency_s!r}}}\n')
+        for event in env.events[self._events :]:
+            fields = json.dumps({"role": event.role, "message_id": event.message_id, "detail": event.detail})[1:-1]
+            lines.append(f'{{"seq":{next(numbers)}{head}"{event.kind}",{fields}}}\n')
+        self.seq = next(numbers)
+        lines.append(f'{{"seq":{self.seq}{head}"round_end"}}\n')
+        if timings:
+            append_durably(self.timings, "".join(timings))
+        self._append(lines)
+        self._mark()
+
+    def _turn_lines(self, lines: list[str], numbers: Iterator[int], head: str) -> None:
+        """Observe (the news), think (the action chosen) and act (the message produced) events."""
+        names, name, enc, add = self._names, self._name, encode_basestring, lines.append
+        for kind, role, detail, _ in self.env.trace or ():
+            who = names.get(role) or name(role)
+            if kind == "observe":
+                ids = ",".join([enc(m.id) for m in detail])
+                add(f'{{"seq":{next(numbers)}{head}"observe","role":{who},"message_ids":[{ids}]}}\n')
+            elif kind == "think":
+                action = "null" if detail is None else names.get(detail._action_id) or name(detail._action_id)
+                add(f'{{"seq":{next(numbers)}{head}"think","role":{who},"action":{action}}}\n')
+            elif kind != "act":  # an agent's tool_call / tool_result: rare, spelled out
+                add(f'{{"seq":{next(numbers)}{head}{json.dumps(kind)},"role":{who},{json.dumps(detail)[1:-1]}}}\n')
+            else:
+                message_id = "null" if detail is None else enc(detail.id)
+                add(f'{{"seq":{next(numbers)}{head}"act","role":{who},"message_id":{message_id}}}\n')
+
+    def _message_lines(self, lines: list[str], numbers: Iterator[int], head: str, messages: list[Message]) -> None:
+        """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
+        env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
+        roles, route, targets = env.roles, env.recipients, self._send_to
+        for message in messages:
+            sender = roles.get(message.sent_from)
+            caused = ",".join([enc(m.id) for m in sender.rc.news]) if sender is not None else ""
+            send_to = targets.get(message.send_to)
+            if send_to is None:
+                send_to = targets[message.send_to] = ",".join([name(a) for a in sorted(message.send_to)])
+            message_id = enc(message.id)
+            who = names.get(message.sent_from) or name(message.sent_from)
+            action = names.get(message.cause_by) or name(message.cause_by)
+            add(
+                f'{{"seq":{next(numbers)}{head}"publish","role":{who},"message_id":{message_id},"cause_by":{action},'
+                f'"send_to":[{send_to}],"caused_by":[{caused}]}}\n'
+            )
+            for recipient in route(message):
+                who = names.get(recipient.name) or name(recipient.name)
+                add(f'{{"seq":{next(numbers)}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
+
+    def _append(self, lines: list[str]) -> None:
+        append_durably(self.path, "".join(lines))

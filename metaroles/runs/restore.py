@@ -1,0 +1,185 @@
+"""Reading checkpoints back (written by :mod:`metaroles.runs.checkpoint`) into a live Environment.
+
+:func:`restore_checkpoint` loads the newest complete full snapshot into the environment, then
+replays each delta after it with the roles' own code: a replayable role takes the same
+observation and remembers the same answer; every message reaches the same buffers; roles with
+an entry get that state. A torn or unreadable round file is skipped with a warning, and the
+state of the round before it is used (a delta needs every delta before it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from warnings import warn
+
+from metaroles.runs.checkpoint import FORMAT, MESSAGES, Restored
+from metaroles.bus.environment import Environment
+from metaroles.core.exceptions import ConfigError
+from metaroles.llm.ledger import LedgerEntry
+from metaroles.messages.memory import Memory
+from metaroles.messages.message import Message
+from metaroles.bus.role import Role
+from metaroles.bus.state import EnvEvent, EnvironmentState, RoleState, set_rng_state
+
+
+def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | None = None) -> Restored:
+    """Load the newest complete checkpoint in ``folder`` (up to ``through_round``) into ``env``.
+
+    ``env`` must hold the same roles, built the same way (a scenario rebuilds them from its config).
+
+    Raises:
+        ConfigError: If the folder holds no readable checkpoint (up to ``through_round``).
+    """
+    chain, table = _chain(folder, through_round)
+    rows = [Message.model_validate(json.loads(line)) for line in table[: chain[-1][1]["rows"]]]
+    env.load_state(_snapshot(chain[0][1], rows))
+    for _, record in chain[1:]:
+        _replay(env, record, rows)
+    env.rebuild_ready()
+    return Restored(round=chain[-1][1]["round"], path=chain[-1][0], rows=rows)
+
+
+def checkpoint_history(folder: Path) -> list[Message]:
+    """The history (every published message, in order) at the newest complete checkpoint, without roles."""
+    chain, table = _chain(folder, None)
+    rows = [Message.model_validate(json.loads(line)) for line in table[: chain[-1][1]["rows"]]]
+    history: list[Message] = []
+    for _, record in chain:
+        if "history" in record:
+            history = [rows[r] for r in record["history"]]
+        deliveries, i = record.get("deliveries", []), 0
+        while i < len(deliveries):
+            history.append(rows[deliveries[i]])
+            i += 2 + deliveries[i + 1]
+    return history
+
+
+def _chain(folder: Path, through_round: int | None) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
+    """The newest readable full snapshot and the unbroken deltas after it."""
+    paths = sorted(folder.glob("round-*.json"))
+    if through_round is not None:
+        paths = [p for p in paths if int(p.stem.partition("-")[2]) <= through_round]
+    table = _read_table(folder / MESSAGES)
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    best: list[tuple[Path, dict[str, Any]]] = []
+    for path in paths:
+        record = _read_record(path, len(table))
+        if record is None or (record["kind"] == "delta" and not chain):
+            chain = []  # broken until the next full snapshot
+            continue
+        chain = [(path, record)] if record["kind"] == "full" else [*chain, (path, record)]
+        best = chain
+    if not best:
+        upto = "" if through_round is None else f" up to round {through_round}"
+        raise ConfigError(f"no readable checkpoint in {str(folder)!r}{upto}; run with checkpoints=... first")
+    return best, table
+
+
+def _read_table(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lines.pop()  # "" after the last newline, or a torn last row that no complete checkpoint refers to
+    return lines
+
+
+def _read_record(path: Path, table_rows: int) -> dict[str, Any] | None:
+    try:
+        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("version") != FORMAT or record["rows"] > table_rows:
+            raise ValueError(f"format {record.get('version')!r} or rows {record['rows']} beyond the table")
+    except (OSError, ValueError, KeyError) as exc:
+        warn(f"checkpoint {path.name} is unreadable ({type(exc).__name__}); using an earlier one", stacklevel=4)
+        return None
+    return record
+
+
+def _snapshot(record: dict[str, Any], rows: list[Message]) -> EnvironmentState:
+    """A full snapshot as an EnvironmentState."""
+    roles = []
+    for name, entry in record["roles"].items():
+        if "state_dict" in entry:
+            roles.append(entry["state_dict"])
+            continue
+        roles.append(
+            {
+                "name": name,
+                "cls": entry.get("cls", ""),
+                "addresses": entry["addresses"],
+                "watch": entry["watch"],
+                "state": entry["state"],
+                **{key: [rows[r] for r in entry[key]] for key in ("buffer", "memory", "working_memory")},
+                "news": [rows[r] for r in entry["news"]],
+            }
+        )
+    return EnvironmentState.model_validate(
+        {
+            "round": record["round"],
+            "roles": roles,
+            "history": [rows[r] for r in record["history"]],
+            "dead_letters": [rows[r] for r in record["dead_letters_add"]],
+            "events": record["events_add"],
+            "ledger": record["ledger_add"],
+            "rng": record["rng"],
+            "id_key": record.get("id_key"),
+        }
+    )
+
+
+def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> None:
+    """Apply one delta to the live environment: turns, deliveries, then the roles' entries."""
+    roles = list(env.roles.values())
+    ops, i = record.get("ops", []), 0
+    while i < len(ops):
+        role = roles[ops[i + 1]]
+        if ops[i] == 0:
+            role._take_news()
+            i += 2
+            continue
+        if ops[i + 2] >= 0:
+            role.rc.memory.add(rows[ops[i + 2]])
+        role.rc.state, role.rc.todo = -1, None
+        i += 3
+    if "history" in record:
+        env.history = Memory([rows[r] for r in record["history"]])
+    deliveries, i = record.get("deliveries", []), 0
+    while i < len(deliveries):
+        message, count = rows[deliveries[i]], deliveries[i + 1]
+        env.history.add(message)
+        for index in deliveries[i + 2 : i + 2 + count]:
+            roles[index].rc.msg_buffer.push(message)
+        i += 2 + count
+    env.dead_letters.extend(rows[r] for r in record["dead_letters_add"])
+    env.events.extend(EnvEvent.model_validate(e) for e in record["events_add"])
+    env.ledger.reset([*env.ledger.entries, *(LedgerEntry(**e) for e in record["ledger_add"])])
+    env.round = record["round"]
+    set_rng_state(env.rng, record["rng"])
+    for name, entry in record["roles"].items():
+        _apply_entry(env.roles[name], entry, rows)
+
+
+def _apply_entry(role: Role, entry: dict[str, Any], rows: list[Message]) -> None:
+    """Give ``role`` the state an entry describes (whole, or the rows it added to memory)."""
+    if "state_dict" in entry:
+        role.load_state(RoleState.model_validate(entry["state_dict"]))
+        return
+    rc = role.rc
+    if "memory" in entry:
+        memory = [rows[r] for r in entry["memory"]]
+    else:
+        memory = [*rc.memory, *(rows[r] for r in entry.get("memory_add", ()))]
+    working = entry.get("working_memory")
+    state = RoleState(
+        name=role.name,
+        cls=entry.get("cls", ""),
+        addresses=entry.get("addresses", sorted(role.addresses)),
+        watch=entry.get("watch", sorted(rc.watch)),
+        state=entry["state"],
+        buffer=[rows[r] for r in entry["buffer"]],
+        memory=memory,
+        working_memory=rc.working_memory.storage if working is None else [rows[r] for r in working],
+        news=[rows[r] for r in entry["news"]],
+    )
+    role.load_state(state)

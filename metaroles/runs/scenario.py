@@ -1,0 +1,203 @@
+"""Running a named scenario into a run directory: run, resume and fork."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from metaroles.core.exceptions import ConfigError
+from metaroles.llm.protocol import LLM
+from metaroles.runs.config import RunOptions
+from metaroles.runs.registry import ScenarioPlan, load_scenario
+from metaroles.runs.rundir import (
+    CHECKPOINTS,
+    EVENTS,
+    METRICS,
+    STATE,
+    provenance,
+    read_manifest,
+    write_manifest,
+    write_run_dir,
+)
+from metaroles.runs.team import Team, TeamReport
+
+
+def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> ScenarioPlan:
+    plan: ScenarioPlan = module.build(config, llm)
+    if run.seed is not None:
+        plan.team.env.reseed(run.seed)
+    if run.budget is not None:
+        plan.team.invest(run.budget)
+    defaults: dict[str, Any] = getattr(module, "RUN_DEFAULTS", {})
+    every = run.checkpoint_every if run.checkpoint_every is not None else defaults.get("checkpoint_every", 1)
+    plan.team.checkpoint_every = every
+    plan.team.log_turns = run.log_turns if run.log_turns is not None else defaults.get("log_turns", True)
+    return ScenarioPlan(
+        team=plan.team,
+        idea=plan.idea if run.idea is None else run.idea,
+        send_to=plan.send_to,
+        n_round=plan.n_round if run.rounds is None else run.rounds,
+    )
+
+
+async def run_scenario(
+    name: str,
+    *,
+    llm: LLM,
+    options: dict[str, Any],
+    out_dir: Path | None,
+    manifest: dict[str, Any] | None = None,
+    run: RunOptions | None = None,
+    on_round: Callable[[Team], None] | None = None,
+) -> tuple[TeamReport, Team]:
+    """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
+
+    The run directory holds ``manifest.json`` (what to rebuild the run from, and what produced
+    it), ``events.jsonl``, ``checkpoints/`` (one per round), and at the end ``transcript.md``,
+    ``state.json``, ``report.json`` and ``ledger.json``.
+    """
+    run = run or RunOptions()
+    module = load_scenario(name)
+    if out_dir is not None and "workspace" in module.Config.model_fields and not options.get("workspace"):
+        options = {**options, "workspace": str(out_dir / "workspace")}  # artifacts go into the run directory
+    config = module.Config.model_validate(options)
+    plan = _plan(module, config, llm, run)
+    plan.team.on_round = _with_metrics(module, out_dir, on_round)
+    if out_dir is None:
+        report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
+        return report, plan.team
+    record = {
+        "scenario": name,
+        "config": config.model_dump(mode="json"),
+        "n_round": plan.n_round,
+        "idea": plan.idea,
+        "seed": run.seed,
+        "budget": run.budget,
+        "checkpoint_every": plan.team.checkpoint_every,
+        "log_turns": plan.team.log_turns,
+        **(manifest or {}),
+        **provenance(),
+    }
+    write_manifest(out_dir, record)
+    report = await plan.team.run(
+        n_round=plan.n_round,
+        idea=plan.idea,
+        send_to=plan.send_to,
+        save_to=out_dir / STATE,
+        checkpoints=out_dir / CHECKPOINTS,
+        events=out_dir / EVENTS,
+    )
+    write_run_dir(out_dir, plan.team, report, record)
+    return report, plan.team
+
+
+def _with_metrics(
+    module: ModuleType, out_dir: Path | None, on_round: Callable[[Team], None] | None
+) -> Callable[[Team], None] | None:
+    """``on_round``, plus a line in ``metrics.jsonl`` per round when the scenario has ``round_metrics(team)``.
+
+    The first line written drops any from that round on (a resumed run writes them again).
+    """
+    measure = getattr(module, "round_metrics", None)
+    if measure is None or out_dir is None:
+        return on_round
+    path = out_dir / METRICS
+    started = False
+
+    def record(team: Team) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            kept = [line for line in _lines(path) if json.loads(line)["round"] < team.env.round]
+            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"round": team.env.round, **measure(team)}) + "\n")
+        if on_round is not None:
+            on_round(team)
+
+    return record
+
+
+def _lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _rebuild(manifest: dict[str, Any], llm: LLM, changes: dict[str, Any] | None = None) -> ScenarioPlan:
+    module = load_scenario(manifest["scenario"])
+    config = module.Config.model_validate({**manifest["config"], **(changes or {})})
+    run = RunOptions(
+        rounds=manifest["n_round"],
+        seed=manifest.get("seed"),
+        budget=manifest.get("budget"),
+        checkpoint_every=manifest.get("checkpoint_every"),
+        log_turns=manifest.get("log_turns"),
+    )
+    return _plan(module, config, llm, run)
+
+
+async def resume_scenario(
+    run_dir: Path, *, llm: LLM, on_round: Callable[[Team], None] | None = None
+) -> tuple[TeamReport, Team]:
+    """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint."""
+    manifest = read_manifest(run_dir)
+    plan = _rebuild(manifest, llm)
+    plan.team.on_round = _with_metrics(load_scenario(manifest["scenario"]), run_dir, on_round)
+    report = await plan.team.resume(
+        run_dir / CHECKPOINTS, plan.n_round, save_to=run_dir / STATE, events=run_dir / EVENTS
+    )
+    write_run_dir(run_dir, plan.team, report, manifest)
+    return report, plan.team
+
+
+async def fork_scenario(
+    parent: Path,
+    *,
+    from_round: int,
+    out_dir: Path,
+    llm: LLM,
+    changes: dict[str, Any] | None = None,
+    role_llms: dict[str, LLM] | None = None,
+    idea: str = "",
+    manifest: dict[str, Any] | None = None,
+    on_round: Callable[[Team], None] | None = None,
+) -> tuple[TeamReport, Team]:
+    """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
+
+    ``changes`` update the scenario's config, ``role_llms`` give named roles another model, and
+    ``idea`` is published at the fork point. The child's manifest records its parent.
+
+    Raises:
+        ConfigError: If ``parent`` is not a run directory, or names an unknown role.
+    """
+    record = read_manifest(parent)
+    plan = _rebuild(record, llm, changes)
+    for role_name, role_llm in (role_llms or {}).items():
+        if role_name not in plan.team.env.roles:
+            raise ConfigError(f"no role named {role_name!r} in this run; roles: {sorted(plan.team.env.roles)}")
+        plan.team.env.roles[role_name].set_llm(role_llm)
+    plan.team.on_round = _with_metrics(load_scenario(record["scenario"]), out_dir, on_round)
+    child = {
+        **record,
+        "config": {**record["config"], **(changes or {})},
+        **(manifest or {}),
+        **provenance(),
+        "parent": {"run_dir": str(parent), "from_round": from_round, "idea": idea, "changes": changes or {}},
+    }
+    write_manifest(out_dir, child)
+    report = await plan.team.fork(
+        parent / CHECKPOINTS,
+        from_round,
+        plan.n_round,
+        checkpoints=out_dir / CHECKPOINTS,
+        events=out_dir / EVENTS,
+        parent_events=parent / EVENTS,
+        idea=idea,
+        save_to=out_dir / STATE,
+    )
+    write_run_dir(out_dir, plan.team, report, child)
+    return report, plan.team

@@ -1,0 +1,300 @@
+"""A Team hires roles into an Environment, holds the budget and runs the project.
+
+``Team.run`` stops early, cleanly, when every role is idle or when the budget is spent, and
+reports why; the environment's state stays intact and can be saved at any point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from warnings import warn
+
+from pydantic import BaseModel
+
+from metaroles.runs.checkpoint import CheckpointWriter
+from metaroles.bus.environment import Environment
+from metaroles.runs.eventlog import EventLog, copy_events
+from metaroles.core.exceptions import ConfigError, InvalidValueError, UnknownRoleError
+from metaroles.llm.ledger import Budget, CostLedger, Spend
+from metaroles.llm.protocol import LLM
+from metaroles.messages.message import Message
+from metaroles.runs.restore import restore_checkpoint
+from metaroles.bus.role import Role
+from metaroles.core.schema import BROADCAST, to_addresses
+
+HUMAN = "Human"
+"""``sent_from`` of the idea a Team publishes."""
+
+
+class StopReason(StrEnum):
+    """Why a Team run stopped."""
+
+    IDLE = "idle"
+    BUDGET = "budget"
+    MAX_ROUNDS = "n_round"
+
+
+class TeamReport(BaseModel):
+    """What a Team run did and why it stopped."""
+
+    rounds: int
+    """Rounds run by this call."""
+    stop_reason: StopReason
+    detail: str = ""
+    """For a budget stop: which budget was crossed, and by how much."""
+    total_cost: float
+    total_tokens: int = 0
+    budget: float | None
+    """The run's money budget, if any."""
+    messages: int
+    """Messages in the environment's history."""
+
+    def __str__(self) -> str:
+        """One line for humans."""
+        budget = "unbounded" if self.budget is None else f"{self.budget:g}"
+        detail = f" ({self.detail})" if self.detail else ""
+        return (
+            f"stopped ({self.stop_reason.value}){detail} after {self.rounds} round(s); {self.messages} message(s); "
+            f"{self.total_tokens} tokens; cost {self.total_cost:g} of budget {budget}"
+        )
+
+
+class Team:
+    """Roles, an Environment and budgets.
+
+    Args:
+        env: The environment to use (a new one by default).
+        llm: Model given to hired roles that have none.
+        investment: Money budget of the run; see :meth:`invest`.
+        budget: Budget of the run in money and/or tokens.
+        role_budgets: Budgets per role name; crossing any stops the run.
+        checkpoint_every: With a checkpoint folder, write a checkpoint every this many rounds
+            (and when the run stops); a resumed run goes back to the last one.
+        log_turns: With an event log, also log each turn's observe, think and act events; large
+            societies may keep only publishes, deliveries, model calls and errors.
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Environment | None = None,
+        llm: LLM | None = None,
+        investment: float | None = None,
+        budget: Budget | None = None,
+        role_budgets: Mapping[str, Budget] | None = None,
+        checkpoint_every: int = 1,
+        log_turns: bool = True,
+    ) -> None:
+        """Create a team; see the class docstring for the arguments."""
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+            raise InvalidValueError(f"checkpoint_every={checkpoint_every!r} must be a positive integer, e.g. 1")
+        self.checkpoint_every = checkpoint_every
+        self.log_turns = log_turns
+        self.env = env if env is not None else Environment()
+        self.llm = llm
+        self.budget = budget
+        self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
+        self._checkpoints: CheckpointWriter | None = None
+        self._log: EventLog | None = None
+        self.on_round: Callable[[Team], None] | None = None
+        """Called after every round is logged and checkpointed (and after the idea is published)."""
+        if investment is not None:
+            self.invest(investment)
+
+    @property
+    def cost_ledger(self) -> CostLedger:
+        """Every model call's cost, per role, action and model."""
+        return self.env.ledger
+
+    def hire(self, roles: Iterable[Role]) -> None:
+        """Add ``roles`` to the environment; those without a model get the team's."""
+        for role in roles:
+            if role.llm is None and self.llm is not None:
+                role.set_llm(self.llm)
+            self.env.add_role(role)
+
+    def invest(self, investment: float) -> None:
+        """Set the run's money budget: the run stops cleanly once the ledger's total cost reaches it."""
+        if isinstance(investment, bool) or not isinstance(investment, int | float) or investment <= 0:
+            raise InvalidValueError(f"investment={investment!r} must be a positive number, e.g. invest(3.0)")
+        tokens = self.budget.max_tokens if self.budget is not None else None
+        self.budget = Budget(max_cost=float(investment), max_tokens=tokens)
+
+    def run_project(self, idea: str, send_to: object = "") -> Message:
+        """Publish ``idea`` as a user requirement to ``send_to`` (every role when empty)."""
+        target = BROADCAST if send_to in ("", None) else to_addresses(send_to)
+        with self.env.id_scope():
+            message = Message(idea, sent_from=HUMAN, send_to=target)
+        self.env.publish_message(message)
+        return message
+
+    def budget_crossed(self) -> str | None:
+        """Which budget the spending so far has crossed, if any."""
+        ledger = self.env.ledger
+        if self.budget is not None:
+            spent = Spend(calls=len(ledger.entries), tokens=ledger.total_tokens, cost=ledger.total_cost)
+            why = self.budget.crossed_by(spent)
+            if why:
+                return f"run: {why}"
+        if self.role_budgets:
+            by_role = ledger.spend_by("role")
+            for name, budget in self.role_budgets.items():
+                why = budget.crossed_by(by_role.get(name, Spend()))
+                if why:
+                    return f"role {name!r}: {why}"
+        return None
+
+    async def run(
+        self,
+        n_round: int = 3,
+        idea: str = "",
+        send_to: object = "",
+        *,
+        save_to: str | Path | None = None,
+        checkpoints: str | Path | None = None,
+        events: str | Path | None = None,
+    ) -> TeamReport:
+        """Publish ``idea`` (if any), then run up to ``n_round`` rounds.
+
+        Stops early when every role is idle or a budget is crossed; both are clean stops. With
+        ``save_to``, the environment's state is written there when the run stops, whether it
+        stopped cleanly or because a role failed, so no run is lost. With ``checkpoints`` (a
+        folder), the state is also written there at the end of every round
+        (``round-NNNN.json``, atomically), so that :meth:`resume` can continue after a crash. With
+        ``events`` (a file), each round's events are appended to it first (see ``eventlog``).
+
+        Raises:
+            UnknownRoleError: If a role budget names a role that was not hired.
+        """
+        if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
+            raise InvalidValueError(f"n_round={n_round!r} must be a non-negative integer")
+        unknown = sorted(set(self.role_budgets) - set(self.env.roles))
+        if unknown:
+            raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
+        if checkpoints is not None and self._checkpoints is None:
+            self._checkpoints = _fresh_writer(Path(checkpoints))
+        self._log = None
+        if events is not None:
+            self._log = EventLog(Path(events), self.env, through_round=self.env.round, turns=self.log_turns)
+        try:
+            if idea:
+                self.run_project(idea, send_to)
+                self._checkpoint()
+            try:
+                rounds, reason = await self._run_rounds(n_round)
+            finally:  # a clean stop, or a role failure after a clean round: the state is whole
+                self._final_checkpoint()
+        finally:
+            self._checkpoints = None
+            if save_to is not None:
+                self.env.save(save_to)
+        return self._report(rounds, reason)
+
+    async def resume(
+        self,
+        checkpoints: str | Path,
+        n_round: int,
+        *,
+        save_to: str | Path | None = None,
+        events: str | Path | None = None,
+    ) -> TeamReport:
+        """Continue a run from its last complete checkpoint, until ``n_round`` rounds in all.
+
+        The team must have hired the same roles (a scenario rebuilds them from its config). A
+        torn or unreadable checkpoint is skipped with a warning and the one before it is used.
+
+        Raises:
+            ConfigError: If the folder holds no readable checkpoint.
+        """
+        restored = restore_checkpoint(Path(checkpoints), self.env)
+        self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
+        return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
+
+    async def fork(
+        self,
+        parent: str | Path,
+        from_round: int,
+        n_round: int,
+        *,
+        checkpoints: str | Path,
+        events: str | Path | None = None,
+        parent_events: str | Path | None = None,
+        idea: str = "",
+        send_to: object = "",
+        save_to: str | Path | None = None,
+    ) -> TeamReport:
+        """Branch a run: start from its checkpoint at ``from_round`` and go on in new folders.
+
+        The parent's event log up to ``from_round`` is copied into ``events``, so the child's log
+        tells the whole story. ``idea``, if given, is published at the fork point; any other change
+        (a role's model, the scenario's config) is made to this team before calling.
+
+        Raises:
+            ConfigError: If the parent has no readable checkpoint up to ``from_round``, or
+                ``checkpoints`` already holds a run.
+        """
+        writer = _fresh_writer(Path(checkpoints))
+        restored = restore_checkpoint(Path(parent), self.env, through_round=from_round)
+        if restored.round != from_round:
+            warn(f"the parent has no checkpoint of round {from_round}; forking from {restored.round}", stacklevel=2)
+        if events is not None and parent_events is not None:
+            copy_events(Path(parent_events), Path(events), through_round=restored.round)
+        self._checkpoints = writer
+        return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
+
+    def _final_checkpoint(self) -> None:
+        """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
+        writer = self._checkpoints
+        if writer is not None and writer.round != self.env.round:
+            writer.write(self.env)
+
+    def _checkpoint(self) -> None:
+        if self._log is not None:
+            self._log.round_done()
+        writer = self._checkpoints
+        if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
+            writer.write(self.env)
+        if self.on_round is not None:
+            self.on_round(self)
+
+    def _report(self, rounds: int, reason: StopReason) -> TeamReport:
+        ledger = self.env.ledger
+        return TeamReport(
+            rounds=rounds,
+            stop_reason=reason,
+            detail=self.budget_crossed() or "" if reason is StopReason.BUDGET else "",
+            total_cost=ledger.total_cost,
+            total_tokens=ledger.total_tokens,
+            budget=self.budget.max_cost if self.budget is not None else None,
+            messages=len(self.env.history),
+        )
+
+    async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
+        async with self.env.session():
+            return await self._rounds(n_round)
+
+    async def _rounds(self, n_round: int) -> tuple[int, StopReason]:
+        rounds = 0
+        while rounds < n_round:
+            if self.env.is_idle:
+                return rounds, StopReason.IDLE
+            if self.budget_crossed():
+                return rounds, StopReason.BUDGET
+            await self.env.run_round()
+            self._checkpoint()
+            rounds += 1
+        if self.env.is_idle:
+            return rounds, StopReason.IDLE
+        if self.budget_crossed():
+            return rounds, StopReason.BUDGET
+        return rounds, StopReason.MAX_ROUNDS
+
+
+def _fresh_writer(folder: Path) -> CheckpointWriter:
+    if any(folder.glob("round-*.json")):
+        raise ConfigError(
+            f"checkpoint folder {str(folder)!r} already holds a run; resume it (Team.resume) or pass an empty folder"
+        )
+    return CheckpointWriter(folder)
