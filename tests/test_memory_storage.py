@@ -126,7 +126,8 @@ def test_llama_index_global_settings_are_never_consulted(tmp_path):
 
 
 def test_hashing_embedding_is_the_same_in_every_process():
-    code = "from metaroles.longterm.embedding import HashingEmbedding; print(HashingEmbedding().embed(['same text'])[0][:8])"
+    imports = "from metaroles.longterm.embedding import HashingEmbedding"
+    code = f"{imports}; print(HashingEmbedding().embed(['same text'])[0][:8])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(HashingEmbedding().embed(["same text"])[0][:8])
 

@@ -10,7 +10,7 @@ mode raises). Interventions see every publish and delivery. The :class:`Environm
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 from warnings import warn
 
 from metaroles.bus.role import Role
@@ -25,6 +25,7 @@ from metaroles.bus.routing import (
 from metaroles.bus.state import EnvEvent
 from metaroles.core.exceptions import DuplicateRoleError, InvalidValueError, UndeliverableError, UnknownRoleError
 from metaroles.core.ids import IdScope
+from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 
@@ -35,12 +36,20 @@ class Bus:
     Args:
         strict: Raise :class:`UndeliverableError` when a message reaches no role.
         interventions: Hooks that see every publish and delivery.
+        ledger: Cost ledger shared by every role's model calls (a resumed run passes its own).
     """
 
-    def __init__(self, *, strict: bool = False, interventions: Iterable[Intervention] = ()) -> None:
+    def __init__(
+        self, *, strict: bool = False, interventions: Iterable[Intervention] = (), ledger: CostLedger | None = None
+    ) -> None:
         """Create an empty bus; see the class docstring for the arguments."""
         self.strict = strict
         self.interventions: list[Intervention] = list(interventions)
+        self.ledger = ledger or CostLedger()
+        self.trace: list[tuple[str, str, Any, int]] | None = None
+        """The last round's turn steps as ``(kind, role, detail, remembered)`` — observe (news, and
+        how many messages went to memory), think (the action), act (the message) — while an event
+        log or a checkpoint writer wants them (``None`` otherwise). Each round starts a new list."""
         self.roles: dict[str, Role] = {}
         self.history = Memory()
         self.dead_letters: list[Message] = []

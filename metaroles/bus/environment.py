@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from functools import partial
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 
@@ -72,19 +72,14 @@ class Environment(Bus):
             raise InvalidValueError(f"concurrency={concurrency!r} must be a positive integer")
         if on_role_error not in ("raise", "record"):
             raise InvalidValueError(f"on_role_error={on_role_error!r} must be 'raise' or 'record'")
-        super().__init__(strict=strict, interventions=interventions)
+        super().__init__(strict=strict, interventions=interventions, ledger=ledger)
         self.desc = desc
         self.concurrency = concurrency
         self.on_role_error = on_role_error
-        self.ledger = ledger or CostLedger()
         self.rng = random.Random(seed)
         self.id_key = run_key(seed)
         """Where the run's ids come from (a function of the seed); saved with the state."""
         self._ids = IdScope(self.id_key, 0)
-        self.trace: list[tuple[str, str, Any, int]] | None = None
-        """The last round's turn steps as ``(kind, role, detail, remembered)`` — observe (news, and
-        how many messages went to memory), think (the action), act (the message) — while an event
-        log or a checkpoint writer wants them (``None`` otherwise). Each round starts a new list."""
         self._pool: WorkerPool | None = None
 
     # -- the run's ids ----------------------------------------------------------------------
@@ -164,6 +159,7 @@ class Environment(Bus):
                     await run_roles(ready, self.round, concurrency=self.concurrency, on_error=on_error)
         finally:
             self._in_round = False
+            self._order_trace()
             self._flush()
         if failures and self.on_role_error == "raise":
             role, exc = failures[0]
@@ -172,6 +168,16 @@ class Environment(Bus):
                 f"role {role.name!r} failed in round {self.round}: {exc!r}{more}", role=role.name, round=self.round
             ) from exc
         self._raise_undelivered()
+
+    def _order_trace(self) -> None:
+        """Put the round's turn steps in role order (each role's own steps stay in order).
+
+        Concurrent turns append as they run; the log must not depend on which finished first.
+        """
+        trace = self.trace
+        if trace and len(trace) > 1:
+            roles = self.roles
+            trace.sort(key=lambda step: roles[step[1]]._env_index if step[1] in roles else len(roles))
 
     def _take_ready(self) -> list[Role]:
         ready, self._ready = self._ready, []

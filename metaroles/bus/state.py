@@ -88,8 +88,19 @@ def by_reference(state: RoleState, history: dict[str, Message]) -> RoleState:
     update = {}
     for field in _SHARED_FIELDS:
         items = getattr(state, field)
-        update[field] = [m.id if isinstance(m, Message) and history.get(m.id) is m else m for m in items]
+        update[field] = [m.id if isinstance(m, Message) and _same_as(history.get(m.id), m) else m for m in items]
     return state.model_copy(update=update)
+
+
+def _same_as(kept: Message | None, message: Message) -> bool:
+    """Whether ``message`` is the history's ``kept`` (the same object, or a copy equal in every field).
+
+    A restored role may hold copies of history messages; saved by reference either way, the
+    state file is the same whether the run was resumed or not.
+    """
+    if kept is message:
+        return True
+    return kept is not None and kept.model_dump(mode="json") == message.model_dump(mode="json")
 
 
 def resolved(state: RoleState, history: dict[str, Message]) -> RoleState:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from typer import _click as click
+import typer
+from typer._click.exceptions import ClickException  # typer vendors click: usage errors are its own
 
 from metaroles.cli import inspecting, running
 from metaroles.cli.common import app, err
@@ -20,12 +21,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``metaroles`` command; returns the exit code."""
     try:
         code = app(args=list(argv) if argv is not None else None, prog_name="metaroles", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.ClickException as exc:
+    except ClickException as exc:
         exc.show()
         return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("aborted")
         return 130
     return code if isinstance(code, int) else 0

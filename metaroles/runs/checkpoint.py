@@ -48,6 +48,8 @@ class Restored:
     round: int
     path: Path
     rows: list[Message] = field(default_factory=list)
+    full_round: int | None = None
+    """The round of the full snapshot the restored chain starts from."""
 
 
 def round_file(folder: Path, round_no: int) -> Path:
@@ -171,6 +173,29 @@ class CheckpointWriter:
         for message in restored.rows:
             self._rows[id(message)] = len(self._held)
             self._held.append(message)
+
+    def continue_after(self, env: Environment, restored: Restored) -> None:
+        """Hold the marks the writer of the restored run held after its checkpoint, so it goes on alike.
+
+        A resumed run then writes the very checkpoints (deltas, full snapshots every ``every``
+        rounds) that the uninterrupted run wrote, byte for byte.
+        """
+        held = len(self._held)
+        self._role_index(env)
+        self._env_parts(env, self._pending_rows, full=True)
+        self._role_entries(env, self._pending_rows, replayed=False)
+        if self._pending_rows:  # a message the table lacks: then no delta could refer to it, start afresh
+            for message in self._held[held:]:
+                del self._rows[id(message)]
+            del self._held[held:]
+            self._pending_rows.clear()
+            self._full_round = None
+            return
+        if env.trace is None:
+            env.trace = []  # as the first write of the run did
+        self._noted_history = len(env.history)
+        self._full_round = restored.full_round
+        self._blind = False
 
     def note(self, env: Environment) -> None:
         """Take in the round that just ran (the turns and deliveries a delta replays); idempotent.

@@ -37,8 +37,8 @@ def timings_of(events: Path) -> Path:
 
 def read_events(path: Path) -> list[Event]:
     """The events in ``path``, model calls with their ``latency_s``; a torn last line is skipped with a warning."""
-    events = _read_lines(path)
-    latencies = {t["seq"]: t["latency_s"] for t in _read_lines(timings_of(path), warn_torn=False)}
+    events = [event for event, _ in _read_lines(path)]
+    latencies = {t["seq"]: t["latency_s"] for t, _ in _read_lines(timings_of(path), warn_torn=False)}
     if latencies:
         for event in events:
             if event["kind"] == "llm_call":
@@ -46,16 +46,17 @@ def read_events(path: Path) -> list[Event]:
     return events
 
 
-def _read_lines(path: Path, *, warn_torn: bool = True) -> list[Event]:
+def _read_lines(path: Path, *, warn_torn: bool = True) -> list[tuple[Event, str]]:
+    """Each event of ``path`` with its line as written (kept verbatim when a log is cut back)."""
     if not path.exists():
         return []
     lines = path.read_text(encoding="utf-8").splitlines()
-    events: list[Event] = []
+    events: list[tuple[Event, str]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            events.append(json.loads(line))
+            events.append((json.loads(line), line))
         except json.JSONDecodeError:
             if number == len(lines):
                 if warn_torn:
@@ -85,17 +86,16 @@ def publish_rounds(path: Path) -> dict[str, int]:
 
 def copy_events(source: Path, target: Path, *, through_round: int) -> None:
     """Write the events of ``source`` up to ``through_round`` into ``target`` (a fork's prefix), with their timings."""
-    kept = [e for e in _read_lines(source) if e.get("round", 0) <= through_round]
-    _rewrite(target, kept)
+    kept = [(e, line) for e, line in _read_lines(source) if e.get("round", 0) <= through_round]
+    _rewrite(target, kept, timings_from=timings_of(source))
 
 
-def _rewrite(events: Path, kept: list[Event]) -> None:
-    """Make ``events`` hold exactly ``kept``, and its timings only those of ``kept``'s model calls."""
-    events.parent.mkdir(parents=True, exist_ok=True)
-    last = kept[-1]["seq"] if kept else 0
-    timings = [t for t in _read_lines(timings_of(events), warn_torn=False) if t["seq"] <= last]
-    write_atomic(events, "".join(json.dumps(e) + "\n" for e in kept))
-    write_atomic(timings_of(events), "".join(json.dumps(t) + "\n" for t in timings))
+def _rewrite(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path) -> None:
+    """Make ``events`` hold exactly the lines ``kept``, and its timings those of ``kept``'s model calls."""
+    last = kept[-1][0]["seq"] if kept else 0
+    timings = [line for t, line in _read_lines(timings_from, warn_torn=False) if t["seq"] <= last]
+    write_atomic(events, "".join(line + "\n" for _, line in kept))
+    write_atomic(timings_of(events), "".join(line + "\n" for line in timings))
 
 
 class EventLog:
@@ -117,10 +117,10 @@ class EventLog:
         self.env = env
         kept = _read_lines(path)
         if through_round is not None:
-            kept = [e for e in kept if e.get("round", 0) <= through_round]
-        _rewrite(path, kept)
+            kept = [(e, line) for e, line in kept if e.get("round", 0) <= through_round]
+        _rewrite(path, kept, timings_from=timings_of(path))
         self.timings = timings_of(path)
-        self.seq = kept[-1]["seq"] if kept else 0
+        self.seq = kept[-1][0]["seq"] if kept else 0
         self._names: dict[str, str] = {}
         self._send_to: dict[frozenset[str], str] = {}
         self.turns = turns

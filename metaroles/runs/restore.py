@@ -38,7 +38,7 @@ def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | N
     for _, record in chain[1:]:
         _replay(env, record, rows)
     env.rebuild_ready()
-    return Restored(round=chain[-1][1]["round"], path=chain[-1][0], rows=rows)
+    return Restored(round=chain[-1][1]["round"], path=chain[-1][0], rows=rows, full_round=chain[0][1]["round"])
 
 
 def checkpoint_history(folder: Path) -> list[Message]:

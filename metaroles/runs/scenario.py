@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from metaroles.core.exceptions import ConfigError
+from metaroles.core.files import write_atomic
 from metaroles.llm.protocol import LLM
 from metaroles.runs.config import RunOptions
 from metaroles.runs.registry import ScenarioPlan, load_scenario
@@ -61,9 +62,7 @@ async def run_scenario(
     """
     run = run or RunOptions()
     module = load_scenario(name)
-    if out_dir is not None and "workspace" in module.Config.model_fields and not options.get("workspace"):
-        options = {**options, "workspace": str(out_dir / "workspace")}  # artifacts go into the run directory
-    config = module.Config.model_validate(options)
+    config, recorded = _configured(module, options, out_dir)
     plan = _plan(module, config, llm, run)
     plan.team.on_round = _with_metrics(module, out_dir, on_round)
     if out_dir is None:
@@ -71,17 +70,15 @@ async def run_scenario(
         return report, plan.team
     record = {
         "scenario": name,
-        "config": config.model_dump(mode="json"),
+        "config": recorded,
         "n_round": plan.n_round,
         "idea": plan.idea,
         "seed": run.seed,
         "budget": run.budget,
         "checkpoint_every": plan.team.checkpoint_every,
         "log_turns": plan.team.log_turns,
-        **(manifest or {}),
-        **provenance(),
     }
-    write_manifest(out_dir, record)
+    write_manifest(out_dir, {**record, **(manifest or {}), **provenance()})
     report = await plan.team.run(
         n_round=plan.n_round,
         idea=plan.idea,
@@ -127,9 +124,25 @@ def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def _rebuild(manifest: dict[str, Any], llm: LLM, changes: dict[str, Any] | None = None) -> ScenarioPlan:
+def _configured(module: ModuleType, options: dict[str, Any], run_dir: Path | None) -> tuple[Any, dict[str, Any]]:
+    """The scenario's validated config, and the config as the manifest records it.
+
+    A scenario with a ``workspace`` option and none given writes its artifacts into the run
+    directory's ``workspace/``; the manifest then records none, so the run directory can move
+    (and a fork gets a workspace of its own).
+    """
+    if run_dir is None or "workspace" not in module.Config.model_fields or options.get("workspace"):
+        config = module.Config.model_validate(options)
+        return config, config.model_dump(mode="json")
+    config = module.Config.model_validate({**options, "workspace": str(run_dir / "workspace")})
+    return config, {**config.model_dump(mode="json"), "workspace": None}
+
+
+def _rebuild(
+    manifest: dict[str, Any], llm: LLM, run_dir: Path, changes: dict[str, Any] | None = None
+) -> ScenarioPlan:
     module = load_scenario(manifest["scenario"])
-    config = module.Config.model_validate({**manifest["config"], **(changes or {})})
+    config, _ = _configured(module, {**manifest["config"], **(changes or {})}, run_dir)
     run = RunOptions(
         rounds=manifest["n_round"],
         seed=manifest.get("seed"),
@@ -145,7 +158,7 @@ async def resume_scenario(
 ) -> tuple[TeamReport, Team]:
     """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint."""
     manifest = read_manifest(run_dir)
-    plan = _rebuild(manifest, llm)
+    plan = _rebuild(manifest, llm, run_dir)
     plan.team.on_round = _with_metrics(load_scenario(manifest["scenario"]), run_dir, on_round)
     report = await plan.team.resume(
         run_dir / CHECKPOINTS, plan.n_round, save_to=run_dir / STATE, events=run_dir / EVENTS
@@ -175,7 +188,7 @@ async def fork_scenario(
         ConfigError: If ``parent`` is not a run directory, or names an unknown role.
     """
     record = read_manifest(parent)
-    plan = _rebuild(record, llm, changes)
+    plan = _rebuild(record, llm, out_dir, changes)
     for role_name, role_llm in (role_llms or {}).items():
         if role_name not in plan.team.env.roles:
             raise ConfigError(f"no role named {role_name!r} in this run; roles: {sorted(plan.team.env.roles)}")
@@ -189,6 +202,8 @@ async def fork_scenario(
         "parent": {"run_dir": str(parent), "from_round": from_round, "idea": idea, "changes": changes or {}},
     }
     write_manifest(out_dir, child)
+    if (parent / METRICS).is_file():  # the child's first round cuts it back to the rounds before the fork
+        write_atomic(out_dir / METRICS, (parent / METRICS).read_text(encoding="utf-8"))
     report = await plan.team.fork(
         parent / CHECKPOINTS,
         from_round,

@@ -210,6 +210,7 @@ class Team:
         """
         restored = restore_checkpoint(Path(checkpoints), self.env)
         self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
+        self._checkpoints.continue_after(self.env, restored)
         return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
 
     async def fork(

@@ -1,0 +1,211 @@
+"""The determinism contract: one seed and the same model answers give the same run directory, byte for byte.
+
+Every run here happens in a process of its own, each with another ``PYTHONHASHSEED``: two straight
+runs; a run SIGKILLed at a random moment, then resumed by another process; a fork that changes
+nothing; a run of the embedded model on tape, replayed. Only ``manifest.json`` (timestamps,
+versions, the folder's name) and ``timings.jsonl`` (latencies) may differ.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from metaroles.llm.model_files import local_model_available
+
+SEED = 5
+SCENARIOS = {
+    "debate": {},
+    "society": {"agents": 40, "rounds": 12, "llm_agents": 4},
+    "software_company": {},
+    "werewolf": {},
+}
+MEASURED = {"manifest.json", "timings.jsonl"}
+"""The files a run directory may hold that the clock wrote into."""
+
+KILLED_RUN = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from pathlib import Path
+    import anyio
+    from metaroles import resolve_llm, run_scenario
+    from metaroles.runs.config import RunOptions
+
+    name, out, options, where, at = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+
+    class KilledMidTurn:  # the test model, but the process dies as it asks for the at-th answer
+        def __init__(self):
+            self.inner, self.calls = resolve_llm("test"), 0
+            self.model = self.inner.model
+
+        async def complete(self, request):
+            self.calls += 1
+            if where == "mid" and self.calls == at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return await self.inner.complete(request)
+
+    def on_round(team):  # the round's log and checkpoint are written; the next round has not started
+        if where == "boundary" and team.env.round == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    anyio.run(lambda: run_scenario(
+        name, llm=KilledMidTurn(), options=options, out_dir=out, manifest={"llm": "test"},
+        run=RunOptions(seed=%d), on_round=on_round,
+    ))
+    """
+    % SEED
+)
+
+
+def metaroles(*args: str, hash_seed: int, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+    result = subprocess.run(
+        [sys.executable, "-m", "metaroles", *args], capture_output=True, text=True, env=env, cwd=cwd, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def set_options(options: dict[str, object]) -> list[str]:
+    return [arg for key, value in options.items() for arg in ("--set", f"{key}={value}")]
+
+
+def run(name: str, out: Path, *, hash_seed: int) -> Path:
+    args = ["run", name, "--llm", "test", "--seed", str(SEED), *set_options(SCENARIOS[name]), "--out", str(out), "-q"]
+    metaroles(*args, hash_seed=hash_seed)
+    return out
+
+
+def contents(run_dir: Path, *, only: set[str] | None = None) -> dict[str, bytes]:
+    """Every file of a run directory by relative path, but those the clock wrote (or only ``only``'s)."""
+    files = {}
+    for path in sorted(run_dir.rglob("*")):
+        relative = path.relative_to(run_dir).as_posix()
+        if path.is_file() and path.name not in MEASURED and "__pycache__" not in relative:
+            if only is None or relative in only:
+                files[relative] = path.read_bytes()
+    return files
+
+
+def assert_same_bytes(a: dict[str, bytes], b: dict[str, bytes]) -> None:
+    assert sorted(a) == sorted(b), "the run directories hold different files"
+    for name in a:
+        if a[name] != b[name]:
+            left, right = a[name].splitlines(), b[name].splitlines()
+            first = next(
+                (i for i, (x, y) in enumerate(zip(left, right, strict=False)) if x != y), min(len(left), len(right))
+            )
+            shown = (left[first : first + 1], right[first : first + 1])
+            raise AssertionError(f"{name} differs at line {first + 1}: {shown[0]!r} vs {shown[1]!r}")
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("straight")
+    return {name: run(name, root / name, hash_seed=1) for name in SCENARIOS}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_two_processes_write_the_same_run_directory(tmp_path, straight, name):
+    again = run(name, tmp_path / name, hash_seed=2)
+    files = contents(again)
+    assert {"transcript.md", "events.jsonl", "state.json", "checkpoints/messages.jsonl"} <= set(files)
+    if "round_metrics" in Path(f"scenarios/{name}.py").read_text():
+        assert "metrics.jsonl" in files
+    assert_same_bytes(contents(straight[name]), files)
+
+
+def model_calls(run_dir: Path) -> int:
+    return sum(1 for line in (run_dir / "events.jsonl").read_text().splitlines() if '"llm_call"' in line)
+
+
+def kill_points(name: str, straight_dir: Path, count: int) -> list[tuple[str, int]]:
+    """``count`` random kill points (seeded): mid-turn at the k-th model call, or after round k."""
+    rounds = json.loads((straight_dir / "state.json").read_text())["round"]
+    total = model_calls(straight_dir)
+    draw = random.Random(f"kills-{name}")
+    return [
+        ("mid", draw.randint(1, total)) if draw.random() < 0.7 else ("boundary", draw.randint(0, rounds - 1))
+        for _ in range(count)
+    ]
+
+
+def killed_then_resumed(name: str, out: Path, where: str, at: int) -> Path:
+    args = [sys.executable, "-c", KILLED_RUN, name, str(out), json.dumps(SCENARIOS[name]), where, str(at)]
+    killed = subprocess.run(
+        args, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "3"}, check=False
+    )
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    metaroles("resume", str(out), "-q", hash_seed=4)
+    return out
+
+
+KILLS = {"debate": 3, "society": 3, "software_company": 3, "werewolf": 20}
+CASES = [(name, i) for name, count in KILLS.items() for i in range(count)]
+
+
+@pytest.mark.parametrize(("name", "case"), CASES, ids=[f"{n}-{i}" for n, i in CASES])
+def test_a_run_killed_at_a_random_moment_resumes_to_the_same_bytes(tmp_path, straight, name, case):
+    where, at = kill_points(name, straight[name], KILLS[name])[case]
+    resumed = killed_then_resumed(name, tmp_path / "run", where, at)
+    assert_same_bytes(contents(straight[name]), contents(resumed))
+
+
+RUN_FILES = {"transcript.md", "events.jsonl", "state.json", "metrics.jsonl", "report.json", "ledger.json"}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_fork_without_a_change_is_its_parent(tmp_path, straight, name):
+    parent = straight[name]
+    rounds = json.loads((parent / "state.json").read_text())["round"]
+    child = tmp_path / "child"
+    metaroles("fork", str(parent), "--from-round", str(rounds // 2), "--out", str(child), "-q", hash_seed=6)
+    assert_same_bytes(contents(parent, only=RUN_FILES), contents(child, only=RUN_FILES))
+    same = metaroles("diff", str(parent), str(child), hash_seed=7)
+    assert same.stdout.startswith("identical:") and "event(s)" in same.stdout
+
+
+def test_diff_names_the_first_event_that_differs(tmp_path, straight):
+    other = tmp_path / "other"
+    metaroles("run", "debate", "--llm", "test", "--seed", str(SEED + 1), "--out", str(other), "-q", hash_seed=8)
+    result = metaroles("diff", str(straight["debate"]), str(other), hash_seed=8)
+    assert "first differing event:" in result.stdout
+    minus = next(line for line in result.stdout.splitlines() if line.startswith("- {"))
+    assert json.loads(minus[2:])["seq"] >= 1
+
+
+@pytest.mark.skipif(not local_model_available(), reason="the embedded model is not installed (make demo installs it)")
+def test_the_embedded_model_on_tape_replays_to_the_same_bytes(tmp_path):
+    cassette = tmp_path / "debate.jsonl"
+    common = ["--seed", str(SEED), "--set", "turns=1", "-q"]
+    metaroles(
+        "run",
+        "debate",
+        "--llm",
+        "local",
+        "--record",
+        str(cassette),
+        *common,
+        "--out",
+        str(tmp_path / "live"),
+        hash_seed=1,
+    )
+    for hash_seed in (2, 3):
+        metaroles(
+            "run",
+            "debate",
+            "--replay",
+            str(cassette),
+            *common,
+            "--out",
+            str(tmp_path / f"r{hash_seed}"),
+            hash_seed=hash_seed,
+        )
+    live = contents(tmp_path / "live")
+    assert_same_bytes(live, contents(tmp_path / "r2"))
+    assert_same_bytes(live, contents(tmp_path / "r3"))
