@@ -109,7 +109,7 @@ def test_an_installed_plugin_scenario_is_listed_and_runs(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(site)}
     listed = subprocess.run([sys.executable, "-m", "metaroles", "list"], capture_output=True, text=True, env=env)
     assert listed.returncode == 0
-    assert "debate\tscenarios.debate" in listed.stdout and "echo\tmetaroles_echo.scenario" in listed.stdout
+    assert "debate\tmetaroles.scenarios.debate" in listed.stdout and "echo\tmetaroles_echo.scenario" in listed.stdout
     for kind in ("role: echoer\tmetaroles_echo.scenario:Echoer", "action: echo\tmetaroles_echo.scenario:Echo"):
         assert kind in listed.stdout
     assert "environment: quiet\tmetaroles_echo.scenario:QuietEnvironment" in listed.stdout
@@ -184,12 +184,12 @@ def test_replay_a_recorded_cassette_with_no_model(tmp_path):
 
 def test_the_progress_display_follows_the_rounds():
     from metaroles import TestLLM
-    from metaroles.cli import _Live
+    from metaroles.cli.common import Live
     from metaroles.runs.registry import load_scenario
 
     module = load_scenario("debate")
     plan = module.build(module.Config(turns=1), TestLLM(1))
-    live = _Live(plan.n_round, enabled=False)
+    live = Live(plan.n_round, enabled=False)
     plan.team.on_round = live
     anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea))
     task = live.progress.tasks[0]

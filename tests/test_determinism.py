@@ -36,7 +36,8 @@ KILLED_RUN = textwrap.dedent(
     from metaroles import resolve_llm, run_scenario
     from metaroles.runs.config import RunOptions
 
-    name, out, options, where, at = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+    name, out, options, where = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+    at = int(sys.argv[5])
 
     class KilledMidTurn:  # the test model, but the process dies as it asks for the at-th answer
         def __init__(self):
@@ -55,11 +56,10 @@ KILLED_RUN = textwrap.dedent(
 
     anyio.run(lambda: run_scenario(
         name, llm=KilledMidTurn(), options=options, out_dir=out, manifest={"llm": "test"},
-        run=RunOptions(seed=%d), on_round=on_round,
+        run=RunOptions(seed=SEED), on_round=on_round,
     ))
     """
-    % SEED
-)
+).replace("SEED", str(SEED))
 
 
 def metaroles(*args: str, hash_seed: int, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -50,7 +50,7 @@ async def test_watch_changes_reach_the_long_term_memory(tmp_path):
 async def test_news_too_similar_to_what_is_known_is_dropped_and_logged(tmp_path, caplog):
     role = archivist(tmp_path, similarity_threshold=0.95)
     await role.run("the bridge is closed for repairs")
-    caplog.set_level(logging.INFO, logger="metaroles.messages.memory")
+    caplog.set_level(logging.INFO, logger="metaroles.longterm.memory")
     again = Message("The bridge is closed for repairs!")
     assert await role.run(again) is None, "a near-duplicate is not news"
     assert again in role.rc.memory, "but it is remembered"

