@@ -57,9 +57,11 @@ def run(
     """Run a scenario and write its run directory."""
     name, options, settings = _read_target(target, set_ or [])
     seed = seed if seed is not None else settings.get("seed")
-    chosen = llm or settings.get("llm")
-    model = model or settings.get("model")
-    base_url = base_url or settings.get("base_url")
+    chosen, model, base_url = (
+        llm or settings.get("llm"),
+        model or settings.get("model"),
+        base_url or settings.get("base_url"),
+    )
     language_model = model_from(chosen, model, base_url, seed, replay)
     if record is not None:
         language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model)
@@ -74,9 +76,8 @@ def run(
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     named = f"replay:{replay}" if replay is not None else chosen or "auto"
     manifest = {"llm": named, "model": model, "base_url": base_url, "cassette": str(record or replay or "")}
-
-    def work(live: Callable[[Team], None]) -> Any:
-        return run_scenario(
+    report, team = execute(
+        lambda live: run_scenario(
             name,
             llm=language_model,
             options=options,
@@ -84,9 +85,10 @@ def run(
             manifest=manifest,
             run=run_options,
             on_round=live,
-        )
-
-    report, team = execute(work, run_options.rounds or 0, quiet=quiet)
+        ),
+        run_options.rounds or 0,
+        quiet=quiet,
+    )
     finish(report, team, run_dir, quiet=quiet)
 
 

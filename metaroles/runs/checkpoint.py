@@ -35,6 +35,7 @@ from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
+from metaroles.runs.replayable import plain, replayable, replays, signature
 
 MESSAGES = "messages.jsonl"
 FULL_EVERY = 25
@@ -57,71 +58,10 @@ def round_file(folder: Path, round_no: int) -> Path:
     return folder / f"round-{round_no:04d}.json"
 
 
-def _plain(message: Message) -> bool:
-    return (
-        message.instruct_content is None
-        and not message.metadata
-        and message.tool_calls is None
-        and message.name is None
-        and message.tool_call_id is None
-        and message.base64_image is None
-    )
-
-
 _RoleMark = tuple[int, int, int, int, int, frozenset[str], frozenset[str], object]
 """What a role looked like at the previous checkpoint: memory length and edits, state, working
 memory length and edits, watch, addresses, and its news list if its buffer was empty (else None;
 a role's observation replaces ``rc.news`` rather than changing it in place)."""
-
-
-def _replayable(role: Role) -> bool:
-    """Whether a replay of the bus's ops rebuilds this role: a default turn over plain memory and buffer."""
-    rc = role.rc
-    return (
-        role.takes_plain_turn
-        and type(rc.memory) is Memory
-        and not rc.memory.ignore_id
-        and type(rc.msg_buffer) is MessageQueue
-        and role.brain_memory is None
-        and type(role).extra_state is Role.extra_state
-    )
-
-
-def _signature(role: Role) -> list[Any]:
-    """What a replayable role looks like now; the writer moves it along with each op it records."""
-    rc = role.rc
-    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_memory
-    return [
-        len(memory),
-        memory._edits,
-        len(buffer),
-        buffer.last(),
-        rc.news,
-        len(working),
-        working._edits,
-        len(rc.watch),
-        role.addresses,
-    ]
-
-
-def _replays(role: Role, expected: list[Any]) -> bool:
-    """Whether ``role`` is exactly what replaying the recorded ops gives (else it gets an entry)."""
-    rc = role.rc
-    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_memory
-    return (
-        len(memory) == expected[0]
-        and memory._edits == expected[1]
-        and len(buffer) == expected[2]
-        and buffer.last() is expected[3]
-        and rc.news is expected[4]
-        and rc.state == -1
-        and rc.todo is None
-        and len(working) == expected[5]
-        and working._edits == expected[6]
-        and len(rc.watch) == expected[7]
-        and role.addresses is expected[8]
-        and _replayable(role)
-    )
 
 
 @dataclass
@@ -309,7 +249,7 @@ class CheckpointWriter:
         return f"[{','.join(map(str, numbers))}]"
 
     def _encode(self, message: Message) -> str:
-        if not _plain(message):
+        if not plain(message):
             return message.model_dump_json()
         enc = self._enc
         send_to = self._send_to.get(message.send_to)
@@ -346,15 +286,15 @@ class CheckpointWriter:
         entries, expect = [], self._expect
         for role in env.roles.values():
             expected = expect.get(role.name)
-            if replayed and expected is not None and _replays(role, expected):
+            if replayed and expected is not None and replays(role, expected):
                 continue
             if expected is not None:
                 self._roles.pop(role.name, None)  # its mark predates the replayed rounds: write it whole
             entry = self._role_entry(role, new_rows)
             if entry:
                 entries.append(entry)
-            if _replayable(role):
-                expect[role.name] = _signature(role)
+            if replayable(role):
+                expect[role.name] = signature(role)
             else:
                 expect.pop(role.name, None)
         return entries
@@ -386,18 +326,7 @@ class CheckpointWriter:
             and mark[6] is addresses
         ):
             return ""
-        rows = self._rows_of
-        parts = [f'"buffer":{rows(buffer, new_rows)},"news":{rows(news, new_rows)},"state":{state}']
-        if mark is None or edits != mark[1] or size < mark[0]:
-            cls = f"{type(role).__module__}.{type(role).__qualname__}"
-            parts.append(f'"cls":{encode_basestring(cls)},"memory":{rows(memory, new_rows)}')
-        elif size > mark[0]:
-            parts.append(f'"memory_add":{rows(memory.get(size - mark[0]), new_rows)}')
-        if mark is None or (len(working), working._edits) != mark[3:5]:
-            parts.append(f'"working_memory":{rows(working, new_rows)}')
-        watched = frozenset(watch) if mark is None or mark[5] != watch else mark[5]
-        if mark is None or mark[5] != watch or mark[6] is not addresses:
-            parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
+        parts, watched = self._changed_parts(role, mark, buffer, new_rows)
         self._roles[role.name] = (
             size,
             edits,
@@ -409,6 +338,26 @@ class CheckpointWriter:
             None if buffer else news,
         )
         return f"{self._enc(role.name)}:{{{','.join(parts)}}}"
+
+    def _changed_parts(
+        self, role: Role, mark: _RoleMark | None, buffer: list[Message], new_rows: list[str]
+    ) -> tuple[list[str], frozenset[str]]:
+        """The JSON fields of a role entry: buffer, news and stage always, the rest when it changed."""
+        rc, rows = role.rc, self._rows_of
+        memory, working, watch, addresses = rc.memory, rc.working_memory, rc.watch, role.addresses
+        size, edits = len(memory), memory._edits
+        parts = [f'"buffer":{rows(buffer, new_rows)},"news":{rows(rc.news, new_rows)},"state":{rc.state}']
+        if mark is None or edits != mark[1] or size < mark[0]:
+            cls = f"{type(role).__module__}.{type(role).__qualname__}"
+            parts.append(f'"cls":{encode_basestring(cls)},"memory":{rows(memory, new_rows)}')
+        elif size > mark[0]:
+            parts.append(f'"memory_add":{rows(memory.get(size - mark[0]), new_rows)}')
+        if mark is None or (len(working), working._edits) != mark[3:5]:
+            parts.append(f'"working_memory":{rows(working, new_rows)}')
+        watched = frozenset(watch) if mark is None or mark[5] != watch else mark[5]
+        if mark is None or mark[5] != watch or mark[6] is not addresses:
+            parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
+        return parts, watched
 
 
 def _truncate_lines(path: Path, count: int) -> None:

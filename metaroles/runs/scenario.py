@@ -68,17 +68,8 @@ async def run_scenario(
     if out_dir is None:
         report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
         return report, plan.team
-    record = {
-        "scenario": name,
-        "config": recorded,
-        "n_round": plan.n_round,
-        "idea": plan.idea,
-        "seed": run.seed,
-        "budget": run.budget,
-        "checkpoint_every": plan.team.checkpoint_every,
-        "log_turns": plan.team.log_turns,
-    }
-    write_manifest(out_dir, {**record, **(manifest or {}), **provenance()})
+    record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **provenance()}
+    write_manifest(out_dir, record)
     report = await plan.team.run(
         n_round=plan.n_round,
         idea=plan.idea,
@@ -89,6 +80,20 @@ async def run_scenario(
     )
     write_run_dir(out_dir, plan.team, report, record)
     return report, plan.team
+
+
+def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run: RunOptions) -> dict[str, Any]:
+    """What a run is rebuilt from: the scenario, its config and how it runs."""
+    return {
+        "scenario": name,
+        "config": config,
+        "n_round": plan.n_round,
+        "idea": plan.idea,
+        "seed": run.seed,
+        "budget": run.budget,
+        "checkpoint_every": plan.team.checkpoint_every,
+        "log_turns": plan.team.log_turns,
+    }
 
 
 def _with_metrics(
@@ -189,19 +194,11 @@ async def fork_scenario(
     """
     record = read_manifest(parent)
     plan = _rebuild(record, llm, out_dir, changes)
-    for role_name, role_llm in (role_llms or {}).items():
-        if role_name not in plan.team.env.roles:
-            raise ConfigError(f"no role named {role_name!r} in this run; roles: {sorted(plan.team.env.roles)}")
-        plan.team.env.roles[role_name].set_llm(role_llm)
+    _give_models(plan.team, role_llms or {})
     plan.team.on_round = _with_metrics(load_scenario(record["scenario"]), out_dir, on_round)
-    child = {
-        **record,
-        "config": {**record["config"], **(changes or {})},
-        **(manifest or {}),
-        **provenance(),
-        "parent": {"run_dir": str(parent), "from_round": from_round, "idea": idea, "changes": changes or {}},
-    }
-    write_manifest(out_dir, child)
+    parent_record = {"run_dir": str(parent), "from_round": from_round, "idea": idea, "changes": changes or {}}
+    child = {**record, "config": {**record["config"], **(changes or {})}, **(manifest or {}), **provenance()}
+    write_manifest(out_dir, child := {**child, "parent": parent_record})
     if (parent / METRICS).is_file():  # the child's first round cuts it back to the rounds before the fork
         write_atomic(out_dir / METRICS, (parent / METRICS).read_text(encoding="utf-8"))
     report = await plan.team.fork(
@@ -216,3 +213,15 @@ async def fork_scenario(
     )
     write_run_dir(out_dir, plan.team, report, child)
     return report, plan.team
+
+
+def _give_models(team: Team, role_llms: dict[str, LLM]) -> None:
+    """Give the named roles their own models (a fork's ``role.NAME.llm=...``).
+
+    Raises:
+        ConfigError: If a name is not a role of the run.
+    """
+    for role_name, role_llm in role_llms.items():
+        if role_name not in team.env.roles:
+            raise ConfigError(f"no role named {role_name!r} in this run; roles: {sorted(team.env.roles)}")
+        team.env.roles[role_name].set_llm(role_llm)

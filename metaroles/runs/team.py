@@ -168,11 +168,7 @@ class Team:
         Raises:
             UnknownRoleError: If a role budget names a role that was not hired.
         """
-        if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
-            raise InvalidValueError(f"n_round={n_round!r} must be a non-negative integer")
-        unknown = sorted(set(self.role_budgets) - set(self.env.roles))
-        if unknown:
-            raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
+        self._check(n_round)
         if checkpoints is not None and self._checkpoints is None:
             self._checkpoints = _fresh_writer(Path(checkpoints))
         self._log = None
@@ -191,6 +187,13 @@ class Team:
             if save_to is not None:
                 self.env.save(save_to)
         return self._report(rounds, reason)
+
+    def _check(self, n_round: int) -> None:
+        if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
+            raise InvalidValueError(f"n_round={n_round!r} must be a non-negative integer")
+        unknown = sorted(set(self.role_budgets) - set(self.env.roles))
+        if unknown:
+            raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
 
     async def resume(
         self,

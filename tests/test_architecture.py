@@ -1,0 +1,125 @@
+"""The house: layered subpackages with one-way imports, small modules, and installed names that cannot collide."""
+
+import ast
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import venv
+from pathlib import Path
+
+import grimp
+import networkx as nx
+import pytest
+
+import metaroles
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ["core", "messages", "llm", "longterm", "bus", "agents", "runs", "flow", "cli"]
+"""Bottom to top, as the import-linter contract in pyproject.toml lists them (top first)."""
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph("metaroles", cache_dir=None)
+
+
+def test_the_import_graph_of_metaroles_has_no_cycle(graph):
+    """Type-only imports count too: a cycle hidden under TYPE_CHECKING is still a cycle."""
+    edges = nx.DiGraph()
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            edges.add_edge(module, imported)
+    cycles = [sorted(c) for c in nx.strongly_connected_components(edges) if len(c) > 1]
+    assert cycles == []
+
+
+def test_no_layer_imports_a_layer_above_it(graph):
+    for lower_index, lower in enumerate(LAYERS):
+        for upper in LAYERS[lower_index + 1 :]:
+            chains = graph.find_shortest_chains(importer=f"metaroles.{lower}", imported=f"metaroles.{upper}")
+            assert not chains, f"metaroles.{lower} reaches up into metaroles.{upper}: {sorted(chains)[:3]}"
+
+
+def test_the_layer_contract_of_pyproject_names_every_subpackage():
+    packages = sorted(p.name for p in (ROOT / "metaroles").iterdir() if (p / "__init__.py").is_file())
+    contract = (ROOT / "pyproject.toml").read_text()
+    assert sorted(LAYERS) == packages
+    assert all(f'"metaroles.{layer}"' in contract for layer in LAYERS)
+
+
+def _sizes(path: Path) -> tuple[int, list[tuple[str, int]]]:
+    text = path.read_text()
+    functions = [  # a function's length is its body's, docstring included (a typer command's options are not)
+        (node.name, node.end_lineno - node.body[0].lineno + 1)
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
+    ]
+    return len(text.splitlines()), functions
+
+
+def test_modules_stay_under_400_lines_and_function_bodies_under_40():
+    too_long, too_big = [], []
+    for path in sorted((ROOT / "metaroles").rglob("*.py")):
+        lines, functions = _sizes(path)
+        if lines > 400:
+            too_long.append((str(path.relative_to(ROOT)), lines))
+        too_big += [(str(path.relative_to(ROOT)), name, n) for name, n in functions if n > 40]
+    assert too_long == [] and too_big == []
+
+
+def test_the_public_api_is_importable_from_the_top():
+    for name in ("Role", "Action", "Message", "Environment", "Team", "Bus", "ScenarioPlan", "run_scenario"):
+        assert name in metaroles.__all__ and hasattr(metaroles, name)
+
+
+def test_metaroles_runs_debate_from_a_folder_with_its_own_scenarios_actions_and_environments(tmp_path):
+    """A research repository's own folders must not hide the scenarios metaroles ships."""
+    for folder in ("scenarios", "actions", "environments"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text(f'"""The research repository\'s own {folder}."""\n')
+    (tmp_path / "scenarios" / "mine.py").write_text("NOT_A_METAROLES_SCENARIO = True\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    args = [sys.executable, "-m", "metaroles", "run", "debate", "--llm", "test", "--set", "turns=1", "--no-save", "-q"]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, env=env, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "stopped (idle)" in result.stdout
+    import_here = "import scenarios, metaroles.scenarios as s; print(scenarios.__file__); print(s.__file__)"
+    found = subprocess.run([sys.executable, "-c", import_here], capture_output=True, text=True, cwd=tmp_path, env=env)
+    theirs, ours = found.stdout.split()
+    assert theirs == str(tmp_path / "scenarios" / "__init__.py") and Path(ours) == ROOT / "scenarios" / "__init__.py"
+
+
+def test_pip_install_puts_nothing_named_scenarios_actions_or_environments_at_the_top(tmp_path):
+    """A real ``pip install .`` into a fresh virtual environment (dependencies from this one)."""
+    target = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(target)
+    python = target / "bin" / "python"
+    here = sysconfig.get_paths()["purelib"]
+    (Path(_site_packages(python)) / "parent.pth").write_text(here + "\n")  # pip, setuptools, pydantic: no download
+    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet", str(ROOT)]
+    result = subprocess.run(install, capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    site = Path(_site_packages(python))
+    top = {p.name for p in site.iterdir()}
+    assert not top & {"scenarios", "actions", "environments"}, sorted(top)
+    assert {"scenarios", "actions", "environments"} <= {p.name for p in (site / "metaroles").iterdir()}
+    check = textwrap.dedent(
+        """
+        import metaroles.scenarios.debate, metaroles.actions.prompts
+        from importlib import resources
+        print(metaroles.scenarios.debate.__file__)
+        print(resources.files("metaroles.actions.prompts").joinpath("judge.txt").is_file())
+        print(resources.files("metaroles.flow").joinpath("page.html").is_file())
+        """
+    )
+    shown = subprocess.run([str(python), "-c", check], capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    debate, judge, page = shown.stdout.split()
+    assert debate.startswith(str(site)) and judge == page == "True"
+
+
+def _site_packages(python: Path) -> str:
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
