@@ -216,7 +216,7 @@ def is_action_class(value: object) -> bool:
     return isinstance(value, type) and issubclass(value, Action)
 
 
-async def run_action(action: Action, history: list[Message], *, sender: str, send_to: frozenset[str]) -> ActionResult:
+async def run_action(action: Action, history: list[Message], sender: str, send_to: frozenset[str]) -> ActionResult:
     """Run ``action`` on ``history``; an answer that never validated becomes a failure message.
 
     The failure is published like any response (``metadata["error"]`` says what went wrong and
@@ -235,7 +235,7 @@ async def run_action(action: Action, history: list[Message], *, sender: str, sen
         )
 
 
-def result_message(result: ActionResult, action: Action, *, sender: str, send_to: frozenset[str]) -> Message | None:
+def result_message(result: ActionResult, action: Action, sender: str, send_to: frozenset[str]) -> Message | None:
     """The message that publishes what ``action`` returned: text, a pydantic model, a Message, or nothing.
 
     Raises:

@@ -30,7 +30,7 @@ from metaroles.longterm.brain import BrainMemory
 from metaroles.longterm.memory import LongtermMemory
 from metaroles.messages.message import Message
 
-_TURN_HOOKS = ("run", "_observe", "react", "_react", "_think", "_act", "_to_message", "publish_message")
+_TURN_HOOKS = ("run", "_run_action", "_observe", "react", "_react", "_think", "_act", "_to_message", "publish_message")
 
 
 class Role:

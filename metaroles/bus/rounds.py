@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 import anyio
 from anyio.abc import TaskGroup
 
-from metaroles.bus.action import result_message
+from metaroles.bus.action import result_message, run_action
 from metaroles.bus.role import Role
-from metaroles.core.ids import enter_scope, leave_scope
+from metaroles.core.ids import SCOPE
 from metaroles.messages.message import Message
 
 OnError = Callable[[Role, Exception], None]
@@ -99,6 +99,9 @@ def _raise(role: Role, exc: Exception) -> None:  # pragma: no cover - replaced b
     raise exc
 
 
+_enter, _leave = SCOPE.set, SCOPE.reset  # bound once: a turn pays no extra frame for its ids
+
+
 async def take_turn(role: Role, round_no: int) -> None:
     """One turn of ``role`` in round ``round_no``, the ids it makes drawn from its own scope.
 
@@ -109,11 +112,11 @@ async def take_turn(role: Role, round_no: int) -> None:
     if ids is None:
         await (plain_turn(role) if role.takes_plain_turn else role.run())
         return
-    token = enter_scope(ids.at(round_no))
+    token = _enter(ids.at(round_no))
     try:
         await (plain_turn(role) if role.takes_plain_turn else role.run())
     finally:
-        leave_scope(token)
+        _leave(token)
 
 
 async def plain_turn(role: Role) -> Message | None:
@@ -133,7 +136,8 @@ async def plain_turn(role: Role) -> Message | None:
     rc.state = 0
     if trace is not None:
         trace.append(("think", role.name, todo, 0))
-    message = result_message(await role._run_action(todo), todo, sender=role.name, send_to=role.send_to)
+    name, send_to = role.name, role.send_to
+    message = result_message(await run_action(todo, rc.memory.get(), name, send_to), todo, name, send_to)
     if message is not None:
         rc.memory.add(message)
     if trace is not None:

@@ -23,7 +23,7 @@ import itertools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 
 KEY_DIGITS = 16
 """Hex digits of a run key; an id has 32 hex digits (more past 2**20 ids per producer and round)."""
@@ -36,6 +36,10 @@ def run_key(seed: int | str | None) -> str:
     return hashlib.blake2b(f"metaroles-run:{seed}".encode(), digest_size=KEY_DIGITS // 2).hexdigest()
 
 
+_FIELD = 1 << 20
+"""Slots and sequences fit 20 bits (5 hex digits), rounds 24 bits (6): one 64-bit number per id."""
+
+
 class IdScope:
     """The ids one producer (a role, or the run between rounds) makes in a run, round by round.
 
@@ -44,7 +48,7 @@ class IdScope:
         slot: 0 for the run itself, ``1 + index`` for a role.
     """
 
-    __slots__ = ("key", "prefix", "round", "seq", "slot")
+    __slots__ = ("base", "key", "round", "seq", "slot")
 
     def __init__(self, key: str, slot: int) -> None:
         """Create a scope; :meth:`at` places it in a round."""
@@ -52,24 +56,29 @@ class IdScope:
         self.slot = slot
         self.round = -1
         self.seq = 0
-        self.prefix = ""
+        self.base = -1
 
     def at(self, round_no: int) -> IdScope:
         """Place the scope in round ``round_no`` (the sequence restarts when the round changes)."""
         if round_no != self.round:
             self.round = round_no
             self.seq = 0
-            self.prefix = f"{self.key}{round_no:06x}{self.slot:05x}"
+            fits = round_no < _FIELD << 4 and self.slot < _FIELD
+            self.base = (round_no * _FIELD + self.slot) * _FIELD if fits else -1
         return self
 
     def next(self) -> str:
-        """The next id of this producer in this round."""
+        """The next id of this producer in this round: ``key``, then round, slot and sequence in hex."""
         seq = self.seq
         self.seq = seq + 1
-        return f"{self.prefix}{seq:05x}"
+        if seq < _FIELD and self.base >= 0:
+            return f"{self.key}{self.base + seq:016x}"
+        return f"{self.key}{self.round:06x}{self.slot:05x}{seq:05x}"  # past the fields: longer, still unique
 
 
 _SCOPE: ContextVar[IdScope | None] = ContextVar("metaroles_id_scope", default=None)
+SCOPE = _SCOPE
+"""The scope ids come from in this context (``None`` outside a run); the bus sets it per turn."""
 
 
 @contextmanager
@@ -80,16 +89,6 @@ def id_scope(scope: IdScope) -> Iterator[IdScope]:
         yield scope
     finally:
         _SCOPE.reset(token)
-
-
-def enter_scope(scope: IdScope) -> Token[IdScope | None]:
-    """Make ids come from ``scope`` until :func:`leave_scope` (the bus's per-turn form of :func:`id_scope`)."""
-    return _SCOPE.set(scope)
-
-
-def leave_scope(token: Token[IdScope | None]) -> None:
-    """Undo the :func:`enter_scope` that returned ``token``."""
-    _SCOPE.reset(token)
 
 
 def current_scope() -> IdScope | None:

@@ -23,7 +23,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from metaroles.core.exceptions import InvalidValueError
-from metaroles.core.ids import new_id
+from metaroles.core.ids import SCOPE, new_id
 from metaroles.core.schema import (
     BROADCAST,
     USER_REQUIREMENT,
@@ -163,7 +163,8 @@ class Message:
         from an Action class, ``send_to`` was normalised when the Role was built.
         """
         message = cls.__new__(cls)
-        message.id = new_id()
+        scope = SCOPE.get()
+        message.id = new_id() if scope is None else scope.next()
         message.content = content
         message.instruct_content = instruct_content
         message.role = role
