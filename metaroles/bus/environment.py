@@ -35,7 +35,7 @@ from metaroles.core.exceptions import (
     UnknownRoleError,
 )
 from metaroles.core.files import write_atomic
-from metaroles.core.ids import IdScope, id_scope, run_key
+from metaroles.core.ids import Clock, IdScope, id_scope, run_key
 from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
 
@@ -80,6 +80,7 @@ class Environment(Bus):
         self.id_key = run_key(seed)
         """Where the run's ids come from (a function of the seed); saved with the state."""
         self._ids = IdScope(self.id_key, 0)
+        self._clock = Clock()
         self._pool: WorkerPool | None = None
 
     # -- the run's ids ----------------------------------------------------------------------
@@ -93,14 +94,14 @@ class Environment(Bus):
         self.id_key = key
         self._ids = IdScope(key, 0)
         for index, role in enumerate(self._members):
-            role.ids = IdScope(key, index + 1)
+            role.ids = IdScope(key, index + 1, self._clock)
 
     def id_scope(self) -> AbstractContextManager[IdScope]:
         """Make the ids created inside the block the run's own, at the current round (e.g. a Team's idea)."""
         return id_scope(self._ids.at(self.round))
 
     def _role_ids(self, index: int) -> IdScope:
-        return IdScope(self.id_key, index + 1)
+        return IdScope(self.id_key, index + 1, self._clock)
 
     # -- rounds --------------------------------------------------------------------------------
 
@@ -143,6 +144,7 @@ class Environment(Bus):
         if self._in_round:
             raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
         self.round += 1
+        self._clock.round = self.round
         if self.trace is not None:
             self.trace = []
         ready = self._take_ready()

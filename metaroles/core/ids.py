@@ -40,20 +40,32 @@ _FIELD = 1 << 20
 """Slots and sequences fit 20 bits (5 hex digits), rounds 24 bits (6): one 64-bit number per id."""
 
 
+class Clock:
+    """The round a run is in, shared by its roles' scopes (set once per round, read when an id is made)."""
+
+    __slots__ = ("round",)
+
+    def __init__(self) -> None:
+        """Start before the first round."""
+        self.round = 0
+
+
 class IdScope:
     """The ids one producer (a role, or the run between rounds) makes in a run, round by round.
 
     Args:
         key: The run's key (:func:`run_key`).
         slot: 0 for the run itself, ``1 + index`` for a role.
+        clock: Where the current round is read when an id is made (else :meth:`at` places the scope).
     """
 
-    __slots__ = ("base", "key", "round", "seq", "slot")
+    __slots__ = ("base", "clock", "key", "round", "seq", "slot")
 
-    def __init__(self, key: str, slot: int) -> None:
-        """Create a scope; :meth:`at` places it in a round."""
+    def __init__(self, key: str, slot: int, clock: Clock | None = None) -> None:
+        """Create a scope; a clock or :meth:`at` places it in a round."""
         self.key = key
         self.slot = slot
+        self.clock = clock
         self.round = -1
         self.seq = 0
         self.base = -1
@@ -69,6 +81,9 @@ class IdScope:
 
     def next(self) -> str:
         """The next id of this producer in this round: ``key``, then round, slot and sequence in hex."""
+        clock = self.clock
+        if clock is not None and clock.round != self.round:
+            self.at(clock.round)
         seq = self.seq
         self.seq = seq + 1
         if seq < _FIELD and self.base >= 0:
