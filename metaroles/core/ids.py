@@ -91,24 +91,18 @@ class IdScope:
         return f"{self.key}{self.round:06x}{self.slot:05x}{seq:05x}"  # past the fields: longer, still unique
 
 
-_SCOPE: ContextVar[IdScope | None] = ContextVar("metaroles_id_scope", default=None)
-SCOPE = _SCOPE
+SCOPE: ContextVar[IdScope | None] = ContextVar("metaroles_id_scope", default=None)
 """The scope ids come from in this context (``None`` outside a run); the bus sets it per turn."""
 
 
 @contextmanager
 def id_scope(scope: IdScope) -> Iterator[IdScope]:
     """Make ids inside the block (in this task and the tasks it starts) come from ``scope``."""
-    token = _SCOPE.set(scope)
+    token = SCOPE.set(scope)
     try:
         yield scope
     finally:
-        _SCOPE.reset(token)
-
-
-def current_scope() -> IdScope | None:
-    """The scope ids come from here, if any."""
-    return _SCOPE.get()
+        SCOPE.reset(token)
 
 
 class _ProcessIds:
@@ -140,7 +134,7 @@ def new_id() -> str:
 
     Either way it is 32 hex digits, and ids of one producer sort in creation order.
     """
-    scope = _SCOPE.get()
+    scope = SCOPE.get()
     if scope is not None:
         return scope.next()
     return _PROCESS.next()

@@ -163,7 +163,7 @@ class Message:
         from an Action class, ``send_to`` was normalised when the Role was built.
         """
         message = cls.__new__(cls)
-        scope = SCOPE.get()
+        scope = SCOPE.get()  # new_id, inlined: this is the bus's hot path
         message.id = new_id() if scope is None else scope.next()
         message.content = content
         message.instruct_content = instruct_content
