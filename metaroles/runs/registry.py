@@ -1,0 +1,92 @@
+"""The scenario registry: scenarios that ship with metaroles and those installed plug-ins contribute.
+
+A scenario is a module ``metaroles.scenarios.NAME`` (the repository's ``scenarios/`` folder) or
+one a plug-in names in entry-point group ``metaroles.scenarios``, with a pydantic ``Config`` and
+``build(config, llm) -> ScenarioPlan``. Plug-ins may also contribute roles, actions and
+environments (groups ``metaroles.roles``, ``metaroles.actions``, ``metaroles.environments``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from metaroles.core.exceptions import ConfigError
+from metaroles.runs.team import Team
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+SCENARIOS = "metaroles.scenarios"
+"""The package of the scenarios that ship with metaroles."""
+
+
+@dataclass(frozen=True)
+class ScenarioPlan:
+    """A built scenario: the team and how to start it."""
+
+    team: Team
+    idea: str
+    send_to: str | set[str]
+    n_round: int
+
+
+ENTRY_POINTS = "metaroles.scenarios"
+"""Entry-point group through which installed packages contribute scenarios (name = module)."""
+
+
+def load_scenario(name: str) -> ModuleType:
+    """Import scenario ``name``: ``metaroles.scenarios.NAME``, else one an installed plug-in contributes.
+
+    Raises:
+        ConfigError: If there is no such scenario (the message suggests the closest name).
+    """
+    if not _NAME.match(name):
+        raise ConfigError(f"scenario name {name!r} must be a lowercase identifier, e.g. 'debate'")
+    known = known_scenarios()
+    if name not in known:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"no scenario named {name!r}; {hint}known scenarios: {sorted(known)}")
+    return importlib.import_module(known[name])
+
+
+def known_scenarios() -> dict[str, str]:
+    """Scenario name → module: those that ship with metaroles and those plug-ins contribute."""
+    package = importlib.import_module(SCENARIOS)
+    folder = Path(next(iter(package.__path__)))
+    found = {p.stem: f"{SCENARIOS}.{p.stem}" for p in folder.glob("*.py") if not p.stem.startswith("_")}
+    for entry in metadata.entry_points(group=ENTRY_POINTS):
+        found.setdefault(entry.name, entry.value.partition(":")[0])
+    return dict(sorted(found.items()))
+
+
+PLUGIN_KINDS = ("roles", "actions", "environments")
+"""Besides scenarios, plug-ins contribute these, each through entry-point group ``metaroles.KIND``."""
+
+
+def plugins(kind: str) -> dict[str, str]:
+    """Name → ``module:attribute`` of the roles, actions or environments installed plug-ins contribute.
+
+    Raises:
+        ConfigError: On an unknown kind.
+    """
+    if kind not in PLUGIN_KINDS:
+        raise ConfigError(f"plug-in kind {kind!r} is not one of {PLUGIN_KINDS}")
+    return dict(sorted((e.name, e.value) for e in metadata.entry_points(group=f"metaroles.{kind}")))
+
+
+def load_plugin(kind: str, name: str) -> Any:
+    """The role class, action class or environment class a plug-in contributes as ``name``.
+
+    Raises:
+        ConfigError: If no installed plug-in contributes it (the message lists those that do).
+    """
+    for entry in metadata.entry_points(group=f"metaroles.{kind}"):
+        if entry.name == name:
+            return entry.load()
+    raise ConfigError(f"no plug-in contributes {kind[:-1]} {name!r}; installed: {sorted(plugins(kind))}")

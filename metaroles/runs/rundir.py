@@ -1,0 +1,121 @@
+"""Run directories: the manifest, the transcript and the files a finished run leaves.
+
+A run directory holds ``manifest.json`` (what to rebuild the run from, and what produced it:
+versions, git revision, the time; the only file that may differ between two runs of one seed),
+``events.jsonl`` and ``timings.jsonl``, ``checkpoints/``, ``metrics.jsonl`` (when the scenario
+measures rounds), and at the end ``transcript.md``, ``state.json``, ``report.json`` and
+``ledger.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import secrets
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from metaroles.core.exceptions import ConfigError
+from metaroles.core.files import write_atomic
+from metaroles.messages.message import Message
+from metaroles.runs.eventlog import publish_rounds
+from metaroles.runs.team import Team, TeamReport
+
+MANIFEST = "manifest.json"
+CHECKPOINTS = "checkpoints"
+EVENTS = "events.jsonl"
+STATE = "state.json"
+TRANSCRIPT = "transcript.md"
+METRICS = "metrics.jsonl"
+
+
+def format_message(message: Message) -> str:
+    """One transcript line: ``[sender → recipients] content``."""
+    recipients = ", ".join(sorted(message.send_to))
+    return f"[{message.sent_from or message.role.value} → {recipients}] {message.content}"
+
+
+def transcript(messages: list[Message]) -> str:
+    """The transcript of ``messages``, one line each."""
+    return "\n".join(format_message(m) for m in messages)
+
+
+def provenance() -> dict[str, Any]:
+    """What produced a run: metaroles and Python versions, key package versions, the git revision."""
+    packages = {}
+    for name in ("metaroles", "pydantic", "anyio", "openai", "llama-cpp-python", "llama-index-core", "networkx"):
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        found = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False)
+        revision = found.stdout.strip() if found.returncode == 0 else None
+    except OSError:
+        revision = None
+    return {
+        "metaroles": packages.get("metaroles"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": packages,
+        "git_revision": revision,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def write_manifest(run_dir: Path, record: dict[str, Any]) -> None:
+    """Write ``manifest.json`` (atomically): what the run is rebuilt from on resume."""
+    write_atomic(run_dir / MANIFEST, json.dumps(record, indent=1) + "\n")
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The manifest of a run directory.
+
+    Raises:
+        ConfigError: If ``run_dir`` is not a run directory.
+    """
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        raise ConfigError(
+            f"{str(run_dir)!r} is not a run directory (no {MANIFEST}); pass one that `metaroles run` wrote"
+        )
+    manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return manifest
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    """A fresh directory ``root/NAME-YYYYmmdd-HHMMSS-<short id>``."""
+    return root / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def transcript_markdown(title: str, messages: list[Message], rounds: dict[str, int]) -> str:
+    """The transcript as Markdown, a section per round."""
+    lines = [f"# {title}", ""]
+    current = None
+    for message in messages:
+        round_no = rounds.get(message.id, 0)
+        if round_no != current:
+            current = round_no
+            lines += [f"## Round {round_no}" if round_no else "## Before round 1", ""]
+        action = message.cause_by.rpartition(".")[2]
+        recipients = ", ".join(sorted(message.send_to))
+        body = message.content.replace("\n", "\n  ")
+        lines.append(f"- **{message.sent_from or message.role.value}** → {recipients} ({action}): {body}")
+    return "\n".join(lines) + "\n"
+
+
+def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[str, Any]) -> None:
+    """Write transcript, report and ledger of a finished run (``Team.run`` saved its state)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = team.env
+    rounds = publish_rounds(out_dir / EVENTS)
+    title = str(manifest.get("scenario", "run"))  # not the folder's name: that belongs in the manifest only
+    (out_dir / TRANSCRIPT).write_text(transcript_markdown(title, env.history.storage, rounds), encoding="utf-8")
+    whole = report.model_copy(update={"rounds": env.round})  # the run's rounds, not this call's (a resume runs fewer)
+    summary = {"report": whole.model_dump(mode="json"), "config": manifest.get("config", {})}
+    (out_dir / "report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (out_dir / "ledger.json").write_text(json.dumps(env.ledger.dump(), indent=1) + "\n", encoding="utf-8")
