@@ -178,3 +178,23 @@ def test_chat_memory_keeps_the_newest_max_messages(case: tuple[int, list[list[in
         mem.add_messages(batch)
         assert len(mem) <= bound
     assert mem.messages == everything[-bound:] if everything else mem.messages == []
+
+
+class _Said(Action):
+    pass
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.sampled_from(["a", "b", "me"]), st.booleans()), max_size=30),
+    st.booleans(),
+)
+def test_remember_news_is_remember_new_then_the_watch_filter(rows: list[tuple[int, str, bool]], by_content: bool):
+    """One pass gives what two give: the new messages counted, the watched or addressed ones kept, in order."""
+    pool = [Message(str(i), cause_by=_Said if i % 3 == 0 else None, send_to=to) for i, to, _ in rows]
+    pool += [pool[i] for i, (_, _, again) in enumerate(rows) if again]  # deliveries of a message already held
+    watch = {Message("x", cause_by=_Said).cause_by}
+    one, two = Memory(ignore_id=by_content), Memory(ignore_id=by_content)
+    count, news = one.remember_news(pool, watch, "me")
+    new = two.remember_new(pool)
+    assert count == len(new) and one.storage == two.storage
+    assert news == [m for m in new if m.cause_by in watch or "me" in m.send_to]

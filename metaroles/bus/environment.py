@@ -144,7 +144,7 @@ class Environment(Bus):
         if self._in_round:
             raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
         self.round += 1
-        self._clock.round = self.round
+        self._clock.set(self.round)
         if self.trace is not None:
             self.trace = []
         ready = self._take_ready()

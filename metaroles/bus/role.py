@@ -218,11 +218,8 @@ class Role:
 
     def _take_news(self) -> int:
         rc = self.rc
-        new = rc.memory.remember_new(rc.msg_buffer.pop_all())
-        rc.remembered = len(new)
-        watch, name = rc.watch, self.name
-        rc.news = news = [m for m in new if m.cause_by in watch or name in m.send_to]
-        return len(news)
+        rc.remembered, rc.news = rc.memory.remember_news(rc.msg_buffer.pop_all(), rc.watch, self.name)
+        return len(rc.news)
 
     async def _observe(self) -> int:
         """Pop the buffer, remember what is new, keep what is watched or addressed as news; count it."""

@@ -40,14 +40,29 @@ _FIELD = 1 << 20
 """Slots and sequences fit 20 bits (5 hex digits), rounds 24 bits (6): one 64-bit number per id."""
 
 
+_SHORT = 256
+_SEQUENCE = tuple(f"{seq:05x}" for seq in range(_SHORT))
+"""The first sequences' hex digits, formatted once: most producers make a few ids per round."""
+
+
 class Clock:
     """The round a run is in, shared by its roles' scopes (set once per round, read when an id is made)."""
 
-    __slots__ = ("round",)
+    __slots__ = ("digits", "round")
 
     def __init__(self) -> None:
         """Start before the first round."""
         self.round = 0
+        self.digits = _round_digits(0)
+
+    def set(self, round_no: int) -> None:
+        """Enter round ``round_no``; its hex digits are formatted here, once for every scope."""
+        self.round = round_no
+        self.digits = _round_digits(round_no)
+
+
+def _round_digits(round_no: int) -> str:
+    return f"{round_no:06x}" if round_no < _FIELD << 4 else ""
 
 
 class IdScope:
@@ -59,7 +74,7 @@ class IdScope:
         clock: Where the current round is read when an id is made (else :meth:`at` places the scope).
     """
 
-    __slots__ = ("base", "clock", "key", "round", "seq", "slot")
+    __slots__ = ("clock", "key", "prefix", "round", "seq", "slot", "slot_digits")
 
     def __init__(self, key: str, slot: int, clock: Clock | None = None) -> None:
         """Create a scope; a clock or :meth:`at` places it in a round."""
@@ -68,26 +83,33 @@ class IdScope:
         self.clock = clock
         self.round = -1
         self.seq = 0
-        self.base = -1
+        self.prefix = ""
+        self.slot_digits = f"{slot:05x}" if slot < _FIELD else ""
 
     def at(self, round_no: int) -> IdScope:
         """Place the scope in round ``round_no`` (the sequence restarts when the round changes)."""
         if round_no != self.round:
             self.round = round_no
             self.seq = 0
-            fits = round_no < _FIELD << 4 and self.slot < _FIELD
-            self.base = (round_no * _FIELD + self.slot) * _FIELD if fits else -1
+            self._place(_round_digits(round_no))
         return self
+
+    def _place(self, round_digits: str) -> None:
+        fits = round_digits and self.slot_digits
+        self.prefix = self.key + round_digits + self.slot_digits if fits else ""
 
     def next(self) -> str:
         """The next id of this producer in this round: ``key``, then round, slot and sequence in hex."""
         clock = self.clock
         if clock is not None and clock.round != self.round:
-            self.at(clock.round)
+            self.round, self.seq = clock.round, 0
+            self._place(clock.digits)
         seq = self.seq
         self.seq = seq + 1
-        if seq < _FIELD and self.base >= 0:
-            return f"{self.key}{self.base + seq:016x}"
+        if seq < _SHORT and self.prefix:
+            return self.prefix + _SEQUENCE[seq]
+        if seq < _FIELD and self.prefix:
+            return f"{self.prefix}{seq:05x}"
         return f"{self.key}{self.round:06x}{self.slot:05x}{seq:05x}"  # past the fields: longer, still unique
 
 

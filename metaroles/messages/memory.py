@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Self
 
@@ -71,6 +71,33 @@ class Memory:
                 bucket.append(message)
             new.append(message)
         return new
+
+    def remember_news(
+        self, messages: Iterable[Message], watch: Container[str], address: str
+    ) -> tuple[int, list[Message]]:
+        """Add ``messages``; return how many were new and, of those, the ones ``watch`` or ``address`` admits.
+
+        A new message is news when its ``cause_by`` is watched or its ``send_to`` names ``address``
+        (a role's observation, in the same single pass as :meth:`remember_new`).
+        """
+        if self.ignore_id:
+            new = self.remember_new(messages)
+            return len(new), [m for m in new if m.cause_by in watch or address in m.send_to]
+        store, index, news, count = self._store, self._index, [], 0
+        for message in messages:  # add() inlined: this runs once per delivery on the bus's hot path
+            if message.id in store:
+                continue
+            store[message.id] = message
+            cause = message.cause_by
+            bucket = index.get(cause)
+            if bucket is None:
+                index[cause] = [message]
+            else:
+                bucket.append(message)
+            count += 1
+            if cause in watch or address in message.send_to:
+                news.append(message)
+        return count, news
 
     def add_batch(self, messages: Iterable[Message]) -> None:
         """Remember each of ``messages`` in order."""
