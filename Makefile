@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench install clean need-redis need-chromium
+.PHONY: demo test lint typecheck bench install clean need-redis need-chromium need-bwrap
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -53,13 +53,19 @@ need-chromium:
 	@command -v chromium >/dev/null 2>&1 || { echo "Installing chromium (Debian package) for the browser test ..."; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
-test: lint typecheck need-redis need-chromium
+# Model-written code runs in the kernel sandbox: Debian's bubblewrap.
+need-bwrap:
+	@command -v bwrap >/dev/null 2>&1 || { echo "Installing bubblewrap (Debian package) for the sandbox ..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap; }
+
+test: lint typecheck need-redis need-chromium need-bwrap
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/bus.py
 	$(BIN)/python bench/llm.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/runlog.py
 
 clean:

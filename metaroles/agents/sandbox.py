@@ -1,72 +1,55 @@
 """Tools that touch the machine, confined: PythonExecute, FileRead, FileWrite.
 
-``PythonExecute`` runs the code in a separate Python process (isolated mode, a new session) with
-a wall-clock timeout, a cap on its address space, a cap on the output kept, and a working
-directory: an audit hook installed before the code runs refuses writes outside that directory,
-reads outside it and Python's own installation, subprocesses, ``os.system``/``exec``/``fork``,
-sockets and ``ctypes`` (so modules that load it, numpy among them, are refused too). Whatever
-the code does — loop, allocate, crash, exit — the parent gets an observation back and goes on.
-This is a guard for model-written code on a developer's machine, not a security boundary
-against a determined attacker (use a container for that).
+``PythonExecute`` runs model-written code in a separate process with a deadline, rlimits (CPU,
+address space, file size, open files, processes), a cap on the output kept, a working directory
+and a clean environment (only what the tool passes: never the parent's keys). Where bubblewrap
+works, the kernel confines it (namespaces: no network, the working directory the only writable
+path, every process killed with the sandbox); elsewhere an in-process guard does what it can and
+says so (``isolation``; see :mod:`metaroles.agents.isolation` and ``docs/sandbox.md``). Whatever
+the code does — loop, allocate, crash, exit, fork — the parent gets an observation back.
 
-``FileRead``/``FileWrite`` resolve every path (symlinks included) inside a workspace root and
-refuse any that lands outside it.
+``FileRead``/``FileWrite`` walk a workspace-relative path one component at a time from a
+directory descriptor with ``O_NOFOLLOW``: no ``..``, no absolute path, no symlink, even one
+swapped in after a check.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
-import sys
-from pathlib import Path
-from typing import Any
+import stat
+import warnings
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
 
 import anyio
 from anyio.abc import ByteReceiveStream
 from pydantic import Field
 
+from metaroles.agents import isolation as iso
 from metaroles.agents.tool import BaseTool, ToolResult
 from metaroles.core.exceptions import InvalidValueError, ToolError
 
-_BOOTSTRAP = r"""
-import os, sys, resource
-root, cap = os.path.realpath(sys.argv[1]), int(sys.argv[2])
-if cap:
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-readable = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p})
-refused = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty", "os.kill",
-           "os.killpg", "socket.connect", "socket.bind", "ctypes.dlopen", "pty.spawn")
-def inside(path, roots):
-    real = os.path.realpath(path)
-    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-def guard(event, args):
-    if event in refused:
-        raise PermissionError(f"{event} is not allowed in this sandbox")
-    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
-        path = os.fsdecode(args[0])
-        mode, flags = args[1] or "r", args[2] or 0
-        writing = any(c in str(mode) for c in "wax+") or flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
-        if not inside(path, (root,) if writing else (root, *readable)):
-            raise PermissionError(f"{path!r} is outside the working directory {root!r}")
-    elif event in ("os.chdir", "os.remove", "os.rmdir", "os.mkdir", "os.rename", "os.replace", "os.symlink",
-                   "os.link", "os.truncate", "os.chmod", "os.chown", "shutil.rmtree", "shutil.move"):
-        for path in args[:2]:
-            if isinstance(path, (str, bytes, os.PathLike)) and not inside(os.fsdecode(path), (root,)):
-                raise PermissionError(f"{os.fsdecode(path)!r} is outside the working directory {root!r}")
-code = sys.stdin.read()
-sys.addaudithook(guard)
-exec(compile(code, "<agent code>", "exec"), {"__name__": "__main__"})
-"""
+
+class SandboxWarning(UserWarning):
+    """Model-written code runs without the kernel sandbox (bubblewrap is missing or does not work here)."""
 
 
 class PythonExecute(BaseTool):
-    """Runs Python code in a separate process, confined to a working directory; returns stdout and stderr.
+    """Runs Python code in a separate, confined process; returns stdout and stderr.
 
     Args:
-        workdir: The directory the code runs in and may write to (created if missing).
-        timeout: Seconds before the process is killed.
-        memory_mb: Cap on the process's address space (0: none).
+        workdir: The directory the code runs in and the only one it may write to (created if missing).
+        timeout: Seconds before every process of the call is killed.
+        memory_mb: Cap on each process's address space (0: none).
+        file_mb: Cap on the size of any file the code writes (``RLIMIT_FSIZE``; 0: none).
         max_output: Characters of stdout and of stderr kept.
+        isolation: ``"auto"`` (bubblewrap where it works, else the guard), ``"bubblewrap"`` or ``"guard"``;
+            after construction it says which one runs.
+        network: Let the code reach the network (bubblewrap only; off by default).
+        env: The code's environment variables, beyond a neutral ``PATH``/``LANG`` (nothing is inherited).
     """
 
     name: str = "python_execute"
@@ -84,39 +67,76 @@ class PythonExecute(BaseTool):
     workdir: Path
     timeout: float = 5.0
     memory_mb: int = 512
+    file_mb: int = 64
     max_output: int = 10_000
+    isolation: Literal["auto", "bubblewrap", "guard"] = "auto"
+    network: bool = False
+    env: dict[str, str] = Field(default_factory=dict)
 
     def model_post_init(self, context: Any, /) -> None:
-        """Check the limits and create the working directory."""
-        if self.timeout <= 0 or self.memory_mb < 0 or self.max_output < 1:
+        """Check the limits, settle the isolation and create the working directory."""
+        if self.timeout <= 0 or self.memory_mb < 0 or self.file_mb < 0 or self.max_output < 1:
             raise InvalidValueError(
-                f"timeout={self.timeout!r} must be > 0, memory_mb={self.memory_mb!r} >= 0, max_output >= 1"
+                f"timeout={self.timeout!r} must be > 0, memory_mb={self.memory_mb!r} >= 0, "
+                f"file_mb={self.file_mb!r} >= 0, max_output={self.max_output!r} >= 1"
             )
+        if self.isolation == "bubblewrap" and iso.bubblewrap() is None:
+            raise InvalidValueError(
+                "isolation='bubblewrap' but bwrap is missing or does not work here; "
+                "install it (Debian: apt-get install bubblewrap) or pass isolation='guard'"
+            )
+        if self.isolation == "auto":
+            self.isolation = iso.available()
+            if self.isolation == "guard":
+                warnings.warn(
+                    "bubblewrap is not available: model-written code runs behind an in-process guard, "
+                    "which is not a security boundary (install bubblewrap for the kernel sandbox)",
+                    SandboxWarning,
+                    stacklevel=2,
+                )
+        if self.network and self.isolation != "bubblewrap":
+            raise InvalidValueError("network=True needs isolation='bubblewrap' (the guard refuses every socket)")
         self.workdir = Path(self.workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
 
+    def command(self) -> list[str]:
+        """The command line the code runs under (its source goes to stdin)."""
+        mb = 1024 * 1024
+        limits = iso.Limits(self.timeout, self.memory_mb * mb, self.file_mb * mb)
+        bwrap = iso.bubblewrap() if self.isolation == "bubblewrap" else None
+        if bwrap is not None:
+            env = iso.clean_env({"HOME": str(self.workdir), **self.env})
+            return iso.bubblewrap_command(bwrap, self.workdir, limits, network=self.network, env=env)
+        return iso.guard_command(self.workdir, limits)
+
     async def execute(self, **arguments: Any) -> ToolResult:
         """Run ``code``; a timeout, a crash or a non-zero exit is reported in ``error`` with the output so far."""
-        command = [sys.executable, "-I", "-c", _BOOTSTRAP, str(self.workdir), str(self.memory_mb * 1024 * 1024)]
         out, err = bytearray(), bytearray()
-        async with await anyio.open_process(command, cwd=self.workdir, start_new_session=True) as process:
-            assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-            with anyio.move_on_after(self.timeout) as scope:
-                await process.stdin.send(arguments["code"].encode())
-                await process.stdin.aclose()
+        env = iso.clean_env({"HOME": str(self.workdir), **self.env})
+        grace = 0.0 if self.isolation == "bubblewrap" else 5.0  # the guard's supervisor keeps the deadline itself
+        async with await anyio.open_process(self.command(), cwd=self.workdir, env=env, start_new_session=True) as proc:
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            with anyio.move_on_after(self.timeout + grace) as scope:
+                await proc.stdin.send(arguments["code"].encode())
+                await proc.stdin.aclose()
                 async with anyio.create_task_group() as group:
-                    group.start_soon(_drain, process.stdout, out, self.max_output)
-                    group.start_soon(_drain, process.stderr, err, self.max_output)
-                await process.wait()
+                    group.start_soon(_drain, proc.stdout, out, self.max_output)
+                    group.start_soon(_drain, proc.stderr, err, self.max_output)
+                await proc.wait()
             if scope.cancelled_caught:
-                _kill_group(process.pid)
-                await process.wait()
+                _kill_group(proc.pid)
+                await proc.wait()
+        timed_out = scope.cancelled_caught or (self.isolation == "guard" and proc.returncode == iso.TIMED_OUT)
+        return self._result(out, err, proc.returncode or 0, timed_out)
+
+    def _result(self, out: bytearray, err: bytearray, code: int, timed_out: bool) -> ToolResult:
         stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
         output = stdout + (f"\n[stderr]\n{stderr}" if stderr else "")
-        if scope.cancelled_caught:
+        if timed_out:
             return ToolResult(output=output, error=f"timed out after {self.timeout:g}s; output so far:\n{output}")
-        if process.returncode != 0:
-            code = process.returncode or 0
+        if code != 0:
+            if self.isolation == "bubblewrap" and code > 128:
+                code = -(code - 128)  # bwrap reports a signal death as 128 + the signal
             why = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             tail = stderr.strip().splitlines()[-1:]
             return ToolResult(output=output, error=f"{why}{': ' + tail[0] if tail else ''}\n{output}")
@@ -138,7 +158,7 @@ def _kill_group(pid: int) -> None:
 
 
 class _Confined(BaseTool):
-    """A tool whose paths must stay inside ``root``."""
+    """A tool whose paths are walked inside ``root`` from a directory descriptor, following no link."""
 
     root: Path
 
@@ -147,16 +167,38 @@ class _Confined(BaseTool):
         self.root = Path(self.root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def resolve(self, path: str) -> Path:
-        """``path`` inside the root, symlinks resolved.
+    def open(self, path: str, flags: int, *, make_parents: bool = False) -> int:
+        """A descriptor of ``path`` inside the root, opened component by component with ``O_NOFOLLOW``.
 
         Raises:
-            ToolError: If it lands outside the root.
+            ToolError: If the path is absolute, climbs with ``..``, or meets a symbolic link.
         """
-        target = (self.root / path).resolve()
-        if not target.is_relative_to(self.root):
+        parts = [p for p in PurePosixPath(path).parts if p != "."]
+        if not parts or PurePosixPath(path).is_absolute() or ".." in parts:
             raise ToolError(f"path {path!r} is outside the workspace {str(self.root)!r}; use a path inside it")
-        return target
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                if make_parents:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, dir_fd=fd)
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(self.root, parts):
+                raise ToolError(
+                    f"path {path!r} goes through a symbolic link, which may lead outside the workspace "
+                    f"{str(self.root)!r}; the workspace tools follow none"
+                ) from None
+            raise
+        finally:
+            os.close(fd)
+
+
+def _is_link(root: Path, parts: list[str]) -> bool:
+    return any((root.joinpath(*parts[: i + 1])).is_symlink() for i in range(len(parts)))
 
 
 class FileRead(_Confined):
@@ -175,12 +217,17 @@ class FileRead(_Confined):
 
     async def execute(self, **arguments: Any) -> ToolResult:
         """Return the file's text (up to ``max_chars``)."""
-        target = self.resolve(arguments["path"])
-        if not target.is_file():
-            raise ToolError(f"no file {arguments['path']!r} in the workspace")
-        return ToolResult(
-            output=(await anyio.Path(target).read_text(encoding="utf-8", errors="replace"))[: self.max_chars]
-        )
+        return ToolResult(output=await anyio.to_thread.run_sync(self._read, arguments["path"]))
+
+    def _read(self, path: str) -> str:
+        try:
+            fd = self.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ToolError(f"no file {path!r} in the workspace") from None
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ToolError(f"no file {path!r} in the workspace (it is not a regular file)")
+            return file.read(self.max_chars * 4).decode("utf-8", errors="replace")[: self.max_chars]
 
 
 class FileWrite(_Confined):
@@ -201,7 +248,10 @@ class FileWrite(_Confined):
 
     async def execute(self, **arguments: Any) -> ToolResult:
         """Write the file; say how much was written."""
-        target = self.resolve(arguments["path"])
-        await anyio.Path(target.parent).mkdir(parents=True, exist_ok=True)
-        await anyio.Path(target).write_text(arguments["content"], encoding="utf-8")
+        await anyio.to_thread.run_sync(self._write, arguments["path"], arguments["content"])
         return ToolResult(output=f"wrote {len(arguments['content'])} characters to {arguments['path']}")
+
+    def _write(self, path: str, content: str) -> None:
+        fd = self.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=True)
+        with os.fdopen(fd, "wb") as file:
+            file.write(content.encode("utf-8"))

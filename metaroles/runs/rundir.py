@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from metaroles.agents import isolation
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic
 from metaroles.messages.message import Message
@@ -45,7 +46,7 @@ def transcript(messages: list[Message]) -> str:
 
 
 def provenance() -> dict[str, Any]:
-    """What produced a run: metaroles and Python versions, key package versions, the git revision."""
+    """What produced a run: versions, the git revision, and how model-written code is confined here."""
     packages = {}
     for name in ("metaroles", "pydantic", "anyio", "openai", "llama-cpp-python", "llama-index-core", "networkx"):
         try:
@@ -63,6 +64,7 @@ def provenance() -> dict[str, Any]:
         "platform": platform.platform(),
         "packages": packages,
         "git_revision": revision,
+        "sandbox": isolation.available(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
