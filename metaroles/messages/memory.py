@@ -11,7 +11,7 @@ import itertools
 from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.schema import ChatRole, any_to_str
@@ -28,6 +28,13 @@ class Memory:
     """
 
     __slots__ = ("_edits", "_index", "_store", "ignore_id")
+
+    _fused: ClassVar[bool] = True  # remember_news may inline remember_new: no subclass overrides it
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Note whether the subclass keeps :meth:`remember_new`, which :meth:`remember_news` inlines."""
+        super().__init_subclass__(**kwargs)
+        cls._fused = cls.remember_new is Memory.remember_new
 
     def __init__(self, messages: Iterable[Message] = (), *, ignore_id: bool = False) -> None:
         """Create a memory, optionally holding ``messages``."""
@@ -80,8 +87,8 @@ class Memory:
         A new message is news when its ``cause_by`` is watched or its ``send_to`` names ``address``
         (a role's observation, in the same single pass as :meth:`remember_new`).
         """
-        if self.ignore_id:
-            new = self.remember_new(messages)
+        if self.ignore_id or not self._fused:
+            new = self.remember_new(messages)  # a subclass's own remember_new (long-term memory) decides
             return len(new), [m for m in new if m.cause_by in watch or address in m.send_to]
         store, index, news, count = self._store, self._index, [], 0
         for message in messages:  # add() inlined: this runs once per delivery on the bus's hot path
