@@ -223,8 +223,11 @@ class Environment(Bus):
     def load_state(self, state: EnvironmentState) -> None:
         """Restore ``state`` into this environment, whose roles must carry the same names.
 
+        Nothing is changed unless the whole state can be loaded.
+
         Raises:
             UnknownRoleError: If the state names a role that is not registered here.
+            InvalidValueError: If its random-source state is not one.
         """
         missing = [r.name for r in state.roles if r.name not in self.roles]
         if missing:
@@ -232,6 +235,11 @@ class Environment(Bus):
                 f"the saved state has roles {missing} that this environment lacks; hire them before loading "
                 f"(registered: {sorted(self.roles)})"
             )
+        if state.rng is not None:
+            try:
+                set_rng_state(random.Random(), state.rng)
+            except (TypeError, ValueError) as exc:
+                raise InvalidValueError(f"the saved state's rng is not a random-source state ({exc}); nothing was loaded") from None
         self.round = state.round
         self.history = Memory(state.history)
         shared = self.history._store

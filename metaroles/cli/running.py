@@ -116,8 +116,11 @@ def resume(
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
     llm = manifest_model(manifest)
+    role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     report, team = execute(
-        lambda live: resume_scenario(run_dir, llm=llm, on_round=live), manifest["n_round"], quiet=quiet
+        lambda live: resume_scenario(run_dir, llm=llm, role_llms=role_llms, on_round=live),
+        manifest["n_round"],
+        quiet=quiet,
     )
     finish(report, team, run_dir, quiet=quiet)
 
@@ -137,12 +140,13 @@ def fork(
     """Start a new run from a round of an earlier one, with a change; the new run records its parent."""
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
-    changes, role_llms = {}, {}
+    changes, specs = {}, dict(manifest.get("role_llms") or {})  # a fork of a fork keeps its parent's models
     for key, value in options_from(set_ or []).items():
         if key.startswith("role.") and key.endswith(".llm"):
-            role_llms[key[len("role.") : -len(".llm")]] = resolve({"llm": str(value)})
+            specs[key[len("role.") : -len(".llm")]] = str(value)
         else:
             changes[key] = value
+    role_llms = {name: resolve({"llm": spec}) for name, spec in specs.items()}
     llm = manifest_model(manifest)
     child = out or new_run_dir(run_dir.parent, f"{manifest['scenario']}-fork{from_round}")
 
@@ -155,6 +159,7 @@ def fork(
             changes=changes,
             role_llms=role_llms,
             idea=idea,
+            manifest={"role_llms": specs} if specs else None,
             on_round=live,
         )
 

@@ -50,6 +50,10 @@ class ConfigError(UserError):
     """A configuration value that cannot be used (unknown provider, unparsable file)."""
 
 
+class RunDirCorrupt(ConfigError):
+    """A file of a run directory that cannot be read whole (garbage, wrong types, missing); names file and line."""
+
+
 class UndeliverableError(UserError):
     """Strict mode: a published message whose ``send_to`` meets no role."""
 

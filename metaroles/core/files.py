@@ -1,30 +1,58 @@
 """Durable file writes: a file replaced atomically, or text appended and synced.
 
 A crash (even SIGKILL) leaves either the old file or the new one, never half of it; an append
-returns only once the text is on disk.
+returns only once the text is on disk. Each write passes named points (``replace:NAME`` before
+the rename, ``append:NAME`` before an append); ``fault_hook``, ``None`` outside the fault tests,
+is called there so a test can kill the process at that exact instant.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+fault_hook: Callable[[str], None] | None = None
+"""Tests only: called with the name of each write point reached (see the module docstring)."""
+
+
+def reached(point: str) -> None:
+    """Pass the write point ``point`` (a no-op unless a fault test installed :data:`fault_hook`)."""
+    if fault_hook is not None:
+        fault_hook(point)
+
+
+def sync_dir(folder: Path) -> None:
+    """Make a rename or a new file in ``folder`` survive a power cut (fsync the directory)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: Path, text: str) -> Path:
-    """Replace ``path`` with ``text``: temp file, fsync, rename."""
+    """Replace ``path`` with ``text``: temp file, fsync, rename, fsync of the directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        reached(f"replace:{path.name}")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    sync_dir(path.parent)
     return path
 
 
 def append_durably(path: Path, text: str) -> None:
     """Append ``text`` to ``path`` and fsync it."""
+    reached(f"append:{path.name}")
     with path.open("a", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()

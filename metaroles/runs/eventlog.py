@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 from warnings import warn
 
 from metaroles.bus.environment import Environment
+from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import append_durably, write_atomic
 from metaroles.messages.message import Message
 
@@ -36,9 +37,13 @@ def timings_of(events: Path) -> Path:
 
 
 def read_events(path: Path) -> list[Event]:
-    """The events in ``path``, model calls with their ``latency_s``; a torn last line is skipped with a warning."""
+    """The events in ``path``, model calls with their ``latency_s``; a torn last line is skipped with a warning.
+
+    Raises:
+        RunDirCorrupt: If a line before the last is not an event (named by file and line).
+    """
     events = [event for event, _ in _read_lines(path)]
-    latencies = {t["seq"]: t["latency_s"] for t, _ in _read_lines(timings_of(path), warn_torn=False)}
+    latencies = {t["seq"]: t["latency_s"] for t, _ in _read_lines(timings_of(path), warn_torn=False, kind=_timing)}
     if latencies:
         for event in events:
             if event["kind"] == "llm_call":
@@ -46,24 +51,62 @@ def read_events(path: Path) -> list[Event]:
     return events
 
 
-def _read_lines(path: Path, *, warn_torn: bool = True) -> list[tuple[Event, str]]:
-    """Each event of ``path`` with its line as written (kept verbatim when a log is cut back)."""
+def _event(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and type(value.get("seq")) is int
+        and type(value.get("round")) is int
+        and isinstance(value.get("kind"), str)
+    )
+
+
+def _timing(value: object) -> bool:
+    return isinstance(value, dict) and type(value.get("seq")) is int and isinstance(value.get("latency_s"), int | float)
+
+
+def _read_lines(
+    path: Path, *, warn_torn: bool = True, kind: Callable[[object], bool] = _event
+) -> list[tuple[Event, str]]:
+    """Each record of ``path`` with its line as written (kept verbatim when a log is cut back).
+
+    A torn last line (a crash mid-append) is skipped; anything else that is not a record is an error.
+    """
+    return read_jsonl(path, kind, warn_torn=warn_torn)
+
+
+def read_jsonl(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = True) -> list[tuple[Event, str]]:
+    """The records of a JSON-lines file of a run directory, each with its line; ``[]`` if there is none.
+
+    Raises:
+        RunDirCorrupt: If a line other than the last is not valid UTF-8 JSON accepted by ``kind``.
+    """
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    events: list[tuple[Event, str]] = []
-    for number, line in enumerate(lines, start=1):
+    try:
+        lines = path.read_bytes().decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise RunDirCorrupt(f"{path}: line {line} is not UTF-8 text; the file is damaged") from None
+    records: list[tuple[Event, str]] = []
+    last = len(lines) - (1 if lines[-1] == "" else 0)
+    for number, line in enumerate(lines[:last], start=1):
         if not line.strip():
             continue
         try:
-            events.append((json.loads(line), line))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            if number == len(lines):
-                if warn_torn:
-                    warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=3)
-                break
-            raise
-    return events
+            record = None
+        if kind(record):
+            records.append((record, line))
+        elif number == last and record is None:
+            if warn_torn:
+                warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=3)
+        else:
+            raise RunDirCorrupt(
+                f"{path}: line {number} is not a valid record ({line[:60]!r}); the file is damaged — "
+                "restore it, or delete the run directory and run again"
+            )
+    return records
 
 
 def publish_rounds(path: Path) -> dict[str, int]:
@@ -84,6 +127,23 @@ def publish_rounds(path: Path) -> dict[str, int]:
     return rounds
 
 
+def check_log(path: Path, through_round: int) -> None:
+    """Check that the log at ``path`` reads whole and records every round up to ``through_round``.
+
+    Raises:
+        RunDirCorrupt: If a line is damaged, or the log ends before ``through_round`` (missing,
+            emptied or cut short: a resume would continue from a log that lost rounds).
+    """
+    ended = [e["round"] for e, _ in _read_lines(path) if e["kind"] == "round_end"]
+    if through_round > 0 and (not ended or max(ended) < through_round):
+        last = f"ends at round {max(ended)}" if ended else "holds no complete round"
+        raise RunDirCorrupt(
+            f"{path}: the event log {last}, but the last checkpoint is of round {through_round}; "
+            "it was lost or cut short, so resuming would write a log that lies — restore it, or fork from an "
+            "earlier round (metaroles fork DIR --from-round N)"
+        )
+
+
 def copy_events(source: Path, target: Path, *, through_round: int) -> None:
     """Write the events of ``source`` up to ``through_round`` into ``target`` (a fork's prefix), with their timings."""
     kept = [(e, line) for e, line in _read_lines(source) if e.get("round", 0) <= through_round]
@@ -93,7 +153,7 @@ def copy_events(source: Path, target: Path, *, through_round: int) -> None:
 def _rewrite(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path) -> None:
     """Make ``events`` hold exactly the lines ``kept``, and its timings those of ``kept``'s model calls."""
     last = kept[-1][0]["seq"] if kept else 0
-    timings = [line for t, line in _read_lines(timings_from, warn_torn=False) if t["seq"] <= last]
+    timings = [line for t, line in _read_lines(timings_from, warn_torn=False, kind=_timing) if t["seq"] <= last]
     write_atomic(events, "".join(line + "\n" for _, line in kept))
     write_atomic(timings_of(events), "".join(line + "\n" for line in timings))
 

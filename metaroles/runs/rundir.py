@@ -116,8 +116,8 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[
     env = team.env
     rounds = publish_rounds(out_dir / EVENTS)
     title = str(manifest.get("scenario", "run"))  # not the folder's name: that belongs in the manifest only
-    (out_dir / TRANSCRIPT).write_text(transcript_markdown(title, env.history.storage, rounds), encoding="utf-8")
+    write_atomic(out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds))
     whole = report.model_copy(update={"rounds": env.round})  # the run's rounds, not this call's (a resume runs fewer)
     summary = {"report": whole.model_dump(mode="json"), "config": manifest.get("config", {})}
-    (out_dir / "report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    (out_dir / "ledger.json").write_text(json.dumps(env.ledger.dump(), indent=1) + "\n", encoding="utf-8")
+    write_atomic(out_dir / "report.json", json.dumps(summary, indent=1) + "\n")
+    write_atomic(out_dir / "ledger.json", json.dumps(env.ledger.dump(), indent=1) + "\n")

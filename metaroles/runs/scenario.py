@@ -9,9 +9,10 @@ from types import ModuleType
 from typing import Any
 
 from metaroles.core.exceptions import ConfigError
-from metaroles.core.files import write_atomic
+from metaroles.core.files import append_durably, write_atomic
 from metaroles.llm.protocol import LLM
 from metaroles.runs.config import RunOptions
+from metaroles.runs.eventlog import TIMINGS, read_jsonl
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.rundir import (
     CHECKPOINTS,
@@ -64,7 +65,7 @@ async def run_scenario(
     module = load_scenario(name)
     config, recorded = _configured(module, options, out_dir)
     plan = _plan(module, config, llm, run)
-    plan.team.on_round = _with_metrics(module, out_dir, on_round)
+    plan.team.on_round, plan.team.on_record = on_round, _metrics(module, out_dir)
     if out_dir is None:
         report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
         return report, plan.team
@@ -96,16 +97,15 @@ def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run:
     }
 
 
-def _with_metrics(
-    module: ModuleType, out_dir: Path | None, on_round: Callable[[Team], None] | None
-) -> Callable[[Team], None] | None:
-    """``on_round``, plus a line in ``metrics.jsonl`` per round when the scenario has ``round_metrics(team)``.
+def _metrics(module: ModuleType, out_dir: Path | None) -> Callable[[Team], None] | None:
+    """A line in ``metrics.jsonl`` per round when the scenario has ``round_metrics(team)`` (``Team.on_record``).
 
-    The first line written drops any from that round on (a resumed run writes them again).
+    The first line written first cuts the file back to the rounds before it (atomically: a resumed
+    run writes them again); each line is appended and synced before the round's checkpoint.
     """
     measure = getattr(module, "round_metrics", None)
     if measure is None or out_dir is None:
-        return on_round
+        return None
     path = out_dir / METRICS
     started = False
 
@@ -113,20 +113,24 @@ def _with_metrics(
         nonlocal started
         if not started:
             started = True
-            kept = [line for line in _lines(path) if json.loads(line)["round"] < team.env.round]
-            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"round": team.env.round, **measure(team)}) + "\n")
-        if on_round is not None:
-            on_round(team)
+            kept = [line for row, line in read_metrics(path) if row["round"] < team.env.round]
+            write_atomic(path, "".join(line + "\n" for line in kept))
+        append_durably(path, json.dumps({"round": team.env.round, **measure(team)}) + "\n")
 
     return record
 
 
-def _lines(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _metric_row(value: object) -> bool:
+    return isinstance(value, dict) and type(value.get("round")) is int
+
+
+def read_metrics(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """The rows of a ``metrics.jsonl`` with their lines (a torn last line skipped with a warning).
+
+    Raises:
+        RunDirCorrupt: If a line before the last is not a row with a ``round``.
+    """
+    return read_jsonl(path, _metric_row)
 
 
 def _configured(module: ModuleType, options: dict[str, Any], run_dir: Path | None) -> tuple[Any, dict[str, Any]]:
@@ -134,13 +138,16 @@ def _configured(module: ModuleType, options: dict[str, Any], run_dir: Path | Non
 
     A scenario with a ``workspace`` option and none given writes its artifacts into the run
     directory's ``workspace/``; the manifest then records none, so the run directory can move
-    (and a fork gets a workspace of its own).
+    (and a fork gets a workspace of its own). A relative workspace is relative to the run
+    directory, wherever the command runs from.
     """
-    if run_dir is None or "workspace" not in module.Config.model_fields or options.get("workspace"):
+    if run_dir is None or "workspace" not in module.Config.model_fields:
         config = module.Config.model_validate(options)
         return config, config.model_dump(mode="json")
-    config = module.Config.model_validate({**options, "workspace": str(run_dir / "workspace")})
-    return config, {**config.model_dump(mode="json"), "workspace": None}
+    given = options.get("workspace")
+    place = str(run_dir / (given or "workspace")) if not given or not Path(str(given)).is_absolute() else given
+    config = module.Config.model_validate({**options, "workspace": place})
+    return config, {**config.model_dump(mode="json"), "workspace": given or None}
 
 
 def _rebuild(
@@ -159,17 +166,47 @@ def _rebuild(
 
 
 async def resume_scenario(
-    run_dir: Path, *, llm: LLM, on_round: Callable[[Team], None] | None = None
+    run_dir: Path,
+    *,
+    llm: LLM,
+    role_llms: dict[str, LLM] | None = None,
+    on_round: Callable[[Team], None] | None = None,
 ) -> tuple[TeamReport, Team]:
-    """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint."""
+    """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint.
+
+    ``role_llms`` give roles the models a fork gave them (the manifest's ``role_llms``). A run
+    killed before its first checkpoint starts over from its manifest.
+    """
     manifest = read_manifest(run_dir)
     plan = _rebuild(manifest, llm, run_dir)
-    plan.team.on_round = _with_metrics(load_scenario(manifest["scenario"]), run_dir, on_round)
-    report = await plan.team.resume(
-        run_dir / CHECKPOINTS, plan.n_round, save_to=run_dir / STATE, events=run_dir / EVENTS
-    )
+    _give_models(plan.team, role_llms or {})
+    plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(manifest["scenario"]), run_dir)
+    parent = manifest.get("parent")
+    if not any((run_dir / CHECKPOINTS).glob("round-*.json")):  # killed before its first checkpoint
+        if isinstance(parent, dict):
+            report = await _branch(plan, Path(parent["run_dir"]), parent["from_round"], run_dir, parent["idea"])
+        else:
+            report = await _start_over(plan, run_dir, manifest)
+    else:
+        report = await plan.team.resume(
+            run_dir / CHECKPOINTS, plan.n_round, save_to=run_dir / STATE, events=run_dir / EVENTS
+        )
     write_run_dir(run_dir, plan.team, report, manifest)
     return report, plan.team
+
+
+async def _start_over(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any]) -> TeamReport:
+    """Run again from the manifest: nothing before the first checkpoint can be continued."""
+    for name in (EVENTS, TIMINGS, METRICS):
+        (run_dir / name).unlink(missing_ok=True)
+    return await plan.team.run(
+        n_round=plan.n_round,
+        idea=manifest.get("idea") or plan.idea,
+        send_to=plan.send_to,
+        save_to=run_dir / STATE,
+        checkpoints=run_dir / CHECKPOINTS,
+        events=run_dir / EVENTS,
+    )
 
 
 async def fork_scenario(
@@ -193,15 +230,25 @@ async def fork_scenario(
         ConfigError: If ``parent`` is not a run directory, or names an unknown role.
     """
     record = read_manifest(parent)
+    changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
     plan = _rebuild(record, llm, out_dir, changes)
     _give_models(plan.team, role_llms or {})
-    plan.team.on_round = _with_metrics(load_scenario(record["scenario"]), out_dir, on_round)
-    parent_record = {"run_dir": str(parent), "from_round": from_round, "idea": idea, "changes": changes or {}}
-    child = {**record, "config": {**record["config"], **(changes or {})}, **(manifest or {}), **provenance()}
+    plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(record["scenario"]), out_dir)
+    parent_record = {"run_dir": str(parent.resolve()), "from_round": from_round, "idea": idea, "changes": changes}
+    child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **provenance()}
     write_manifest(out_dir, child := {**child, "parent": parent_record})
+    report = await _branch(plan, parent, from_round, out_dir, idea)
+    write_run_dir(out_dir, plan.team, report, child)
+    return report, plan.team
+
+
+async def _branch(plan: ScenarioPlan, parent: Path, from_round: int, out_dir: Path, idea: str) -> TeamReport:
+    """Run a fork from its parent's checkpoint (again, if it was killed before its first checkpoint)."""
+    for name in (EVENTS, TIMINGS):
+        (out_dir / name).unlink(missing_ok=True)
     if (parent / METRICS).is_file():  # the child's first round cuts it back to the rounds before the fork
         write_atomic(out_dir / METRICS, (parent / METRICS).read_text(encoding="utf-8"))
-    report = await plan.team.fork(
+    return await plan.team.fork(
         parent / CHECKPOINTS,
         from_round,
         plan.n_round,
@@ -211,8 +258,6 @@ async def fork_scenario(
         idea=idea,
         save_to=out_dir / STATE,
     )
-    write_run_dir(out_dir, plan.team, report, child)
-    return report, plan.team
 
 
 def _give_models(team: Team, role_llms: dict[str, LLM]) -> None:

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.bus.environment import Environment
-from metaroles.runs.eventlog import EventLog, copy_events
-from metaroles.core.exceptions import ConfigError, InvalidValueError, UnknownRoleError
+from metaroles.runs.eventlog import EventLog, check_log, copy_events
+from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, UnknownRoleError
 from metaroles.llm.ledger import Budget, CostLedger, Spend
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
@@ -100,6 +100,10 @@ class Team:
         self._log: EventLog | None = None
         self.on_round: Callable[[Team], None] | None = None
         """Called after every round is logged and checkpointed (and after the idea is published)."""
+        self.on_record: Callable[[Team], None] | None = None
+        """Called after a round's events are logged and before its checkpoint (a run directory's metrics):
+        a kill between the two leaves a record the resumed run rewrites, never a checkpoint without it."""
+        self._failed = False
         if investment is not None:
             self.invest(investment)
 
@@ -178,9 +182,10 @@ class Team:
             if idea:
                 self.run_project(idea, send_to)
                 self._checkpoint()
+            self._failed = False
             try:
                 rounds, reason = await self._run_rounds(n_round)
-            finally:  # a clean stop, or a role failure after a clean round: the state is whole
+            finally:  # a clean stop is checkpointed; a failed round is not, so resume runs it again
                 self._final_checkpoint()
         finally:
             self._checkpoints = None
@@ -208,10 +213,16 @@ class Team:
         The team must have hired the same roles (a scenario rebuilds them from its config). A
         torn or unreadable checkpoint is skipped with a warning and the one before it is used.
 
+        Everything is read and checked before any file changes: a log that cannot be read whole,
+        or that stops before the checkpoint's round, is refused.
+
         Raises:
             ConfigError: If the folder holds no readable checkpoint.
+            RunDirCorrupt: If the event log is damaged or lacks rounds the checkpoint holds.
         """
         restored = restore_checkpoint(Path(checkpoints), self.env)
+        if events is not None:
+            check_log(Path(events), restored.round)  # before anything on disk changes
         self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
         self._checkpoints.continue_after(self.env, restored)
         return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
@@ -251,12 +262,14 @@ class Team:
     def _final_checkpoint(self) -> None:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
         writer = self._checkpoints
-        if writer is not None and writer.round != self.env.round:
+        if writer is not None and writer.round != self.env.round and not self._failed:
             writer.write(self.env)
 
     def _checkpoint(self) -> None:
         if self._log is not None:
             self._log.round_done()
+        if self.on_record is not None:
+            self.on_record(self)
         writer = self._checkpoints
         if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
             writer.write(self.env)
@@ -286,7 +299,13 @@ class Team:
                 return rounds, StopReason.IDLE
             if self.budget_crossed():
                 return rounds, StopReason.BUDGET
-            await self.env.run_round()
+            try:
+                await self.env.run_round()
+            except Exception as exc:
+                self._failed = True  # the round's state is not whole: its checkpoint is never written
+                if isinstance(exc, RoleFailed) and self._log is not None:
+                    self._log.round_done()  # its role_error reaches the log; resume cuts it back and retries
+                raise
             self._checkpoint()
             rounds += 1
         if self.env.is_idle:
