@@ -7,6 +7,7 @@ to stdout and the live progress display to stderr, so ``metaroles run x > out.tx
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -61,15 +62,36 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+_DISK = {
+    errno.ENOSPC: "the disk is full: free space",
+    errno.EDQUOT: "the disk quota is exhausted: free space",
+    errno.EROFS: "the file system is read-only: remount it writable",
+    errno.EACCES: "permission denied: make the run directory writable",
+    errno.EPERM: "permission denied: make the run directory writable",
+    errno.EIO: "the disk reported an I/O error: check it",
+}
+
+
 @contextmanager
-def reported() -> Iterator[None]:
-    """Turn metaroles errors into one line on stderr: exit 1 for a failed run, 2 for bad input."""
+def reported(run_dir: Path | None = None) -> Iterator[None]:
+    """Turn errors into one line on stderr: exit 1 for a failed run, 2 for bad input.
+
+    A failed run, or a disk that refused a write, says how to continue: the run directory keeps
+    its last complete checkpoint, so ``metaroles resume DIR`` goes on from there.
+    """
+    then = f"; then: metaroles resume {run_dir}" if run_dir is not None else ""
     try:
         yield
     except RunError as exc:
-        raise fail(str(exc), code=1) from None
+        raise fail(f"{exc}{then.replace('; then', '; to retry it') if then else ''}", code=1) from None
     except MetarolesError as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:
+        what = _DISK.get(exc.errno or 0)
+        if what is None:
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        raise fail(f"{exc.strerror}{where}: {what}{then}", code=1) from None
 
 
 def options_from(pairs: Sequence[str]) -> dict[str, Any]:
@@ -127,10 +149,12 @@ class Live:
         self.progress.update(self.task, completed=env.round, stats=stats)
 
 
-def execute(work: Callable[[Callable[[Team], None]], Any], total: int, *, quiet: bool) -> tuple[TeamReport, Team]:
-    """Run ``work`` under the progress display; metaroles errors become one line and an exit code."""
+def execute(
+    work: Callable[[Callable[[Team], None]], Any], total: int, *, quiet: bool, run_dir: Path | None = None
+) -> tuple[TeamReport, Team]:
+    """Run ``work`` under the progress display; errors become one line and an exit code (see :func:`reported`)."""
     live = Live(total, enabled=not quiet and err.is_terminal)
-    with reported(), live.progress:
+    with reported(run_dir), live.progress:
         report, team = anyio.run(lambda: work(live))
     return report, team
 

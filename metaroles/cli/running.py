@@ -88,6 +88,7 @@ def run(
         ),
         run_options.rounds or 0,
         quiet=quiet,
+        run_dir=run_dir,
     )
     finish(report, team, run_dir, quiet=quiet)
 
@@ -121,6 +122,7 @@ def resume(
         lambda live: resume_scenario(run_dir, llm=llm, role_llms=role_llms, on_round=live),
         manifest["n_round"],
         quiet=quiet,
+        run_dir=run_dir,
     )
     finish(report, team, run_dir, quiet=quiet)
 
@@ -163,5 +165,5 @@ def fork(
             on_round=live,
         )
 
-    report, team = execute(work, manifest["n_round"], quiet=quiet)
+    report, team = execute(work, manifest["n_round"], quiet=quiet, run_dir=child)
     finish(report, team, child, quiet=quiet)

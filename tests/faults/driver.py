@@ -1,0 +1,61 @@
+"""Run the ``metaroles`` command in this process and die (SIGKILL) or fail at an exact moment.
+
+    python tests/faults/driver.py WHEN CLI-ARGS...
+
+WHEN is one of
+- ``none``: just run the command;
+- ``point=NAME:K``: SIGKILL the K-th time the writer reaches write point NAME (``replace:events.jsonl``,
+  ``append:metrics.jsonl``, ... see ``metaroles.core.files``);
+- ``write=K``: SIGKILL at the K-th write point of any name (a random moment that is exactly reproducible);
+- ``call=K``: SIGKILL as the K-th model call is asked (mid-turn);
+- ``fail=K``: the K-th model call fails as a provider does past its retries (``ProviderError``).
+
+The process exits with the command's exit code; a kill shows as -9 to the parent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from metaroles.core import files
+from metaroles.core.exceptions import ProviderError
+from metaroles.llm.offline import TestLLM
+
+
+def main() -> int:
+    when, args = sys.argv[1], sys.argv[2:]
+    kind, _, value = when.partition("=")
+    if kind in ("point", "write"):
+        name, _, count = value.rpartition(":") if kind == "point" else ("", "", value)
+        seen = 0
+
+        def hook(point: str) -> None:
+            nonlocal seen
+            if kind == "write" or point == name:
+                seen += 1
+                if seen == int(count):
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        files.fault_hook = hook
+    elif kind in ("call", "fail"):
+        answer, calls = TestLLM.complete, 0
+
+        async def complete(self, request):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            if calls == int(value):
+                if kind == "call":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise ProviderError("the model server answered 503 three times; giving up (fault test)")
+            return await answer(self, request)
+
+        TestLLM.complete = complete  # type: ignore[method-assign]
+    from metaroles.cli import main as cli
+
+    return cli(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

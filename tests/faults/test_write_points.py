@@ -1,0 +1,110 @@
+"""A kill at every named write point loses nothing: the run resumes to the uninterrupted run's bytes.
+
+Each test kills (or fails) a real ``metaroles`` process at an exact instant through the writer's
+fault hook (``tests/faults/driver.py``), not by luck, then resumes it in another process.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.faults.helpers import command, differences, digest, killed, ok, run_args
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("straight")
+    runs = {}
+    for name in ("debate", "werewolf", "software_company"):
+        ok(*run_args(name, root / name))
+        runs[name] = root / name
+    return runs
+
+
+def one_line_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("model:")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", ["debate", "werewolf"])
+def test_a_kill_while_resume_rewrites_the_event_log_loses_nothing(tmp_path, straight, name):
+    run_dir = tmp_path / name
+    killed("call=5", *run_args(name, run_dir))
+    killed("point=replace:events.jsonl:1", "resume", str(run_dir), "-q")
+    ok("resume", str(run_dir), "-q")
+    assert differences(straight[name], run_dir) == []
+
+
+@pytest.mark.parametrize("point", ["append:metrics.jsonl:4", "replace:round-0004.json:1", "append:events.jsonl:3"])
+def test_a_kill_between_a_rounds_files_loses_nothing(tmp_path, straight, point):
+    """Events, then metrics, then the checkpoint: a kill between any two is reconciled on resume."""
+    run_dir = tmp_path / "werewolf"
+    killed(f"point={point}", *run_args("werewolf", run_dir))
+    ok("resume", str(run_dir), "-q")
+    assert differences(straight["werewolf"], run_dir) == []
+
+
+def test_a_torn_metrics_line_is_skipped_and_written_again(tmp_path, straight):
+    run_dir = tmp_path / "werewolf"
+    killed("point=replace:round-0005.json:1", *run_args("werewolf", run_dir))
+    with (run_dir / "metrics.jsonl").open("a") as handle:
+        handle.write('{"round": 6, "ali')
+    resumed = ok("resume", str(run_dir), "-q")
+    assert "metrics.jsonl: the last line is torn" in resumed.stderr
+    assert differences(straight["werewolf"], run_dir) == []
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path, straight):
+    run_dir = tmp_path / "debate"
+    killed("point=replace:round-0000.json:1", *run_args("debate", run_dir))
+    ok("resume", str(run_dir), "-q")
+    assert differences(straight["debate"], run_dir) == []
+
+
+def test_a_failed_model_turn_is_logged_then_retried_on_resume(tmp_path, straight):
+    run_dir = tmp_path / "debate"
+    failed = command("fail=4", *run_args("debate", run_dir))
+    assert failed.returncode == 1
+    assert "503" in one_line_error(failed.stderr) and "metaroles resume" in failed.stderr
+    assert '"kind":"role_error"' in (run_dir / "events.jsonl").read_text()
+    ok("resume", str(run_dir), "-q")
+    assert differences(straight["debate"], run_dir) == []
+
+
+def test_a_kill_mid_manifest_leaves_no_half_run_directory(tmp_path):
+    run_dir = tmp_path / "debate"
+    killed("point=replace:manifest.json:1", *run_args("debate", run_dir))
+    assert not (run_dir / "manifest.json").exists()
+    refused = command("none", "resume", str(run_dir))
+    assert refused.returncode == 2 and "is not a run directory" in one_line_error(refused.stderr)
+
+
+def test_a_resume_that_cannot_read_the_log_changes_nothing(tmp_path):
+    run_dir = tmp_path / "debate"
+    killed("call=6", *run_args("debate", run_dir))
+    lines = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    lines[3] = "garbage\n"
+    (run_dir / "events.jsonl").write_text("".join(lines))
+    before = digest(run_dir)
+    refused = command("none", "resume", str(run_dir))
+    assert refused.returncode == 2 and "events.jsonl: line 4 is not a valid record" in one_line_error(refused.stderr)
+    assert digest(run_dir) == before
+
+
+@pytest.mark.parametrize("point", ["append:events.jsonl:2", "replace:round-0004.json:1", "call=3"])
+def test_a_killed_fork_resumes_to_the_unkilled_fork_and_never_touches_its_parent(tmp_path, straight, point):
+    parent = tmp_path / "parent"
+    shutil.copytree(straight["software_company"], parent)
+    before = digest(parent)
+    fork = ["fork", str(parent), "--from-round", "3", "--set", "role.Engineer.llm=test:99", "-q"]
+    ok(*fork, "--out", str(tmp_path / "whole"))
+    when = point if point.startswith("call") else f"point={point}"
+    killed(when, *fork, "--out", str(tmp_path / "killed"))
+    ok("resume", str(tmp_path / "killed"), "-q")
+    assert differences(tmp_path / "whole", tmp_path / "killed") == []
+    assert digest(parent) == before, "the fork wrote into its parent"
+    assert (tmp_path / "killed" / "workspace").is_dir()
