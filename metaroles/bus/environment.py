@@ -239,7 +239,9 @@ class Environment(Bus):
             try:
                 set_rng_state(random.Random(), state.rng)
             except (TypeError, ValueError) as exc:
-                raise InvalidValueError(f"the saved state's rng is not a random-source state ({exc}); nothing was loaded") from None
+                raise InvalidValueError(
+                    f"the saved state's rng is not a random-source state ({exc}); nothing was loaded"
+                ) from None
         self.round = state.round
         self.history = Memory(state.history)
         shared = self.history._store
