@@ -85,9 +85,10 @@ def read_jsonl(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = 
     try:
         lines = path.read_bytes().decode("utf-8").split("\n")
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise RunDirCorrupt(f"{path}: line {line} is not UTF-8 text; the file is damaged") from None
+        bad = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise RunDirCorrupt(f"{path}: line {bad} is not UTF-8 text; the file is damaged") from None
     records: list[tuple[Event, str]] = []
+    record: Any
     last = len(lines) - (1 if lines[-1] == "" else 0)
     for number, line in enumerate(lines[:last], start=1):
         if not line.strip():
