@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench install clean need-redis need-chromium need-bwrap
+.PHONY: demo test faults lint typecheck bench install clean need-redis need-chromium need-bwrap
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -60,6 +60,10 @@ need-bwrap:
 
 test: lint typecheck need-redis need-chromium need-bwrap
 	$(BIN)/python -m pytest
+
+# The fault suite with 100 SIGKILLs per scenario (make test runs it with 20).
+faults: $(STAMP) need-bwrap
+	METAROLES_FAULT_KILLS=100 $(BIN)/python -m pytest tests/faults
 
 bench: $(STAMP)
 	$(BIN)/python bench/bus.py

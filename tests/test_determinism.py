@@ -1,17 +1,15 @@
 """The determinism contract: one seed and the same model answers give the same run directory, byte for byte.
 
 Every run here happens in a process of its own, each with another ``PYTHONHASHSEED``: two straight
-runs; a run SIGKILLed at a random moment, then resumed by another process; a fork that changes
-nothing; a run of the embedded model on tape, replayed. Only ``manifest.json`` (timestamps,
-versions, the folder's name) and ``timings.jsonl`` (latencies) may differ.
+runs; a fork that changes nothing; a run of the embedded model on tape, replayed. Runs SIGKILLed at
+random moments and resumed by another process are in ``tests/faults/test_kill_loop.py``. Only
+``manifest.json`` (timestamps, versions, the folder's name) and ``timings.jsonl`` (latencies) may differ.
 """
 
 import json
 import os
-import random
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,39 +25,6 @@ SCENARIOS = {
 }
 MEASURED = {"manifest.json", "timings.jsonl"}
 """The files a run directory may hold that the clock wrote into."""
-
-KILLED_RUN = textwrap.dedent(
-    """
-    import json, os, signal, sys
-    from pathlib import Path
-    import anyio
-    from metaroles import resolve_llm, run_scenario
-    from metaroles.runs.config import RunOptions
-
-    name, out, options, where = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
-    at = int(sys.argv[5])
-
-    class KilledMidTurn:  # the test model, but the process dies as it asks for the at-th answer
-        def __init__(self):
-            self.inner, self.calls = resolve_llm("test"), 0
-            self.model = self.inner.model
-
-        async def complete(self, request):
-            self.calls += 1
-            if where == "mid" and self.calls == at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return await self.inner.complete(request)
-
-    def on_round(team):  # the round's log and checkpoint are written; the next round has not started
-        if where == "boundary" and team.env.round == at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    anyio.run(lambda: run_scenario(
-        name, llm=KilledMidTurn(), options=options, out_dir=out, manifest={"llm": "test"},
-        run=RunOptions(seed=SEED), on_round=on_round,
-    ))
-    """
-).replace("SEED", str(SEED))
 
 
 def metaroles(*args: str, hash_seed: int, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -118,42 +83,6 @@ def test_two_processes_write_the_same_run_directory(tmp_path, straight, name):
     if "round_metrics" in Path(f"scenarios/{name}.py").read_text():
         assert "metrics.jsonl" in files
     assert_same_bytes(contents(straight[name]), files)
-
-
-def model_calls(run_dir: Path) -> int:
-    return sum(1 for line in (run_dir / "events.jsonl").read_text().splitlines() if '"llm_call"' in line)
-
-
-def kill_points(name: str, straight_dir: Path, count: int) -> list[tuple[str, int]]:
-    """``count`` random kill points (seeded): mid-turn at the k-th model call, or after round k."""
-    rounds = json.loads((straight_dir / "state.json").read_text())["round"]
-    total = model_calls(straight_dir)
-    draw = random.Random(f"kills-{name}")
-    return [
-        ("mid", draw.randint(1, total)) if draw.random() < 0.7 else ("boundary", draw.randint(0, rounds - 1))
-        for _ in range(count)
-    ]
-
-
-def killed_then_resumed(name: str, out: Path, where: str, at: int) -> Path:
-    args = [sys.executable, "-c", KILLED_RUN, name, str(out), json.dumps(SCENARIOS[name]), where, str(at)]
-    killed = subprocess.run(
-        args, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "3"}, check=False
-    )
-    assert killed.returncode == -9, killed.stderr[-3000:]
-    metaroles("resume", str(out), "-q", hash_seed=4)
-    return out
-
-
-KILLS = {"debate": 3, "society": 3, "software_company": 3, "werewolf": 20}
-CASES = [(name, i) for name, count in KILLS.items() for i in range(count)]
-
-
-@pytest.mark.parametrize(("name", "case"), CASES, ids=[f"{n}-{i}" for n, i in CASES])
-def test_a_run_killed_at_a_random_moment_resumes_to_the_same_bytes(tmp_path, straight, name, case):
-    where, at = kill_points(name, straight[name], KILLS[name])[case]
-    resumed = killed_then_resumed(name, tmp_path / "run", where, at)
-    assert_same_bytes(contents(straight[name]), contents(resumed))
 
 
 RUN_FILES = {"transcript.md", "events.jsonl", "state.json", "metrics.jsonl", "report.json", "ledger.json"}

@@ -8,7 +8,8 @@ WHEN is one of
   ``append:metrics.jsonl``, ... see ``metaroles.core.files``);
 - ``write=K``: SIGKILL at the K-th write point of any name (a random moment that is exactly reproducible);
 - ``call=K``: SIGKILL as the K-th model call is asked (mid-turn);
-- ``fail=K``: the K-th model call fails as a provider does past its retries (``ProviderError``).
+- ``fail=K``: the K-th model call fails as a provider does past its retries (``ProviderError``);
+- ``count``: run, then print ``writes=N calls=M`` (write points reached, model calls asked) on stderr.
 
 The process exits with the command's exit code; a kill shows as -9 to the parent.
 """
@@ -27,6 +28,8 @@ from metaroles.llm.offline import TestLLM
 def main() -> int:
     when, args = sys.argv[1], sys.argv[2:]
     kind, _, value = when.partition("=")
+    if kind == "count":
+        return _counted(args)
     if kind in ("point", "write"):
         name, _, count = value.rpartition(":") if kind == "point" else ("", "", value)
         seen = 0
@@ -55,6 +58,26 @@ def main() -> int:
     from metaroles.cli import main as cli
 
     return cli(args)
+
+
+def _counted(args: list[str]) -> int:
+    from metaroles.cli import main as cli
+
+    counts = {"writes": 0, "calls": 0}
+    answer = TestLLM.complete
+
+    def hook(point: str) -> None:
+        counts["writes"] += 1
+
+    async def complete(self, request):  # type: ignore[no-untyped-def]
+        counts["calls"] += 1
+        return await answer(self, request)
+
+    files.fault_hook = hook
+    TestLLM.complete = complete  # type: ignore[method-assign]
+    code = cli(args)
+    print(f"writes={counts['writes']} calls={counts['calls']}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":
