@@ -29,4 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except typer.Abort:
         err.print("aborted")
         return 130
+    except Exception as exc:  # a bug of ours: still one line, never a traceback
+        err.print(f"[bold red]error:[/] unexpected {type(exc).__name__}: {exc} (a metaroles bug; please report it)")
+        return 1
     return code if isinstance(code, int) else 0

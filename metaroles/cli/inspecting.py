@@ -31,7 +31,9 @@ def graph(
 
     if not (run_dir_at(run_dir) / EVENTS).is_file():
         raise fail(f"{str(run_dir)!r} has no {EVENTS}; pass a run directory `metaroles run` wrote")
-    events = read_events(run_dir / EVENTS)
+    with reported():
+        events = read_events(run_dir / EVENTS)
+        texts = {m.id: m.content for m in run_messages(run_dir)} if format_ is Format.html else {}
     title = _title(run_dir)
     if format_ in (Format.mermaid, Format.json) and out is None:
         typer.echo(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events), nl=False)
@@ -40,7 +42,7 @@ def graph(
     if format_ in (Format.png, Format.svg):
         flowplot.render(events, target, title=title)
     elif format_ is Format.html:
-        flowhtml.render_html(events, target, title=title, texts={m.id: m.content for m in run_messages(run_dir)})
+        flowhtml.render_html(events, target, title=title, texts=texts)
     elif format_ is Format.graphml:
         flowgraph.write_graphml(events, target)
     else:

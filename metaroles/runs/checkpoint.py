@@ -109,6 +109,9 @@ class CheckpointWriter:
             table.write_bytes(b"")
             return
         _truncate_lines(table, len(restored.rows))
+        for stale in folder.glob("round-*.json"):  # past the restored round: what this run now writes again
+            if int(stale.stem.partition("-")[2]) > restored.round:
+                stale.unlink()
         self.round = restored.round  # the next write is a full snapshot: nothing is expected yet
         for message in restored.rows:
             self._rows[id(message)] = len(self._held)
@@ -162,7 +165,8 @@ class CheckpointWriter:
             self._expect.clear()
             self._env = _EnvMark()
         new_rows = self._pending_rows
-        parts = [f'"version":{FORMAT},"round":{env.round},"kind":"{"full" if full else "delta"}"']
+        kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
+        parts = [f'"version":{FORMAT},"round":{env.round},"kind":{kind}']
         parts.extend(self._env_parts(env, new_rows, full=full))
         if not full and not self._blind:
             parts.append(f'"ops":[{",".join(map(str, self._ops))}]')

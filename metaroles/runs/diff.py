@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from metaroles.runs.eventlog import Event, publish_rounds, read_events
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.messages.message import Message
 from metaroles.runs.restore import checkpoint_history
 from metaroles.runs.rundir import CHECKPOINTS, EVENTS, STATE
@@ -57,7 +57,10 @@ def run_messages(run_dir: Path) -> list[RunMessage]:
 
 def _history(run_dir: Path) -> list[Message]:
     if (run_dir / STATE).is_file():
-        return EnvironmentState.model_validate_json((run_dir / STATE).read_text(encoding="utf-8")).history
+        try:
+            return EnvironmentState.model_validate_json((run_dir / STATE).read_bytes()).history
+        except ValueError as exc:
+            raise RunDirCorrupt(f"{run_dir / STATE}: not a saved state ({str(exc).splitlines()[0]})") from None
     if (run_dir / CHECKPOINTS).is_dir():
         return checkpoint_history(run_dir / CHECKPOINTS)
     raise ConfigError(f"{str(run_dir)!r} holds no {STATE} and no {CHECKPOINTS}/; pass a run directory")

@@ -115,16 +115,18 @@ def publish_rounds(path: Path) -> dict[str, int]:
     if not path.exists():
         return {}
     rounds: dict[str, int] = {}
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if '"publish"' not in line:
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if b'"publish"' not in raw:
                 continue
             try:
-                event = json.loads(line)
+                event = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise RunDirCorrupt(f"{path}: line {number} is not UTF-8 text; the file is damaged") from None
             except json.JSONDecodeError:
                 continue  # a torn last line (read_events warns about it)
-            if event.get("kind") == "publish":
-                rounds[event["message_id"]] = event["round"]
+            if isinstance(event, dict) and event.get("kind") == "publish" and isinstance(event.get("round"), int):
+                rounds[str(event.get("message_id"))] = event["round"]
     return rounds
 
 

@@ -16,7 +16,7 @@ from warnings import warn
 
 from metaroles.runs.checkpoint import FORMAT, MESSAGES, Restored
 from metaroles.bus.environment import Environment
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
@@ -33,7 +33,7 @@ def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | N
         ConfigError: If the folder holds no readable checkpoint (up to ``through_round``).
     """
     chain, table = _chain(folder, through_round)
-    rows = [Message.model_validate(json.loads(line)) for line in table[: chain[-1][1]["rows"]]]
+    rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
     env.load_state(_snapshot(chain[0][1], rows))
     for _, record in chain[1:]:
         _replay(env, record, rows)
@@ -44,7 +44,7 @@ def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | N
 def checkpoint_history(folder: Path) -> list[Message]:
     """The history (every published message, in order) at the newest complete checkpoint, without roles."""
     chain, table = _chain(folder, None)
-    rows = [Message.model_validate(json.loads(line)) for line in table[: chain[-1][1]["rows"]]]
+    rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
     history: list[Message] = []
     for _, record in chain:
         if "history" in record:
@@ -66,8 +66,9 @@ def _chain(folder: Path, through_round: int | None) -> tuple[list[tuple[Path, di
     best: list[tuple[Path, dict[str, Any]]] = []
     for path in paths:
         record = _read_record(path, len(table))
-        if record is None or (record["kind"] == "delta" and not chain):
-            chain = []  # broken until the next full snapshot
+        follows = chain and record is not None and record.get("after", chain[-1][1]["round"]) == chain[-1][1]["round"]
+        if record is None or (record["kind"] == "delta" and not follows):
+            chain = []  # broken (a checkpoint torn, unreadable or missing) until the next full snapshot
             continue
         chain = [(path, record)] if record["kind"] == "full" else [*chain, (path, record)]
         best = chain
@@ -80,17 +81,40 @@ def _chain(folder: Path, through_round: int | None) -> tuple[list[tuple[Path, di
 def _read_table(path: Path) -> list[str]:
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = path.read_bytes().decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise RunDirCorrupt(f"{path}: line {line} is not UTF-8 text; the checkpoints' message table is damaged") from None
     lines.pop()  # "" after the last newline, or a torn last row that no complete checkpoint refers to
     return lines
 
 
+def _rows(path: Path, lines: list[str]) -> list[Message]:
+    """The messages of the table's first rows (those the chosen checkpoint refers to).
+
+    Raises:
+        RunDirCorrupt: If one of them is not a message.
+    """
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            rows.append(Message.model_validate(json.loads(line)))
+        except ValueError:
+            raise RunDirCorrupt(
+                f"{path}: line {number} is not a message ({line[:60]!r}); the checkpoints' message table is damaged"
+            ) from None
+    return rows
+
+
 def _read_record(path: Path, table_rows: int) -> dict[str, Any] | None:
     try:
-        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("version") != FORMAT or record["rows"] > table_rows:
-            raise ValueError(f"format {record.get('version')!r} or rows {record['rows']} beyond the table")
-    except (OSError, ValueError, KeyError) as exc:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+        if not isinstance(record, dict) or record.get("version") != FORMAT or type(record.get("rows")) is not int:
+            raise ValueError("not a checkpoint of this format")
+        if record["rows"] > table_rows or type(record.get("round")) is not int or "kind" not in record:
+            raise ValueError(f"rows {record['rows']} beyond the table, or no round")
+    except (OSError, ValueError) as exc:
         warn(f"checkpoint {path.name} is unreadable ({type(exc).__name__}); using an earlier one", stacklevel=4)
         return None
     return record

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from metaroles.agents import isolation
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import write_atomic
 from metaroles.messages.message import Message
 from metaroles.runs.eventlog import publish_rounds
@@ -85,8 +85,15 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{str(run_dir)!r} is not a run directory (no {MANIFEST}); pass one that `metaroles run` wrote"
         )
-    manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return manifest
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except ValueError as exc:
+        raise RunDirCorrupt(f"{path}: not a JSON manifest ({type(exc).__name__}); the file is damaged") from None
+    wanted = {"scenario": str, "config": dict, "n_round": int}
+    wrong = [key for key, kind in wanted.items() if not isinstance(manifest, dict) or not isinstance(manifest.get(key), kind)]
+    if wrong:
+        raise RunDirCorrupt(f"{path}: the manifest lacks a valid {', '.join(wrong)}; the file is damaged")
+    return dict(manifest)
 
 
 def new_run_dir(root: Path, name: str) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import append_durably, write_atomic
 from metaroles.llm.protocol import LLM
 from metaroles.runs.config import RunOptions
@@ -120,6 +120,25 @@ def _metrics(module: ModuleType, out_dir: Path | None) -> Callable[[Team], None]
     return record
 
 
+def _metrics_check(module: ModuleType, run_dir: Path) -> Callable[[int], None] | None:
+    """Refuse a resume whose ``metrics.jsonl`` lost a row of a round the checkpoint holds (it cannot be rebuilt)."""
+    if getattr(module, "round_metrics", None) is None:
+        return None
+
+    def check(through_round: int) -> None:
+        have = {row["round"] for row, _ in read_metrics(run_dir / METRICS)}
+        ended = {e["round"] for e, _ in read_jsonl(run_dir / EVENTS, _metric_row) if e.get("kind") == "round_end"}
+        missing = sorted(r for r in ended - have if r <= through_round)
+        if missing:
+            raise RunDirCorrupt(
+                f"{run_dir / METRICS}: the rows of round(s) {missing[:5]} are gone, and the checkpoint is of round "
+                f"{through_round}; restore the file, or fork from round {max(0, missing[0] - 1)} "
+                f"(metaroles fork {run_dir} --from-round {max(0, missing[0] - 1)})"
+            )
+
+    return check
+
+
 def _metric_row(value: object) -> bool:
     return isinstance(value, dict) and type(value.get("round")) is int
 
@@ -189,7 +208,11 @@ async def resume_scenario(
             report = await _start_over(plan, run_dir, manifest)
     else:
         report = await plan.team.resume(
-            run_dir / CHECKPOINTS, plan.n_round, save_to=run_dir / STATE, events=run_dir / EVENTS
+            run_dir / CHECKPOINTS,
+            plan.n_round,
+            save_to=run_dir / STATE,
+            events=run_dir / EVENTS,
+            check=_metrics_check(load_scenario(manifest["scenario"]), run_dir),
         )
     write_run_dir(run_dir, plan.team, report, manifest)
     return report, plan.team
@@ -247,7 +270,7 @@ async def _branch(plan: ScenarioPlan, parent: Path, from_round: int, out_dir: Pa
     for name in (EVENTS, TIMINGS):
         (out_dir / name).unlink(missing_ok=True)
     if (parent / METRICS).is_file():  # the child's first round cuts it back to the rounds before the fork
-        write_atomic(out_dir / METRICS, (parent / METRICS).read_text(encoding="utf-8"))
+        write_atomic(out_dir / METRICS, "".join(line + "\n" for _, line in read_metrics(parent / METRICS)))
     return await plan.team.fork(
         parent / CHECKPOINTS,
         from_round,

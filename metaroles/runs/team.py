@@ -207,8 +207,12 @@ class Team:
         *,
         save_to: str | Path | None = None,
         events: str | Path | None = None,
+        check: Callable[[int], None] | None = None,
     ) -> TeamReport:
         """Continue a run from its last complete checkpoint, until ``n_round`` rounds in all.
+
+        ``check`` is given the restored round before anything on disk changes (a run directory
+        checks its other per-round files there) and may refuse by raising.
 
         The team must have hired the same roles (a scenario rebuilds them from its config). A
         torn or unreadable checkpoint is skipped with a warning and the one before it is used.
@@ -223,6 +227,8 @@ class Team:
         restored = restore_checkpoint(Path(checkpoints), self.env)
         if events is not None:
             check_log(Path(events), restored.round)  # before anything on disk changes
+        if check is not None:
+            check(restored.round)
         self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
         self._checkpoints.continue_after(self.env, restored)
         return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
