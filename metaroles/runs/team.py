@@ -178,11 +178,11 @@ class Team:
         self._log = None
         if events is not None:
             self._log = EventLog(Path(events), self.env, through_round=self.env.round, turns=self.log_turns)
+        self._failed = False
         try:
             if idea:
                 self.run_project(idea, send_to)
                 self._checkpoint()
-            self._failed = False
             try:
                 rounds, reason = await self._run_rounds(n_round)
             finally:  # a clean stop is checkpointed; a failed round is not, so resume runs it again
@@ -272,13 +272,18 @@ class Team:
             writer.write(self.env)
 
     def _checkpoint(self) -> None:
-        if self._log is not None:
-            self._log.round_done()
-        if self.on_record is not None:
-            self.on_record(self)
-        writer = self._checkpoints
-        if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
-            writer.write(self.env)
+        """Commit the round: its events, then its record (metrics), then the checkpoint, last."""
+        try:
+            if self._log is not None:
+                self._log.round_done()
+            if self.on_record is not None:
+                self.on_record(self)
+            writer = self._checkpoints
+            if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
+                writer.write(self.env)
+        except BaseException:
+            self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
+            raise
         if self.on_round is not None:
             self.on_round(self)
 
@@ -307,7 +312,7 @@ class Team:
                 return rounds, StopReason.BUDGET
             try:
                 await self.env.run_round()
-            except Exception as exc:
+            except BaseException as exc:
                 self._failed = True  # the round's state is not whole: its checkpoint is never written
                 if isinstance(exc, RoleFailed) and self._log is not None:
                     self._log.round_done()  # its role_error reaches the log; resume cuts it back and retries
