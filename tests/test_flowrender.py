@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from metaroles import TestLLM
+from metaroles.cli import main
 from metaroles.flow.graph import role_graph, to_mermaid, write_graphml
 from metaroles.flow.page import page_data, render_html
 from metaroles.flow.plot import aggregate, render
@@ -90,14 +91,22 @@ def test_the_page_holds_its_data_and_fetches_nothing(tmp_path, run_dir):
     events = read_events(run_dir / "events.jsonl")
     texts = {m.id: m.content for m in run_messages(run_dir)}
     page = render_html(events, tmp_path / "flow.html", title="debate <test>", texts=texts).read_text()
-    assert "debate &lt;test&gt;" in page
-    encoded = [json.dumps(text[:40], ensure_ascii=False)[1:-1].replace("</", "<\\/") for text in texts.values()]
-    assert all(text in page for text in encoded), "every message's text is in the page"
+    embedded = json.loads(page_json(page))
+    assert embedded["title"] == "debate <test>" and "<test>" not in page
+    shown = {d["text"] for d in embedded["deliveries"]}
+    assert {text[:500] for text in texts.values()} <= shown, "every message's text is in the page"
     urls = set(re.findall(r"https?://[^\s\"'<>)]+", page))
     assert urls == {"http://www.w3.org/2000/svg"}, "only the SVG namespace name, which is never fetched"
     assert not re.search(r"<(link|img|iframe)\b|<script[^>]+src=", page)
     data = page_data(events, texts)
     assert len(data["deliveries"]) == sum(e["kind"] == "deliver" for e in events)
+
+
+def page_json(page: str) -> str:
+    """The text of the page's one data element."""
+    found = re.findall(r'<script id="data" type="application/json">(.*?)</script>', page, flags=re.S)
+    assert len(found) == 1
+    return found[0]
 
 
 def chromium() -> str:
@@ -141,3 +150,18 @@ def test_the_page_in_a_headless_browser_shows_the_roles_and_filters_by_round(tmp
         (d["from"], d["to"]) for d in page_data(events)["deliveries"] if d["round"] == 1 and d["from"] != d["to"]
     }
     assert f'data-edges="{len(round_one)}"' in dump_dom(page, "#round=1"), "the round filter applies"
+
+
+def test_run_data_cannot_script_the_page(tmp_path):
+    """A run directory named with the data placeholder and messages carrying markup: inert text in a real browser."""
+    hostile = "<img src=x onerror=\"document.body.dataset.pwned='img'\"> </script><script>document.body.dataset.pwned='tag'</script> <!--"
+    run_dir = tmp_path / "a__DATA__b<i>"
+    code = main(["run", "debate", "--llm", "test", "--set", f"topic={hostile}", "--out", str(run_dir), "-q"])
+    assert code == 0
+    assert main(["graph", str(run_dir), "-f", "html", "--out", str(tmp_path / "flow.html")]) == 0
+    page = (tmp_path / "flow.html").read_text()
+    assert "<img" not in page and page.count("</script>") == 2 and page.count("<!--") == 0
+    assert json.loads(page_json(page))["title"] == f"debate · {run_dir.name}"
+    dom = dump_dom(tmp_path / "flow.html")
+    assert "data-pwned" not in dom and "<img" not in dom, "the markup in the data ran"
+    assert f"<title>debate · {run_dir.name}</title>" in dom.replace("&lt;", "<").replace("&gt;", ">")

@@ -8,12 +8,12 @@ to see only that round's deliveries. Works offline in any browser.
 
 from __future__ import annotations
 
-import html
 import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from metaroles.core.files import write_atomic
 from metaroles.flow.graph import HUMAN, role_graph
 from metaroles.flow.plot import aggregate, layout
 from metaroles.runs.eventlog import Event
@@ -53,8 +53,27 @@ def page_data(events: list[Event], texts: dict[str, str] | None = None) -> dict[
 def render_html(
     events: list[Event], path: Path, *, title: str = "message flow", texts: dict[str, str] | None = None
 ) -> Path:
-    """Write the interactive page for ``events`` (``texts``: message id → content, for the hover lists)."""
-    data = json.dumps(page_data(events, texts), ensure_ascii=False).replace("</", "<\\/")
-    page = resources.files("metaroles.flow").joinpath("page.html").read_text(encoding="utf-8")
-    path.write_text(page.replace("__TITLE__", html.escape(title)).replace("__DATA__", data), encoding="utf-8")
+    """Write the interactive page for ``events`` (``texts``: message id → content, for the hover lists).
+
+    Everything that comes from the run (title, role names, message texts) goes into the page only
+    as JSON inside ``<script type="application/json">``, with ``<``, ``>`` and ``&`` escaped, and
+    is shown through ``textContent``: no run data can reach markup or the template's placeholder.
+    """
+    data = {**page_data(events, texts), "title": title}
+    before, placeholder, after = _template().partition(_PLACEHOLDER)
+    assert placeholder and _PLACEHOLDER not in after, "page.html holds one data placeholder"
+    write_atomic(path, before + script_json(data) + after)
     return path
+
+
+_PLACEHOLDER = "__DATA__"
+
+
+def _template() -> str:
+    return resources.files("metaroles.flow").joinpath("page.html").read_text(encoding="utf-8")
+
+
+def script_json(value: object) -> str:
+    """``value`` as JSON that is inert inside an HTML ``<script>`` element (no ``</script>``, no ``<!--``)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
