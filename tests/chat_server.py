@@ -22,6 +22,10 @@ class Reply:
     body: dict[str, Any] | None = None
     chunks: list[dict[str, Any]] | None = None
     hang: bool = False
+    cut: bool = False
+    """Stream the chunks, then drop the connection without the final event (no finish_reason, no [DONE])."""
+    trickle: bool = False
+    """Stream the chunks, then send a keep-alive byte at every read until the test ends (never finishing)."""
 
 
 def completion(
@@ -41,7 +45,11 @@ def completion(
 
 
 def chunk(
-    content: str | None = None, *, usage: bool = False, tool_call: dict[str, Any] | None = None
+    content: str | None = None,
+    *,
+    usage: bool = False,
+    tool_call: dict[str, Any] | None = None,
+    finish: str | None = None,
 ) -> dict[str, Any]:
     delta: dict[str, Any] = {}
     if content is not None:
@@ -53,7 +61,7 @@ def chunk(
         "object": "chat.completion.chunk",
         "created": 0,
         "model": "served-model",
-        "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": None}],
+        "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     if usage:
         body["usage"] = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
@@ -96,7 +104,13 @@ def start(server_state: ChatServer) -> ThreadingHTTPServer:
                 self.end_headers()
                 for item in reply.chunks:
                     self.wfile.write(f"data: {json.dumps(item)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                while reply.trickle and not server_state.release.wait(0.05):
+                    self.wfile.write(b": keep-alive\n\n")  # an SSE comment: a byte now and then, never an answer
+                    self.wfile.flush()
+                if not reply.cut:
+                    self.wfile.write(b"data: [DONE]\n\n")
+                self.close_connection = True
                 return
             data = json.dumps(reply.body or {}).encode()
             self.send_response(reply.status)

@@ -195,3 +195,15 @@ def test_the_progress_display_follows_the_rounds():
     task = live.progress.tasks[0]
     assert task.completed == plan.team.env.round
     assert f"{len(plan.team.env.history)} msgs" in task.fields["stats"] and "active 0/3" in task.fields["stats"]
+
+
+def test_show_prints_no_terminal_control_from_model_text(tmp_path):
+    """Escape sequences in messages (window title, screen clear, colours) never reach the terminal."""
+    hostile = "trams \x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m \x9b2J bell\x07 end"
+    run_dir = tmp_path / "run"
+    ran = invoke("run", "debate", "--llm", "test", "--set", f"topic={hostile}", "--out", str(run_dir))
+    assert ran.exit_code == 0 and "trams" in ran.output and not any(ch in ran.output for ch in "\x1b\x07\x9b")
+    for args in (["show", str(run_dir)], ["diff", str(run_dir), str(run_dir)]):
+        out = invoke(*args).output
+        assert not any(ch in out for ch in "\x1b\x07\x9b"), args
+    assert "trams" in invoke("show", str(run_dir)).output and "red" in invoke("show", str(run_dir)).output

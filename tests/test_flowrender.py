@@ -154,7 +154,10 @@ def test_the_page_in_a_headless_browser_shows_the_roles_and_filters_by_round(tmp
 
 def test_run_data_cannot_script_the_page(tmp_path):
     """A run directory named with the data placeholder and messages carrying markup: inert text in a real browser."""
-    hostile = "<img src=x onerror=\"document.body.dataset.pwned='img'\"> </script><script>document.body.dataset.pwned='tag'</script> <!--"
+    hostile = (
+        "<img src=x onerror=\"document.body.dataset.pwned='img'\"> "
+        "</script><script>document.body.dataset.pwned='tag'</script> <!--"
+    )
     run_dir = tmp_path / "a__DATA__b<i>"
     code = main(["run", "debate", "--llm", "test", "--set", f"topic={hostile}", "--out", str(run_dir), "-q"])
     assert code == 0

@@ -73,7 +73,7 @@ async def test_json_schema_response_format(server):
 
 
 async def test_streaming_calls_back_each_piece(server):
-    server.queue(Reply(chunks=[chunk("Hel"), chunk("lo"), chunk(" there"), chunk(usage=True)]))
+    server.queue(Reply(chunks=[chunk("Hel"), chunk("lo"), chunk(" there", finish="stop"), chunk(usage=True)]))
     pieces: list[str] = []
     response = await llm(server, on_token=pieces.append).complete(ask())
     assert pieces == ["Hel", "lo", " there"]
@@ -85,7 +85,7 @@ async def test_streaming_calls_back_each_piece(server):
 async def test_streamed_tool_call_is_assembled(server):
     parts = [
         chunk(tool_call={"index": 0, "id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a"'}}),
-        chunk(tool_call={"index": 0, "function": {"arguments": ": 1}"}}),
+        chunk(tool_call={"index": 0, "function": {"arguments": ": 1}"}}, finish="tool_calls"),
     ]
     server.queue(Reply(chunks=parts))
 
@@ -125,6 +125,27 @@ async def test_a_slow_response_times_out_and_is_retried(server):
     with pytest.raises(ProviderError, match="failed 1 time"):
         server.queue(Reply(hang=True))
         await llm(server, timeout=0.3, max_retries=0).complete(ask())
+
+
+async def test_a_stream_cut_before_its_end_is_an_error_and_is_retried(server):
+    whole = [chunk("Hello"), chunk(" there", finish="stop")]
+    server.queue(Reply(chunks=[chunk("Hel")], cut=True), Reply(chunks=whole))
+    pieces: list[str] = []
+    response = await llm(server, on_token=pieces.append).complete(ask())
+    assert response.text == "Hello there" and len(server.requests) == 2, "the cut answer was not taken as whole"
+    server.queue(Reply(chunks=[chunk("Hel")], cut=True))
+    with pytest.raises(ProviderError, match="stopped after 3 characters, before its end"):
+        await llm(server, on_token=pieces.append, max_retries=0).complete(ask())
+
+
+async def test_a_trickling_stream_meets_the_calls_deadline_and_is_retried(server):
+    """A byte now and then resets every read timeout; the call's own deadline still ends it."""
+    server.queue(Reply(chunks=[chunk("Hel")], trickle=True), Reply(chunks=[chunk("done", finish="stop")]))
+    response = await llm(server, on_token=lambda text: None, timeout=0.5).complete(ask())
+    assert response.text == "done" and len(server.requests) == 2
+    server.queue(Reply(chunks=[chunk("Hel")], trickle=True))
+    with pytest.raises(ProviderError, match="failed 1 time"):
+        await llm(server, on_token=lambda text: None, timeout=0.5, max_retries=0).complete(ask())
 
 
 def test_backoff_has_full_jitter_and_grows():
@@ -178,3 +199,27 @@ def test_openai_compatible_embeddings_are_normalised_and_checked(server):
 
     with pytest.raises(ConfigError, match="returned 3-d vectors, not dim=5"):
         OpenAIEmbedding("embedder", dim=5, base_url=server.url).embed(["x"])
+
+
+def test_credentials_in_the_base_url_appear_nowhere(server, tmp_path, capsys, monkeypatch):
+    """The manifest, stderr, the repr, the events and every other file of the run hold no password."""
+    from metaroles.cli import main
+
+    server.responder = lambda body: Reply(body=completion("a served reply"))
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    host = server.url.removeprefix("http://")
+    secret_url = f"http://alice:hunter2-secret@{host}"
+    run_dir = tmp_path / "run"
+    args = ["--llm", "openai", "--base-url", secret_url, "--model", "served-model", "--set", "turns=1"]
+    assert main(["run", "debate", *args, "--out", str(run_dir), "-q"]) == 0
+    said = capsys.readouterr()
+    assert "hunter2-secret" not in said.err + said.out and "alice" not in said.err
+    assert "http://***@127.0.0.1" in said.err
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert b"hunter2-secret" not in path.read_bytes(), path
+    assert "hunter2-secret" not in repr(OpenAICompatibleLLM("m", base_url=secret_url))
+    from metaroles.llm.settings import LLMSettings
+
+    shown = repr(LLMSettings(base_url=secret_url, api_key="sk-abc"))
+    assert "hunter2-secret" not in shown and "sk-abc" not in shown

@@ -19,10 +19,12 @@ from typing import Any
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from metaroles.core.exceptions import MetarolesError, RunError
+from metaroles.core.text import REDACTED, printable
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import llm_from_settings
@@ -58,7 +60,8 @@ class Format(StrEnum):
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """One error line on stderr; the exit to raise (2: bad input, 1: the run failed)."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    text = " ".join(printable(message).split("\n"))
+    err.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -111,7 +114,7 @@ def options_from(pairs: Sequence[str]) -> dict[str, Any]:
 def resolve(settings: dict[str, Any]) -> LLM:
     """The model the options and the environment ask for (the only place env vars are read)."""
     llm = llm_from_settings(LLMSettings.from_env(os.environ, **settings), notify=lambda text: err.print(text))
-    err.print(f"model: {llm!r}", highlight=False)
+    err.print(escape(printable(f"model: {llm!r}")), highlight=False)
     return llm
 
 
@@ -162,7 +165,7 @@ def execute(
 def finish(report: TeamReport, team: Team, run_dir: Path | None, *, quiet: bool) -> None:
     """Print the transcript (unless quiet), the report, and a summary table."""
     if not quiet:
-        typer.echo(transcript(team.env.history.storage))
+        typer.echo(printable(transcript(team.env.history.storage)))
     typer.echo(f"\n{report}")
     table = Table(show_header=False, box=None)
     table.add_row("rounds", str(team.env.round))
@@ -185,5 +188,11 @@ def model_from(llm: str | None, model: str | None, base_url: str | None, seed: i
 
 
 def manifest_model(manifest: dict[str, Any]) -> LLM:
-    """The model a run was made with, as its manifest names it (a replayed cassette replays again)."""
-    return resolve({key: manifest.get(key) for key in ("llm", "model", "base_url", "seed")})
+    """The model a run was made with, as its manifest names it (a replayed cassette replays again).
+
+    A base URL recorded without its credentials comes from ``OPENAI_BASE_URL`` again.
+    """
+    settings = {key: manifest.get(key) for key in ("llm", "model", "base_url", "seed")}
+    if REDACTED in str(settings["base_url"] or ""):
+        settings["base_url"] = None
+    return resolve(settings)

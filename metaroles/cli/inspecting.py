@@ -10,6 +10,7 @@ import typer
 
 from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at
 from metaroles.core.exceptions import MetarolesError
+from metaroles.core.text import printable
 from metaroles.runs.diff import RunDiff, diff_runs, run_messages
 from metaroles.runs.eventlog import read_events
 from metaroles.runs.registry import PLUGIN_KINDS, known_scenarios, plugins
@@ -72,7 +73,7 @@ def show(
     if round_ is not None:
         messages = [m for m in messages if m.round == round_]
     for m in messages:
-        typer.echo(f"[round {m.round}] [{m.sender} → {', '.join(m.recipients)}] ({m.action}) {m.content}")
+        typer.echo(printable(f"[round {m.round}] [{m.sender} → {', '.join(m.recipients)}] ({m.action}) {m.content}"))
     if not messages:
         err.print("no message matches", highlight=False)
 
@@ -93,7 +94,7 @@ def diff(
     else:
         typer.echo(f"{result.common} message(s) in common; first divergence in round {result.first_divergence_round}")
         for left, right in result.differing:
-            typer.echo(f"- {_line(left)}\n+ {_line(right)}")
+            typer.echo(printable(f"- {_line(left)}\n+ {_line(right)}"))
     _echo_event_difference(result)
 
 
@@ -103,8 +104,8 @@ def _echo_event_difference(result: RunDiff) -> None:
         return
     left, right = result.first_event_difference
     typer.echo(f"{result.events_common} event(s) in common; first differing event:")
-    typer.echo(f"- {json.dumps(left, ensure_ascii=False) if left else '(none)'}")
-    typer.echo(f"+ {json.dumps(right, ensure_ascii=False) if right else '(none)'}")
+    typer.echo(printable(f"- {json.dumps(left, ensure_ascii=False) if left else '(none)'}"))
+    typer.echo(printable(f"+ {json.dumps(right, ensure_ascii=False) if right else '(none)'}"))
 
 
 def _line(message: Any) -> str:

@@ -20,6 +20,7 @@ from metaroles.cli.common import (
     resolve,
     run_dir_at,
 )
+from metaroles.core.text import redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.runs.config import RunOptions, read_config_file
 from metaroles.runs.registry import load_scenario
@@ -75,7 +76,7 @@ def run(
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     named = f"replay:{replay}" if replay is not None else chosen or "auto"
-    manifest = {"llm": named, "model": model, "base_url": base_url, "cassette": str(record or replay or "")}
+    manifest = {"llm": named, "model": model, "base_url": redacted(base_url), "cassette": str(record or replay or "")}
     report, team = execute(
         lambda live: run_scenario(
             name,

@@ -19,12 +19,25 @@ import openai
 
 from metaroles.core.exceptions import ProviderError
 from metaroles.core.schema import Function, ToolCall
+from metaroles.core.text import redacted
 from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
 
 TokenCallback = Callable[[str], "Awaitable[None] | None"]
 """Called with each piece of text as it streams in."""
 
-_RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
+
+class _StreamCut(Exception):
+    """A streamed answer ended before its final event (the connection dropped mid-answer)."""
+
+
+_RETRYABLE = (
+    openai.RateLimitError,
+    openai.InternalServerError,
+    openai.APITimeoutError,
+    openai.APIConnectionError,
+    TimeoutError,  # the call's total deadline passed (a server trickling bytes resets every read timeout)
+    _StreamCut,
+)
 
 
 def _tool_choice(choice: str | None) -> Any:
@@ -65,7 +78,8 @@ class OpenAICompatibleLLM:
         temperature: Default sampling temperature.
         max_tokens: Default bound on answer length.
         seed: Default sampling seed.
-        timeout: Seconds before a call times out.
+        timeout: Seconds a call may take in all (connect, and every read of a streamed answer), and
+            the SDK's per-read timeout; a call past it is retried like any timeout.
         max_retries: Retries on 429, 5xx, timeouts and connection errors.
         backoff: Base delay in seconds of the exponential backoff (0 retries at once).
         on_token: Stream answers and call this with each piece of text.
@@ -89,6 +103,7 @@ class OpenAICompatibleLLM:
         self.model = model
         self.max_retries = max_retries
         self.backoff = backoff
+        self.timeout = timeout
         self.on_token = on_token
         self._defaults: dict[str, Any] = {"model": model}
         for name, value in (("temperature", temperature), ("max_tokens", max_tokens), ("seed", seed)):
@@ -112,9 +127,10 @@ class OpenAICompatibleLLM:
         kwargs = _request_kwargs(request, self._defaults)
         for attempt in range(self.max_retries + 1):
             try:
-                if self.on_token is not None:
-                    return await self._stream(kwargs)
-                return self._response(await self._client.chat.completions.create(**kwargs))
+                with anyio.fail_after(self.timeout):
+                    if self.on_token is not None:
+                        return await self._stream(kwargs)
+                    return self._response(await self._client.chat.completions.create(**kwargs))
             except _RETRYABLE as exc:
                 if attempt == self.max_retries:
                     raise ProviderError(
@@ -147,13 +163,16 @@ class OpenAICompatibleLLM:
         )
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
-        usage, model = Usage(), self.model
+        usage, model, finished = Usage(), self.model, False
         async for chunk in stream:
             model = chunk.model or model
             if chunk.usage is not None:
                 usage = Usage(prompt_tokens=chunk.usage.prompt_tokens, completion_tokens=chunk.usage.completion_tokens)
             for choice in chunk.choices:
+                finished = finished or choice.finish_reason is not None
                 await self._take_delta(choice.delta, text, calls)
+        if not finished:
+            raise _StreamCut(f"the streamed answer stopped after {len(''.join(text))} characters, before its end")
         tool_calls = [
             ToolCall(id=c["id"], function=Function(name=c["name"], arguments=c["arguments"])) for c in calls.values()
         ]
@@ -175,4 +194,4 @@ class OpenAICompatibleLLM:
 
     def __repr__(self) -> str:
         """Show the model and the endpoint."""
-        return f"OpenAICompatibleLLM(model={self.model!r}, base_url={str(self._client.base_url)!r})"
+        return f"OpenAICompatibleLLM(model={self.model!r}, base_url={redacted(str(self._client.base_url))!r})"

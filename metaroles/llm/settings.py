@@ -25,10 +25,10 @@ class LLMSettings(BaseModel):
 
     llm: str = "auto"
     """``auto``, ``openai``, ``local``, ``test``, ``test:SEED`` or ``scripted:PATH``."""
-    base_url: str | None = None
+    base_url: str | None = Field(default=None, repr=False)
     """OpenAI-compatible endpoint, e.g. ``http://127.0.0.1:8080/v1`` (vLLM, Ollama, llama.cpp)."""
-    api_key: str | None = None
-    """Key for the endpoint; local servers accept any."""
+    api_key: str | None = Field(default=None, repr=False)
+    """Key for the endpoint; local servers accept any (never shown in a repr)."""
     model: str | None = None
     """Model name sent to the server (or the local model's name)."""
     temperature: float | None = None

@@ -1,0 +1,36 @@
+"""Text that leaves the program: URLs without their credentials, model output without terminal control."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+REDACTED = "***"
+
+_CONTROL = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, screen clears
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks, clipboard writes
+    r"|\x1b[P^_][^\x1b]*(?:\x1b\\)?"  # DCS, PM, APC strings
+    r"|\x1b[@-Z\\-_]?"  # other escapes (and a lone ESC)
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # C0 but tab and newline, DEL, C1
+)
+
+
+def redacted(url: str | None) -> str | None:
+    """``url`` with any user name and password replaced by ``***`` (``http://***@host/v1``)."""
+    if not url or "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return REDACTED
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{REDACTED}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def printable(text: str) -> str:
+    """``text`` without escape sequences and control characters (tabs and newlines stay), for a terminal."""
+    return _CONTROL.sub("", text)
