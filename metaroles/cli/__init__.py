@@ -6,30 +6,45 @@ scenario, not a run directory, bad option). A user never sees a traceback: one l
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import typer
+from rich.markup import escape
 from typer._click.exceptions import ClickException  # typer vendors click: usage errors are its own
 
 from metaroles.cli import inspecting, running
-from metaroles.cli.common import app, err
+from metaroles.cli.common import app, err, say
+from metaroles.core.text import printable
 
 __all__ = ["app", "inspecting", "main", "running"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``metaroles`` command; returns the exit code."""
-    try:
-        code = app(args=list(argv) if argv is not None else None, prog_name="metaroles", standalone_mode=False)
-    except typer.Exit as exc:
-        return int(exc.exit_code)
-    except ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except typer.Abort:
-        err.print("aborted")
-        return 130
-    except Exception as exc:  # a bug of ours: still one line, never a traceback
-        err.print(f"[bold red]error:[/] unexpected {type(exc).__name__}: {exc} (a metaroles bug; please report it)")
-        return 1
+    """Entry point of the ``metaroles`` command; returns the exit code.
+
+    Whatever goes wrong is one line on stderr: usage errors (exit 2), bad values (2), a failed
+    run (1), and even a bug of ours (1). Warnings are one line too.
+    """
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        try:
+            code = app(args=list(argv) if argv is not None else None, prog_name="metaroles", standalone_mode=False)
+        except typer.Exit as exc:
+            return int(exc.exit_code)
+        except ClickException as exc:
+            ctx = getattr(exc, "ctx", None)  # a usage error knows its command
+            hint = f" (see: metaroles {ctx.info_name} --help)" if ctx is not None else ""
+            say(f"{exc.format_message()}{hint}")
+            return exc.exit_code
+        except typer.Abort:
+            say("aborted")
+            return 130
+        except Exception as exc:  # a bug of ours: still one line, never a traceback
+            say(f"unexpected {type(exc).__name__}: {exc} (a metaroles bug; please report it)")
+            return 1
     return code if isinstance(code, int) else 0
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+    err.print(f"warning: {escape(' '.join(printable(str(message)).split()))}", highlight=False, soft_wrap=True)

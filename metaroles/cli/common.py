@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -58,10 +59,15 @@ class Format(StrEnum):
     json = "json"
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """One error line on stderr; the exit to raise (2: bad input, 1: the run failed)."""
+def say(message: str) -> None:
+    """One error line on stderr, whatever the message holds (newlines, markup, escape sequences)."""
     text = " ".join(printable(message).split("\n"))
     err.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """One error line on stderr; the exit to raise (2: bad input, 1: the run failed)."""
+    say(message)
     return typer.Exit(code)
 
 
@@ -89,12 +95,23 @@ def reported(run_dir: Path | None = None) -> Iterator[None]:
         raise fail(f"{exc}{then.replace('; then', '; to retry it') if then else ''}", code=1) from None
     except MetarolesError as exc:
         raise fail(str(exc)) from None
+    except ValidationError as exc:
+        raise fail(_validation(exc)) from None
     except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
         what = _DISK.get(exc.errno or 0)
         if what is None:
-            raise
-        where = f" writing {exc.filename}" if exc.filename else ""
+            raise fail(f"{exc.strerror or exc}{where}: pass a path that can be written") from None
         raise fail(f"{exc.strerror}{where}: {what}{then}", code=1) from None
+
+
+def _validation(exc: ValidationError) -> str:
+    """A pydantic error as one line naming each bad value and why."""
+    parts = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(p) for p in error["loc"]) or exc.title
+        parts.append(f"{where}={error.get('input')!r}: {error['msg']}")
+    return f"{exc.title}: " + "; ".join(parts)
 
 
 def options_from(pairs: Sequence[str]) -> dict[str, Any]:
@@ -113,8 +130,9 @@ def options_from(pairs: Sequence[str]) -> dict[str, Any]:
 
 def resolve(settings: dict[str, Any]) -> LLM:
     """The model the options and the environment ask for (the only place env vars are read)."""
-    llm = llm_from_settings(LLMSettings.from_env(os.environ, **settings), notify=lambda text: err.print(text))
-    err.print(escape(printable(f"model: {llm!r}")), highlight=False)
+    with reported():
+        llm = llm_from_settings(LLMSettings.from_env(os.environ, **settings), notify=lambda text: err.print(text))
+    err.print(escape(printable(f"model: {llm!r}")), highlight=False, soft_wrap=True)
     return llm
 
 

@@ -40,14 +40,15 @@ def graph(
         typer.echo(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events), nl=False)
         return
     target = out or run_dir / f"flow.{format_.value}"
-    if format_ in (Format.png, Format.svg):
-        flowplot.render(events, target, title=title)
-    elif format_ is Format.html:
-        flowhtml.render_html(events, target, title=title, texts=texts)
-    elif format_ is Format.graphml:
-        flowgraph.write_graphml(events, target)
-    else:
-        target.write_text(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events))
+    with reported():
+        if format_ in (Format.png, Format.svg):
+            flowplot.render(events, target, title=title)
+        elif format_ is Format.html:
+            flowhtml.render_html(events, target, title=title, texts=texts)
+        elif format_ is Format.graphml:
+            flowgraph.write_graphml(events, target)
+        else:
+            target.write_text(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events))
     typer.echo(f"wrote {target}")
 
 

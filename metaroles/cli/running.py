@@ -25,21 +25,24 @@ from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.runs.config import RunOptions, read_config_file
 from metaroles.runs.registry import load_scenario
 from metaroles.runs.rundir import new_run_dir, read_manifest
-from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.runs.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
 from metaroles.runs.team import Team
 
 
 @app.command()
 def run(
     target: Annotated[str, typer.Argument(help="scenario name (see `metaroles list`) or a YAML config file")],
-    rounds: Annotated[int | None, typer.Option(help="rounds to run (default: the scenario's)")] = None,
+    rounds: Annotated[
+        int | None, typer.Option(min=0, max=1_000_000, help="rounds to run (default: the scenario's)")
+    ] = None,
     idea: Annotated[str | None, typer.Option(help="the idea/topic published at the start")] = None,
     llm: Annotated[str | None, typer.Option(help=LLM_HELP)] = None,
     model: Annotated[str | None, typer.Option(help="model name for an OpenAI-compatible server")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")] = None,
     seed: Annotated[int | None, typer.Option(help="seed of the run's random source and of the test model")] = None,
     budget: Annotated[
-        float | None, typer.Option("--budget", "--investment", help="money budget; the run stops cleanly when spent")
+        float | None,
+        typer.Option("--budget", "--investment", min=0.0, help="money budget; the run stops cleanly when spent"),
     ] = None,
     record: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="record every model call here")] = None,
     replay: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="answer from a recorded cassette")] = None,
@@ -105,7 +108,7 @@ def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], di
             config = read_config_file(Path(target))
         name, options, settings = config.scenario, {**config.config, **options}, config.run
     with reported():
-        load_scenario(name)
+        checked_config(load_scenario(name), {k: v for k, v in options.items() if k != "workspace"})
     return name, options, settings
 
 
@@ -131,7 +134,9 @@ def resume(
 @app.command()
 def fork(
     run_dir: Annotated[Path, typer.Argument(help="the parent run directory")],
-    from_round: Annotated[int, typer.Option("--from-round", help="branch from the state at the end of this round")],
+    from_round: Annotated[
+        int, typer.Option("--from-round", min=0, help="branch from the state at the end of this round")
+    ],
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", metavar="KEY=VALUE", help="a scenario option, or role.NAME.llm=MODEL for one role"),

@@ -29,14 +29,13 @@ def read_config_file(path: Path) -> ConfigFile:
     Raises:
         ConfigError: If the file is missing, is not YAML, or names no scenario.
     """
-    import yaml  # the CLI's dependency; only config files need it
-
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {str(path)!r} is over {MAX_CONFIG_BYTES // 1024} KB; a scenario config is small")
+    data = _load_yaml(path)
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(f"config file {str(path)!r} nests deeper than {MAX_DEPTH} levels")
     if not isinstance(data, dict) or not isinstance(data.get("scenario"), str):
         raise ConfigError(f"config file {str(path)!r} must be a mapping with 'scenario: NAME', e.g. 'scenario: debate'")
     nested = data.pop("config", None) or {}
@@ -45,6 +44,49 @@ def read_config_file(path: Path) -> ConfigFile:
     name = data.pop("scenario")
     run = {key: data.pop(key) for key in RUN_OPTIONS if key in data}
     return ConfigFile(scenario=name, run=run, config={**data, **nested})
+
+
+MAX_CONFIG_BYTES = 256 * 1024
+MAX_DEPTH = 20
+
+
+def _load_yaml(path: Path) -> Any:
+    """The YAML data of ``path``, refusing aliases (no "billion laughs") and anything but UTF-8 text.
+
+    Raises:
+        ConfigError: If the file is not UTF-8 YAML, uses an alias, or nests past the parser's limit.
+    """
+    import yaml  # the CLI's dependency; only config files need it
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise ConfigError(
+                    f"config file {str(path)!r} uses an alias (*name) at line {mark.line + 1}; "
+                    "write the value out instead (aliases are refused)"
+                )
+            return super().compose_node(parent, index)
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+        return yaml.load(text, Loader=NoAliases)  # noqa: S506 - a SafeLoader that also refuses aliases
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {str(path)!r} nests deeper than {MAX_DEPTH} levels") from None
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pydantic import ValidationError
+
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import append_durably, write_atomic
 from metaroles.llm.protocol import LLM
@@ -161,12 +163,32 @@ def _configured(module: ModuleType, options: dict[str, Any], run_dir: Path | Non
     directory, wherever the command runs from.
     """
     if run_dir is None or "workspace" not in module.Config.model_fields:
-        config = module.Config.model_validate(options)
+        config = checked_config(module, options)
         return config, config.model_dump(mode="json")
     given = options.get("workspace")
     place = str(run_dir / (given or "workspace")) if not given or not Path(str(given)).is_absolute() else given
-    config = module.Config.model_validate({**options, "workspace": place})
+    config = checked_config(module, {**options, "workspace": place})
     return config, {**config.model_dump(mode="json"), "workspace": given or None}
+
+
+def checked_config(module: ModuleType, options: dict[str, Any]) -> Any:
+    """The scenario's ``Config`` from ``options``.
+
+    Raises:
+        ConfigError: Naming the option, the value and what is wrong (an unknown option included).
+    """
+    fields = module.Config.model_fields
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]!r} is not an option of this scenario; its options: {', '.join(sorted(fields)) or 'none'}"
+        )
+    try:
+        return module.Config.model_validate(options)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = ".".join(str(p) for p in error["loc"])
+        raise ConfigError(f"option {name}={error.get('input')!r}: {error['msg']}") from None
 
 
 def _rebuild(
