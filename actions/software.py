@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from metaroles import Action, Message
 from metaroles.agents.sandbox import PythonExecute
+from metaroles.core.files import write_atomic
 from metaroles.core.prompts import load_prompt, render_prompt
 
 
@@ -105,9 +106,7 @@ class _Workspace(Action):
 
     def write(self, relative: str, text: str) -> None:
         """Write a file in the workspace."""
-        path = self.workspace / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_atomic(self.workspace / relative, text)  # a kill leaves the old file or the new one
 
 
 class WritePRD(_Workspace):

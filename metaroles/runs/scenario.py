@@ -31,6 +31,8 @@ from metaroles.runs.team import Team, TeamReport
 
 def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> ScenarioPlan:
     plan: ScenarioPlan = module.build(config, llm)
+    folder = getattr(config, "workspace", None)
+    plan.team.workspace = Path(folder) if folder else None
     if run.seed is not None:
         plan.team.env.reseed(run.seed)
     if run.budget is not None:

@@ -20,6 +20,7 @@ from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed
 from metaroles.llm.ledger import Budget, CostLedger, Spend
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
+from metaroles.runs import workspace
 from metaroles.runs.restore import restore_checkpoint
 from metaroles.bus.role import Role
 from metaroles.core.schema import BROADCAST, to_addresses
@@ -104,6 +105,9 @@ class Team:
         """Called after a round's events are logged and before its checkpoint (a run directory's metrics):
         a kill between the two leaves a record the resumed run rewrites, never a checkpoint without it."""
         self._failed = False
+        self.workspace: Path | None = None
+        """The folder the roles' actions write files into, if any: kept with every checkpoint (see ``workspace``)."""
+        self._kept: workspace.Files | None = None
         if investment is not None:
             self.invest(investment)
 
@@ -229,7 +233,12 @@ class Team:
             check_log(Path(events), restored.round)  # before anything on disk changes
         if check is not None:
             check(restored.round)
+        kept = workspace.recorded(Path(checkpoints), restored.round) if self.workspace is not None else None
         self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
+        if self.workspace is not None and kept is not None:
+            workspace.write_files(self.workspace, Path(checkpoints), kept)  # not what a killed round half wrote
+            workspace.drop_after(Path(checkpoints), restored.round)
+        self._kept = kept
         self._checkpoints.continue_after(self.env, restored)
         return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
 
@@ -260,8 +269,12 @@ class Team:
         restored = restore_checkpoint(Path(parent), self.env, through_round=from_round)
         if restored.round != from_round:
             warn(f"the parent has no checkpoint of round {from_round}; forking from {restored.round}", stacklevel=2)
+        kept = workspace.recorded(Path(parent), restored.round) if self.workspace is not None else None
         if events is not None and parent_events is not None:
             copy_events(Path(parent_events), Path(events), through_round=restored.round)
+        if self.workspace is not None and kept is not None:
+            workspace.write_files(self.workspace, Path(parent), kept)  # the parent's files at the fork round
+        self._kept = None
         self._checkpoints = writer
         return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
 
@@ -269,7 +282,13 @@ class Team:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
         writer = self._checkpoints
         if writer is not None and writer.round != self.env.round and not self._failed:
-            writer.write(self.env)
+            self._commit(writer)
+
+    def _commit(self, writer: CheckpointWriter) -> None:
+        """Write the checkpoint of the current round, the workspace's files kept first."""
+        if self.workspace is not None:
+            self._kept = workspace.keep(self.workspace, writer.folder, self.env.round, self._kept)
+        writer.write(self.env)
 
     def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last."""
@@ -280,7 +299,7 @@ class Team:
                 self.on_record(self)
             writer = self._checkpoints
             if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
-                writer.write(self.env)
+                self._commit(writer)
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise

@@ -6,12 +6,13 @@ fault hook (``tests/faults/driver.py``), not by luck, then resumes it in another
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import command, differences, digest, killed, ok, run_args
+from tests.faults.helpers import command, contents, differences, digest, killed, ok, run_args
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +109,17 @@ def test_a_killed_fork_resumes_to_the_unkilled_fork_and_never_touches_its_parent
     assert differences(tmp_path / "whole", tmp_path / "killed") == []
     assert digest(parent) == before, "the fork wrote into its parent"
     assert (tmp_path / "killed" / "workspace").is_dir()
+
+
+def test_a_fork_starts_from_its_parents_workspace_at_the_fork_round(tmp_path, straight):
+    parent = tmp_path / "parent"
+    shutil.copytree(straight["software_company"], parent)
+    before = digest(parent)
+    kept = sorted(p.name for p in (parent / "checkpoints").glob("workspace-*.json"))
+    assert kept, "the workspace is kept with the checkpoints"
+    ok("fork", str(parent), "--from-round", "4", "--out", str(tmp_path / "child"), "-q")
+    assert contents(tmp_path / "child" / "workspace") == contents(parent / "workspace"), "a fork without a change"
+    assert digest(parent) == before, "the fork wrote into its parent"
+    first = json.loads(sorted((tmp_path / "child" / "checkpoints").glob("workspace-*.json"))[0].read_text())
+    at_fork = json.loads(sorted((parent / "checkpoints").glob("workspace-000[0-4].json"))[-1].read_text())
+    assert set(at_fork) <= set(first), "the child began with the parent's files of round 4"

@@ -1,0 +1,101 @@
+"""A scenario's workspace (the files its actions write), kept with the checkpoints.
+
+Before a round's checkpoint is written, the workspace's files are recorded in
+``checkpoints/workspace-NNNN.json`` (relative path → SHA-256), when they changed since the last
+record, and each new content once in ``checkpoints/blobs/``. The round's checkpoint file comes
+after, so a checkpoint never claims a workspace that was not kept. Resume and fork then make the
+workspace hold exactly the files of the newest record up to their round: a resumed run does not
+see what a killed round half wrote, and a fork starts from its parent's files of the fork round,
+in a workspace of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from metaroles.core.exceptions import RunDirCorrupt
+from metaroles.core.files import write_atomic
+
+Files = dict[str, str]
+"""Relative path → SHA-256 of its content."""
+
+
+def _record(folder: Path, round_no: int) -> Path:
+    return folder / f"workspace-{round_no:04d}.json"
+
+
+def current_files(workspace: Path) -> Files:
+    """The workspace's files now, by relative path, with the hash of each."""
+    if not workspace.is_dir():
+        return {}
+    return {
+        path.relative_to(workspace).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(workspace.rglob("*"))
+        if path.is_file() and not path.is_symlink() and not path.name.endswith(".tmp")
+    }
+
+
+def keep(workspace: Path, folder: Path, round_no: int, last: Files | None) -> Files:
+    """Record the workspace for the checkpoint of ``round_no`` (if it changed since ``last``); return it."""
+    files = current_files(workspace)
+    if files == last:
+        return files
+    for relative, digest in files.items():
+        blob = folder / "blobs" / digest
+        if not blob.exists():
+            write_atomic(blob, (workspace / relative).read_bytes())
+    write_atomic(_record(folder, round_no), json.dumps(files, sort_keys=True, indent=0) + "\n")
+    return files
+
+
+def recorded(folder: Path, round_no: int) -> Files | None:
+    """The files recorded for the newest checkpoint up to ``round_no`` (``None`` when none was kept).
+
+    Raises:
+        RunDirCorrupt: If that record is damaged.
+    """
+    records = [p for p in sorted(folder.glob("workspace-*.json")) if int(p.stem.partition("-")[2]) <= round_no]
+    if not records:
+        return None
+    try:
+        files = json.loads(records[-1].read_bytes().decode("utf-8"))
+    except ValueError:
+        raise RunDirCorrupt(f"{records[-1]}: not a workspace record; the file is damaged") from None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise RunDirCorrupt(f"{records[-1]}: not a workspace record; the file is damaged")
+    return files
+
+
+def restore(workspace: Path, folder: Path, round_no: int) -> Files | None:
+    """Make ``workspace`` hold the files recorded up to ``round_no``; drop later records of ``folder``.
+
+    Returns the files restored (``None``, and the workspace untouched, when nothing was recorded).
+    """
+    files = recorded(folder, round_no)
+    if files is None:
+        return None
+    write_files(workspace, folder, files)
+    return files
+
+
+def write_files(workspace: Path, folder: Path, files: Files) -> None:
+    """Make ``workspace`` hold exactly ``files``, their contents from ``folder``'s blobs."""
+    missing = [d for d in files.values() if not (folder / "blobs" / d).is_file()]
+    if missing:
+        raise RunDirCorrupt(f"{folder / 'blobs'}: the workspace content {missing[0]} is missing; the folder is damaged")
+    for relative, digest in current_files(workspace).items():
+        if files.get(relative) != digest:
+            (workspace / relative).unlink()
+    have = current_files(workspace)
+    for relative, digest in files.items():
+        if have.get(relative) != digest:
+            write_atomic(workspace / relative, (folder / "blobs" / digest).read_bytes())
+
+
+def drop_after(folder: Path, round_no: int) -> None:
+    """Remove the workspace records past ``round_no`` (a resumed run records them again)."""
+    for path in folder.glob("workspace-*.json"):
+        if int(path.stem.partition("-")[2]) > round_no:
+            path.unlink()
