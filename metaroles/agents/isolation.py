@@ -94,13 +94,14 @@ def bubblewrap_command(bwrap: str, workdir: Path, limits: Limits, *, network: bo
     command += ["--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
     if network:
         command.append("--share-net")
+    command += ["--tmpfs", "/tmp"]  # first: the installation or the workdir may live under /tmp
     for path in _SYSTEM:
         command += ["--ro-bind-try", path, path]
     for path in (*_SYSTEM_FILES, *(["/etc/resolv.conf", "/etc/hosts"] if network else [])):
         command += ["--ro-bind-try", path, path]
     for root in _python_roots():
         command += ["--ro-bind", root, root]
-    command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    command += ["--proc", "/proc", "--dev", "/dev"]
     command += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--remount-ro", "/", "--clearenv"]
     for key, value in sorted(env.items()):
         command += ["--setenv", key, value]

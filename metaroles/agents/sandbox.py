@@ -117,8 +117,9 @@ class PythonExecute(BaseTool):
         async with await anyio.open_process(self.command(), cwd=self.workdir, env=env, start_new_session=True) as proc:
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
             with anyio.move_on_after(self.timeout + grace) as scope:
-                await proc.stdin.send(arguments["code"].encode())
-                await proc.stdin.aclose()
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await proc.stdin.send(arguments["code"].encode())  # gone already: its exit says why
+                    await proc.stdin.aclose()
                 async with anyio.create_task_group() as group:
                     group.start_soon(_drain, proc.stdout, out, self.max_output)
                     group.start_soon(_drain, proc.stderr, err, self.max_output)
