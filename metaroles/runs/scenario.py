@@ -74,6 +74,7 @@ async def run_scenario(
         report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
         return report, plan.team
     record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **provenance()}
+    _sweep(out_dir)
     write_manifest(out_dir, record)
     report = await plan.team.run(
         n_round=plan.n_round,
@@ -225,6 +226,7 @@ async def resume_scenario(
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(manifest["scenario"]), run_dir)
     parent = manifest.get("parent")
+    _sweep(run_dir)
     if not any((run_dir / CHECKPOINTS).glob("round-*.json")):  # killed before its first checkpoint
         if isinstance(parent, dict):
             report = await _branch(plan, Path(parent["run_dir"]), parent["from_round"], run_dir, parent["idea"])
@@ -240,6 +242,13 @@ async def resume_scenario(
         )
     write_run_dir(run_dir, plan.team, report, manifest)
     return report, plan.team
+
+
+def _sweep(run_dir: Path) -> None:
+    """Remove the temporary files of writes a kill interrupted (never renamed into place)."""
+    for folder in (run_dir, run_dir / CHECKPOINTS, run_dir / CHECKPOINTS / "blobs"):
+        for stale in folder.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
 
 
 async def _start_over(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any]) -> TeamReport:
@@ -283,6 +292,7 @@ async def fork_scenario(
     plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(record["scenario"]), out_dir)
     parent_record = {"run_dir": str(parent.resolve()), "from_round": from_round, "idea": idea, "changes": changes}
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **provenance()}
+    _sweep(out_dir)
     write_manifest(out_dir, child := {**child, "parent": parent_record})
     report = await _branch(plan, parent, from_round, out_dir, idea)
     write_run_dir(out_dir, plan.team, report, child)

@@ -85,6 +85,8 @@ def write_files(workspace: Path, folder: Path, files: Files) -> None:
     missing = [d for d in files.values() if not (folder / "blobs" / d).is_file()]
     if missing:
         raise RunDirCorrupt(f"{folder / 'blobs'}: the workspace content {missing[0]} is missing; the folder is damaged")
+    for stale in workspace.rglob(".*.tmp"):  # a write a kill interrupted
+        stale.unlink()
     for relative, digest in current_files(workspace).items():
         if files.get(relative) != digest:
             (workspace / relative).unlink()

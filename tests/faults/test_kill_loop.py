@@ -48,6 +48,12 @@ def test_a_run_killed_at_a_random_moment_resumes_to_the_same_run(tmp_path, strai
     whole, writes, calls = straight[name]
     run_dir = tmp_path / name
     killed(moment(name, case, writes, calls), *run_args(name, run_dir))
-    ok("resume", str(run_dir), "-q")
+    if (run_dir / "manifest.json").exists():
+        ok("resume", str(run_dir), "-q")
+    else:  # killed as its manifest was written: the run never started, and is simply run again
+        refused = command("none", "resume", str(run_dir))
+        assert refused.returncode == 2 and "is not a run directory" in refused.stderr
+        ok(*run_args(name, run_dir))
+    assert not list(run_dir.rglob("*.tmp")), "resume leaves no temporary file of a killed write"
     assert messages_lost_and_duplicated(whole, run_dir) == (0, 0)
     assert differences(whole, run_dir) == []
