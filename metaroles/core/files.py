@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from metaroles.core.exceptions import RunDirCorrupt
+
 fault_hook: Callable[[str], None] | None = None
 """Tests only: called with the name of each write point reached (see the module docstring)."""
 
@@ -21,6 +23,20 @@ def reached(point: str) -> None:
     """Pass the write point ``point`` (a no-op unless a fault test installed :data:`fault_hook`)."""
     if fault_hook is not None:
         fault_hook(point)
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of a run-directory file.
+
+    Raises:
+        RunDirCorrupt: Naming the file and the first line that is not UTF-8.
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise RunDirCorrupt(f"{path}: line {line} is not UTF-8 text; the file is damaged") from None
 
 
 def sync_dir(folder: Path) -> None:

@@ -23,7 +23,7 @@ from warnings import warn
 
 from metaroles.bus.environment import Environment
 from metaroles.core.exceptions import RunDirCorrupt
-from metaroles.core.files import append_durably, write_atomic
+from metaroles.core.files import append_durably, read_text, write_atomic
 from metaroles.messages.message import Message
 
 Event = dict[str, Any]
@@ -82,11 +82,7 @@ def read_jsonl(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = 
     """
     if not path.exists():
         return []
-    try:
-        lines = path.read_bytes().decode("utf-8").split("\n")
-    except UnicodeDecodeError as exc:
-        bad = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise RunDirCorrupt(f"{path}: line {bad} is not UTF-8 text; the file is damaged") from None
+    lines = read_text(path).split("\n")
     records: list[tuple[Event, str]] = []
     record: Any
     last = len(lines) - (1 if lines[-1] == "" else 0)

@@ -22,6 +22,7 @@ from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.bus.role import Role
 from metaroles.bus.state import EnvEvent, EnvironmentState, RoleState, set_rng_state
+from metaroles.core.files import read_text
 
 
 def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | None = None) -> Restored:
@@ -81,11 +82,7 @@ def _chain(folder: Path, through_round: int | None) -> tuple[list[tuple[Path, di
 def _read_table(path: Path) -> list[str]:
     if not path.exists():
         return []
-    try:
-        lines = path.read_bytes().decode("utf-8").split("\n")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise RunDirCorrupt(f"{path}: line {line} is not UTF-8 text; the checkpoints' message table is damaged") from None
+    lines = read_text(path).split("\n")
     lines.pop()  # "" after the last newline, or a torn last row that no complete checkpoint refers to
     return lines
 

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from metaroles.core.exceptions import RunDirCorrupt
-from metaroles.core.files import write_atomic
+from metaroles.core.files import read_text, write_atomic
 
 Files = dict[str, str]
 """Relative path → SHA-256 of its content."""
@@ -60,7 +60,7 @@ def recorded(folder: Path, round_no: int) -> Files | None:
     if not records:
         return None
     try:
-        files = json.loads(records[-1].read_bytes().decode("utf-8"))
+        files = json.loads(read_text(records[-1]))
     except ValueError:
         raise RunDirCorrupt(f"{records[-1]}: not a workspace record; the file is damaged") from None
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
