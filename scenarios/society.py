@@ -172,16 +172,26 @@ def build(config: Config, llm: LLM) -> ScenarioPlan:
     return ScenarioPlan(team=team, idea="State your opinion.", send_to="", n_round=config.rounds + 1)
 
 
+def opinions(roles: list[Role]) -> dict[str, Any]:
+    """The opinions of the agents among ``roles`` and their cluster gap (a part of :func:`round_metrics`)."""
+    agents = [role for role in roles if isinstance(role, Agent)]
+    return {"opinions": [agent.opinion for agent in agents], "gap": agents[0].cluster_gap if agents else None}
+
+
+METRIC_PARTS = (opinions,)
+"""On shards, each computes its agents' opinions; :func:`round_metrics` combines the parts."""
+
+
 def round_metrics(team: Team) -> dict[str, Any]:
     """Mean and variance of the opinions, and the clusters they form."""
-    agents = [role for role in team.env.roles.values() if isinstance(role, Agent)]
-    opinions = sorted(agent.opinion for agent in agents)
-    gap = agents[0].cluster_gap
-    clusters = 1 + sum(b - a > gap for a, b in itertools.pairwise(opinions))
+    parts = team.gathered(opinions)
+    opinions_now = sorted(o for part in parts for o in part["opinions"])
+    gap = next(part["gap"] for part in parts if part["gap"] is not None)
+    clusters = 1 + sum(b - a > gap for a, b in itertools.pairwise(opinions_now))
     return {
-        "mean": round(statistics.fmean(opinions), 6),
-        "variance": round(statistics.pvariance(opinions), 6),
+        "mean": round(statistics.fmean(opinions_now), 6),
+        "variance": round(statistics.pvariance(opinions_now), 6),
         "clusters": clusters,
-        "min": round(opinions[0], 6),
-        "max": round(opinions[-1], 6),
+        "min": round(opinions_now[0], 6),
+        "max": round(opinions_now[-1], 6),
     }

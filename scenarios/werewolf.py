@@ -109,14 +109,17 @@ def _witch_model(request: Request) -> type[BaseModel]:
 class Player(Role):
     """A player: answers only the requests addressed to it; hears announcements and speeches."""
 
-    def __init__(self, *, name: str, secret: GameRole, allies: list[str]) -> None:
-        """Create a player who knows its role (and, for a werewolf, the other werewolves)."""
+    def __init__(self, *, name: str, secret: GameRole, allies: list[str], table: list[str] | None = None) -> None:
+        """Create a player who knows its role (and, for a werewolf, the other werewolves) and the table."""
         self.secret = secret
         self.allies = allies
+        self.table = table
         super().__init__(name=name, profile=secret, actions=[Respond(self)], watch=[UserRequirement], send_to=MODERATOR)
 
     def game_players(self) -> list[str]:
-        """Every player at the table."""
+        """Every player at the table (known from the deal: on a shard, the others live elsewhere)."""
+        if self.table is not None:
+            return list(self.table)
         env = self.rc.env
         return [n for n, r in env.roles.items() if isinstance(r, Player)] if env is not None else []
 
@@ -305,13 +308,23 @@ def build(config: Config, llm: LLM) -> ScenarioPlan:
     team = Team(env=env, llm=llm)
     wolves = game.living("werewolf")
     players = [
-        Player(name=p, secret=game.roles[p], allies=[w for w in wolves if w != p] if p in wolves else [])
+        Player(
+            name=p,
+            secret=game.roles[p],
+            allies=[w for w in wolves if w != p] if p in wolves else [],
+            table=list(config.players),
+        )
         for p in config.players
     ]
     team.hire([Moderator(game, max_days=config.max_days), *players])
     return ScenarioPlan(
         team=team, idea="A new game of werewolf begins.", send_to=MODERATOR, n_round=12 * config.max_days + 4
     )
+
+
+def shard_by(role: Role, shards: int) -> int | None:
+    """On shards, the moderator stays on the driver: the environment's rules read its game."""
+    return None if isinstance(role, Moderator) else role.place % shards
 
 
 def round_metrics(team: Team) -> dict[str, Any]:

@@ -88,6 +88,37 @@ class Bus:
         if not role.rc.msg_buffer.empty():
             self.mark_ready(role)
 
+    def swap_roles(self, stand_ins: dict[int, Any]) -> None:
+        """Put ``stand_ins`` (by place) where roles were, keeping every place; the address index is rebuilt.
+
+        A sharded run puts the driver's stand-ins for the roles it ships to shards, and the roles
+        back when they return (``runs.sharding``); a stand-in carries ``name``, ``addresses`` and
+        ``_env_index`` like the role it stands for.
+        """
+        members = list(self._members)
+        for index, stand_in in stand_ins.items():
+            members[index] = stand_in
+        self._book = AddressBook()
+        self._members = self._book.members
+        for member in members:
+            self._book.add(member)
+        self.roles = {member.name: member for member in members}
+        self._ready = [role for role in self._ready if role._env_index not in stand_ins]
+
+    def adopt_roles(self, roles: Iterable[Role], *, total: int) -> None:
+        """Host ``roles`` that keep their places (``_env_index``) in a bus of ``total`` roles (a shard's part).
+
+        They are routed to and run here; what is published during a round by anyone else ranks
+        after all ``total`` roles, as on the whole bus.
+        """
+        for role in sorted(roles, key=lambda r: r._env_index):
+            self.roles[role.name] = role
+            self._book.add(role)
+            role._ready = False  # it was ready where it came from; here it is ready if its buffer holds news
+            if not role.rc.msg_buffer.empty():
+                self.mark_ready(role)
+        self._outsider = total
+
     def add_roles(self, roles: Iterable[Role]) -> None:
         """Register each of ``roles`` in order."""
         for role in roles:

@@ -149,6 +149,7 @@ class Environment(Bus):
             self.trace = []
         ready = self._take_ready()
         failures: list[tuple[Role, Exception]] = []
+        spent = self.ledger.mark()
         self._in_round = True
         try:
             if len(ready) == 1:
@@ -162,14 +163,19 @@ class Environment(Bus):
         finally:
             self._in_round = False
             self._order_trace()
+            self._settle(failures, spent)
             self._flush()
+        self._raise_failures(failures)
+        self._raise_undelivered()
+
+    def _raise_failures(self, failures: list[tuple[Role, Exception]]) -> None:
+        """Raise the first failure of the round (in role order) when ``on_role_error`` is ``"raise"``."""
         if failures and self.on_role_error == "raise":
             role, exc = failures[0]
             more = f" (and {len(failures) - 1} more; see env.events)" if len(failures) > 1 else ""
             raise RoleFailed(
                 f"role {role.name!r} failed in round {self.round}: {exc!r}{more}", role=role.name, round=self.round
             ) from exc
-        self._raise_undelivered()
 
     def _order_trace(self) -> None:
         """Put the round's turn steps in role order (each role's own steps stay in order).
@@ -197,7 +203,23 @@ class Environment(Bus):
 
     def _fail(self, role: Role, exc: Exception, *, failures: list[tuple[Role, Exception]]) -> None:
         failures.append((role, exc))
-        self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}")
+
+    def _settle(self, failures: list[tuple[Role, Exception]], spent: tuple[int, float, int]) -> None:
+        """Put the round's failures and model calls in role order, whichever finished first.
+
+        Concurrent turns fail and call their models in an order the scheduler picks; the record
+        (events, ledger) must not depend on it, in one process or on many shards.
+        """
+        failures.sort(key=lambda failure: failure[0]._env_index)
+        for role, exc in failures:
+            self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}")
+        entries = self.ledger.entries
+        if len(entries) > spent[0]:
+            roles, last = self.roles, len(self._members)
+            entries[spent[0] :] = sorted(
+                entries[spent[0] :], key=lambda e: roles[e.role]._env_index if e.role in roles else last
+            )
+            self.ledger.settle(spent)
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []

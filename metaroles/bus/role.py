@@ -153,6 +153,11 @@ class Role:
                 action.llm = llm
             self._bind(action)
 
+    @property
+    def place(self) -> int:
+        """The role's place in its Environment (the order of delivery); -1 before it joins one."""
+        return self._env_index
+
     def attach(self, env: RoleHost, index: int, *, ids: IdScope | None = None) -> None:
         """Join ``env`` as its ``index``-th role (called by the Environment); ``ids`` is where its turns' ids come from.
 

@@ -94,6 +94,21 @@ class CostLedger:
         self.total_tokens = 0
         self.reset(entries or [])
 
+    def mark(self) -> tuple[int, float, int]:
+        """Where the ledger stands: entries, cost and tokens (see :meth:`settle`)."""
+        return len(self.entries), self.total_cost, self.total_tokens
+
+    def settle(self, mark: tuple[int, float, int]) -> None:
+        """Recount the totals from ``mark`` over the entries after it, in their order.
+
+        Money is a float sum: after the entries of a round are put in role order, the totals are
+        summed in that order too, so they never depend on which call finished first.
+        """
+        count, self.total_cost, self.total_tokens = mark
+        for entry in self.entries[count:]:
+            self.total_cost += entry.cost
+            self.total_tokens += entry.tokens
+
     def reset(self, entries: list[LedgerEntry]) -> None:
         """Replace the entries (when a saved run is restored); totals follow."""
         self.entries = list(entries)

@@ -34,7 +34,7 @@ from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue
 from metaroles.bus.role import Role
-from metaroles.bus.state import rng_state
+from metaroles.bus.state import RoleState, rng_state
 from metaroles.runs.replayable import plain, replayable, replays, signature
 
 MESSAGES = "messages.jsonl"
@@ -176,6 +176,33 @@ class CheckpointWriter:
         self._ops.clear()
         self._deliveries.clear()
         self._blind = False
+        if new_rows:
+            append_durably(self.folder / MESSAGES, "".join(new_rows))
+            new_rows.clear()
+        path = round_file(self.folder, env.round)
+        write_atomic(path, "{" + ",".join(parts) + "}\n")
+        self.round = env.round
+        return path
+
+    def write_states(self, env: Environment, states: list[RoleState]) -> Path:
+        """Write a full snapshot of ``env``'s current round whose roles are ``states`` (gathered from shards).
+
+        Its roles hold their whole state, so any process — one, or shards of any count — restores it.
+        """
+        self._full_round = env.round
+        self._roles.clear()
+        self._expect.clear()
+        self._env = _EnvMark()
+        new_rows = self._pending_rows
+        parts = [f'"version":{FORMAT},"round":{env.round},"kind":"full"']
+        parts.extend(self._env_parts(env, new_rows, full=True))
+        roles = [f'{self._enc(state.name)}:{{"state_dict":{state.model_dump_json()}}}' for state in states]
+        parts.append('"roles":{' + ",".join(roles) + "}")
+        parts.append(f'"rows":{len(self._held)}')
+        self._ops.clear()
+        self._deliveries.clear()
+        self._noted_history = len(env.history)
+        self._blind = True  # the next delta (written on one process) lists every role whole
         if new_rows:
             append_durably(self.folder / MESSAGES, "".join(new_rows))
             new_rows.clear()

@@ -103,3 +103,5 @@ class RunOptions:
     """A checkpoint every this many rounds (and where the run stops); default: the scenario's, else 1."""
     log_turns: bool | None = None
     """Log each turn's observe, think and act events; default: the scenario's, else yes."""
+    backend: Any = None
+    """Where the roles run (a ``runs.sharding.Backend``); one process by default. Not part of the run."""

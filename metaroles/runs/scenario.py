@@ -41,6 +41,10 @@ def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> Scenari
     every = run.checkpoint_every if run.checkpoint_every is not None else defaults.get("checkpoint_every", 1)
     plan.team.checkpoint_every = every
     plan.team.log_turns = run.log_turns if run.log_turns is not None else defaults.get("log_turns", True)
+    plan.team.metric_parts = list(getattr(module, "METRIC_PARTS", ()))
+    plan.team.shard_by = getattr(module, "shard_by", None)
+    if run.backend is not None:
+        plan.team.backend = run.backend
     return ScenarioPlan(
         team=plan.team,
         idea=plan.idea if run.idea is None else run.idea,
@@ -195,7 +199,7 @@ def checked_config(module: ModuleType, options: dict[str, Any]) -> Any:
 
 
 def _rebuild(
-    manifest: dict[str, Any], llm: LLM, run_dir: Path, changes: dict[str, Any] | None = None
+    manifest: dict[str, Any], llm: LLM, run_dir: Path, changes: dict[str, Any] | None = None, backend: Any = None
 ) -> ScenarioPlan:
     module = load_scenario(manifest["scenario"])
     config, _ = _configured(module, {**manifest["config"], **(changes or {})}, run_dir)
@@ -205,6 +209,7 @@ def _rebuild(
         budget=manifest.get("budget"),
         checkpoint_every=manifest.get("checkpoint_every"),
         log_turns=manifest.get("log_turns"),
+        backend=backend,
     )
     return _plan(module, config, llm, run)
 
@@ -215,14 +220,16 @@ async def resume_scenario(
     llm: LLM,
     role_llms: dict[str, LLM] | None = None,
     on_round: Callable[[Team], None] | None = None,
+    backend: Any = None,
 ) -> tuple[TeamReport, Team]:
     """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint.
 
     ``role_llms`` give roles the models a fork gave them (the manifest's ``role_llms``). A run
-    killed before its first checkpoint starts over from its manifest.
+    killed before its first checkpoint starts over from its manifest. ``backend`` runs the roles
+    on shards (any count: shards are not part of the run).
     """
     manifest = read_manifest(run_dir)
-    plan = _rebuild(manifest, llm, run_dir)
+    plan = _rebuild(manifest, llm, run_dir, backend=backend)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(manifest["scenario"]), run_dir)
     parent = manifest.get("parent")
@@ -276,6 +283,7 @@ async def fork_scenario(
     idea: str = "",
     manifest: dict[str, Any] | None = None,
     on_round: Callable[[Team], None] | None = None,
+    backend: Any = None,
 ) -> tuple[TeamReport, Team]:
     """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
 
@@ -287,7 +295,7 @@ async def fork_scenario(
     """
     record = read_manifest(parent)
     changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
-    plan = _rebuild(record, llm, out_dir, changes)
+    plan = _rebuild(record, llm, out_dir, changes, backend)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(record["scenario"]), out_dir)
     parent_record = {"run_dir": str(parent.resolve()), "from_round": from_round, "idea": idea, "changes": changes}

@@ -7,6 +7,7 @@ reports why; the environment's state stays intact and can be saved at any point.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 from enum import StrEnum
 from pathlib import Path
 from warnings import warn
@@ -16,7 +17,7 @@ from pydantic import BaseModel
 from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.bus.environment import Environment
 from metaroles.runs.eventlog import EventLog, check_log, copy_events
-from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, UnknownRoleError
+from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, RunError, UnknownRoleError
 from metaroles.llm.ledger import Budget, CostLedger, Spend
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
@@ -24,6 +25,7 @@ from metaroles.runs import workspace
 from metaroles.runs.restore import restore_checkpoint
 from metaroles.bus.role import Role
 from metaroles.core.schema import BROADCAST, to_addresses
+from metaroles.runs.sharding import Backend, RemoteRole, ShardBy, ShardedRun, sharded
 
 HUMAN = "Human"
 """``sent_from`` of the idea a Team publishes."""
@@ -75,6 +77,8 @@ class Team:
             (and when the run stops); a resumed run goes back to the last one.
         log_turns: With an event log, also log each turn's observe, think and act events; large
             societies may keep only publishes, deliveries, model calls and errors.
+        backend: Where the roles run: in this process (``None``), or on shards
+            (``RayBackend(shards=K)``, ``LocalBackend(shards=K)``); every file of the run is the same.
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class Team:
         role_budgets: Mapping[str, Budget] | None = None,
         checkpoint_every: int = 1,
         log_turns: bool = True,
+        backend: Backend | None = None,
     ) -> None:
         """Create a team; see the class docstring for the arguments."""
         if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
@@ -108,6 +113,14 @@ class Team:
         self.workspace: Path | None = None
         """The folder the roles' actions write files into, if any: kept with every checkpoint (see ``workspace``)."""
         self._kept: workspace.Files | None = None
+        self.backend = backend
+        self.shard_by: ShardBy | None = None
+        """Which shard a role runs on, when the backend does not say (a scenario's ``shard_by``)."""
+        self.metric_parts: list[Callable[[list[Role]], Any]] = []
+        """Functions of a list of roles that round metrics combine (:meth:`gathered`); on shards they run where the roles are."""
+        self._sharded: ShardedRun | None = None
+        self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
+        self._stranded = False
         if investment is not None:
             self.invest(investment)
 
@@ -137,6 +150,25 @@ class Team:
             message = Message(idea, sent_from=HUMAN, send_to=target)
         self.env.publish_message(message)
         return message
+
+    def gathered(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
+        """``fn`` of the run's roles: one part per shard (and the driver's) on shards, else one of all roles.
+
+        Round metrics that read every role combine these parts, so they are the same on one
+        process and on many; register ``fn`` in :attr:`metric_parts` for a sharded run.
+
+        Raises:
+            RunError: If the run is sharded and ``fn`` is not in :attr:`metric_parts`.
+        """
+        parts = self._parts.get(fn)
+        if parts is not None:
+            return parts
+        if self._sharded is None:
+            return [fn(list(self.env.roles.values()))]
+        raise RunError(
+            f"{getattr(fn, '__name__', fn)!r} reads roles that live on shards; add it to Team.metric_parts "
+            "(a scenario: METRIC_PARTS) so each shard computes its part"
+        )
 
     def budget_crossed(self) -> str | None:
         """Which budget the spending so far has crossed, if any."""
@@ -186,14 +218,14 @@ class Team:
         try:
             if idea:
                 self.run_project(idea, send_to)
-                self._checkpoint()
+                await self._checkpoint()
             try:
                 rounds, reason = await self._run_rounds(n_round)
             finally:  # a clean stop is checkpointed; a failed round is not, so resume runs it again
                 self._final_checkpoint()
         finally:
             self._checkpoints = None
-            if save_to is not None:
+            if save_to is not None and not self._stranded:  # a lost shard took roles: the checkpoint stands
                 self.env.save(save_to)
         return self._report(rounds, reason)
 
@@ -281,25 +313,34 @@ class Team:
     def _final_checkpoint(self) -> None:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
         writer = self._checkpoints
-        if writer is not None and writer.round != self.env.round and not self._failed:
-            self._commit(writer)
+        if writer is not None and writer.round != self.env.round and not self._failed and not self._stranded:
+            self._keep_files(writer)
+            writer.write(self.env)
 
-    def _commit(self, writer: CheckpointWriter) -> None:
-        """Write the checkpoint of the current round, the workspace's files kept first."""
+    def _keep_files(self, writer: CheckpointWriter) -> None:
         if self.workspace is not None:
             self._kept = workspace.keep(self.workspace, writer.folder, self.env.round, self._kept)
-        writer.write(self.env)
 
-    def _checkpoint(self) -> None:
+    async def _commit(self, writer: CheckpointWriter) -> None:
+        """Write the checkpoint of the current round, the workspace's files kept first."""
+        self._keep_files(writer)
+        if self._sharded is None:
+            writer.write(self.env)
+        else:
+            writer.write_states(self.env, await self._sharded.role_states())
+
+    async def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last."""
         try:
             if self._log is not None:
                 self._log.round_done()
             if self.on_record is not None:
+                if self._sharded is not None:
+                    self._parts = {fn: await self._sharded.parts(fn) for fn in self.metric_parts}
                 self.on_record(self)
             writer = self._checkpoints
             if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
-                self._commit(writer)
+                await self._commit(writer)
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise
@@ -319,26 +360,43 @@ class Team:
         )
 
     async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
+        self._stranded = False
         async with self.env.session():
-            return await self._rounds(n_round)
+            if self.backend is None or n_round == 0 or self.env.is_idle:
+                return await self._rounds(n_round)
+            try:
+                shard_by = self.backend.shard_by or self.shard_by
+                async with sharded(self.env, self.backend.shard_set(), shard_by) as run:
+                    self._sharded = run
+                    try:
+                        return await self._rounds(n_round)
+                    finally:
+                        self._sharded, self._parts = None, {}
+                        self._stranded = run.broken
+            except BaseException:
+                self._stranded = self._stranded or any(isinstance(r, RemoteRole) for r in self.env._members)
+                raise
+
+    def _idle(self) -> bool:
+        return self._sharded.is_idle if self._sharded is not None else self.env.is_idle
 
     async def _rounds(self, n_round: int) -> tuple[int, StopReason]:
         rounds = 0
         while rounds < n_round:
-            if self.env.is_idle:
+            if self._idle():
                 return rounds, StopReason.IDLE
             if self.budget_crossed():
                 return rounds, StopReason.BUDGET
             try:
-                await self.env.run_round()
+                await (self.env.run_round() if self._sharded is None else self._sharded.run_round())
             except BaseException as exc:
                 self._failed = True  # the round's state is not whole: its checkpoint is never written
                 if isinstance(exc, RoleFailed) and self._log is not None:
                     self._log.round_done()  # its role_error reaches the log; resume cuts it back and retries
                 raise
-            self._checkpoint()
+            await self._checkpoint()
             rounds += 1
-        if self.env.is_idle:
+        if self._idle():
             return rounds, StopReason.IDLE
         if self.budget_crossed():
             return rounds, StopReason.BUDGET
