@@ -52,6 +52,8 @@ from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue, PriorityMessageQueue
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.runs.ray_shards import RayBackend
+from metaroles.runs.sharding import LocalBackend
 from metaroles.runs.team import StopReason, Team, TeamReport
 
 __all__ = [
@@ -110,6 +112,8 @@ __all__ = [
     "Spend",
     "StopReason",
     "Team",
+    "RayBackend",
+    "LocalBackend",
     "TeamReport",
     "Terminate",
     "TestLLM",
