@@ -50,9 +50,9 @@ from metaroles.llm.providers import resolve_llm
 from metaroles.messages.memory import ChatMemory, Memory
 from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue, PriorityMessageQueue
+from metaroles.runs.ray_shards import RayBackend
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
-from metaroles.runs.ray_shards import RayBackend
 from metaroles.runs.sharding import LocalBackend
 from metaroles.runs.team import StopReason, Team, TeamReport
 
@@ -89,6 +89,7 @@ __all__ = [
     "LLMRequest",
     "LLMResponse",
     "LedgerEntry",
+    "LocalBackend",
     "Memory",
     "Message",
     "MessageQueue",
@@ -98,6 +99,7 @@ __all__ = [
     "ProviderError",
     "PublishMessage",
     "PythonExecute",
+    "RayBackend",
     "ReActAgent",
     "Role",
     "RoleContext",
@@ -112,8 +114,6 @@ __all__ = [
     "Spend",
     "StopReason",
     "Team",
-    "RayBackend",
-    "LocalBackend",
     "TeamReport",
     "Terminate",
     "TestLLM",

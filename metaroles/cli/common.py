@@ -205,6 +205,36 @@ def model_from(llm: str | None, model: str | None, base_url: str | None, seed: i
     return resolve({"llm": llm, "model": model, "base_url": base_url, "seed": seed})
 
 
+BACKEND_HELP = "where the roles run: 'process' (this one) or 'ray' (shards on a Ray cluster; the run is the same)"
+
+
+def backend_from(backend: str | None, shards: int | None, address: str | None, recorded: Any = None) -> Any:
+    """The backend the options ask for (else the one a manifest recorded; else none: one process).
+
+    Raises:
+        typer.Exit: For an unknown backend, or shards without Ray (a one-line error, exit 2).
+    """
+    saved = recorded if isinstance(recorded, dict) else {}
+    kind = backend or (saved.get("backend") if shards is None else "ray") or "process"
+    if kind not in ("process", "ray"):
+        raise fail(f"--backend {kind!r} is not a backend; use 'process' or 'ray'")
+    if kind == "process":
+        if shards is not None:
+            raise fail(f"--shards {shards} needs --backend ray (shards run on Ray)")
+        return None
+    from metaroles.runs.ray_shards import RayBackend
+
+    count = shards if shards is not None else int(saved.get("shards") or 2)
+    return RayBackend(count, address=address or saved.get("address"))
+
+
+def execution_record(backend: Any) -> dict[str, Any]:
+    """How a run was executed, for its manifest (not part of the run: any count of shards resumes it)."""
+    if backend is None:
+        return {"backend": "process"}
+    return {"backend": "ray", "shards": backend.shards, "address": backend.address}
+
+
 def manifest_model(manifest: dict[str, Any]) -> LLM:
     """The model a run was made with, as its manifest names it (a replayed cassette replays again).
 

@@ -9,9 +9,12 @@ from typing import Annotated, Any
 import typer
 
 from metaroles.cli.common import (
+    BACKEND_HELP,
     LLM_HELP,
     app,
+    backend_from,
     execute,
+    execution_record,
     finish,
     manifest_model,
     model_from,
@@ -56,6 +59,11 @@ def run(
     out: Annotated[Path | None, typer.Option(help="run directory (default: RUNS_DIR/NAME-STAMP-ID)")] = None,
     runs_dir: Annotated[Path, typer.Option(help="where run directories go")] = Path("runs"),
     no_save: Annotated[bool, typer.Option("--no-save", help="write no run directory")] = False,
+    backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
+    shards: Annotated[int | None, typer.Option(min=1, max=4096, help="shards of a Ray run (default 2)")] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port (default: a local one)")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
 ) -> None:
     """Run a scenario and write its run directory."""
@@ -76,10 +84,17 @@ def run(
         budget=budget if budget is not None else settings.get("budget"),
         checkpoint_every=checkpoint_every,
         log_turns=log_turns,
+        backend=backend_from(backend, shards, ray_address),
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     named = f"replay:{replay}" if replay is not None else chosen or "auto"
-    manifest = {"llm": named, "model": model, "base_url": redacted(base_url), "cassette": str(record or replay or "")}
+    manifest = {
+        "llm": named,
+        "model": model,
+        "base_url": redacted(base_url),
+        "cassette": str(record or replay or ""),
+        "execution": execution_record(run_options.backend),
+    }
     report, team = execute(
         lambda live: run_scenario(
             name,
@@ -115,15 +130,25 @@ def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], di
 @app.command()
 def resume(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `metaroles run`")],
+    backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
+    shards: Annotated[int | None, typer.Option(min=1, max=4096, help="shards of a Ray run (default 2)")] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port (default: a local one)")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
 ) -> None:
-    """Continue a run from its last complete checkpoint (after a crash, a kill, or a budget stop)."""
+    """Continue a run from its last complete checkpoint (after a crash, a kill, or a budget stop).
+
+    It runs where it ran before (the manifest's backend) unless ``--backend``/``--shards`` say
+    otherwise: any count of shards continues it alike.
+    """
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
+    chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     llm = manifest_model(manifest)
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     report, team = execute(
-        lambda live: resume_scenario(run_dir, llm=llm, role_llms=role_llms, on_round=live),
+        lambda live: resume_scenario(run_dir, llm=llm, role_llms=role_llms, on_round=live, backend=chosen),
         manifest["n_round"],
         quiet=quiet,
         run_dir=run_dir,
@@ -143,6 +168,11 @@ def fork(
     ] = None,
     idea: Annotated[str, typer.Option(help="a message published to every role at the fork point")] = "",
     out: Annotated[Path | None, typer.Option(help="the new run directory (default: next to the parent)")] = None,
+    backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
+    shards: Annotated[int | None, typer.Option(min=1, max=4096, help="shards of a Ray run (default 2)")] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port (default: a local one)")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
 ) -> None:
     """Start a new run from a round of an earlier one, with a change; the new run records its parent."""
@@ -156,6 +186,7 @@ def fork(
             changes[key] = value
     role_llms = {name: resolve({"llm": spec}) for name, spec in specs.items()}
     llm = manifest_model(manifest)
+    chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     child = out or new_run_dir(run_dir.parent, f"{manifest['scenario']}-fork{from_round}")
 
     def work(live: Callable[[Team], None]) -> Any:
@@ -167,8 +198,9 @@ def fork(
             changes=changes,
             role_llms=role_llms,
             idea=idea,
-            manifest={"role_llms": specs} if specs else None,
+            manifest={"execution": execution_record(chosen), **({"role_llms": specs} if specs else {})},
             on_round=live,
+            backend=chosen,
         )
 
     report, team = execute(work, manifest["n_round"], quiet=quiet, run_dir=child)

@@ -167,6 +167,11 @@ class RemoteRole:
         self.shard = shard
         self.rc = _RemoteContext(inbox, frozenset(role.rc.watch))
 
+    @property
+    def is_idle(self) -> bool:
+        """Whether the role did not speak in the last round (what the driver can tell of a remote role)."""
+        return not self.rc.news
+
     def put_message(self, message: Message) -> None:
         """Deliver ``message`` to this role alone (an intervention decided it per recipient)."""
         self.rc.msg_buffer.inbox.append((message, self.name))
@@ -414,6 +419,7 @@ class ShardedRun:
         self.inboxes: list[list[Entry]] = [[] for _ in range(shards.count)]
         self.ready = [0] * shards.count
         self.broken = False
+        self._spoke: list[RemoteRole] = []
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -511,6 +517,9 @@ class ShardedRun:
 
     def _merge(self, results: list[StepResult | None], failures: list[tuple[Any, Exception]]) -> None:
         env = self.env
+        for stand_in in self._spoke:
+            stand_in.rc.news = []
+        self._spoke = []
         members, pending, trace = env._members, env._pending, env.trace
         for shard, result in enumerate(results):
             if result is None:
@@ -522,9 +531,11 @@ class ShardedRun:
                 failures.append((members[place], _remote_failure(kind, text, shown)))
             if trace is not None:
                 trace.extend(result.trace)
-            roles = env.roles
+            roles: dict[str, Any] = env.roles
             for name, ids in result.news.items():
-                roles[name].rc.news = [_Seen(i) for i in ids]
+                stand_in = roles[name]
+                stand_in.rc.news = [_Seen(i) for i in ids]
+                self._spoke.append(stand_in)
 
     async def role_states(self) -> list[RoleState]:
         """Every role's state in place order (remote ones from their shards, after this round's deliveries)."""
