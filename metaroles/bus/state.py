@@ -95,12 +95,14 @@ def by_reference(state: RoleState, history: dict[str, Message]) -> RoleState:
 def _same_as(kept: Message | None, message: Message) -> bool:
     """Whether ``message`` is the history's ``kept`` (the same object, or a copy equal in every field).
 
-    A restored role may hold copies of history messages; saved by reference either way, the
-    state file is the same whether the run was resumed or not.
+    A restored role, or one back from a shard, holds copies of history messages; saved by
+    reference either way, the state file is the same whether the run was resumed or sharded.
     """
     if kept is message:
         return True
-    return kept is not None and kept.model_dump(mode="json") == message.model_dump(mode="json")
+    if kept is None or kept.id != message.id:
+        return False
+    return kept == message or kept.model_dump(mode="json") == message.model_dump(mode="json")
 
 
 def resolved(state: RoleState, history: dict[str, Message]) -> RoleState:

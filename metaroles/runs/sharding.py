@@ -30,6 +30,7 @@ import io
 import pickle
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -58,16 +59,28 @@ Step = tuple[str, str, Any, int]
 # -- shipping roles -------------------------------------------------------------------------------
 
 
+_HOST: ContextVar[dict[str, Any]] = ContextVar("metaroles_shard_host")
+
+
+def _hosted(key: str) -> Any:
+    """What a pickled reference to the environment (or its ledger, or clock) means where it is loaded."""
+    return _HOST.get()[key]
+
+
 def dumps_roles(env: Environment, roles: Sequence[Role], pickler: type[pickle.Pickler] = pickle.Pickler) -> bytes:
     """Pickle ``roles`` without their environment: references to ``env``, its ledger and clock travel as names.
 
     ``pickler`` may be a cloudpickle Pickler, which also carries classes defined in a notebook.
     """
     shared = {id(env): "env", id(env.ledger): "ledger", id(env._clock): "clock"}
+    fallback = getattr(pickler, "reducer_override", None)
 
     class _Pickler(pickler):  # type: ignore[misc,valid-type]
-        def persistent_id(self, obj: Any) -> str | None:
-            return shared.get(id(obj))
+        def reducer_override(self, obj: Any) -> Any:  # not called for str, int, dict, list...: cheap
+            key = shared.get(id(obj))
+            if key is not None:
+                return _hosted, (key,)
+            return NotImplemented if fallback is None else fallback(self, obj)
 
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=5).dump(list(roles))
@@ -76,13 +89,11 @@ def dumps_roles(env: Environment, roles: Sequence[Role], pickler: type[pickle.Pi
 
 def loads_roles(data: bytes, env: Environment) -> list[Role]:
     """The roles :func:`dumps_roles` pickled, now referring to ``env``, its ledger and clock."""
-    shared = {"env": env, "ledger": env.ledger, "clock": env._clock}
-
-    class _Unpickler(pickle.Unpickler):
-        def persistent_load(self, pid: Any) -> Any:
-            return shared[pid]
-
-    roles: list[Role] = _Unpickler(io.BytesIO(data)).load()
+    token = _HOST.set({"env": env, "ledger": env.ledger, "clock": env._clock})
+    try:
+        roles: list[Role] = pickle.loads(data)
+    finally:
+        _HOST.reset(token)
     return roles
 
 
@@ -97,8 +108,8 @@ def placement(roles: Sequence[Role], shards: int, shard_by: ShardBy | None) -> l
         shard = role._env_index % shards if shard_by is None else shard_by(role, shards)
         if shard is not None and (isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards):
             raise InvalidValueError(
-                f"shard_by({role.name!r}, {shards}) returned {shard!r}; return a shard number in 0..{shards - 1}, or None to "
-                "keep the role on the driver"
+                f"shard_by({role.name!r}, {shards}) returned {shard!r}; return a shard number in 0..{shards - 1}, "
+                "or None to keep the role on the driver"
             )
         placed.append(shard)
     return placed
@@ -375,7 +386,8 @@ class LocalShards:
 
     async def release(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[bytes]:
         """Each shard's roles, pickled."""
-        blobs = [host.release(inbox, broadcasts, pickle.Pickler) for host, inbox in zip(self.hosts, inboxes, strict=True)]
+        pairs = zip(self.hosts, inboxes, strict=True)
+        blobs = [host.release(inbox, broadcasts, pickle.Pickler) for host, inbox in pairs]
         self.hosts = []
         return blobs
 
