@@ -24,7 +24,7 @@ from metaroles.bus.routing import (
 )
 from metaroles.bus.state import EnvEvent
 from metaroles.core.exceptions import DuplicateRoleError, InvalidValueError, UndeliverableError, UnknownRoleError
-from metaroles.core.ids import IdScope
+from metaroles.core.ids import SCOPE, IdScope
 from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
@@ -174,11 +174,23 @@ class Bus:
         if not isinstance(message, Message):
             raise InvalidValueError(f"publish_message got {message!r}, which is not a Message")
         if self._in_round:
-            sender = self.roles.get(message.sent_from)
-            self._pending.append((self._outsider if sender is None else sender._env_index, message))
+            self._pending.append((self._rank(message), message))
             return
         self._deliver((message,))
         self._raise_undelivered()
+
+    def _rank(self, message: Message) -> int:
+        """Where a message published during a round goes out: with the role whose turn published it.
+
+        The turn is known by its id scope (a role's scope has slot = place + 1), so the order never
+        depends on ``sent_from`` naming someone else, on which turn finished first, or on which
+        shard the role runs; outside any turn, by ``sent_from``, else after every role.
+        """
+        scope = SCOPE.get()
+        if scope is not None and scope.slot > 0:
+            return scope.slot - 1
+        sender = self.roles.get(message.sent_from)
+        return self._outsider if sender is None else sender._env_index
 
     def _deliver(self, messages: Iterable[Message]) -> None:
         """Route each of ``messages``, in order, into the buffers of its recipients."""

@@ -3,7 +3,7 @@
 Routing goes through an address index, so its cost grows with the number of recipients, not
 with the number of roles. A round runs every role that has buffered messages, concurrently,
 on a bounded pool of anyio workers; what they publish is delivered when the round ends, in
-role registration order and then publish order, so a seed and an offline model fix the whole
+the publishing role's registration order and then publish order, so a seed and an offline model fix the whole
 transcript. A message that reaches no role goes to :attr:`Environment.dead_letters` with a
 :class:`DeadLetterWarning` (strict mode raises). Interventions see every publish and delivery.
 """

@@ -1,0 +1,237 @@
+"""Sharded runs are the one-process run: the shards' code run in this process (``LocalBackend``).
+
+Roles are pickled to their shards and back exactly as on Ray (``test_ray_shards.py`` runs the
+same on real Ray actors); here every scenario runs at 1, 2 and 3 shards, and a hypothesis test
+routes random messages over random shard maps.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from metaroles.scenarios.society import Agent
+
+from metaroles import Action, ActionResult, DeadLetterWarning, Environment, Message, Role, Team, TestLLM
+from metaroles.core.exceptions import InvalidValueError, RunError
+from metaroles.runs.config import RunOptions
+from metaroles.runs.registry import load_scenario
+from metaroles.runs.scenario import resume_scenario, run_scenario
+from metaroles.runs.sharding import LocalBackend, LocalShards, RemoteRole, ShardedRun, placement
+
+SEED = 5
+SCENARIOS: dict[str, dict[str, object]] = {
+    "debate": {},
+    "society": {"agents": 300, "rounds": 6, "llm_agents": 4},
+    "software_company": {},
+    "werewolf": {},
+}
+RUN_FILES = ("events.jsonl", "transcript.md", "state.json", "metrics.jsonl", "report.json", "ledger.json")
+"""What a run directory holds of the run itself (checkpoints are how it was kept, not what it was)."""
+
+
+def run_files(run_dir: Path) -> dict[str, bytes]:
+    return {name: (run_dir / name).read_bytes() for name in RUN_FILES if (run_dir / name).exists()}
+
+
+async def scenario_run(name: str, out: Path, backend: Any = None, **options: object) -> Team:
+    _, team = await run_scenario(
+        name,
+        llm=TestLLM(),
+        options={**SCENARIOS[name], **options},
+        out_dir=out,
+        run=RunOptions(seed=SEED, backend=backend),
+    )
+    return team
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_a_sharded_run_writes_the_one_process_run_byte_for_byte(name: str, shards: int, tmp_path: Path) -> None:
+    await scenario_run(name, tmp_path / "one")
+    backend = LocalBackend(shards)
+    team = await scenario_run(name, tmp_path / "sharded", backend)
+    one, sharded = run_files(tmp_path / "one"), run_files(tmp_path / "sharded")
+    assert {"events.jsonl", "transcript.md", "state.json", "report.json"} <= set(one)
+    assert sharded == one
+    assert (
+        backend.last is not None and 0 < backend.last.calls <= shards * team.env.round
+    )  # one call per shard per round
+    assert not any(isinstance(role, RemoteRole) for role in team.env.roles.values())  # every role came back
+
+
+async def test_werewolf_keeps_its_moderator_on_the_driver(tmp_path: Path) -> None:
+    backend = LocalBackend(2)
+    seen: list[dict[str, int | None]] = []
+    original = ShardedRun.open
+
+    async def watched(self: ShardedRun) -> None:
+        await original(self)
+        seen.append(self.shard_map)
+
+    ShardedRun.open = watched  # type: ignore[method-assign]
+    try:
+        await scenario_run("werewolf", tmp_path / "w", backend)
+    finally:
+        ShardedRun.open = original  # type: ignore[method-assign]
+    assert seen[0]["Moderator"] is None
+    assert {place for name, place in seen[0].items() if name != "Moderator"} == {0, 1}
+
+
+async def test_a_run_cut_short_on_two_shards_resumes_on_three_as_if_uninterrupted(tmp_path: Path) -> None:
+    await scenario_run("society", tmp_path / "one")
+
+    def crash(team: Team) -> None:
+        if team.env.round == 4:
+            raise RuntimeError("the driver's machine went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await run_scenario(
+            "society",
+            llm=TestLLM(),
+            options=SCENARIOS["society"],
+            out_dir=tmp_path / "cut",
+            run=RunOptions(seed=SEED, backend=LocalBackend(2), checkpoint_every=1),
+            on_round=crash,
+        )
+    assert not (tmp_path / "cut" / "state.json").exists()  # the roles were on shards: the checkpoint stands
+    _, team = await resume_scenario(tmp_path / "cut", llm=TestLLM(), backend=LocalBackend(3))
+    assert run_files(tmp_path / "cut") == run_files(tmp_path / "one")
+    assert all(isinstance(role, Agent) for role in team.env.roles.values())
+
+
+def everyone(roles: list[Role]) -> int:
+    return len(roles)
+
+
+async def test_round_metrics_that_read_every_role_must_name_their_parts(tmp_path: Path) -> None:
+    team = await scenario_run("debate", tmp_path / "d")
+    assert team.gathered(everyone) == [3]  # one process: one part of all roles
+
+    problems: list[str] = []
+    parts: list[list[int]] = []
+
+    def record(t: Team) -> None:
+        try:
+            t.gathered(everyone)
+        except RunError as exc:
+            problems.append(str(exc))
+
+    def counted(t: Team) -> None:
+        parts.append(t.gathered(everyone))
+
+    for on_record, metric_parts in ((record, []), (counted, [everyone])):
+        module = load_scenario("debate")
+        plan = module.build(module.Config(), TestLLM())
+        plan.team.backend = LocalBackend(2)
+        plan.team.on_record, plan.team.metric_parts = on_record, metric_parts
+        await plan.team.run(n_round=2, idea=plan.idea)
+    assert problems and "metric_parts" in problems[0]
+    assert parts and all(part == [2, 1, 0] for part in parts[1:])  # shard 0, shard 1, the driver
+
+
+def test_shard_by_must_name_a_shard() -> None:
+    roles = [Role(name=f"r{i}") for i in range(3)]
+    env = Environment()
+    env.add_roles(roles)
+    with pytest.raises(InvalidValueError, match=r"shard_by\('r0', 2\) returned 7"):
+        placement(roles, 2, lambda role, shards: 7)
+    assert placement(roles, 2, None) == [0, 1, 0]
+    with pytest.raises(InvalidValueError, match="shards=0"):
+        LocalBackend(0)
+
+
+# -- routing over random shard maps ---------------------------------------------------------------------
+
+
+class Say(Action):
+    """Publish the planned messages (``send_to`` as planned) through the role, then answer."""
+
+    def __init__(self, speaker: Role, plan: list[frozenset[str]]) -> None:
+        super().__init__()
+        self.speaker = speaker
+        self.plan = plan
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        for target in self.plan:
+            self.speaker.publish_message(Message(f"from {self.role_name}", send_to=set(target), cause_by=Say))
+        return f"{self.role_name} done"
+
+
+class Speaker(Role):
+    def __init__(self, name: str, addresses: set[str], plan: list[frozenset[str]], send_to: set[str]) -> None:
+        super().__init__(name=name, watch=[Say], send_to=send_to or {"<all>"})
+        self.set_actions([Say(self, plan)])
+        self.set_addresses({name, *addresses})
+
+
+NAMES = [f"r{i}" for i in range(6)]
+ADDRESSES = ["x", "y", "z"]
+TARGETS = st.frozensets(st.sampled_from([*NAMES, *ADDRESSES, "<all>", "nobody"]), min_size=1, max_size=3)
+
+
+def build(spec: list[tuple[set[str], list[frozenset[str]], set[str]]]) -> Environment:
+    env = Environment(seed=1)
+    env.add_roles(Speaker(NAMES[i], addresses, plan, send_to) for i, (addresses, plan, send_to) in enumerate(spec))
+    return env
+
+
+def snapshot(env: Environment, states: list[Any] | None = None) -> dict[str, Any]:
+    roles = states if states is not None else [role.state_dict() for role in env._members]
+    return {
+        "history": [m.id for m in env.history],
+        "dead": [m.id for m in env.dead_letters],
+        "buffers": {s.name: [m.id for m in s.buffer] for s in roles},
+        "memory": {s.name: [m.id for m in s.memory] for s in roles},
+    }
+
+
+ROLE_SPECS = st.lists(
+    st.tuples(
+        st.sets(st.sampled_from(ADDRESSES), max_size=2),
+        st.lists(TARGETS, max_size=2),
+        st.sets(st.sampled_from([*NAMES, *ADDRESSES]), max_size=2),
+    ),
+    min_size=1,
+    max_size=len(NAMES),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spec=ROLE_SPECS,
+    shards=st.integers(1, 4),
+    data=st.data(),
+    publishes=st.lists(TARGETS, min_size=1, max_size=4),
+)
+def test_cross_shard_routing_delivers_what_one_process_delivers(
+    spec: list[Any], shards: int, data: st.DataObject, publishes: list[frozenset[str]]
+) -> None:
+    places = data.draw(
+        st.lists(st.one_of(st.none(), st.integers(0, shards - 1)), min_size=len(spec), max_size=len(spec))
+    )
+
+    async def both() -> tuple[dict[str, Any], dict[str, Any]]:
+        one, driver = build(spec), build(spec)
+        run = ShardedRun(driver, LocalShards(shards), places)
+        await run.open()
+        for env in (one, driver):
+            for number, target in enumerate(publishes):
+                with env.id_scope():
+                    message = Message(f"news {number}", sent_from="Human", send_to=set(target))
+                env.publish_message(message)
+        for _ in range(2):
+            await one.run_round()
+            await run.run_round()
+        return snapshot(one), snapshot(driver, await run.role_states())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeadLetterWarning)
+        one, sharded = anyio.run(both)
+    assert sharded == one
