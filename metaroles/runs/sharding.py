@@ -412,6 +412,12 @@ class _RemoteFailure(Exception):
         return self.shown
 
 
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first exception a task group gathered (a group inside a group is opened)."""
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 def _remote_failure(kind: str, text: str, shown: str) -> Exception:
     failure = type(kind, (_RemoteFailure,), {"text": text, "shown": shown})()
     return failure  # type: ignore[no-any-return]
@@ -502,6 +508,8 @@ class ShardedRun:
                     on_error = partial(env._fail, failures=failures)
                     tg.start_soon(partial(run_roles, ready, env.round, concurrency=env.concurrency, on_error=on_error))
                 results = await self._step(busy, broadcasts)
+        except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
+            raise _first(group) from None
         finally:
             env._in_round = False
         self._merge(results, failures)
@@ -519,8 +527,9 @@ class ShardedRun:
             )
         except Exception as exc:
             self.broken = True
+            first_line = (str(exc).strip().splitlines() or [""])[0][:200]
             raise RunError(
-                f"a shard failed in round {env.round} ({type(exc).__name__}: {str(exc)[:200]}); the run stops at its "
+                f"a shard failed in round {env.round} ({type(exc).__name__}: {first_line}); the run stops at its "
                 "last checkpoint — resume it (metaroles resume DIR)"
             ) from exc
 

@@ -1,0 +1,26 @@
+"""What the Ray tests ship to shard actors (pickled by value: a worker need not import the tests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from metaroles.llm.offline import TestLLM
+from metaroles.llm.protocol import LLMRequest, LLMResponse
+
+
+class KillerLLM(TestLLM):
+    """The test model, but the ``call``-th request of role ``victim`` kills the process it runs in (mid-turn)."""
+
+    def __init__(self, victim: str, call: int) -> None:
+        super().__init__()
+        self.victim = victim
+        self.call = call
+        self.seen = 0
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        if request.role == self.victim:
+            self.seen += 1
+            if self.seen == self.call:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return await super().complete(request)
