@@ -102,7 +102,7 @@ def _same_as(kept: Message | None, message: Message) -> bool:
         return True
     if kept is None or kept.id != message.id:
         return False
-    return kept == message or kept.model_dump(mode="json") == message.model_dump(mode="json")
+    return kept.same_fields(message)
 
 
 def resolved(state: RoleState, history: dict[str, Message]) -> RoleState:

@@ -178,6 +178,28 @@ class Message:
         message.base64_image = None
         return message
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle as the field values (a message crosses to shards and back, thousands per round)."""
+        return _unpickled, (
+            type(self),
+            self.id,
+            self.content,
+            self.instruct_content,
+            _ROLE_VALUES[self.role],
+            self.cause_by,
+            self.sent_from,
+            self.send_to,
+            self.metadata or None,
+            self.tool_calls,
+            self.tool_call_id,
+            self.name,
+            self.base64_image,
+        )
+
+    def same_fields(self, other: Message) -> bool:
+        """Whether ``other`` carries the very same values in every field (``==`` compares ids only)."""
+        return all(getattr(self, field) == getattr(other, field) for field in FIELDS)
+
     # -- identity and operators ----------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
@@ -346,3 +368,39 @@ class Message:
             for call in tool_calls
         ]
         return cls(content, role=ChatRole.ASSISTANT, tool_calls=calls, base64_image=base64_image, **kwargs)
+
+
+_ROLES = {role.value: role for role in ChatRole}
+_ROLE_VALUES = {role: role.value for role in ChatRole}
+
+
+def _unpickled(
+    cls: type[Message],
+    id: str,
+    content: str,
+    instruct_content: BaseModel | None,
+    role: str,
+    cause_by: str,
+    sent_from: str,
+    send_to: frozenset[str],
+    metadata: dict[str, Any] | None,
+    tool_calls: list[ToolCall] | None,
+    tool_call_id: str | None,
+    name: str | None,
+    base64_image: str | None,
+) -> Message:
+    """A message rebuilt from the values :meth:`Message.__reduce__` pickled (they were valid when pickled)."""
+    message = cls.__new__(cls)
+    message.id = id
+    message.content = content
+    message.instruct_content = instruct_content
+    message.role = _ROLES[role]
+    message.cause_by = cause_by
+    message.sent_from = sent_from
+    message.send_to = send_to
+    message.metadata = {} if metadata is None else metadata
+    message.tool_calls = tool_calls
+    message.tool_call_id = tool_call_id
+    message.name = name
+    message.base64_image = base64_image
+    return message

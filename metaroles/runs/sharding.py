@@ -438,6 +438,8 @@ class ShardedRun:
         self.ready = [0] * shards.count
         self.broken = False
         self._spoke: list[RemoteRole] = []
+        self.news = True
+        """Whether shards send the news of each sender (the event log's ``caused_by``)."""
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -533,8 +535,6 @@ class ShardedRun:
                 "last checkpoint — resume it (metaroles resume DIR)"
             ) from exc
 
-    news = True
-    """Whether shards send the news of each sender (the event log's ``caused_by``)."""
 
     def _merge(self, results: list[StepResult | None], failures: list[tuple[Any, Exception]]) -> None:
         env = self.env

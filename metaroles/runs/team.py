@@ -368,6 +368,7 @@ class Team:
                 shard_by = self.backend.shard_by or self.shard_by
                 async with sharded(self.env, self.backend.shard_set(), shard_by) as run:
                     self._sharded = run
+                    run.news = self._log is not None  # the event log's caused_by: only when there is a log
                     try:
                         return await self._rounds(n_round)
                     finally:

@@ -1,0 +1,163 @@
+"""Sharded society vs one process: wall time, peak memory per process, bytes crossing shards per round.
+
+    python bench/shard.py [--agents 100000] [--rounds 10] [--shards 2] [--idle 10000]
+
+Prints JSON. The society is rule-based (no model calls) and writes no run directory: this times
+the bus, the shipping of roles and the driver's merge, not the disk. ``idle_round_ms`` is the
+driver's cost of a round in which 10,000 agents on 2 shards have nothing to do but one does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from metaroles import LocalBackend, RayBackend, TestLLM
+from metaroles.runs.ray_shards import RayShards, ensure_ray
+from metaroles.runs.registry import load_scenario
+from metaroles.runs.sharding import LocalShards, ShardedRun
+
+
+def plan(agents: int, rounds: int) -> Any:
+    module = load_scenario("society")
+    built = module.build(module.Config(agents=agents, rounds=rounds - 1), TestLLM())
+    built.team.metric_parts = list(module.METRIC_PARTS)
+    return built
+
+
+def peak_kib(pid: int | str = "self") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def one_process(agents: int, rounds: int) -> dict[str, Any]:
+    built = plan(agents, rounds)
+    start = time.perf_counter()
+    await built.team.run(n_round=rounds, idea=built.idea)
+    return {"wall_s": round(time.perf_counter() - start, 2), "messages": len(built.team.env.history)}
+
+
+async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
+    built = plan(agents, rounds)
+    backend = RayBackend(shards)
+    phases: dict[str, float] = {}
+    peaks: list[int] = []
+    opened, stepped, closed = ShardedRun.open, ShardedRun.run_round, ShardedRun.close
+
+    async def open_(self: ShardedRun) -> None:
+        t = time.perf_counter()
+        await opened(self)
+        phases["ship_s"] = time.perf_counter() - t
+
+    async def round_(self: ShardedRun) -> None:
+        t = time.perf_counter()
+        await stepped(self)
+        phases["rounds_s"] = phases.get("rounds_s", 0.0) + time.perf_counter() - t
+
+    async def close_(self: ShardedRun) -> None:
+        assert isinstance(self.shards, RayShards)
+        peaks.extend(peak_kib(pid) for pid in await self.shards.pids())
+        t = time.perf_counter()
+        await closed(self)
+        phases["return_s"] = time.perf_counter() - t
+
+    ShardedRun.open, ShardedRun.run_round, ShardedRun.close = open_, round_, close_  # type: ignore[method-assign]
+    try:
+        built.team.backend = backend
+        start = time.perf_counter()
+        await built.team.run(n_round=rounds, idea=built.idea)
+        wall = time.perf_counter() - start
+    finally:
+        ShardedRun.open, ShardedRun.run_round, ShardedRun.close = opened, stepped, closed  # type: ignore[method-assign]
+    return {
+        "wall_s": round(wall, 2),
+        **{k: round(v, 2) for k, v in phases.items()},
+        "shard_peak_mib": [round(p / 1024) for p in peaks],
+        "messages": len(built.team.env.history),
+    }
+
+
+async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any]:
+    """Bytes each round sends to shards and gets back (pickled as Ray would), measured in-process."""
+    built = plan(agents, rounds)
+    sent: list[int] = []
+    back: list[int] = []
+    original = LocalShards.step
+
+    async def step(self: LocalShards, round_no: int, inboxes: Any, broadcasts: Any, **kw: Any) -> Any:
+        sent.append(sum(len(pickle.dumps(i, 5)) for i in inboxes if i is not None) + len(pickle.dumps(broadcasts, 5)))
+        results = await original(self, round_no, inboxes, broadcasts, **kw)
+        back.append(sum(len(pickle.dumps(r, 5)) for r in results if r is not None))
+        return results
+
+    LocalShards.step = step  # type: ignore[method-assign]
+    try:
+        built.team.backend = LocalBackend(shards)
+        await built.team.run(n_round=rounds, idea=built.idea)
+    finally:
+        LocalShards.step = original  # type: ignore[method-assign]
+    per_round = [s + b for s, b in zip(sent, back, strict=True)]
+    return {
+        "bytes_per_round_mean": round(sum(per_round) / len(per_round)),
+        "bytes_per_round_max": max(per_round),
+        "bytes_per_message": round(sum(per_round) / max(1, len(built.team.env.history))),
+    }
+
+
+async def idle_round(agents: int, shards: int, repeats: int = 20) -> float:
+    """The driver's round cost when the agents are idle (one message keeps the run going)."""
+    from metaroles import Environment, Message, Role, Team
+
+    team = Team(env=Environment(seed=0), backend=RayBackend(shards))
+    team.hire(Role(name=f"a{i}") for i in range(agents))
+    times: list[float] = []
+    original = ShardedRun.run_round
+
+    async def timed(self: ShardedRun) -> None:
+        t = time.perf_counter()
+        await original(self)
+        times.append(time.perf_counter() - t)
+        with self.env.id_scope():
+            message = Message("ping", sent_from="Human", send_to={"a0"})
+        self.env.publish_message(message)  # a0 answers nothing; it is ready again next round
+
+    ShardedRun.run_round = timed  # type: ignore[method-assign]
+    try:
+        team.run_project("start", send_to="a0")
+        await team.run(n_round=repeats)
+    finally:
+        ShardedRun.run_round = original  # type: ignore[method-assign]
+    times.sort()
+    return round(times[len(times) // 2] * 1000, 2)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--idle", type=int, default=10_000)
+    args = parser.parse_args()
+    ensure_ray(num_cpus=max(2, args.shards))
+    report: dict[str, Any] = {"agents": args.agents, "rounds": args.rounds, "shards": args.shards}
+    report["one_process"] = await one_process(args.agents, args.rounds)
+    report["one_process"]["peak_mib"] = round(peak_kib() / 1024)
+    report["sharded"] = await sharded(args.agents, args.rounds, args.shards)
+    report["speedup"] = round(report["one_process"]["wall_s"] / report["sharded"]["wall_s"], 2)
+    report["driver_peak_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    report["crossing"] = await crossing_bytes(min(args.agents, 20_000), args.rounds, args.shards)
+    report["idle_round_ms"] = await idle_round(args.idle, 2)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    anyio.run(main)
