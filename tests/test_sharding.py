@@ -153,21 +153,27 @@ def test_shard_by_must_name_a_shard() -> None:
 class Say(Action):
     """Publish the planned messages (``send_to`` as planned) through the role, then answer."""
 
-    def __init__(self, speaker: Role, plan: list[frozenset[str]]) -> None:
+    def __init__(self, speaker: Role, plan: list[frozenset[str]], moves: set[str] | None) -> None:
         super().__init__()
         self.speaker = speaker
         self.plan = plan
+        self.moves = moves
 
     async def run(self, history: Sequence[Message]) -> ActionResult:
+        if self.moves is not None:  # the role changes its addresses mid-round: later messages follow
+            self.speaker.set_addresses({self.role_name, *self.moves})
+            self.moves = None
         for target in self.plan:
             self.speaker.publish_message(Message(f"from {self.role_name}", send_to=set(target), cause_by=Say))
         return f"{self.role_name} done"
 
 
 class Speaker(Role):
-    def __init__(self, name: str, addresses: set[str], plan: list[frozenset[str]], send_to: set[str]) -> None:
+    def __init__(
+        self, name: str, addresses: set[str], plan: list[frozenset[str]], send_to: set[str], moves: set[str] | None
+    ) -> None:
         super().__init__(name=name, watch=[Say], send_to=send_to or {"<all>"})
-        self.set_actions([Say(self, plan)])
+        self.set_actions([Say(self, plan, moves)])
         self.set_addresses({name, *addresses})
 
 
@@ -176,9 +182,9 @@ ADDRESSES = ["x", "y", "z"]
 TARGETS = st.frozensets(st.sampled_from([*NAMES, *ADDRESSES, "<all>", "nobody"]), min_size=1, max_size=3)
 
 
-def build(spec: list[tuple[set[str], list[frozenset[str]], set[str]]]) -> Environment:
+def build(spec: list[Any]) -> Environment:
     env = Environment(seed=1)
-    env.add_roles(Speaker(NAMES[i], addresses, plan, send_to) for i, (addresses, plan, send_to) in enumerate(spec))
+    env.add_roles(Speaker(NAMES[i], *role) for i, role in enumerate(spec))
     return env
 
 
@@ -189,6 +195,8 @@ def snapshot(env: Environment, states: list[Any] | None = None) -> dict[str, Any
         "dead": [m.id for m in env.dead_letters],
         "buffers": {s.name: [m.id for m in s.buffer] for s in roles},
         "memory": {s.name: [m.id for m in s.memory] for s in roles},
+        "addresses": {s.name: sorted(s.addresses) for s in roles},
+        "routed_by": {r.name: sorted(r.addresses) for r in env._members},  # the driver's index follows moves
     }
 
 
@@ -197,6 +205,7 @@ ROLE_SPECS = st.lists(
         st.sets(st.sampled_from(ADDRESSES), max_size=2),
         st.lists(TARGETS, max_size=2),
         st.sets(st.sampled_from([*NAMES, *ADDRESSES]), max_size=2),
+        st.one_of(st.none(), st.sets(st.sampled_from(ADDRESSES), max_size=2)),
     ),
     min_size=1,
     max_size=len(NAMES),
@@ -226,7 +235,7 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
                 with env.id_scope():
                     message = Message(f"news {number}", sent_from="Human", send_to=set(target))
                 env.publish_message(message)
-        for _ in range(2):
+        for _ in range(3):
             await one.run_round()
             await run.run_round()
         return snapshot(one), snapshot(driver, await run.role_states())

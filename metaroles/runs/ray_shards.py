@@ -74,6 +74,20 @@ def ensure_ray(address: str | None = None, **init: Any) -> Any:
     return ray
 
 
+def _packed(value: Any) -> bytes:
+    """``value`` pickled by the C pickler (messages pickle as their fields: fast), else by cloudpickle.
+
+    Ray would pickle arguments with cloudpickle, which calls back into Python for every object;
+    a round's messages travel as one ``bytes`` instead, which Ray moves without looking inside.
+    """
+    try:
+        return pickle.dumps(value, protocol=5)
+    except (pickle.PicklingError, AttributeError, TypeError):  # a class defined in a notebook, a lambda
+        from ray import cloudpickle
+
+        return bytes(cloudpickle.dumps(value, protocol=5))
+
+
 class _Actor:
     """The body of a shard actor: a :class:`ShardHost` behind async methods."""
 
@@ -83,21 +97,20 @@ class _Actor:
     async def load(self, blob: bytes) -> int:
         return self.host.load(blob)
 
-    async def step(
-        self, round_no: int, inbox: list[Entry], broadcasts: list[Message], trace: bool, news: bool
-    ) -> StepResult:
-        return await self.host.step(round_no, inbox, broadcasts, trace=trace, news=news)
+    async def step(self, round_no: int, inbox: bytes, broadcasts: bytes, trace: bool, news: bool) -> bytes:
+        result = await self.host.step(round_no, pickle.loads(inbox), pickle.loads(broadcasts), trace=trace, news=news)
+        return _packed(result)
 
-    async def states(self, inbox: list[Entry], broadcasts: list[Message]) -> list[RoleState]:
-        return self.host.states(inbox, broadcasts)
+    async def states(self, inbox: bytes, broadcasts: bytes) -> bytes:
+        return _packed(self.host.states(pickle.loads(inbox), pickle.loads(broadcasts)))
 
     async def parts(self, fn: Callable[[list[Role]], Any]) -> Any:
         return self.host.parts(fn)
 
-    async def release(self, inbox: list[Entry], broadcasts: list[Message]) -> bytes:
+    async def release(self, inbox: bytes, broadcasts: bytes) -> bytes:
         from ray import cloudpickle
 
-        return self.host.release(inbox, broadcasts, cloudpickle.Pickler)
+        return self.host.release(pickle.loads(inbox), pickle.loads(broadcasts), cloudpickle.Pickler)
 
     async def pid(self) -> int:
         return os.getpid()
@@ -129,18 +142,18 @@ class RayShards:
         self, round_no: int, inboxes: list[list[Entry]], broadcasts: list[Message], *, trace: bool, news: bool
     ) -> list[StepResult | None]:
         """One ``step`` call per shard with something to do, all in flight at once."""
-        shared = self.ray.put(broadcasts) if broadcasts else []
+        shared = self.ray.put(_packed(broadcasts))  # once, whatever the number of shards
         refs = []
         for a, inbox in zip(self.actors, inboxes, strict=True):
-            refs.append(None if inbox is None else a.step.remote(round_no, inbox, shared, trace, news))
+            refs.append(None if inbox is None else a.step.remote(round_no, _packed(inbox), shared, trace, news))
         self.calls += sum(ref is not None for ref in refs)
-        return [None if ref is None else await ref for ref in refs]
+        return [None if ref is None else pickle.loads(await ref) for ref in refs]
 
     async def states(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[list[RoleState]]:
         """Each shard's role states."""
-        shared = self.ray.put(broadcasts) if broadcasts else []
-        refs = [a.states.remote(inbox, shared) for a, inbox in zip(self.actors, inboxes, strict=True)]
-        return [await ref for ref in refs]
+        shared = self.ray.put(_packed(broadcasts))
+        refs = [a.states.remote(_packed(inbox), shared) for a, inbox in zip(self.actors, inboxes, strict=True)]
+        return [pickle.loads(await ref) for ref in refs]
 
     async def parts(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
         """``fn`` of each shard's roles."""
@@ -149,8 +162,8 @@ class RayShards:
 
     async def release(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[bytes]:
         """Each shard's roles, pickled."""
-        shared = self.ray.put(broadcasts) if broadcasts else []
-        refs = [a.release.remote(inbox, shared) for a, inbox in zip(self.actors, inboxes, strict=True)]
+        shared = self.ray.put(_packed(broadcasts))
+        refs = [a.release.remote(_packed(inbox), shared) for a, inbox in zip(self.actors, inboxes, strict=True)]
         return [await ref for ref in refs]
 
     async def pids(self) -> list[int]:

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import io
 import pickle
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from typing import Any, Protocol
 
 import anyio
@@ -54,6 +56,9 @@ Entry = Message | int | tuple[Message, str]
 """What a shard delivers: a message to route, the index of a shared broadcast, or a message for one role."""
 
 Step = tuple[str, str, Any, int]
+
+DRIVER = -1
+"""Where a role pinned to the driver lives (in the driver's address map)."""
 
 
 # -- shipping roles -------------------------------------------------------------------------------
@@ -209,6 +214,10 @@ class StepResult:
     """The news ids of each role that published (the event log's ``caused_by``)."""
     ready: int = 0
     """Roles with buffered messages after the round (before its deliveries)."""
+    readdressed: dict[str, list[str]] = field(default_factory=dict)
+    """The new addresses of roles that changed theirs in the round."""
+    busy_s: float = 0.0
+    """How long the shard worked on the round (delivering and running turns), for diagnostics."""
 
 
 class ShardHost:
@@ -223,6 +232,13 @@ class ShardHost:
         """Create an empty shard."""
         self.env = Environment(concurrency=concurrency, on_role_error="record")
         self.total = total
+        self.readdressed: dict[str, list[str]] = {}
+        self.env.reindex = self._reindexed  # type: ignore[method-assign]
+
+    def _reindexed(self, role: Role) -> None:
+        """A role here changed its addresses: index them, and tell the driver with the round's result."""
+        Environment.reindex(self.env, role)
+        self.readdressed[role.name] = sorted(role.addresses)
 
     def load(self, data: bytes) -> int:
         """Host the roles ``dumps_roles`` pickled; return how many of them have buffered messages."""
@@ -251,6 +267,7 @@ class ShardHost:
         self, round_no: int, inbox: Sequence[Entry], broadcasts: Sequence[Message], *, trace: bool, news: bool
     ) -> StepResult:
         """Deliver ``inbox``, then run round ``round_no``'s turns of this shard's ready roles."""
+        started = time.perf_counter()
         self.deliver(inbox, broadcasts)
         env = self.env
         env.round = round_no
@@ -274,7 +291,10 @@ class ShardHost:
             ledger=calls,
             failures=[(role._env_index, type(exc).__name__, str(exc), repr(exc)) for role, exc in failures],
             ready=len(env._ready),
+            readdressed=self.readdressed,
+            busy_s=time.perf_counter() - started,
         )
+        self.readdressed = {}
         if env.trace:
             result.trace = [_portable(step) for step in env.trace]
         if news:
@@ -440,6 +460,9 @@ class ShardedRun:
         self._spoke: list[RemoteRole] = []
         self.news = True
         """Whether shards send the news of each sender (the event log's ``caused_by``)."""
+        self.where: dict[str, tuple[int, ...]] = {}
+        """Address → the shards whose roles receive on it (``DRIVER`` for the driver's own roles)."""
+        self._pinned: list[tuple[Role, frozenset[str]]] = []
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -458,6 +481,17 @@ class ShardedRun:
         blobs = [dumps_roles(env, part, self.pickler()) for part in parts]
         self.ready = await self.shards.load(blobs, total=len(env._members), concurrency=env.concurrency)
         env.swap_roles(stand_ins)
+        self._index_addresses()
+
+    def _index_addresses(self) -> None:
+        """Which shards receive on each address (rebuilt when a role changes its addresses)."""
+        where: dict[str, set[int]] = {}
+        for role, place in zip(self.env._members, self.places, strict=True):
+            for address in role.addresses:
+                where.setdefault(address, set()).add(DRIVER if place is None else place)
+        self.where = {address: tuple(sorted(shards)) for address, shards in where.items()}
+        self._pinned = [(r, r.addresses) for r, p in zip(self.env._members, self.places, strict=True) if p is None]
+        self._everyone = tuple(sorted({DRIVER if p is None else p for p in self.places}))
 
     def pickler(self) -> type[pickle.Pickler]:
         """The pickler roles travel with (a ShardSet may carry a cloudpickle one)."""
@@ -517,7 +551,10 @@ class ShardedRun:
         self._merge(results, failures)
         env._order_trace()
         env._settle(failures, spent)
-        env._flush()
+        if env.interventions:
+            env._flush()  # hooks decide per recipient: the bus routes to stand-ins one by one
+        else:
+            self._flush()
         env._raise_failures(failures)
         env._raise_undelivered()
 
@@ -536,6 +573,40 @@ class ShardedRun:
             ) from exc
 
 
+    def _flush(self) -> None:
+        """Deliver the round's messages as ``Environment._flush`` does, routing to shards, not to each stand-in.
+
+        A message goes once into the inbox of every shard that has a recipient (the shard's own
+        index finds which of its roles); the driver's own roles get theirs here. The cost is per
+        address, not per recipient.
+        """
+        env = self.env
+        if any(role.addresses is not seen for role, seen in self._pinned):
+            self._index_addresses()
+        pending, env._pending = env._pending, []
+        pending.sort(key=itemgetter(0))
+        remember, where, inboxes, everyone = env.history.add, self.where, self.inboxes, self._everyone
+        for _, message in pending:
+            remember(message)
+            send_to = message.send_to
+            if MESSAGE_ROUTE_TO_ALL in send_to:
+                targets: tuple[int, ...] | set[int] = everyone
+            elif len(send_to) == 1:
+                for address in send_to:
+                    targets = where.get(address, ())
+            else:
+                targets = {shard for address in send_to for shard in where.get(address, ())}
+            if not targets:
+                env._dead_letter(message)
+                continue
+            for shard in targets:
+                if shard != DRIVER:
+                    inboxes[shard].append(message)
+                    continue
+                for role in env._book.route(send_to):
+                    if not isinstance(role, RemoteRole) and role.rc.msg_buffer.push(message):
+                        env.mark_ready(role)
+
     def _merge(self, results: list[StepResult | None], failures: list[tuple[Any, Exception]]) -> None:
         env = self.env
         for stand_in in self._spoke:
@@ -553,6 +624,11 @@ class ShardedRun:
             if trace is not None:
                 trace.extend(result.trace)
             roles: dict[str, Any] = env.roles
+            for name, addresses in result.readdressed.items():
+                roles[name].addresses = frozenset(addresses)
+                env.reindex(roles[name])
+            if result.readdressed:
+                self._index_addresses()
             for name, ids in result.news.items():
                 stand_in = roles[name]
                 stand_in.rc.news = [_Seen(i) for i in ids]
