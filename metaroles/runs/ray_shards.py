@@ -9,6 +9,7 @@ already open — a notebook's, a test suite's — is used as it is).
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 from collections.abc import Callable
@@ -75,17 +76,20 @@ def ensure_ray(address: str | None = None, **init: Any) -> Any:
 
 
 def _packed(value: Any) -> bytes:
-    """``value`` pickled by the C pickler (messages pickle as their fields: fast), else by cloudpickle.
+    """``value`` pickled for a shard: classes a worker cannot import (a notebook's) travel by value.
 
-    Ray would pickle arguments with cloudpickle, which calls back into Python for every object;
-    a round's messages travel as one ``bytes`` instead, which Ray moves without looking inside.
+    Ray would pickle arguments itself; a round's messages travel as one ``bytes`` instead, which
+    Ray moves without looking inside, and a message pickles as its fields (no generic walk).
     """
-    try:
-        return pickle.dumps(value, protocol=5)
-    except (pickle.PicklingError, AttributeError, TypeError):  # a class defined in a notebook, a lambda
-        from ray import cloudpickle
+    buffer = io.BytesIO()
+    _pickler()(buffer, protocol=5).dump(value)
+    return buffer.getvalue()
 
-        return bytes(cloudpickle.dumps(value, protocol=5))
+
+def _pickler() -> Any:
+    from ray import cloudpickle
+
+    return cloudpickle.Pickler
 
 
 class _Actor:
