@@ -54,6 +54,7 @@ from metaroles.runs.ray_shards import RayBackend
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
 from metaroles.runs.sharding import LocalBackend
+from metaroles.runs.sweep import sweep
 from metaroles.runs.team import StopReason, Team, TeamReport
 
 __all__ = [
@@ -137,4 +138,5 @@ __all__ = [
     "resolve_llm",
     "resume_scenario",
     "run_scenario",
+    "sweep",
 ]

@@ -14,9 +14,11 @@ This is the scale scenario: ``metaroles run society --set agents=10000 --rounds 
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -195,3 +197,10 @@ def round_metrics(team: Team) -> dict[str, Any]:
         "min": round(opinions_now[0], 6),
         "max": round(opinions_now[-1], 6),
     }
+
+
+def summary(run_dir: Path) -> dict[str, Any]:
+    """Where the opinions ended: the last round's mean, variance and clusters (a sweep's columns)."""
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    last = json.loads(lines[-1]) if lines else {}
+    return {key: last.get(key) for key in ("mean", "variance", "clusters")}

@@ -10,8 +10,10 @@ ballot) lands in the run directory's ``metrics.jsonl``, the whole history in ``s
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal, cast
 
 from metaroles.environments.werewolf import Game, GameRole, Phase, RuleError, WerewolfEnv
@@ -340,3 +342,10 @@ def round_metrics(team: Team) -> dict[str, Any]:
         "winner": game.winner,
         "latest": game.history[-1] if game.history else None,
     }
+
+
+def summary(run_dir: Path) -> dict[str, Any]:
+    """How the game ended: the winner and the day (a sweep's columns)."""
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    last = json.loads(lines[-1]) if lines else {}
+    return {"winner": last.get("winner"), "day": last.get("day"), "alive": len(last.get("alive") or [])}

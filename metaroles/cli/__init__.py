@@ -1,4 +1,4 @@
-"""Layer 9, the ``metaroles`` command (typer + rich): run, resume, fork, graph, show, diff, list.
+"""Layer 9, the ``metaroles`` command (typer + rich): run, resume, fork, sweep, graph, show, diff, list.
 
 Exit codes: 0 done; 1 the run failed (a role raised, a model failed); 2 bad input (unknown
 scenario, not a run directory, bad option). A user never sees a traceback: one line on stderr.
@@ -13,11 +13,11 @@ import typer
 from rich.markup import escape
 from typer._click.exceptions import ClickException  # typer vendors click: usage errors are its own
 
-from metaroles.cli import inspecting, running
+from metaroles.cli import inspecting, running, sweeping
 from metaroles.cli.common import app, err, say
 from metaroles.core.text import printable
 
-__all__ = ["app", "inspecting", "main", "running"]
+__all__ = ["app", "inspecting", "main", "running", "sweeping"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,76 @@
+"""``metaroles sweep``: one scenario over a grid of settings, a run directory per trial, one table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
+from metaroles.core.text import printable
+from metaroles.llm.settings import LLMSettings
+from metaroles.runs.sweep import TABLE, default_out, parse_grid, run_sweep, trials
+
+
+@app.command()
+def sweep(
+    scenario: Annotated[str, typer.Argument(help="scenario name (see `metaroles list`)")],
+    grid: Annotated[
+        list[str],
+        typer.Option("--grid", metavar="KEY=VALUES", help="values to sweep: seed=0..19 or turns=2,3 (repeatable)"),
+    ],
+    set_: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="scenario option")] = None,
+    llm: Annotated[str | None, typer.Option(help=LLM_HELP)] = None,
+    model: Annotated[str | None, typer.Option(help="model name for an OpenAI-compatible server")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")] = None,
+    backend: Annotated[str, typer.Option(help="'local' (processes here) or 'ray' (one Ray task per trial)")] = "local",
+    jobs: Annotated[int, typer.Option(min=1, max=1024, help="trials at once on the local backend")] = 1,
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="sweep directory (default: sweeps/SCENARIO-<digest of the sweep>)")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
+) -> None:
+    """Run a scenario once per combination of the grid; re-running skips finished trials and resumes the rest."""
+    with reported():
+        parsed = parse_grid(grid)
+        settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
+        spec: dict[str, Any] = settings.model_dump(exclude_none=True)
+        options = options_from(set_ or [])
+        folder = out or default_out(scenario, parsed, options, spec)
+        total = len(trials(parsed))
+        progress = Progress(
+            TextColumn("trial"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[last]}"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=quiet or not err.is_terminal,
+        )
+        task = progress.add_task("sweep", total=total, last="")
+
+        def on_trial(row: dict[str, Any]) -> None:
+            progress.update(task, advance=1, last=printable(f"{row['trial']}: {row['status']}"))
+
+        with progress:
+            rows = run_sweep(
+                scenario,
+                parsed,
+                folder,
+                options=options,
+                llm=spec,
+                backend=backend,
+                jobs=jobs,
+                ray_address=ray_address,
+                on_trial=on_trial,
+            )
+    failed = [row for row in rows if row["status"] != "done"]
+    typer.echo(f"{len(rows) - len(failed)} of {total} trials done; table: {folder / TABLE}")
+    for row in failed:
+        err.print(printable(f"failed: {row['trial']}: {row.get('error', '')}"), highlight=False)
+    if failed:
+        raise typer.Exit(1)
