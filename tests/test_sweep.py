@@ -1,0 +1,83 @@
+"""Sweeps: a grid of trials into run directories and one table, on processes or on Ray, killed and re-run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from metaroles import sweep
+from metaroles.core.exceptions import ConfigError
+from metaroles.runs.sweep import TABLE, TIMED, parse_grid, read_table, run_sweep
+from tests.faults.helpers import command, killed, ok
+from tests.test_sharding import run_files
+
+GRID = {"seed": [0, 1], "turns": [1, 2, 3]}
+
+
+def untimed(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{k: v for k, v in row.items() if k not in TIMED} for row in rows]
+
+
+def test_a_grid_on_processes_and_on_ray_gives_the_same_table(ray_address: str, tmp_path: Path) -> None:
+    local = run_sweep("debate", GRID, tmp_path / "local", jobs=2)
+    on_ray = run_sweep("debate", GRID, tmp_path / "ray", backend="ray", ray_address=ray_address)
+    assert [row["trial"] for row in local] == [f"seed={s},turns={t}" for s in (0, 1) for t in (1, 2, 3)]
+    assert all(row["status"] == "done" and row["rounds"] > 0 for row in local)
+    assert untimed(on_ray) == untimed(local)
+    assert untimed(read_table(tmp_path / "ray")) == untimed(read_table(tmp_path / "local"))
+    for row in local:  # a trial is a run directory like any other, the same on either backend
+        assert run_files(tmp_path / "local" / str(row["trial"])) == run_files(tmp_path / "ray" / str(row["trial"]))
+    csv = pd.read_csv(tmp_path / "local" / "sweep.csv")
+    assert list(csv["turns"]) == [1, 2, 3, 1, 2, 3]
+
+
+def test_a_killed_sweep_runs_only_what_is_missing_when_run_again(tmp_path: Path) -> None:
+    args = ["sweep", "debate", "--grid", "seed=0,1", "--grid", "turns=1,2,3", "-q"]
+    ok(*args, "--out", str(tmp_path / "whole"))
+    killed("point=append:events.jsonl:13", *args, "--out", str(tmp_path / "cut"))  # mid-way through a trial
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in (tmp_path / "cut").glob("*/report.json")}
+    interrupted = [p.parent.name for p in (tmp_path / "cut").glob("*/manifest.json") if p.parent.name not in finished]
+    assert finished and len(interrupted) == 1
+    ok(*args, "--out", str(tmp_path / "cut"))
+    assert {name: (tmp_path / "cut" / name / "report.json").stat().st_mtime_ns for name in finished} == finished
+    assert untimed(read_table(tmp_path / "cut")) == untimed(read_table(tmp_path / "whole"))
+    for row in read_table(tmp_path / "whole"):
+        assert run_files(tmp_path / "cut" / str(row["trial"])) == run_files(tmp_path / "whole" / str(row["trial"]))
+
+
+def test_the_python_api_returns_a_dataframe_with_the_scenarios_summary(tmp_path: Path) -> None:
+    frame = sweep("society", ["seed=0..1", "epsilon=0.1,0.5"], out=tmp_path / "s", options={"agents": 20, "rounds": 3})
+    assert isinstance(frame, pd.DataFrame) and len(frame) == 4
+    assert {"summary.mean", "summary.variance", "summary.clusters", "total_tokens", "status"} <= set(frame.columns)
+    again = sweep("society", ["seed=0..1", "epsilon=0.1,0.5"], out=tmp_path / "s", options={"agents": 20, "rounds": 3})
+    assert again.drop(columns=list(TIMED)).equals(frame.drop(columns=list(TIMED)))
+    lines = (tmp_path / "s" / TABLE).read_text().splitlines()
+    assert [json.loads(line)["trial"] for line in lines] == list(frame["trial"])
+
+
+@pytest.mark.parametrize(
+    ("specs", "message"),
+    [
+        (["seed"], "must be KEY=V1,V2"),
+        (["seed=3..1"], "range is empty"),
+        (["seed=a..b"], "FIRST..LAST of integers"),
+        (["seed=1", "seed=2"], "names 'seed' twice"),
+        ([], "at least one --grid"),
+    ],
+)
+def test_a_bad_grid_is_refused_with_its_spec(specs: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_grid(specs)
+
+
+def test_a_grid_value_the_scenario_refuses_stops_the_sweep_before_any_trial(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="turnz"):
+        run_sweep("debate", {"turnz": [1]}, tmp_path / "s")
+    with pytest.raises(ConfigError, match="turns"):
+        run_sweep("debate", {"seed": [0], "turns": [1, "many"]}, tmp_path / "s")
+    assert not list((tmp_path / "s").glob("*/manifest.json"))
+    result = command("none", "sweep", "debate", "--grid", "turns=x..y", "--out", str(tmp_path / "t"))
+    assert result.returncode == 2 and "FIRST..LAST" in result.stderr and "Traceback" not in result.stderr
