@@ -19,7 +19,9 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+import threading
 from multiprocessing import get_context
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +148,21 @@ class LocalTrials:
             for index, call in enumerate(calls):
                 done(index, run_trial(*call))
             return
-        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=_context()) as pool:
             futures: dict[Future[Row], int] = {pool.submit(run_trial, *call): i for i, call in enumerate(calls)}
             while futures:
                 finished, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for future in finished:
                     done(futures.pop(future), future.result())
+
+
+def _context() -> BaseContext:
+    """How to start workers: forked (instant: metaroles is already imported) from a one-thread process.
+
+    A process with threads (a notebook's Ray client, a GUI) is not safe to fork; its workers
+    start fresh from a fork server instead.
+    """
+    return get_context("fork" if threading.active_count() == 1 else "forkserver")
 
 
 class RayTrials:
