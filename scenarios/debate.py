@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from metaroles.actions.debate import JudgeDebate, SpeakAloud
 from pydantic import BaseModel
 
-from metaroles import LLM, Role, ScenarioPlan, Team, UserRequirement
+from metaroles import LLM, EnvironmentState, Role, ScenarioPlan, Team, UserRequirement
 
 JUDGE = "Judge"
 
@@ -73,3 +76,14 @@ def build(config: Config, llm: LLM) -> ScenarioPlan:
         ]
     )
     return ScenarioPlan(team=team, idea=config.topic, send_to="", n_round=2 * config.turns + 2)
+
+
+def summary(run_dir: Path) -> dict[str, Any]:
+    """The judge's verdict (a sweep's columns): the winning side and the judge's confidence."""
+    state = EnvironmentState.model_validate_json((run_dir / "state.json").read_text(encoding="utf-8"))
+    verdicts = [m.instruct_content for m in state.history if m.sent_from == JUDGE]
+    verdict = verdicts[-1] if verdicts else None
+    return {
+        "winner": getattr(verdict, "winner", None),
+        "confidence": getattr(verdict, "confidence", None),
+    }

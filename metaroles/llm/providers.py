@@ -50,7 +50,7 @@ def resolve_llm(spec: str | LLM, settings: LLMSettings | None = None, *, notify:
     if kind == "local":
         return _local(settings)
     if kind == "test":
-        return _test(spec, arg)
+        return _test(spec, arg, settings.seed)
     if kind in ("replay", "scripted"):
         if not arg:
             raise ConfigError(f"llm={spec!r} needs a file: '{kind}:path/to/file'")
@@ -78,9 +78,10 @@ def _warn(text: str) -> None:
     warn(text, UserWarning, stacklevel=4)
 
 
-def _test(spec: str, arg: str) -> LLM:
+def _test(spec: str, arg: str, seed: int | None = None) -> LLM:
+    """The test model: seeded by ``test:N``, else by the run's seed (``--seed``), else 0."""
     if not arg:
-        return TestLLM()
+        return TestLLM(seed or 0)
     try:
         return TestLLM(int(arg))
     except ValueError:
