@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from metaroles import RayBackend, TestLLM
 from metaroles.core.exceptions import RunError
+from metaroles.llm.limits import LimitedLLM
+from metaroles.llm.openai_compat import OpenAICompatibleLLM
 from metaroles.runs.config import RunOptions
 from metaroles.runs.scenario import resume_scenario, run_scenario
 from tests import ray_helpers
+from tests.chat_server import ChatServer, Reply, completion, start
 from tests.faults.helpers import killed, ok, run_args
 from tests.test_sharding import RUN_FILES, SCENARIOS, SEED, run_files, scenario_run
 
@@ -62,3 +69,47 @@ def test_a_killed_driver_resumes_on_another_shard_count_from_the_command_line(ra
     ok("resume", str(tmp_path / "cut"), "-q", *ray, "--shards", "3")
     assert set(RUN_FILES) <= set(run_files(tmp_path / "one"))
     assert run_files(tmp_path / "cut") == run_files(tmp_path / "one")
+
+
+async def test_roles_on_shards_call_one_openai_compatible_server_within_the_limits(
+    ray_address: str, tmp_path: Path
+) -> None:
+    state = ChatServer()
+
+    def respond(body: dict[str, Any]) -> Reply:  # an answer that depends only on the request
+        digest = hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).digest()
+        return Reply(200, completion(json.dumps({"opinion": digest[0] / 255})))
+
+    state.responder = respond
+    httpd = start(state)
+    try:
+        served = OpenAICompatibleLLM("served-model", base_url=state.url, api_key="k", backoff=0.0)
+        dirs = {}
+        for name, backend in (("one", None), ("ray", RayBackend(2, address=ray_address))):
+            limited = LimitedLLM(served, max_in_flight=4)
+            _, team = await run_scenario(
+                "society",
+                llm=limited,
+                options={"agents": 30, "rounds": 3, "llm_agents": 6},
+                out_dir=tmp_path / name,
+                run=RunOptions(seed=SEED, backend=backend),
+            )
+            dirs[name] = run_files(tmp_path / name)
+            assert team.env.ledger.total_tokens > 0
+        assert len(state.requests) == 2 * 6 * 4  # 6 model-backed agents, 4 rounds, both runs
+        assert dirs["ray"] == dirs["one"]
+    finally:
+        state.release.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_limited_model_keeps_to_its_share_on_each_shard() -> None:
+    limited = LimitedLLM(TestLLM(), max_in_flight=8, requests_per_second=10)
+    copy = pickle.loads(pickle.dumps(limited))
+    copy.shard_share(4)
+    assert (copy.max_in_flight, round(copy.interval, 3)) == (2, 0.4)  # 4 shards x 2 in flight, 4 x 2.5 rps
+    assert (limited.max_in_flight, limited.interval) == (8, 0.1)
+    served = OpenAICompatibleLLM("m", base_url="http://127.0.0.1:9/v1", api_key="k", timeout=5.0)
+    again = pickle.loads(pickle.dumps(served))
+    assert (again.model, again.timeout, str(again._client.base_url)) == ("m", 5.0, "http://127.0.0.1:9/v1/")

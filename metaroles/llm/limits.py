@@ -6,6 +6,8 @@ limits hold across the whole run however many roles ask at once.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 
 from metaroles.core.exceptions import InvalidValueError
@@ -39,6 +41,20 @@ class LimitedLLM:
         self.interval = 0.0 if requests_per_second is None else 1.0 / requests_per_second
         self._limiter: anyio.CapacityLimiter | None = None
         self._earliest = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the live limiter (a copy elsewhere, e.g. on a shard, makes its own)."""
+        return {**self.__dict__, "_limiter": None, "_earliest": 0.0}
+
+    def shard_share(self, shards: int) -> None:
+        """Keep this copy to its share of the limits when ``shards`` copies run at once (one per shard).
+
+        Calls in flight and the request rate across every shard then stay within the limits the
+        user set (a shard gets at least one call in flight).
+        """
+        self.max_in_flight = max(1, self.max_in_flight // shards)
+        self.interval *= shards
+        self._limiter = None
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Wait for a free slot (and the rate), then ask the inner model."""

@@ -100,6 +100,17 @@ class OpenAICompatibleLLM:
         on_token: TokenCallback | None = None,
     ) -> None:
         """Create the client; no request is sent until the first call."""
+        self._args: dict[str, Any] = {
+            "base_url": base_url,
+            "api_key": api_key,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "seed": seed,
+            "timeout": timeout,
+            "max_retries": max_retries,
+            "backoff": backoff,
+            "on_token": on_token,
+        }
         self.model = model
         self.max_retries = max_retries
         self.backoff = backoff
@@ -113,6 +124,10 @@ class OpenAICompatibleLLM:
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
         )
         self._jitter = random.Random()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the arguments it was made with (a shard makes its own HTTP client from them)."""
+        return _rebuilt, (self.model, self._args)
 
     def _delay(self, attempt: int) -> float:
         """Full jitter: uniform in [0, backoff * 2**attempt], capped at 30 s."""
@@ -195,3 +210,8 @@ class OpenAICompatibleLLM:
     def __repr__(self) -> str:
         """Show the model and the endpoint."""
         return f"OpenAICompatibleLLM(model={self.model!r}, base_url={redacted(str(self._client.base_url))!r})"
+
+
+def _rebuilt(model: str, args: dict[str, Any]) -> OpenAICompatibleLLM:
+    """An :class:`OpenAICompatibleLLM` made anew from the arguments of one pickled elsewhere."""
+    return OpenAICompatibleLLM(model, **args)

@@ -95,8 +95,8 @@ def _pickler() -> Any:
 class _Actor:
     """The body of a shard actor: a :class:`ShardHost` behind async methods."""
 
-    def __init__(self, total: int, concurrency: int) -> None:
-        self.host = ShardHost(total=total, concurrency=concurrency)
+    def __init__(self, total: int, concurrency: int, shards: int) -> None:
+        self.host = ShardHost(total=total, concurrency=concurrency, shards=shards)
 
     async def load(self, blob: bytes) -> int:
         return self.host.load(blob)
@@ -138,7 +138,7 @@ class RayShards:
     async def load(self, blobs: list[bytes], *, total: int, concurrency: int) -> list[int]:
         """Start one actor per shard and give each its roles."""
         actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
-        self.actors = [actor.remote(total, concurrency) for _ in blobs]
+        self.actors = [actor.remote(total, concurrency, len(blobs)) for _ in blobs]
         refs = [a.load.remote(blob) for a, blob in zip(self.actors, blobs, strict=True)]
         return [await ref for ref in refs]
 

@@ -228,8 +228,9 @@ class ShardHost:
         concurrency: Roles mid-turn at once on this shard.
     """
 
-    def __init__(self, *, total: int, concurrency: int = 32) -> None:
-        """Create an empty shard."""
+    def __init__(self, *, total: int, concurrency: int = 32, shards: int = 1) -> None:
+        """Create an empty shard (one of ``shards``)."""
+        self.shards = shards
         self.env = Environment(concurrency=concurrency, on_role_error="record")
         self.total = total
         self.readdressed: dict[str, list[str]] = {}
@@ -241,9 +242,21 @@ class ShardHost:
         self.readdressed[role.name] = sorted(role.addresses)
 
     def load(self, data: bytes) -> int:
-        """Host the roles ``dumps_roles`` pickled; return how many of them have buffered messages."""
+        """Host the roles ``dumps_roles`` pickled; return how many of them have buffered messages.
+
+        A model with limits (``LimitedLLM``) keeps to this shard's share of them, so the cluster
+        as a whole stays within what the user set.
+        """
         env = self.env
-        env.adopt_roles(loads_roles(data, env), total=self.total)
+        roles = loads_roles(data, env)
+        env.adopt_roles(roles, total=self.total)
+        shared: dict[int, Any] = {}
+        for role in roles:
+            for llm in (role.llm, *(action.llm for action in role.actions)):
+                if hasattr(llm, "shard_share"):
+                    shared[id(llm)] = llm
+        for llm in shared.values():
+            llm.shard_share(self.shards)
         return len(env._ready)
 
     def deliver(self, inbox: Sequence[Entry], broadcasts: Sequence[Message]) -> None:
@@ -339,7 +352,7 @@ class ShardSet(Protocol):
     count: int
 
     async def load(self, blobs: list[bytes], *, total: int, concurrency: int) -> list[int]:
-        """Start the shards with their roles; return each one's count of ready roles."""
+        """Start the shards (one per blob) with their roles; return each one's count of ready roles."""
         ...
 
     async def step(
@@ -380,7 +393,7 @@ class LocalShards:
 
     async def load(self, blobs: list[bytes], *, total: int, concurrency: int) -> list[int]:
         """Start the shards with their roles."""
-        self.hosts = [ShardHost(total=total, concurrency=concurrency) for _ in blobs]
+        self.hosts = [ShardHost(total=total, concurrency=concurrency, shards=len(blobs)) for _ in blobs]
         return [host.load(blob) for host, blob in zip(self.hosts, blobs, strict=True)]
 
     async def step(
