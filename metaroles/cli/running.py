@@ -88,13 +88,8 @@ def run(
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     named = f"replay:{replay}" if replay is not None else chosen or "auto"
-    manifest = {
-        "llm": named,
-        "model": model,
-        "base_url": redacted(base_url),
-        "cassette": str(record or replay or ""),
-        "execution": execution_record(run_options.backend),
-    }
+    manifest = {"llm": named, "model": model, "base_url": redacted(base_url), "cassette": str(record or replay or "")}
+    manifest["execution"] = execution_record(run_options.backend)
     report, team = execute(
         lambda live: run_scenario(
             name,

@@ -374,33 +374,13 @@ _ROLES = {role.value: role for role in ChatRole}
 _ROLE_VALUES = {role: role.value for role in ChatRole}
 
 
-def _unpickled(
-    cls: type[Message],
-    id: str,
-    content: str,
-    instruct_content: BaseModel | None,
-    role: str,
-    cause_by: str,
-    sent_from: str,
-    send_to: frozenset[str],
-    metadata: dict[str, Any] | None,
-    tool_calls: list[ToolCall] | None,
-    tool_call_id: str | None,
-    name: str | None,
-    base64_image: str | None,
-) -> Message:
+def _unpickled(cls: type[Message], *values: Any) -> Message:
     """A message rebuilt from the values :meth:`Message.__reduce__` pickled (they were valid when pickled)."""
     message = cls.__new__(cls)
-    message.id = id
-    message.content = content
-    message.instruct_content = instruct_content
+    (message.id, message.content, message.instruct_content, role, message.cause_by, message.sent_from) = values[:6]
+    (message.send_to, metadata, message.tool_calls, message.tool_call_id, message.name, message.base64_image) = values[
+        6:
+    ]
     message.role = _ROLES[role]
-    message.cause_by = cause_by
-    message.sent_from = sent_from
-    message.send_to = send_to
     message.metadata = {} if metadata is None else metadata
-    message.tool_calls = tool_calls
-    message.tool_call_id = tool_call_id
-    message.name = name
-    message.base64_image = base64_image
     return message

@@ -172,23 +172,24 @@ class CheckpointWriter:
             parts.append(f'"ops":[{",".join(map(str, self._ops))}]')
         roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
         parts.append('"roles":{' + ",".join(roles) + "}")
+        self._blind = False
+        return self._finish(env, parts)
+
+    def _finish(self, env: Environment, parts: list[str]) -> Path:
+        """Append the new message rows (durably), then write the round file: its checkpoint is complete."""
         parts.append(f'"rows":{len(self._held)}')
         self._ops.clear()
         self._deliveries.clear()
-        self._blind = False
-        if new_rows:
-            append_durably(self.folder / MESSAGES, "".join(new_rows))
-            new_rows.clear()
+        if self._pending_rows:
+            append_durably(self.folder / MESSAGES, "".join(self._pending_rows))
+            self._pending_rows.clear()
         path = round_file(self.folder, env.round)
         write_atomic(path, "{" + ",".join(parts) + "}\n")
         self.round = env.round
         return path
 
     def write_states(self, env: Environment, states: list[RoleState]) -> Path:
-        """Write a full snapshot of ``env``'s current round whose roles are ``states`` (gathered from shards).
-
-        Its roles hold their whole state, so any process — one, or shards of any count — restores it.
-        """
+        """A full snapshot of ``env``'s round whose roles are ``states`` (from shards): any process restores it."""
         self._full_round = env.round
         self._roles.clear()
         self._expect.clear()
@@ -198,18 +199,9 @@ class CheckpointWriter:
         parts.extend(self._env_parts(env, new_rows, full=True))
         roles = [f'{self._enc(state.name)}:{{"state_dict":{state.model_dump_json()}}}' for state in states]
         parts.append('"roles":{' + ",".join(roles) + "}")
-        parts.append(f'"rows":{len(self._held)}')
-        self._ops.clear()
-        self._deliveries.clear()
         self._noted_history = len(env.history)
         self._blind = True  # the next delta (written on one process) lists every role whole
-        if new_rows:
-            append_durably(self.folder / MESSAGES, "".join(new_rows))
-            new_rows.clear()
-        path = round_file(self.folder, env.round)
-        write_atomic(path, "{" + ",".join(parts) + "}\n")
-        self.round = env.round
-        return path
+        return self._finish(env, parts)
 
     # -- what the bus did -----------------------------------------------------------------------
 

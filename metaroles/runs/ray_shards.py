@@ -19,7 +19,8 @@ from metaroles.bus.role import Role
 from metaroles.bus.state import RoleState
 from metaroles.core.exceptions import ConfigError
 from metaroles.messages.message import Message
-from metaroles.runs.sharding import Entry, ShardBy, ShardHost, StepResult, check_shards
+from metaroles.runs.sharding import ShardBy, check_shards
+from metaroles.runs.shards import Entry, ShardHost, StepResult
 
 
 class RayBackend:

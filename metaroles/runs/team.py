@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from enum import StrEnum
 from pathlib import Path
 from warnings import warn
 
-from pydantic import BaseModel
-
 from metaroles.runs.checkpoint import CheckpointWriter
+from metaroles.runs.report import StopReason, TeamReport
 from metaroles.bus.environment import Environment
 from metaroles.runs.eventlog import EventLog, check_log, copy_events
 from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, RunError, UnknownRoleError
@@ -27,41 +25,10 @@ from metaroles.bus.role import Role
 from metaroles.core.schema import BROADCAST, to_addresses
 from metaroles.runs.sharding import Backend, RemoteRole, ShardBy, ShardedRun, sharded
 
+__all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
+
 HUMAN = "Human"
 """``sent_from`` of the idea a Team publishes."""
-
-
-class StopReason(StrEnum):
-    """Why a Team run stopped."""
-
-    IDLE = "idle"
-    BUDGET = "budget"
-    MAX_ROUNDS = "n_round"
-
-
-class TeamReport(BaseModel):
-    """What a Team run did and why it stopped."""
-
-    rounds: int
-    """Rounds run by this call."""
-    stop_reason: StopReason
-    detail: str = ""
-    """For a budget stop: which budget was crossed, and by how much."""
-    total_cost: float
-    total_tokens: int = 0
-    budget: float | None
-    """The run's money budget, if any."""
-    messages: int
-    """Messages in the environment's history."""
-
-    def __str__(self) -> str:
-        """One line for humans."""
-        budget = "unbounded" if self.budget is None else f"{self.budget:g}"
-        detail = f" ({self.detail})" if self.detail else ""
-        return (
-            f"stopped ({self.stop_reason.value}){detail} after {self.rounds} round(s); {self.messages} message(s); "
-            f"{self.total_tokens} tokens; cost {self.total_cost:g} of budget {budget}"
-        )
 
 
 class Team:
