@@ -136,6 +136,22 @@ async def test_round_metrics_that_read_every_role_must_name_their_parts(tmp_path
     assert parts and all(part == [2, 1, 0] for part in parts[1:])  # shard 0, shard 1, the driver
 
 
+async def test_explain_route_during_a_sharded_run_says_where_the_role_decides(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+
+    def explain(team: Team) -> None:
+        last = team.env.history.storage[-1]
+        seen.append(team.env.explain_route(last, "Bob").reasons)
+
+    module = load_scenario("debate")
+    plan = module.build(module.Config(), TestLLM())
+    plan.team.backend, plan.team.on_round = LocalBackend(2), explain
+    await plan.team.run(n_round=3, idea=plan.idea)
+    assert seen[-1][0].startswith("delivered")
+    assert any("RemoteRole('Bob', shard=1)" in reason for reasons in seen for reason in reasons)
+    assert "delivered" in str(plan.team.env.explain_route(plan.team.env.history.storage[-1], "Bob"))  # back home
+
+
 def test_shard_by_must_name_a_shard() -> None:
     roles = [Role(name=f"r{i}") for i in range(3)]
     env = Environment()

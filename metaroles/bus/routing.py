@@ -129,6 +129,8 @@ def explain_route(message: Message, target: Role) -> RouteExplanation:
 
 
 def _admission(message: Message, role: Role) -> tuple[bool, str]:
+    if getattr(role.rc, "memory", None) is None:  # a sharded run's stand-in: the memory is on the shard
+        return False, f"news or not is decided where the role runs ({role!r}); its observation there keeps it or not"
     if message in role.rc.memory:
         return False, "not news: the role already remembers this message (find_news skips it)"
     if message.cause_by in role.rc.watch:

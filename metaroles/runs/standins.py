@@ -28,9 +28,10 @@ class _Forward:
 
 
 class _RemoteContext:
-    __slots__ = ("msg_buffer", "news", "watch")
+    __slots__ = ("memory", "msg_buffer", "news", "watch")
 
     def __init__(self, inbox: list[Entry], watch: frozenset[str]) -> None:
+        self.memory = None  # on the shard
         self.msg_buffer = _Forward(inbox)
         self.news: list[Any] = []
         self.watch = watch
