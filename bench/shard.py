@@ -14,21 +14,24 @@ import json
 import pickle
 import resource
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from metaroles import LocalBackend, RayBackend, TestLLM
+from metaroles.runs.backends import LocalShards
 from metaroles.runs.ray_shards import RayShards, ensure_ray
 from metaroles.runs.registry import load_scenario
-from metaroles.runs.sharding import LocalShards, ShardedRun
+from metaroles.runs.sharding import ShardedRun
 
 
 def plan(agents: int, rounds: int) -> Any:
     module = load_scenario("society")
     built = module.build(module.Config(agents=agents, rounds=rounds - 1), TestLLM())
     built.team.metric_parts = list(module.METRIC_PARTS)
+    built.team.shard_by = module.shard_by  # neighbours on one shard, as `metaroles run` places them
     return built
 
 
@@ -87,16 +90,22 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
 
 
 async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any]:
-    """Bytes each round sends to shards and gets back (pickled as Ray would), measured in-process."""
+    """Bytes each round moves (pickled as Ray would), measured in-process: driver → shards, shards → driver, and
+    between shards (the parts of one shard's outbox for another's roles, which never pass through the driver)."""
     built = plan(agents, rounds)
-    sent: list[int] = []
-    back: list[int] = []
+    down: list[int] = []
+    up: list[int] = []
+    across: list[int] = []
     original = LocalShards.step
 
-    async def step(self: LocalShards, round_no: int, inboxes: Any, broadcasts: Any, **kw: Any) -> Any:
-        sent.append(sum(len(pickle.dumps(i, 5)) for i in inboxes if i is not None) + len(pickle.dumps(broadcasts, 5)))
-        results = await original(self, round_no, inboxes, broadcasts, **kw)
-        back.append(sum(len(pickle.dumps(r, 5)) for r in results if r is not None))
+    async def step(self: LocalShards, round_no: int, deliveries: Any, broadcasts: Any, **kw: Any) -> Any:
+        down.append(
+            sum(len(pickle.dumps(replace(d, parts=[]), 5)) for d in deliveries if d is not None)
+            + len(pickle.dumps(broadcasts, 5))
+        )
+        results = await original(self, round_no, deliveries, broadcasts, **kw)
+        up.append(sum(len(pickle.dumps(r[0], 5)) for r in results if r is not None))
+        across.append(sum(len(h) for r in results if r is not None for h in r[1] if h is not None))
         return results
 
     LocalShards.step = step  # type: ignore[method-assign]
@@ -105,11 +114,12 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
         await built.team.run(n_round=rounds, idea=built.idea)
     finally:
         LocalShards.step = original  # type: ignore[method-assign]
-    per_round = [s + b for s, b in zip(sent, back, strict=True)]
+    messages = max(1, len(built.team.env.history))
     return {
-        "bytes_per_round_mean": round(sum(per_round) / len(per_round)),
-        "bytes_per_round_max": max(per_round),
-        "bytes_per_message": round(sum(per_round) / max(1, len(built.team.env.history))),
+        "driver_to_shards_per_round": round(sum(down) / len(down)),
+        "shards_to_driver_per_round": round(sum(up) / len(up)),
+        "between_shards_per_round": round(sum(across) / len(across)),
+        "bytes_per_message": round((sum(down) + sum(up) + sum(across)) / messages),
     }
 
 

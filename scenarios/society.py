@@ -118,9 +118,11 @@ class Agent(Role):
         epsilon: float,
         llm_backed: bool,
         cluster_gap: float = 0.01,
+        block: tuple[int, int] = (0, 1),
     ) -> None:
-        """Create the agent with its neighbours and initial opinion."""
+        """Create the agent with its neighbours and initial opinion (``block``: its number among how many)."""
         self.initial = opinion
+        self.block = block
         self.epsilon = epsilon
         self.cluster_gap = cluster_gap
         action = (Reconsider if llm_backed else Share)(self)
@@ -168,10 +170,23 @@ def build(config: Config, llm: LLM) -> ScenarioPlan:
             epsilon=config.epsilon,
             llm_backed=i < config.llm_agents,
             cluster_gap=config.cluster_gap,
+            block=(i, config.agents),
         )
         for i in range(config.agents)
     )
     return ScenarioPlan(team=team, idea="State your opinion.", send_to="", n_round=config.rounds + 1)
+
+
+def shard_by(role: Role, shards: int) -> int | None:
+    """Neighbours together: on shards, consecutive agents share one (on the graph most neighbours are near).
+
+    Most opinions then reach their listeners on their own shard; only the rewired edges and the
+    blocks' ends cross.
+    """
+    if isinstance(role, Agent):
+        number, agents = role.block
+        return number * shards // agents
+    return role.place % shards
 
 
 def opinions(roles: list[Role]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import pytest
 
 from metaroles import RayBackend, TestLLM
 from metaroles.core.exceptions import RunError
+from metaroles.llm.cassette import CassetteLLM
 from metaroles.llm.limits import LimitedLLM
 from metaroles.llm.openai_compat import OpenAICompatibleLLM
 from metaroles.runs.config import RunOptions
@@ -113,3 +114,28 @@ def test_a_limited_model_keeps_to_its_share_on_each_shard() -> None:
     served = OpenAICompatibleLLM("m", base_url="http://127.0.0.1:9/v1", api_key="k", timeout=5.0)
     again = pickle.loads(pickle.dumps(served))
     assert (again.model, again.timeout, str(again._client.base_url)) == ("m", 5.0, "http://127.0.0.1:9/v1/")
+
+
+async def test_a_cassette_records_on_shards_what_one_process_records_and_replays_on_any_of_them(
+    ray_address: str, tmp_path: Path
+) -> None:
+    async def debate(out: Path, llm: Any, backend: Any = None) -> None:
+        options = RunOptions(seed=SEED, backend=backend)
+        await run_scenario("debate", llm=llm, options=SCENARIOS["debate"], out_dir=out, run=options)
+
+    def recorded(path: Path) -> list[dict[str, Any]]:
+        return sorted((json.loads(line) for line in path.read_text().splitlines()), key=lambda e: json.dumps(e))
+
+    await debate(tmp_path / "one", CassetteLLM(tmp_path / "one.jsonl", mode="record", inner=TestLLM()))
+    on_shards = CassetteLLM(tmp_path / "ray.jsonl", mode="record", inner=TestLLM())
+    await debate(
+        tmp_path / "ray", on_shards, RayBackend(2, address=ray_address)
+    )  # Alice on one shard, Bob on the other
+    assert run_files(tmp_path / "ray") == run_files(tmp_path / "one")
+    calls = recorded(tmp_path / "ray.jsonl")
+    assert {e["role"] for e in calls} == {"Alice", "Bob"} and calls == recorded(tmp_path / "one.jsonl")
+    await debate(
+        tmp_path / "replayed", CassetteLLM(tmp_path / "ray.jsonl", mode="replay"), RayBackend(3, address=ray_address)
+    )
+    await debate(tmp_path / "replayed-one", CassetteLLM(tmp_path / "ray.jsonl", mode="replay"))
+    assert run_files(tmp_path / "replayed") == run_files(tmp_path / "replayed-one") == run_files(tmp_path / "one")

@@ -9,6 +9,8 @@ already open — a notebook's, a test suite's — is used as it is).
 
 from __future__ import annotations
 
+import functools
+import gc
 import io
 import os
 import pickle
@@ -19,8 +21,9 @@ from metaroles.bus.role import Role
 from metaroles.bus.state import RoleState
 from metaroles.core.exceptions import ConfigError
 from metaroles.messages.message import Message
-from metaroles.runs.sharding import ShardBy, check_shards
-from metaroles.runs.shards import Entry, ShardHost, StepResult
+from metaroles.runs.backends import ShardBy, check_shards
+from metaroles.runs.shipping import paused_gc, quick
+from metaroles.runs.shards import Addresses, Delivery, ShardHost, Stepped, StepResult
 
 
 class RayBackend:
@@ -87,38 +90,64 @@ def _packed(value: Any) -> bytes:
     return buffer.getvalue()
 
 
+@functools.cache
 def _pickler() -> Any:
     from ray import cloudpickle
 
-    return cloudpickle.Pickler
+    return quick(cloudpickle.Pickler)
+
+
+def _unpacked(data: bytes) -> Any:
+    """What :func:`_packed` pickled (no garbage collection meanwhile: a round is many objects, no cycles)."""
+    with paused_gc():
+        return pickle.loads(data)
 
 
 class _Actor:
-    """The body of a shard actor: a :class:`ShardHost` behind async methods."""
+    """The body of a shard actor: a :class:`ShardHost` behind async methods.
 
-    def __init__(self, total: int, concurrency: int, shards: int) -> None:
-        self.host = ShardHost(total=total, concurrency=concurrency, shards=shards)
+    The parts other shards' outboxes hold for this one arrive as the last arguments (Ray resolves
+    them straight from its object store: they never pass through the driver).
+    """
 
-    async def load(self, blob: bytes) -> int:
-        return self.host.load(blob)
+    def __init__(self, total: int, concurrency: int, shards: int, number: int) -> None:
+        self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number)
 
-    async def step(self, round_no: int, inbox: bytes, broadcasts: bytes, trace: bool, news: bool) -> bytes:
-        result = await self.host.step(round_no, pickle.loads(inbox), pickle.loads(broadcasts), trace=trace, news=news)
-        return _packed(result)
+    async def load(self, blob: bytes, addresses: bytes) -> int:
+        ready = self.host.load(blob, pickle.loads(addresses))
+        gc.freeze()  # this process is the shard's: its roles live as long as it does, collections skip them
+        return ready
 
-    async def states(self, inbox: bytes, broadcasts: bytes) -> bytes:
-        return _packed(self.host.states(pickle.loads(inbox), pickle.loads(broadcasts)))
+    async def step(
+        self, round_no: int, delivery: bytes, broadcasts: bytes, trace: bool, news: bool, *parts: bytes
+    ) -> tuple[bytes | None, ...]:
+        result, crossing = await self.host.step(
+            round_no, _unpacked(delivery), _unpacked(broadcasts), parts, trace=trace, news=news
+        )
+        packed = (_packed(result), *(_packed(part) if part else None for part in crossing))
+        gc.freeze()  # what the roles now remember stays: later collections skip it
+        return packed
 
-    async def parts(self, fn: Callable[[list[Role]], Any]) -> Any:
-        return self.host.parts(fn)
+    async def states(self, delivery: bytes, broadcasts: bytes, *parts: bytes) -> bytes:
+        return _packed(self.host.states(pickle.loads(delivery), pickle.loads(broadcasts), parts))
 
-    async def release(self, inbox: bytes, broadcasts: bytes) -> bytes:
+    async def parts(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
+        return self.host.parts(fn, pickle.loads(delivery), pickle.loads(broadcasts), parts)
+
+    async def release(self, delivery: bytes, broadcasts: bytes, *parts: bytes) -> bytes:
         from ray import cloudpickle
 
-        return self.host.release(pickle.loads(inbox), pickle.loads(broadcasts), cloudpickle.Pickler)
+        return self.host.release(pickle.loads(delivery), pickle.loads(broadcasts), parts, cloudpickle.Pickler)
 
     async def pid(self) -> int:
         return os.getpid()
+
+
+def _carried(delivery: Delivery) -> tuple[bytes, list[Any]]:
+    """``delivery`` packed for the call, and the handles of its parts (passed as arguments, resolved by Ray)."""
+    handles = delivery.parts
+    delivery.parts = []
+    return _packed(delivery), handles
 
 
 class RayShards:
@@ -136,39 +165,68 @@ class RayShards:
 
         self.pickler: type[pickle.Pickler] = cloudpickle.Pickler
 
-    async def load(self, blobs: list[bytes], *, total: int, concurrency: int) -> list[int]:
+    async def load(self, blobs: list[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
         """Start one actor per shard and give each its roles."""
         actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
-        self.actors = [actor.remote(total, concurrency, len(blobs)) for _ in blobs]
-        refs = [a.load.remote(blob) for a, blob in zip(self.actors, blobs, strict=True)]
+        self.actors = [actor.remote(total, concurrency, len(blobs), n) for n in range(len(blobs))]
+        shared = self.ray.put(_packed(addresses))
+        refs = [a.load.remote(blob, shared) for a, blob in zip(self.actors, blobs, strict=True)]
         return [await ref for ref in refs]
 
     async def step(
-        self, round_no: int, inboxes: list[list[Entry]], broadcasts: list[Message], *, trace: bool, news: bool
-    ) -> list[StepResult | None]:
-        """One ``step`` call per shard with something to do, all in flight at once."""
-        shared = self.ray.put(_packed(broadcasts))  # once, whatever the number of shards
-        refs = []
-        for a, inbox in zip(self.actors, inboxes, strict=True):
-            refs.append(None if inbox is None else a.step.remote(round_no, _packed(inbox), shared, trace, news))
-        self.calls += sum(ref is not None for ref in refs)
-        return [None if ref is None else pickle.loads(await ref) for ref in refs]
+        self, round_no: int, deliveries: list[Delivery | None], broadcasts: list[Message], *, trace: bool, news: bool
+    ) -> list[Stepped | None]:
+        """One ``step`` call per shard with something to do, all in flight at once.
 
-    async def states(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[list[RoleState]]:
+        Each returns its result and, as separate objects, its parts for the other shards: the
+        driver keeps only their handles and passes them to the next call of the shard they are for.
+        """
+        shared = self.ray.put(_packed(broadcasts))  # once, whatever the number of shards
+        calls = []
+        for a, delivery in zip(self.actors, deliveries, strict=True):
+            if delivery is None:
+                calls.append(None)
+                continue
+            packed, handles = _carried(delivery)
+            method = a.step.options(num_returns=self.count + 1)
+            calls.append(method.remote(round_no, packed, shared, trace, news, *handles))
+        self.calls += sum(refs is not None for refs in calls)
+        results: list[Stepped | None] = []
+        for refs in calls:
+            if refs is None:
+                results.append(None)
+                continue
+            result: StepResult = _unpacked(await refs[0])
+            results.append((result, [ref if n else None for ref, n in zip(refs[1:], result.crossing, strict=True)]))
+        return results
+
+    async def states(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[list[RoleState]]:
         """Each shard's role states."""
         shared = self.ray.put(_packed(broadcasts))
-        refs = [a.states.remote(_packed(inbox), shared) for a, inbox in zip(self.actors, inboxes, strict=True)]
-        return [pickle.loads(await ref) for ref in refs]
+        refs = []
+        for a, delivery in zip(self.actors, deliveries, strict=True):
+            packed, handles = _carried(delivery)
+            refs.append(a.states.remote(packed, shared, *handles))
+        return [_unpacked(await ref) for ref in refs]
 
-    async def parts(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
-        """``fn`` of each shard's roles."""
-        refs = [a.parts.remote(fn) for a in self.actors]
+    async def parts(
+        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]
+    ) -> list[tuple[Any, int]]:
+        """``fn`` of each shard's roles, and its count of ready roles."""
+        shared = self.ray.put(_packed(broadcasts))
+        refs = []
+        for a, delivery in zip(self.actors, deliveries, strict=True):
+            packed, handles = _carried(delivery)
+            refs.append(a.parts.remote(fn, packed, shared, *handles))
         return [await ref for ref in refs]
 
-    async def release(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[bytes]:
+    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
         """Each shard's roles, pickled."""
         shared = self.ray.put(_packed(broadcasts))
-        refs = [a.release.remote(_packed(inbox), shared) for a, inbox in zip(self.actors, inboxes, strict=True)]
+        refs = []
+        for a, delivery in zip(self.actors, deliveries, strict=True):
+            packed, handles = _carried(delivery)
+            refs.append(a.release.remote(packed, shared, *handles))
         return [await ref for ref in refs]
 
     async def pids(self) -> list[int]:

@@ -26,66 +26,39 @@ debugging); ``runs.ray_shards`` runs each shard as a Ray actor.
 
 from __future__ import annotations
 
-import io
 import pickle
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import run_roles
-from metaroles.bus.state import RoleState
-from metaroles.core.exceptions import InvalidValueError, RunError
+from metaroles.bus.state import RoleState, resolved
+from metaroles.core.exceptions import RunError
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
-from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
+from metaroles.runs.backends import Backend, LocalBackend, LocalShards, ShardBy, check_shards, placement
+from metaroles.runs.shards import DEAD, DRIVER, PINNED, Delivery, Entry, ShardSet, Stepped, StepResult, _Seen, targets
+from metaroles.runs.shipping import dumps_roles, loads_roles
 from metaroles.runs.standins import RemoteRole, _first, _remote_failure
-from metaroles.runs.shards import (
-    Entry,
-    LocalShards,
-    ShardSet,
-    StepResult,
-    _ActionRef,
-    _Seen,
-    dumps_roles,
-    loads_roles,
-)
 
-__all__ = ["Backend", "LocalBackend", "LocalShards", "RemoteRole", "ShardedRun", "StepResult", "sharded"]
-
-ShardBy = Callable[[Role, int], "int | None"]
-"""Which of ``shards`` shards a role runs on (``None``: on the driver, e.g. a moderator whose state
-an intervention reads); called as ``shard_by(role, shards)``."""
-
-DRIVER = -1
-"""Where a role pinned to the driver lives (in the driver's address map)."""
-
-
-def placement(roles: Sequence[Role], shards: int, shard_by: ShardBy | None) -> list[int | None]:
-    """The shard of each role: ``shard_by(role, shards)`` if given, else its place modulo ``shards``.
-
-    Raises:
-        InvalidValueError: If ``shard_by`` answers something other than a shard number or ``None``.
-    """
-    placed: list[int | None] = []
-    for role in roles:
-        shard = role._env_index % shards if shard_by is None else shard_by(role, shards)
-        if shard is not None and (isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards):
-            raise InvalidValueError(
-                f"shard_by({role.name!r}, {shards}) returned {shard!r}; return a shard number in 0..{shards - 1}, "
-                "or None to keep the role on the driver"
-            )
-        placed.append(shard)
-    return placed
-
+__all__ = [
+    "Backend",
+    "LocalBackend",
+    "LocalShards",
+    "RemoteRole",
+    "ShardBy",
+    "ShardedRun",
+    "StepResult",
+    "check_shards",
+    "placement",
+    "sharded",
+]
 
 # -- the driver's stand-ins ---------------------------------------------------------------------------
 
@@ -103,6 +76,14 @@ class ShardedRun:
         self.places = places
         self.inboxes: list[list[Entry]] = [[] for _ in range(shards.count)]
         self.ready = [0] * shards.count
+        self.held = [0] * shards.count
+        """Messages each shard keeps for its own roles from the last round (delivered before the next)."""
+        self.ranked: list[list[tuple[int, Message]]] | None = None
+        """When the shards routed the last round: the driver's own messages for each, by rank."""
+        self.crossing: list[list[tuple[int, Any]]] = [[] for _ in range(shards.count)]
+        """Per shard, ``(source shard, handle)`` of the parts other shards' outboxes hold for it."""
+        self._moved = False
+        """Whether the address map changed since the shards last had it."""
         self.broken = False
         self._spoke: list[RemoteRole] = []
         self.news = True
@@ -125,10 +106,14 @@ class ShardedRun:
             if place is not None:
                 parts[place].append(role)
                 stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place])
-        blobs = [dumps_roles(env, part, self.pickler()) for part in parts]
-        self.ready = await self.shards.load(blobs, total=len(env._members), concurrency=env.concurrency)
+        history = env.history._store
+        blobs = [dumps_roles(env, part, self.pickler(), history=history) for part in parts]
+        self._index_addresses()  # the same addresses as the stand-ins'
+        addresses = (self.where, self._everyone)
+        self.ready = await self.shards.load(blobs, total=len(env._members), concurrency=env.concurrency, addresses=addresses)
+        self._moved = False
         env.swap_roles(stand_ins)
-        self._index_addresses()
+        self._pinned = [(r, r.addresses) for r, p in zip(env._members, self.places, strict=True) if p is None]
 
     def _index_addresses(self) -> None:
         """Which shards receive on each address (rebuilt when a role changes its addresses)."""
@@ -139,6 +124,7 @@ class ShardedRun:
         self.where = {address: tuple(sorted(shards)) for address, shards in where.items()}
         self._pinned = [(r, r.addresses) for r, p in zip(self.env._members, self.places, strict=True) if p is None]
         self._everyone = tuple(sorted({DRIVER if p is None else p for p in self.places}))
+        self._moved = True
 
     def pickler(self) -> type[pickle.Pickler]:
         """The pickler roles travel with (a ShardSet may carry a cloudpickle one)."""
@@ -147,7 +133,8 @@ class ShardedRun:
     @property
     def is_idle(self) -> bool:
         """True when no role anywhere has anything buffered or on its way."""
-        return self.env.is_idle and not any(self.ready) and not any(self.inboxes)
+        pending = any(self.inboxes) or any(self.held) or any(self.crossing) or any(self.ranked or ())
+        return self.env.is_idle and not any(self.ready) and not pending
 
     def _take_inboxes(self) -> tuple[list[list[Entry]], list[Message]]:
         """This round's deliveries per shard; a broadcast once, shared by all."""
@@ -169,6 +156,24 @@ class ShardedRun:
             inbox.clear()
         return inboxes, broadcasts
 
+    def _take_deliveries(self) -> tuple[list[Delivery], list[Message]]:
+        """What each shard is to deliver before its next round (or states, or roles); a broadcast once for all."""
+        inboxes, broadcasts = self._take_inboxes()
+        addresses = (self.where, self._everyone) if self._moved else None
+        ranked, crossing = self.ranked, self.crossing
+        deliveries = [
+            Delivery(
+                inbox=inbox,
+                ranked=None if ranked is None else ranked[shard],
+                sources=[source for source, _ in crossing[shard]],
+                parts=[handle for _, handle in crossing[shard]],
+                addresses=addresses,
+            )
+            for shard, inbox in enumerate(inboxes)
+        ]
+        self.ranked, self.crossing, self._moved = None, [[] for _ in inboxes], False
+        return deliveries, broadcasts
+
     async def run_round(self) -> None:
         """Run one round on the driver and every shard; deliver as one process does (see the module)."""
         env = self.env
@@ -178,13 +183,14 @@ class ShardedRun:
         env._clock.set(env.round)
         if env.trace is not None:
             env.trace = []
-        inboxes, broadcasts = self._take_inboxes()
-        busy = [inbox if (inbox or ready) else None for inbox, ready in zip(inboxes, self.ready, strict=True)]
+        deliveries, broadcasts = self._take_deliveries()
+        busy = [d if (d or self.ready[n] or self.held[n]) else None for n, d in enumerate(deliveries)]
+        self.held = [0] * len(deliveries)
         ready = env._take_ready()
         failures: list[tuple[Any, Exception]] = []
         spent = env.ledger.mark()
         env._in_round = True
-        results: list[StepResult | None] = []
+        results: list[Stepped | None] = []
         try:
             async with anyio.create_task_group() as tg:
                 if ready:
@@ -195,17 +201,14 @@ class ShardedRun:
             raise _first(group) from None
         finally:
             env._in_round = False
-        self._merge(results, failures)
+        moved = self._merge(results, failures)
         env._order_trace()
         env._settle(failures, spent)
-        if env.interventions:
-            env._flush()  # hooks decide per recipient: the bus routes to stand-ins one by one
-        else:
-            self._flush()
+        self._deliver(results, moved)
         env._raise_failures(failures)
         env._raise_undelivered()
 
-    async def _step(self, busy: list[Any], broadcasts: list[Message]) -> list[StepResult | None]:
+    async def _step(self, busy: list[Delivery | None], broadcasts: list[Message]) -> list[Stepped | None]:
         env = self.env
         try:
             return await self.shards.step(
@@ -219,6 +222,64 @@ class ShardedRun:
                 "last checkpoint — resume it (metaroles resume DIR)"
             ) from exc
 
+    def _deliver(self, results: list[Stepped | None], moved: bool) -> None:
+        """Deliver the round: left to the shards' own routing, unless an address changed or interventions decide."""
+        env = self.env
+        if any(role.addresses is not seen for role, seen in self._pinned):
+            self._index_addresses()
+            moved = True
+        if not moved and not env.interventions:
+            self._record(results)
+            return
+        for stepped in results:  # the shards' routing may be stale: the driver routes it all, as it would alone
+            if stepped is not None:
+                env._pending.extend((rank, message) for rank, message, _ in stepped[0].outbox)
+        if env.interventions:
+            env._flush()  # hooks decide per recipient: the bus routes to stand-ins one by one
+        else:
+            self._flush()
+
+    def _record(self, results: list[Stepped | None]) -> None:
+        """The round as the shards routed it: the history, dead letters, the driver's roles' deliveries.
+
+        The driver's own messages go to the shards with their rank (each merges them with what it
+        holds and what other shards sent it, in this very order).
+        """
+        env, count = self.env, self.shards.count
+        pending, env._pending = env._pending, []
+        pending.sort(key=itemgetter(0))
+        addresses = (self.where, self._everyone)
+        ranked: list[list[tuple[int, Message]]] = [[] for _ in range(count)]
+        merged: list[tuple[int, Message, int]] = []
+        for rank, message in pending:
+            shards = targets(message.send_to, addresses)
+            flag = 0 if shards else DEAD
+            for shard in shards:
+                if shard == DRIVER:
+                    flag = PINNED
+                else:
+                    ranked[shard].append((rank, message))
+            merged.append((rank, message, flag))
+        for source, stepped in enumerate(results):
+            if stepped is None:
+                continue
+            result, handles = stepped
+            merged += result.outbox
+            self.held[source] = result.held
+            for shard, handle in enumerate(handles):
+                if handle is not None:
+                    self.crossing[shard].append((source, handle))
+        merged.sort(key=itemgetter(0))
+        self.ranked = ranked
+        remember, route = env.history.add, env._book.route
+        for _, message, flag in merged:
+            remember(message)
+            if flag == DEAD:
+                env._dead_letter(message)
+            elif flag == PINNED:
+                for role in route(message.send_to):
+                    if not isinstance(role, RemoteRole) and role.rc.msg_buffer.push(message):
+                        env.mark_ready(role)
 
     def _flush(self) -> None:
         """Deliver the round's messages as ``Environment._flush`` does, routing to shards, not to each stand-in.
@@ -228,69 +289,69 @@ class ShardedRun:
         address, not per recipient.
         """
         env = self.env
-        if any(role.addresses is not seen for role, seen in self._pinned):
-            self._index_addresses()
         pending, env._pending = env._pending, []
         pending.sort(key=itemgetter(0))
-        remember, where, inboxes, everyone = env.history.add, self.where, self.inboxes, self._everyone
+        remember, inboxes, addresses = env.history.add, self.inboxes, (self.where, self._everyone)
         for _, message in pending:
             remember(message)
-            send_to = message.send_to
-            if MESSAGE_ROUTE_TO_ALL in send_to:
-                targets: tuple[int, ...] | set[int] = everyone
-            elif len(send_to) == 1:
-                for address in send_to:
-                    targets = where.get(address, ())
-            else:
-                targets = {shard for address in send_to for shard in where.get(address, ())}
-            if not targets:
+            shards = targets(message.send_to, addresses)
+            if not shards:
                 env._dead_letter(message)
                 continue
-            for shard in targets:
+            for shard in shards:
                 if shard != DRIVER:
                     inboxes[shard].append(message)
                     continue
-                for role in env._book.route(send_to):
+                for role in env._book.route(message.send_to):
                     if not isinstance(role, RemoteRole) and role.rc.msg_buffer.push(message):
                         env.mark_ready(role)
 
-    def _merge(self, results: list[StepResult | None], failures: list[tuple[Any, Exception]]) -> None:
+    def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
+        """Take in the shards' results (ledger, failures, trace, news, addresses); whether an address changed."""
         env = self.env
         for stand_in in self._spoke:
             stand_in.rc.news = []
         self._spoke = []
-        members, pending, trace = env._members, env._pending, env.trace
-        for shard, result in enumerate(results):
-            if result is None:
+        members, trace, moved = env._members, env.trace, False
+        roles: dict[str, Any] = env.roles
+        for shard, stepped in enumerate(results):
+            if stepped is None:
                 continue
+            result = stepped[0]
             self.ready[shard] = result.ready
-            pending.extend(result.outbox)
             env.ledger.entries.extend(result.ledger)
             for place, kind, text, shown in result.failures:
                 failures.append((members[place], _remote_failure(kind, text, shown)))
             if trace is not None:
                 trace.extend(result.trace)
-            roles: dict[str, Any] = env.roles
             for name, addresses in result.readdressed.items():
                 roles[name].addresses = frozenset(addresses)
                 env.reindex(roles[name])
-            if result.readdressed:
-                self._index_addresses()
+                moved = True
             for name, ids in result.news.items():
                 stand_in = roles[name]
                 stand_in.rc.news = [_Seen(i) for i in ids]
                 self._spoke.append(stand_in)
+        if moved:
+            self._index_addresses()
+        return moved
 
-    async def role_states(self) -> list[RoleState]:
-        """Every role's state in place order (remote ones from their shards, after this round's deliveries)."""
-        inboxes, broadcasts = self._take_inboxes()
-        remote = await self.shards.states(inboxes, broadcasts)
+    async def role_states(self, *, by_reference: bool = False) -> list[RoleState]:
+        """Every role's state in place order (remote ones from their shards, after this round's deliveries).
+
+        With ``by_reference``, a remote role's messages that the history holds are given by id (as
+        a state file keeps them; ``bus.state.resolved`` turns them back).
+        """
+        deliveries, broadcasts = self._take_deliveries()
+        remote = await self.shards.states(deliveries, broadcasts)
+        self.held = [0] * len(deliveries)
         states: dict[int, RoleState] = {}
+        history = self.env.history._store
         for shard, part in enumerate(remote):
             self.ready[shard] = sum(1 for s in part if s.buffer)
             hosted = [r for r, p in zip(self.env._members, self.places, strict=True) if p == shard]
             for role, state in zip(hosted, part, strict=True):
-                states[role._env_index] = state
+                states[role._env_index] = state if by_reference else resolved(state, history)
         for role, place in zip(self.env._members, self.places, strict=True):
             if place is None:
                 states[role._env_index] = role.state_dict()
@@ -298,8 +359,12 @@ class ShardedRun:
 
     async def parts(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
         """``fn`` of the roles of each shard, then of the driver's (for metrics computed where roles live)."""
+        deliveries, broadcasts = self._take_deliveries()
+        remote = await self.shards.parts(fn, deliveries, broadcasts)
+        self.held = [0] * len(deliveries)
+        self.ready = [ready for _, ready in remote]
         local = [r for r, p in zip(self.env._members, self.places, strict=True) if p is None]
-        return [*await self.shards.parts(fn), fn(local)]
+        return [*(part for part, _ in remote), fn(local)]
 
     async def close(self) -> None:
         """Bring every role back into the driver's Environment (unless a shard failed), and stop the shards."""
@@ -307,8 +372,8 @@ class ShardedRun:
         if self.broken:
             await self.shards.close()
             return
-        inboxes, broadcasts = self._take_inboxes()
-        blobs = await self.shards.release(inboxes, broadcasts)
+        deliveries, broadcasts = self._take_deliveries()
+        blobs = await self.shards.release(deliveries, broadcasts)
         await self.shards.close()
         back: dict[int, Any] = {}
         for blob in blobs:
@@ -336,45 +401,3 @@ async def sharded(env: Environment, shards: ShardSet, shard_by: ShardBy | None =
             await run.close()
         raise
     await run.close()
-
-
-class Backend(Protocol):
-    """Where a Team's roles run: a :class:`ShardSet` per run, and which role goes where."""
-
-    shard_by: ShardBy | None
-
-    def shard_set(self) -> ShardSet:
-        """Fresh shards for one run."""
-        ...
-
-
-class LocalBackend:
-    """Shards in this process (:class:`LocalShards`): a sharded run without Ray, for tests and debugging.
-
-    Args:
-        shards: How many shards.
-        shard_by: Which shard a role runs on (``None`` from it: the driver); by place otherwise.
-    """
-
-    def __init__(self, shards: int = 2, *, shard_by: ShardBy | None = None) -> None:
-        """Create the backend; see the class docstring for the arguments."""
-        self.shards = check_shards(shards)
-        self.shard_by = shard_by
-        self.last: LocalShards | None = None
-        """The shards of the last run (their call count)."""
-
-    def shard_set(self) -> LocalShards:
-        """Fresh in-process shards."""
-        self.last = LocalShards(self.shards)
-        return self.last
-
-
-def check_shards(shards: object) -> int:
-    """``shards`` if it is a positive number of shards.
-
-    Raises:
-        InvalidValueError: Otherwise, naming the value.
-    """
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise InvalidValueError(f"shards={shards!r} must be a positive integer, e.g. shards=2")
-    return shards

@@ -1,75 +1,58 @@
 """A shard of a sharded run: the roles it was given, run a round at a time, and the calls that reach it.
 
-Roles travel pickled (:func:`dumps_roles`): references to the environment they came from, its
-ledger and clock travel as names and mean the shard's own where they land. A :class:`ShardHost`
-delivers what the driver routed to it, runs its ready roles with the worker pool and returns its
-outbox (``runs.sharding`` has the driver's side). :class:`LocalShards` runs shards in this
-process; ``runs.ray_shards`` runs each as a Ray actor.
+Roles travel pickled (``runs.shipping``). A :class:`ShardHost` delivers what reached it since its
+last round, runs its ready roles with the worker pool, and routes what they published: a message
+for roles of this shard stays here (delivered before the next round), one for roles elsewhere
+goes in that shard's part (one batch per shard and round), and the driver gets the whole outbox
+for the history and the log (``runs.sharding`` has the driver's side). Every message is delivered
+in the one-process order: the round's messages of all sources merged by the publishing role's
+place. :class:`LocalShards` runs shards in this process; ``runs.ray_shards`` runs each as a Ray
+actor.
 """
 
 from __future__ import annotations
 
-import io
 import pickle
 import time
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from typing import Any, Protocol
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import run_roles
-from metaroles.bus.state import RoleState
+from metaroles.bus.state import RoleState, by_reference
+from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
+from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
 
 Entry = Message | int | tuple[Message, str]
 """What a shard delivers: a message to route, the index of a shared broadcast, or a message for one role."""
 
 Step = tuple[str, str, Any, int]
 
+DRIVER = -1
+"""Where a role pinned to the driver lives (in the address map)."""
 
-# -- shipping roles -------------------------------------------------------------------------------
+DEAD, PINNED = 1, 2
+"""Flags of an outbox entry: the message reaches no role; it reaches a role on the driver."""
 
-
-_HOST: ContextVar[dict[str, Any]] = ContextVar("metaroles_shard_host")
-
-
-def _hosted(key: str) -> Any:
-    """What a pickled reference to the environment (or its ledger, or clock) means where it is loaded."""
-    return _HOST.get()[key]
+Addresses = tuple[dict[str, tuple[int, ...]], tuple[int, ...]]
+"""The address map (address → the shards whose roles receive on it) and every shard that hosts a role."""
 
 
-def dumps_roles(env: Environment, roles: Sequence[Role], pickler: type[pickle.Pickler] = pickle.Pickler) -> bytes:
-    """Pickle ``roles`` without their environment: references to ``env``, its ledger and clock travel as names.
-
-    ``pickler`` may be a cloudpickle Pickler, which also carries classes defined in a notebook.
-    """
-    shared = {id(env): "env", id(env.ledger): "ledger", id(env._clock): "clock"}
-    fallback = getattr(pickler, "reducer_override", None)
-
-    class _Pickler(pickler):  # type: ignore[misc,valid-type]
-        def reducer_override(self, obj: Any) -> Any:  # not called for str, int, dict, list...: cheap
-            key = shared.get(id(obj))
-            if key is not None:
-                return _hosted, (key,)
-            return NotImplemented if fallback is None else fallback(self, obj)
-
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=5).dump(list(roles))
-    return buffer.getvalue()
-
-
-def loads_roles(data: bytes, env: Environment) -> list[Role]:
-    """The roles :func:`dumps_roles` pickled, now referring to ``env``, its ledger and clock."""
-    token = _HOST.set({"env": env, "ledger": env.ledger, "clock": env._clock})
-    try:
-        roles: list[Role] = pickle.loads(data)
-    finally:
-        _HOST.reset(token)
-    return roles
+def targets(send_to: frozenset[str] | set[str], addresses: Addresses) -> tuple[int, ...] | set[int]:
+    """The shards (``DRIVER`` included) with a recipient of a message sent to ``send_to``."""
+    where, everyone = addresses
+    if MESSAGE_ROUTE_TO_ALL in send_to:
+        return everyone
+    if len(send_to) == 1:
+        for address in send_to:
+            return where.get(address, ())
+    return {shard for address in send_to for shard in where.get(address, ())}
 
 
 class _Seen:
@@ -94,11 +77,32 @@ class _ActionRef:
 
 
 @dataclass
+class Delivery:
+    """What reached a shard since its last round, delivered before its next one (or its states, or its roles)."""
+
+    inbox: list[Entry] = field(default_factory=list)
+    """What the driver routed, in order: between rounds, and the whole last round when ``ranked`` is None."""
+    ranked: list[tuple[int, Message]] | None = None
+    """The last round was routed by the shards: the driver's own messages for this one, ``(rank, message)``.
+    ``None``: the driver routed it all (an address changed, or interventions decide): drop what is held."""
+    sources: list[int] = field(default_factory=list)
+    """The shards whose last outbox has a part for this one, in shard order."""
+    parts: list[Any] = field(default_factory=list)
+    """Those parts (pickled ``(rank, message)`` lists, or handles to them that the carrier resolves)."""
+    addresses: Addresses | None = None
+    """The address map, when it changed."""
+
+    def __bool__(self) -> bool:
+        """Whether there is anything to deliver."""
+        return bool(self.inbox or self.ranked or self.sources or self.addresses)
+
+
+@dataclass
 class StepResult:
     """What a shard returns for a round."""
 
-    outbox: list[tuple[int, Message]]
-    """What its roles published, ``(place, message)`` in publish order."""
+    outbox: list[tuple[int, Message, int]]
+    """What its roles published, ``(rank, message, flag)`` in delivery order (flags: ``DEAD``, ``PINNED``)."""
     trace: list[Step] = field(default_factory=list)
     ledger: list[LedgerEntry] = field(default_factory=list)
     failures: list[tuple[int, str, str, str]] = field(default_factory=list)
@@ -107,6 +111,10 @@ class StepResult:
     """The news ids of each role that published (the event log's ``caused_by``)."""
     ready: int = 0
     """Roles with buffered messages after the round (before its deliveries)."""
+    held: int = 0
+    """Messages kept here for this shard's own roles (delivered before the next round)."""
+    crossing: list[int] = field(default_factory=list)
+    """How many messages go to each shard's part."""
     readdressed: dict[str, list[str]] = field(default_factory=dict)
     """The new addresses of roles that changed theirs in the round."""
     busy_s: float = 0.0
@@ -119,29 +127,37 @@ class ShardHost:
     Args:
         total: How many roles the whole run has (what others publish ranks after them all).
         concurrency: Roles mid-turn at once on this shard.
+        shards: How many shards the run has.
+        number: Which of them this is.
     """
 
-    def __init__(self, *, total: int, concurrency: int = 32, shards: int = 1) -> None:
-        """Create an empty shard (one of ``shards``)."""
+    def __init__(self, *, total: int, concurrency: int = 32, shards: int = 1, number: int = 0) -> None:
+        """Create an empty shard."""
         self.shards = shards
+        self.number = number
         self.env = Environment(concurrency=concurrency, on_role_error="record")
         self.total = total
         self.readdressed: dict[str, list[str]] = {}
         self.env.reindex = self._reindexed  # type: ignore[method-assign]
+        self.addresses: Addresses = ({}, ())
+        self.held: list[tuple[int, Message]] = []
+        self.known: dict[str, Message] = {}
+        """Messages the driver's history holds, by id (they go back by id)."""
 
     def _reindexed(self, role: Role) -> None:
         """A role here changed its addresses: index them, and tell the driver with the round's result."""
         Environment.reindex(self.env, role)
         self.readdressed[role.name] = sorted(role.addresses)
 
-    def load(self, data: bytes) -> int:
+    def load(self, data: bytes, addresses: Addresses) -> int:
         """Host the roles ``dumps_roles`` pickled; return how many of them have buffered messages.
 
         A model with limits (``LimitedLLM``) keeps to this shard's share of them, so the cluster
         as a whole stays within what the user set.
         """
         env = self.env
-        roles = loads_roles(data, env)
+        self.addresses = addresses
+        roles = loads_roles(data, env, known=self.known)
         env.adopt_roles(roles, total=self.total)
         shared: dict[int, Any] = {}
         for role in roles:
@@ -152,10 +168,30 @@ class ShardHost:
             llm.shard_share(self.shards)
         return len(env._ready)
 
+    def take(self, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]) -> None:
+        """Deliver ``delivery`` (its ``parts`` unpickled), in the one-process order."""
+        if delivery.addresses is not None:
+            self.addresses = delivery.addresses
+        held, self.held = self.held, []
+        if delivery.ranked is not None:
+            sources = iter(zip(delivery.sources, parts, strict=True))
+            source, part = next(sources, (None, b""))
+            flush = list(delivery.ranked)
+            for shard in range(self.shards):  # the driver's first, then each shard's: as the driver merges
+                if shard == self.number:
+                    flush += held
+                elif shard == source:
+                    with paused_gc():
+                        flush += pickle.loads(part)
+                    source, part = next(sources, (None, b""))
+            flush.sort(key=itemgetter(0))
+            self.deliver([message for _, message in flush], ())
+        self.deliver(delivery.inbox, broadcasts)
+
     def deliver(self, inbox: Sequence[Entry], broadcasts: Sequence[Message]) -> None:
-        """Put what the driver routed here into the buffers of this shard's recipients, in order."""
+        """Put messages into the buffers of this shard's recipients, in order."""
         env = self.env
-        route, ready, roles = env._book.route, env._ready, env.roles
+        route, ready, roles, known = env._book.route, env._ready, env.roles, self.known
         for entry in inbox:
             if type(entry) is int:
                 message = broadcasts[entry]
@@ -164,17 +200,21 @@ class ShardHost:
                 continue
             else:
                 message = entry  # type: ignore[assignment]
+            known[message.id] = message
             for role in route(message.send_to):
                 if role.rc.msg_buffer.push(message) and not role._ready:
                     role._ready = True
                     ready.append(role)
 
     async def step(
-        self, round_no: int, inbox: Sequence[Entry], broadcasts: Sequence[Message], *, trace: bool, news: bool
-    ) -> StepResult:
-        """Deliver ``inbox``, then run round ``round_no``'s turns of this shard's ready roles."""
+        self, round_no: int, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes], *, trace: bool, news: bool
+    ) -> tuple[StepResult, list[list[tuple[int, Message]]]]:
+        """Deliver, then run round ``round_no``'s turns of this shard's ready roles; route what they published.
+
+        Returns the result for the driver and, per shard, the part of the outbox for its roles.
+        """
         started = time.perf_counter()
-        self.deliver(inbox, broadcasts)
+        self.take(delivery, broadcasts, parts)
         env = self.env
         env.round = round_no
         env._clock.set(round_no)
@@ -189,14 +229,16 @@ class ShardHost:
                 await run_roles(ready, round_no, concurrency=env.concurrency, on_error=on_error)
         finally:
             env._in_round = False
-        outbox, env._pending = env._pending, []
         calls = env.ledger.entries[spent:]
         del env.ledger.entries[spent:]
+        outbox, crossing = self._route()
         result = StepResult(
             outbox=outbox,
             ledger=calls,
             failures=[(role._env_index, type(exc).__name__, str(exc), repr(exc)) for role, exc in failures],
             ready=len(env._ready),
+            held=len(self.held),
+            crossing=[len(part) for part in crossing],
             readdressed=self.readdressed,
             busy_s=time.perf_counter() - started,
         )
@@ -204,26 +246,58 @@ class ShardHost:
         if env.trace:
             result.trace = [_portable(step) for step in env.trace]
         if news:
-            roles = env.roles
-            for _, message in outbox:
-                sender = roles.get(message.sent_from)
-                if sender is not None and sender.name not in result.news:
-                    result.news[sender.name] = [m.id for m in sender.rc.news]
-        return result
+            result.news = self._news(outbox)
+        return result, crossing
 
-    def states(self, inbox: Sequence[Entry], broadcasts: Sequence[Message]) -> list[RoleState]:
-        """Deliver ``inbox``, then the state of each role here, in place order."""
-        self.deliver(inbox, broadcasts)
-        return [role.state_dict() for role in self.env._members]
+    def _route(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message]]]]:
+        """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard."""
+        pending, self.env._pending = self.env._pending, []
+        pending.sort(key=itemgetter(0))
+        addresses, number, held = self.addresses, self.number, self.held
+        crossing: list[list[tuple[int, Message]]] = [[] for _ in range(self.shards)]
+        outbox = []
+        for rank, message in pending:
+            flag = 0
+            shards = targets(message.send_to, addresses)
+            if not shards:
+                flag = DEAD
+            for shard in shards:
+                if shard == number:
+                    held.append((rank, message))
+                elif shard == DRIVER:
+                    flag = PINNED
+                else:
+                    crossing[shard].append((rank, message))
+            outbox.append((rank, message, flag))
+        return outbox, crossing
 
-    def parts(self, fn: Callable[[list[Role]], Any]) -> Any:
-        """``fn`` of this shard's roles, in place order (a scenario's metrics, computed where the roles are)."""
-        return fn(list(self.env._members))
+    def _news(self, outbox: list[tuple[int, Message, int]]) -> dict[str, list[str]]:
+        roles, news = self.env.roles, {}
+        for _, message, _ in outbox:
+            sender = roles.get(message.sent_from)
+            if sender is not None and sender.name not in news:
+                news[sender.name] = [m.id for m in sender.rc.news]
+        return news
 
-    def release(self, inbox: Sequence[Entry], broadcasts: Sequence[Message], pickler: type[pickle.Pickler]) -> bytes:
-        """Deliver ``inbox``, then give the roles back, pickled as :func:`dumps_roles` does."""
-        self.deliver(inbox, broadcasts)
-        return dumps_roles(self.env, self.env._members, pickler)
+    def states(self, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]) -> list[RoleState]:
+        """Deliver, then the state of each role here, in place order: messages the driver holds by id."""
+        self.take(delivery, broadcasts, parts)
+        known = self.known
+        return [by_reference(role.state_dict(), known) for role in self.env._members]
+
+    def parts(
+        self, fn: Callable[[list[Role]], Any], delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
+    ) -> tuple[Any, int]:
+        """Deliver, then ``fn`` of this shard's roles in place order (a scenario's metrics), and how many are ready."""
+        self.take(delivery, broadcasts, parts)
+        return fn(list(self.env._members)), len(self.env._ready)
+
+    def release(
+        self, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes], pickler: type[pickle.Pickler]
+    ) -> bytes:
+        """Deliver, then give the roles back, pickled: messages the driver holds go by id."""
+        self.take(delivery, broadcasts, parts)
+        return dumps_roles(self.env, self.env._members, pickler, known=self.known)
 
 
 def _portable(step: Step) -> Step:
@@ -238,85 +312,39 @@ def _portable(step: Step) -> Step:
 
 # -- carrying calls ----------------------------------------------------------------------------------
 
+Stepped = tuple[StepResult, list[Any]]
+"""A shard's result of a round and, per shard, a handle to its part (``None``: nothing for that shard)."""
+
 
 class ShardSet(Protocol):
     """The shards of one run and the calls the driver makes to them (each one batched call per shard)."""
 
     count: int
 
-    async def load(self, blobs: list[bytes], *, total: int, concurrency: int) -> list[int]:
+    async def load(self, blobs: list[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
         """Start the shards (one per blob) with their roles; return each one's count of ready roles."""
         ...
 
     async def step(
-        self, round_no: int, inboxes: list[list[Entry]], broadcasts: list[Message], *, trace: bool, news: bool
-    ) -> list[StepResult | None]:
+        self, round_no: int, deliveries: list[Delivery | None], broadcasts: list[Message], *, trace: bool, news: bool
+    ) -> list[Stepped | None]:
         """Run a round on every shard that has something to do (``None`` for the others)."""
         ...
 
-    async def states(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[list[RoleState]]:
-        """Each shard's role states, after delivering its inbox."""
+    async def states(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[list[RoleState]]:
+        """Each shard's role states, after its delivery."""
         ...
 
-    async def parts(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
-        """``fn`` of each shard's roles."""
+    async def parts(
+        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]
+    ) -> list[tuple[Any, int]]:
+        """``fn`` of each shard's roles after its delivery, and its count of ready roles."""
         ...
 
-    async def release(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[bytes]:
-        """Each shard's roles, pickled, after delivering its inbox; the shards are done."""
+    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
+        """Each shard's roles, pickled, after its delivery; the shards are done."""
         ...
 
     async def close(self) -> None:
         """Stop the shards (after a failure: nothing is given back)."""
         ...
-
-
-class LocalShards:
-    """Shards as objects in this process: the shards' very code, without Ray (tests, debugging).
-
-    Roles are still pickled to their shard and back, so a run here exercises what a cluster does.
-    """
-
-    def __init__(self, count: int) -> None:
-        """Prepare ``count`` shards."""
-        self.count = count
-        self.hosts: list[ShardHost] = []
-        self.calls = 0
-        """Calls made to shards so far (one per shard per round at most)."""
-
-    async def load(self, blobs: list[bytes], *, total: int, concurrency: int) -> list[int]:
-        """Start the shards with their roles."""
-        self.hosts = [ShardHost(total=total, concurrency=concurrency, shards=len(blobs)) for _ in blobs]
-        return [host.load(blob) for host, blob in zip(self.hosts, blobs, strict=True)]
-
-    async def step(
-        self, round_no: int, inboxes: list[list[Entry]], broadcasts: list[Message], *, trace: bool, news: bool
-    ) -> list[StepResult | None]:
-        """Run the round on each shard in turn (the merge makes the order irrelevant)."""
-        results: list[StepResult | None] = []
-        for host, inbox in zip(self.hosts, inboxes, strict=True):
-            if inbox is None:
-                results.append(None)
-                continue
-            self.calls += 1
-            results.append(await host.step(round_no, inbox, broadcasts, trace=trace, news=news))
-        return results
-
-    async def states(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[list[RoleState]]:
-        """Each shard's role states."""
-        return [host.states(inbox, broadcasts) for host, inbox in zip(self.hosts, inboxes, strict=True)]
-
-    async def parts(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
-        """``fn`` of each shard's roles."""
-        return [host.parts(fn) for host in self.hosts]
-
-    async def release(self, inboxes: list[list[Entry]], broadcasts: list[Message]) -> list[bytes]:
-        """Each shard's roles, pickled."""
-        pairs = zip(self.hosts, inboxes, strict=True)
-        blobs = [host.release(inbox, broadcasts, pickle.Pickler) for host, inbox in pairs]
-        self.hosts = []
-        return blobs
-
-    async def close(self) -> None:
-        """Drop the shards."""
-        self.hosts = []

@@ -294,7 +294,7 @@ class Team:
         if self._sharded is None:
             writer.write(self.env)
         else:
-            writer.write_states(self.env, await self._sharded.role_states())
+            writer.write_states(self.env, await self._sharded.role_states(by_reference=True))
 
     async def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last."""

@@ -1,0 +1,142 @@
+"""Where a Team's roles run: which shard each role goes to, and shards in this process.
+
+A backend gives a sharded run its shards (a :class:`~metaroles.runs.shards.ShardSet`): 
+:class:`LocalBackend` runs the shards' code in this process (tests, debugging);
+``runs.ray_shards.RayBackend`` runs each shard as a Ray actor.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from metaroles.bus.role import Role
+from metaroles.bus.state import RoleState
+from metaroles.core.exceptions import InvalidValueError
+from metaroles.messages.message import Message
+from metaroles.runs.shards import Addresses, Delivery, ShardHost, ShardSet, Stepped
+
+__all__ = ["Backend", "LocalBackend", "LocalShards", "ShardBy", "check_shards", "placement"]
+
+ShardBy = Callable[[Role, int], "int | None"]
+"""Which of ``shards`` shards a role runs on (``None``: on the driver, e.g. a moderator whose state
+an intervention reads); called as ``shard_by(role, shards)``."""
+
+def placement(roles: Sequence[Role], shards: int, shard_by: ShardBy | None) -> list[int | None]:
+    """The shard of each role: ``shard_by(role, shards)`` if given, else its place modulo ``shards``.
+
+    Raises:
+        InvalidValueError: If ``shard_by`` answers something other than a shard number or ``None``.
+    """
+    placed: list[int | None] = []
+    for role in roles:
+        shard = role._env_index % shards if shard_by is None else shard_by(role, shards)
+        if shard is not None and (isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards):
+            raise InvalidValueError(
+                f"shard_by({role.name!r}, {shards}) returned {shard!r}; return a shard number in 0..{shards - 1}, "
+                "or None to keep the role on the driver"
+            )
+        placed.append(shard)
+    return placed
+
+
+class Backend(Protocol):
+    """Where a Team's roles run: a :class:`ShardSet` per run, and which role goes where."""
+
+    shard_by: ShardBy | None
+
+    def shard_set(self) -> ShardSet:
+        """Fresh shards for one run."""
+        ...
+
+
+class LocalBackend:
+    """Shards in this process (:class:`LocalShards`): a sharded run without Ray, for tests and debugging.
+
+    Args:
+        shards: How many shards.
+        shard_by: Which shard a role runs on (``None`` from it: the driver); by place otherwise.
+    """
+
+    def __init__(self, shards: int = 2, *, shard_by: ShardBy | None = None) -> None:
+        """Create the backend; see the class docstring for the arguments."""
+        self.shards = check_shards(shards)
+        self.shard_by = shard_by
+        self.last: LocalShards | None = None
+        """The shards of the last run (their call count)."""
+
+    def shard_set(self) -> LocalShards:
+        """Fresh in-process shards."""
+        self.last = LocalShards(self.shards)
+        return self.last
+
+
+def check_shards(shards: object) -> int:
+    """``shards`` if it is a positive number of shards.
+
+    Raises:
+        InvalidValueError: Otherwise, naming the value.
+    """
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise InvalidValueError(f"shards={shards!r} must be a positive integer, e.g. shards=2")
+    return shards
+
+
+class LocalShards:
+    """Shards as objects in this process: the shards' very code, without Ray (tests, debugging).
+
+    Roles are still pickled to their shard and back, and so is what crosses between shards, so a
+    run here exercises what a cluster does.
+    """
+
+    def __init__(self, count: int) -> None:
+        """Prepare ``count`` shards."""
+        self.count = count
+        self.hosts: list[ShardHost] = []
+        self.calls = 0
+        """Calls made to shards so far (one per shard per round at most)."""
+
+    async def load(self, blobs: list[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
+        """Start the shards with their roles."""
+        self.hosts = [
+            ShardHost(total=total, concurrency=concurrency, shards=len(blobs), number=n) for n in range(len(blobs))
+        ]
+        return [host.load(blob, addresses) for host, blob in zip(self.hosts, blobs, strict=True)]
+
+    async def step(
+        self, round_no: int, deliveries: list[Delivery | None], broadcasts: list[Message], *, trace: bool, news: bool
+    ) -> list[Stepped | None]:
+        """Run the round on each shard in turn (the merge makes the order irrelevant)."""
+        results: list[Stepped | None] = []
+        for host, delivery in zip(self.hosts, deliveries, strict=True):
+            if delivery is None:
+                results.append(None)
+                continue
+            self.calls += 1
+            result, crossing = await host.step(
+                round_no, delivery, broadcasts, delivery.parts, trace=trace, news=news
+            )
+            results.append((result, [pickle.dumps(part, 5) if part else None for part in crossing]))
+        return results
+
+    async def states(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[list[RoleState]]:
+        """Each shard's role states."""
+        return [host.states(d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
+
+    async def parts(
+        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]
+    ) -> list[tuple[Any, int]]:
+        """``fn`` of each shard's roles, and its count of ready roles."""
+        return [host.parts(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
+
+    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
+        """Each shard's roles, pickled."""
+        pairs = zip(self.hosts, deliveries, strict=True)
+        blobs = [host.release(d, broadcasts, d.parts, pickle.Pickler) for host, d in pairs]
+        self.hosts = []
+        return blobs
+
+    async def close(self) -> None:
+        """Drop the shards."""
+        self.hosts = []
