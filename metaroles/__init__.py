@@ -50,10 +50,10 @@ from metaroles.llm.providers import resolve_llm
 from metaroles.messages.memory import ChatMemory, Memory
 from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue, PriorityMessageQueue
+from metaroles.runs.backends import LocalBackend
 from metaroles.runs.ray_shards import RayBackend
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
-from metaroles.runs.sharding import LocalBackend
 from metaroles.runs.sweep import sweep
 from metaroles.runs.team import StopReason, Team, TeamReport
 

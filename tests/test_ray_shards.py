@@ -128,12 +128,10 @@ async def test_a_cassette_records_on_shards_what_one_process_records_and_replays
 
     await debate(tmp_path / "one", CassetteLLM(tmp_path / "one.jsonl", mode="record", inner=TestLLM()))
     on_shards = CassetteLLM(tmp_path / "ray.jsonl", mode="record", inner=TestLLM())
-    await debate(
-        tmp_path / "ray", on_shards, RayBackend(2, address=ray_address)
-    )  # Alice on one shard, Bob on the other
+    await debate(tmp_path / "ray", on_shards, RayBackend(2, address=ray_address))  # the debaters on different shards
     assert run_files(tmp_path / "ray") == run_files(tmp_path / "one")
     calls = recorded(tmp_path / "ray.jsonl")
-    assert {e["role"] for e in calls} == {"Alice", "Bob"} and calls == recorded(tmp_path / "one.jsonl")
+    assert {"Alice", "Bob"} <= {e["role"] for e in calls} and calls == recorded(tmp_path / "one.jsonl")
     await debate(
         tmp_path / "replayed", CassetteLLM(tmp_path / "ray.jsonl", mode="replay"), RayBackend(3, address=ray_address)
     )

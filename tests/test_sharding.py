@@ -20,10 +20,11 @@ from metaroles.scenarios.society import Agent
 
 from metaroles import Action, ActionResult, DeadLetterWarning, Environment, Message, Role, Team, TestLLM
 from metaroles.core.exceptions import InvalidValueError, RunError
+from metaroles.runs.backends import LocalBackend, LocalShards, placement
 from metaroles.runs.config import RunOptions
 from metaroles.runs.registry import load_scenario
 from metaroles.runs.scenario import resume_scenario, run_scenario
-from metaroles.runs.sharding import LocalBackend, LocalShards, RemoteRole, ShardedRun, placement
+from metaroles.runs.sharding import RemoteRole, ShardedRun
 
 SEED = 5
 SCENARIOS: dict[str, dict[str, object]] = {

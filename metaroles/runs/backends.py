@@ -8,7 +8,7 @@ A backend gives a sharded run its shards (a :class:`~metaroles.runs.shards.Shard
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from metaroles.bus.role import Role
@@ -97,10 +97,12 @@ class LocalShards:
         self.calls = 0
         """Calls made to shards so far (one per shard per round at most)."""
 
-    async def load(self, blobs: list[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
+    async def load(
+        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses
+    ) -> list[int]:
         """Start the shards with their roles."""
         self.hosts = [
-            ShardHost(total=total, concurrency=concurrency, shards=len(blobs), number=n) for n in range(len(blobs))
+            ShardHost(total=total, concurrency=concurrency, shards=self.count, number=n) for n in range(self.count)
         ]
         return [host.load(blob, addresses) for host, blob in zip(self.hosts, blobs, strict=True)]
 

@@ -14,7 +14,7 @@ import gc
 import io
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from metaroles.bus.role import Role
@@ -114,7 +114,8 @@ class _Actor:
         self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number)
 
     async def load(self, blob: bytes, addresses: bytes) -> int:
-        ready = self.host.load(blob, pickle.loads(addresses))
+        with paused_gc():
+            ready = self.host.load(blob, pickle.loads(addresses))
         gc.freeze()  # this process is the shard's: its roles live as long as it does, collections skip them
         return ready
 
@@ -137,7 +138,8 @@ class _Actor:
     async def release(self, delivery: bytes, broadcasts: bytes, *parts: bytes) -> bytes:
         from ray import cloudpickle
 
-        return self.host.release(pickle.loads(delivery), pickle.loads(broadcasts), parts, cloudpickle.Pickler)
+        with paused_gc():
+            return self.host.release(_unpacked(delivery), _unpacked(broadcasts), parts, cloudpickle.Pickler)
 
     async def pid(self) -> int:
         return os.getpid()
@@ -165,10 +167,12 @@ class RayShards:
 
         self.pickler: type[pickle.Pickler] = cloudpickle.Pickler
 
-    async def load(self, blobs: list[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
-        """Start one actor per shard and give each its roles."""
+    async def load(
+        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses
+    ) -> list[int]:
+        """Start one actor per shard and give each its roles (a shard loads its part while the next is pickled)."""
         actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
-        self.actors = [actor.remote(total, concurrency, len(blobs), n) for n in range(len(blobs))]
+        self.actors = [actor.remote(total, concurrency, self.count, n) for n in range(self.count)]
         shared = self.ray.put(_packed(addresses))
         refs = [a.load.remote(blob, shared) for a, blob in zip(self.actors, blobs, strict=True)]
         return [await ref for ref in refs]
@@ -182,7 +186,7 @@ class RayShards:
         driver keeps only their handles and passes them to the next call of the shard they are for.
         """
         shared = self.ray.put(_packed(broadcasts))  # once, whatever the number of shards
-        calls = []
+        calls: list[Any] = []
         for a, delivery in zip(self.actors, deliveries, strict=True):
             if delivery is None:
                 calls.append(None)

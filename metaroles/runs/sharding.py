@@ -1,33 +1,23 @@
 """One Environment's roles on several shards, run in lock-step so the run is the one-process run.
 
-The driver (the process that holds the Team) keeps the bus: the history, the address index,
-dead letters, events, the ledger, interventions and the roles pinned to it. Every other role is
-shipped to a shard (pickled once, when the run starts) and the driver keeps a stand-in in its
-place (:class:`RemoteRole`: name, addresses, place), so routing, the event log, budgets and
-``explain_route``'s delivery rule work unchanged. A round:
-
-1. The driver sends each shard, in **one call**, what its roles received in the previous round
-   (in delivery order; a broadcast is one entry shared by every shard) and the round number.
-2. Each shard delivers those locally (its own address index gives its roles' share), runs its
-   ready roles with the worker pool, and returns its outbox ``(place, message)`` in publish
-   order, its turn steps, model calls and failures. The driver runs its pinned roles meanwhile.
-3. The driver merges the outboxes by the sender's place (stable: one sender lives on one shard),
-   puts the round's model calls and failures in role order (as one process does), and delivers
-   through the bus: a message for a stand-in lands in its shard's inbox for the next round.
-
-Ids, prompts and answers depend on the run, the round and the role's place only (``core.ids``),
-so every file of the run directory is the one-process run's, byte for byte. A shard is an
-execution detail: checkpoints hold whole role states, so a run resumes on any number of shards.
-
-This module knows nothing of Ray: a :class:`ShardSet` carries the calls (``runs.shards`` has the
-shard's side). :class:`LocalShards` runs the shards' code in this process (for tests and
-debugging); ``runs.ray_shards`` runs each shard as a Ray actor.
+The driver (the process that holds the Team) keeps the bus: the history, the address index, dead
+letters, events, the ledger, interventions and the roles pinned to it. Every other role is
+shipped to a shard when the run starts (``runs.shipping``) and the driver keeps a stand-in
+(:class:`RemoteRole`: name, addresses, place). A round is one call per shard (``runs.shards``):
+the shard delivers what reached it — what it kept for its own roles, the parts other shards sent
+it, the driver's own messages — merged by the publishing role's place, runs its ready roles, and
+routes what they published itself. The driver merges the outboxes in that same order into the
+history, records dead letters and delivers to its own roles; when an address changed in the round
+or interventions decide per recipient, it routes the whole round itself instead (the shards then
+drop their own routing). Ids depend on the run, the round and the role's place (``core.ids``), so
+every file of the run directory is the one-process run's, byte for byte; checkpoints hold whole
+role states, so a run resumes on any number of shards.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
 from operator import itemgetter
@@ -42,23 +32,12 @@ from metaroles.bus.state import RoleState, resolved
 from metaroles.core.exceptions import RunError
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.message import Message
-from metaroles.runs.backends import Backend, LocalBackend, LocalShards, ShardBy, check_shards, placement
-from metaroles.runs.shards import DEAD, DRIVER, PINNED, Delivery, Entry, ShardSet, Stepped, StepResult, _Seen, targets
-from metaroles.runs.shipping import dumps_roles, loads_roles
+from metaroles.runs.backends import ShardBy, placement
+from metaroles.runs.shards import DEAD, DRIVER, PINNED, Delivery, Entry, ShardSet, Stepped, _Seen, interned, targets
+from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
 from metaroles.runs.standins import RemoteRole, _first, _remote_failure
 
-__all__ = [
-    "Backend",
-    "LocalBackend",
-    "LocalShards",
-    "RemoteRole",
-    "ShardBy",
-    "ShardedRun",
-    "StepResult",
-    "check_shards",
-    "placement",
-    "sharded",
-]
+__all__ = ["RemoteRole", "ShardedRun", "sharded"]
 
 # -- the driver's stand-ins ---------------------------------------------------------------------------
 
@@ -84,6 +63,7 @@ class ShardedRun:
         """Per shard, ``(source shard, handle)`` of the parts other shards' outboxes hold for it."""
         self._moved = False
         """Whether the address map changed since the shards last had it."""
+        self._sets: dict[frozenset[str], frozenset[str]] = {}
         self.broken = False
         self._spoke: list[RemoteRole] = []
         self.news = True
@@ -106,13 +86,21 @@ class ShardedRun:
             if place is not None:
                 parts[place].append(role)
                 stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place])
-        history = env.history._store
-        blobs = [dumps_roles(env, part, self.pickler(), history=history) for part in parts]
+        history, pickler = env.history._store, self.pickler()
+
+        def pickled() -> Iterator[bytes]:  # one part at a time: a shard loads its part while the next is pickled
+            for part in parts:
+                with paused_gc():  # a pass over many roles: no garbage to find, and collections would scan them all
+                    blob = dumps_roles(env, part, pickler, history=history)
+                yield blob
+
         self._index_addresses()  # the same addresses as the stand-ins'
         addresses = (self.where, self._everyone)
-        self.ready = await self.shards.load(blobs, total=len(env._members), concurrency=env.concurrency, addresses=addresses)
+        total = len(env._members)
+        self.ready = await self.shards.load(pickled(), total=total, concurrency=env.concurrency, addresses=addresses)
         self._moved = False
-        env.swap_roles(stand_ins)
+        with paused_gc():
+            env.swap_roles(stand_ins)
         self._pinned = [(r, r.addresses) for r, p in zip(env._members, self.places, strict=True) if p is None]
 
     def _index_addresses(self) -> None:
@@ -240,37 +228,20 @@ class ShardedRun:
             self._flush()
 
     def _record(self, results: list[Stepped | None]) -> None:
-        """The round as the shards routed it: the history, dead letters, the driver's roles' deliveries.
-
-        The driver's own messages go to the shards with their rank (each merges them with what it
-        holds and what other shards sent it, in this very order).
-        """
-        env, count = self.env, self.shards.count
-        pending, env._pending = env._pending, []
-        pending.sort(key=itemgetter(0))
-        addresses = (self.where, self._everyone)
-        ranked: list[list[tuple[int, Message]]] = [[] for _ in range(count)]
-        merged: list[tuple[int, Message, int]] = []
-        for rank, message in pending:
-            shards = targets(message.send_to, addresses)
-            flag = 0 if shards else DEAD
-            for shard in shards:
-                if shard == DRIVER:
-                    flag = PINNED
-                else:
-                    ranked[shard].append((rank, message))
-            merged.append((rank, message, flag))
+        """The round as the shards routed it: the history, dead letters, the driver's roles' deliveries."""
+        env = self.env
+        merged = self._own()
         for source, stepped in enumerate(results):
             if stepped is None:
                 continue
             result, handles = stepped
+            interned(result.outbox, self._sets)
             merged += result.outbox
             self.held[source] = result.held
             for shard, handle in enumerate(handles):
                 if handle is not None:
                     self.crossing[shard].append((source, handle))
         merged.sort(key=itemgetter(0))
-        self.ranked = ranked
         remember, route = env.history.add, env._book.route
         for _, message, flag in merged:
             remember(message)
@@ -280,6 +251,29 @@ class ShardedRun:
                 for role in route(message.send_to):
                     if not isinstance(role, RemoteRole) and role.rc.msg_buffer.push(message):
                         env.mark_ready(role)
+
+    def _own(self) -> list[tuple[int, Message, int]]:
+        """The driver's own messages of the round, flagged; each shard gets its share with their rank.
+
+        A shard merges them with what it holds and what other shards sent it, in the driver's order.
+        """
+        env = self.env
+        pending, env._pending = env._pending, []
+        pending.sort(key=itemgetter(0))
+        addresses = (self.where, self._everyone)
+        ranked: list[list[tuple[int, Message]]] = [[] for _ in range(self.shards.count)]
+        own: list[tuple[int, Message, int]] = []
+        for rank, message in pending:
+            shards = targets(message.send_to, addresses)
+            flag = 0 if shards else DEAD
+            for shard in shards:
+                if shard == DRIVER:
+                    flag = PINNED
+                else:
+                    ranked[shard].append((rank, message))
+            own.append((rank, message, flag))
+        self.ranked = ranked
+        return own
 
     def _flush(self) -> None:
         """Deliver the round's messages as ``Environment._flush`` does, routing to shards, not to each stand-in.
@@ -376,12 +370,13 @@ class ShardedRun:
         blobs = await self.shards.release(deliveries, broadcasts)
         await self.shards.close()
         back: dict[int, Any] = {}
-        for blob in blobs:
-            for role in loads_roles(blob, env):
-                role._ready = False  # rebuild_ready below marks it again if its buffer holds news
-                back[role._env_index] = role
-        env.swap_roles(back)
-        env.rebuild_ready()
+        with paused_gc():
+            for blob in blobs:
+                for role in loads_roles(blob, env):
+                    role._ready = False  # rebuild_ready below marks it again if its buffer holds news
+                    back[role._env_index] = role
+            env.swap_roles(back)
+            env.rebuild_ready()
 
 
 @asynccontextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
@@ -40,6 +40,9 @@ DRIVER = -1
 DEAD, PINNED = 1, 2
 """Flags of an outbox entry: the message reaches no role; it reaches a role on the driver."""
 
+_MAX_REMEMBERED = 1 << 18
+"""Sets of recipients whose shards a shard remembers at most (then it starts afresh)."""
+
 Addresses = tuple[dict[str, tuple[int, ...]], tuple[int, ...]]
 """The address map (address → the shards whose roles receive on it) and every shard that hosts a role."""
 
@@ -53,6 +56,20 @@ def targets(send_to: frozenset[str] | set[str], addresses: Addresses) -> tuple[i
         for address in send_to:
             return where.get(address, ())
     return {shard for address in send_to for shard in where.get(address, ())}
+
+
+def interned(entries: Iterable[tuple[Any, ...]], sets: dict[frozenset[str], frozenset[str]]) -> None:
+    """Let the messages of ``entries`` (``(rank, message, ...)``) share one object per set of recipients.
+
+    A copy from another process brings its own ``send_to``; a sender writes to the same recipients
+    round after round, so one set per sender is kept (``sets``), not one per message.
+    """
+    if len(sets) >= _MAX_REMEMBERED:
+        sets.clear()
+    for entry in entries:
+        message = entry[1]
+        send_to = message.send_to
+        message.send_to = sets.setdefault(send_to, send_to)
 
 
 class _Seen:
@@ -140,6 +157,9 @@ class ShardHost:
         self.readdressed: dict[str, list[str]] = {}
         self.env.reindex = self._reindexed  # type: ignore[method-assign]
         self.addresses: Addresses = ({}, ())
+        self._targets: dict[frozenset[str], tuple[int, ...]] = {}
+        self._sets: dict[frozenset[str], frozenset[str]] = {}
+        """The shards of each set of recipients met so far (forgotten when the address map changes)."""
         self.held: list[tuple[int, Message]] = []
         self.known: dict[str, Message] = {}
         """Messages the driver's history holds, by id (they go back by id)."""
@@ -172,6 +192,7 @@ class ShardHost:
         """Deliver ``delivery`` (its ``parts`` unpickled), in the one-process order."""
         if delivery.addresses is not None:
             self.addresses = delivery.addresses
+            self._targets = {}
         held, self.held = self.held, []
         if delivery.ranked is not None:
             sources = iter(zip(delivery.sources, parts, strict=True))
@@ -182,7 +203,9 @@ class ShardHost:
                     flush += held
                 elif shard == source:
                     with paused_gc():
-                        flush += pickle.loads(part)
+                        crossed = pickle.loads(part)
+                    interned(crossed, self._sets)
+                    flush += crossed
                     source, part = next(sources, (None, b""))
             flush.sort(key=itemgetter(0))
             self.deliver([message for _, message in flush], ())
@@ -253,12 +276,16 @@ class ShardHost:
         """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard."""
         pending, self.env._pending = self.env._pending, []
         pending.sort(key=itemgetter(0))
-        addresses, number, held = self.addresses, self.number, self.held
+        addresses, number, held, known = self.addresses, self.number, self.held, self._targets
         crossing: list[list[tuple[int, Message]]] = [[] for _ in range(self.shards)]
         outbox = []
         for rank, message in pending:
             flag = 0
-            shards = targets(message.send_to, addresses)
+            shards = known.get(message.send_to)
+            if shards is None:  # a role sends to the same recipients round after round: once per recipients
+                if len(known) >= _MAX_REMEMBERED:
+                    known.clear()
+                shards = known[message.send_to] = tuple(targets(message.send_to, addresses))
             if not shards:
                 flag = DEAD
             for shard in shards:
@@ -321,8 +348,10 @@ class ShardSet(Protocol):
 
     count: int
 
-    async def load(self, blobs: list[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
-        """Start the shards (one per blob) with their roles; return each one's count of ready roles."""
+    async def load(
+        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses
+    ) -> list[int]:
+        """Start the shards with their roles (one blob each, taken as it comes); return each one's count of ready roles."""
         ...
 
     async def step(

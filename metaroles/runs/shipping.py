@@ -20,6 +20,7 @@ from typing import Any
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
+from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 
 _HOST: ContextVar[dict[str, Any]] = ContextVar("metaroles_shard_host")
@@ -33,6 +34,29 @@ def _hosted(key: str) -> Any:
 def _historic(message_id: str) -> Message:
     """A message of the driver's history, sent back by id."""
     return _HOST.get()["history"][message_id]  # type: ignore[no-any-return]
+
+
+def _memory_back(ids: bool, edits: int, sent: list[Any], index: dict[str, list[Any]]) -> Memory:
+    """A memory sent back from a shard: its messages from the driver's history where sent by id."""
+    history = _HOST.get()["history"]
+    messages = [history[m] if type(m) is str else m for m in sent]
+    memory = Memory(ignore_id=not ids)
+    memory._edits = edits
+    if ids:
+        memory._store = {m.id: m for m in messages}
+    else:
+        memory._store = {m.content: m for m in messages}
+    memory._index = {action: [messages[p] if type(p) is int else p for p in bucket] for action, bucket in index.items()}
+    return memory
+
+
+def _memory_sent(memory: Memory, known: dict[str, Message]) -> tuple[Any, ...]:
+    """How a plain memory travels back: messages the driver holds by id, its index by position (no call per message)."""
+    messages = list(memory._store.values())
+    sent = [m.id if known.get(m.id) is m else m for m in messages]
+    position = {id(m): n for n, m in enumerate(messages)}
+    index = {action: [position.get(id(m), m) for m in bucket] for action, bucket in memory._index.items()}
+    return _memory_back, (not memory.ignore_id, memory._edits, sent, index)
 
 
 def _kept(rebuild: Any, values: tuple[Any, ...]) -> Message:
@@ -111,6 +135,8 @@ def dumps_roles(
                 if history is not None and history.get(obj.id) is obj:
                     return _kept, obj.__reduce__()
                 return obj.__reduce__()
+            if type(obj) is Memory and known is not None:
+                return _memory_sent(obj, known)
             key = shared.get(id(obj))
             if key is not None:
                 return _hosted, (key,)

@@ -23,7 +23,8 @@ from metaroles.runs import workspace
 from metaroles.runs.restore import restore_checkpoint
 from metaroles.bus.role import Role
 from metaroles.core.schema import BROADCAST, to_addresses
-from metaroles.runs.sharding import Backend, RemoteRole, ShardBy, ShardedRun, sharded
+from metaroles.runs.backends import Backend, ShardBy
+from metaroles.runs.sharding import RemoteRole, ShardedRun, sharded
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
 
