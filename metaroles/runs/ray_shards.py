@@ -130,10 +130,10 @@ class _Actor:
         return packed
 
     async def states(self, delivery: bytes, broadcasts: bytes, *parts: bytes) -> bytes:
-        return _packed(self.host.states(pickle.loads(delivery), pickle.loads(broadcasts), parts))
+        return _packed(self.host.states(_unpacked(delivery), _unpacked(broadcasts), parts))
 
     async def parts(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
-        return self.host.parts(fn, pickle.loads(delivery), pickle.loads(broadcasts), parts)
+        return self.host.parts(fn, _unpacked(delivery), _unpacked(broadcasts), parts)
 
     async def release(self, delivery: bytes, broadcasts: bytes, *parts: bytes) -> bytes:
         from ray import cloudpickle
@@ -204,34 +204,28 @@ class RayShards:
             results.append((result, [ref if n else None for ref, n in zip(refs[1:], result.crossing, strict=True)]))
         return results
 
-    async def states(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[list[RoleState]]:
-        """Each shard's role states."""
+    async def _each(self, method: str, deliveries: list[Delivery], broadcasts: list[Message], *lead: Any) -> list[Any]:
+        """Call ``method`` on every shard with its delivery (broadcasts put in the object store once); the answers."""
         shared = self.ray.put(_packed(broadcasts))
         refs = []
         for a, delivery in zip(self.actors, deliveries, strict=True):
             packed, handles = _carried(delivery)
-            refs.append(a.states.remote(packed, shared, *handles))
-        return [_unpacked(await ref) for ref in refs]
+            refs.append(getattr(a, method).remote(*lead, packed, shared, *handles))
+        return [await ref for ref in refs]
+
+    async def states(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[list[RoleState]]:
+        """Each shard's role states."""
+        return [_unpacked(blob) for blob in await self._each("states", deliveries, broadcasts)]
 
     async def parts(
         self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]
     ) -> list[tuple[Any, int]]:
         """``fn`` of each shard's roles, and its count of ready roles."""
-        shared = self.ray.put(_packed(broadcasts))
-        refs = []
-        for a, delivery in zip(self.actors, deliveries, strict=True):
-            packed, handles = _carried(delivery)
-            refs.append(a.parts.remote(fn, packed, shared, *handles))
-        return [await ref for ref in refs]
+        return await self._each("parts", deliveries, broadcasts, fn)
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
         """Each shard's roles, pickled."""
-        shared = self.ray.put(_packed(broadcasts))
-        refs = []
-        for a, delivery in zip(self.actors, deliveries, strict=True):
-            packed, handles = _carried(delivery)
-            refs.append(a.release.remote(packed, shared, *handles))
-        return [await ref for ref in refs]
+        return await self._each("release", deliveries, broadcasts)
 
     async def pids(self) -> list[int]:
         """The process id of each shard actor (to watch or kill one)."""

@@ -86,7 +86,8 @@ class ShardedRun:
             if place is not None:
                 parts[place].append(role)
                 stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place])
-        history, pickler = env.history._store, self.pickler()
+        history = env.history._store
+        pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
 
         def pickled() -> Iterator[bytes]:  # one part at a time: a shard loads its part while the next is pickled
             for part in parts:
@@ -113,10 +114,6 @@ class ShardedRun:
         self._pinned = [(r, r.addresses) for r, p in zip(self.env._members, self.places, strict=True) if p is None]
         self._everyone = tuple(sorted({DRIVER if p is None else p for p in self.places}))
         self._moved = True
-
-    def pickler(self) -> type[pickle.Pickler]:
-        """The pickler roles travel with (a ShardSet may carry a cloudpickle one)."""
-        return getattr(self.shards, "pickler", pickle.Pickler)
 
     @property
     def is_idle(self) -> bool:
@@ -242,15 +239,20 @@ class ShardedRun:
                 if handle is not None:
                     self.crossing[shard].append((source, handle))
         merged.sort(key=itemgetter(0))
-        remember, route = env.history.add, env._book.route
+        remember = env.history.add
         for _, message, flag in merged:
             remember(message)
             if flag == DEAD:
                 env._dead_letter(message)
             elif flag == PINNED:
-                for role in route(message.send_to):
-                    if not isinstance(role, RemoteRole) and role.rc.msg_buffer.push(message):
-                        env.mark_ready(role)
+                self._to_pinned(message)
+
+    def _to_pinned(self, message: Message) -> None:
+        """Deliver ``message`` to its recipients among the driver's own roles (stand-ins are the shards' part)."""
+        env = self.env
+        for role in env._book.route(message.send_to):
+            if not isinstance(role, RemoteRole) and role.rc.msg_buffer.push(message):
+                env.mark_ready(role)
 
     def _own(self) -> list[tuple[int, Message, int]]:
         """The driver's own messages of the round, flagged; each shard gets its share with their rank.
@@ -293,12 +295,10 @@ class ShardedRun:
                 env._dead_letter(message)
                 continue
             for shard in shards:
-                if shard != DRIVER:
+                if shard == DRIVER:
+                    self._to_pinned(message)
+                else:
                     inboxes[shard].append(message)
-                    continue
-                for role in env._book.route(message.send_to):
-                    if not isinstance(role, RemoteRole) and role.rc.msg_buffer.push(message):
-                        env.mark_ready(role)
 
     def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
         """Take in the shards' results (ledger, failures, trace, news, addresses); whether an address changed."""

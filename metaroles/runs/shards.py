@@ -158,8 +158,9 @@ class ShardHost:
         self.env.reindex = self._reindexed  # type: ignore[method-assign]
         self.addresses: Addresses = ({}, ())
         self._targets: dict[frozenset[str], tuple[int, ...]] = {}
-        self._sets: dict[frozenset[str], frozenset[str]] = {}
         """The shards of each set of recipients met so far (forgotten when the address map changes)."""
+        self._sets: dict[frozenset[str], frozenset[str]] = {}
+        """One object per set of recipients that crossed from another shard (see :func:`interned`)."""
         self.held: list[tuple[int, Message]] = []
         self.known: dict[str, Message] = {}
         """Messages the driver's history holds, by id (they go back by id)."""
