@@ -16,7 +16,7 @@ CONTEXT_TURNS = 8
 def debate_topic(history: Sequence[Message]) -> str:
     """The motion: the content of the first user requirement in ``history``."""
     requirement = UserRequirement.action_id()
-    return next((m.content for m in history if m.cause_by == requirement), "(no motion given)")
+    return next((m.content or "" for m in history if m.cause_by == requirement), "(no motion given)")
 
 
 def debate_context(history: Sequence[Message]) -> str:

@@ -67,11 +67,20 @@ def hegselmann_krause(own: float, heard: Sequence[float], epsilon: float) -> flo
     return sum(close) / len(close)
 
 
-def opinion_of(message: Message) -> float:
-    """The opinion a message carries."""
+def opinion_of(message: Message) -> float | None:
+    """The opinion a message carries; ``None`` for a failed answer (a model's that never validated).
+
+    A failed answer is data, not a crash: the agent keeps its last opinion, its neighbours skip it,
+    and the round's metrics count it (``failed_answers``).
+    """
     if isinstance(message.instruct_content, OpinionUpdate):
         return message.instruct_content.opinion
-    return float(message.content)
+    if "error" in message.metadata:
+        return None
+    try:
+        return float(message.content or "")
+    except ValueError:
+        return None
 
 
 class Share(Action):
@@ -136,12 +145,22 @@ class Agent(Role):
         said = self.rc.memory.index.get(self.actions[0]._action_id, ())
         for message in reversed(said):  # its own answer is among the newest: neighbours' come after it
             if message.sent_from == self.name:
-                return opinion_of(message)
+                opinion = opinion_of(message)
+                if opinion is not None:  # a failed answer keeps the last opinion
+                    return opinion
         return self.initial
+
+    def failed_answers(self) -> int:
+        """How many of this agent's answers failed (a model's structured answer that never validated)."""
+        if not isinstance(self.actions[0], Reconsider):
+            return 0  # the rule never fails
+        said = self.rc.memory.index.get(self.actions[0]._action_id, ())
+        return sum(1 for m in said if m.sent_from == self.name and "error" in m.metadata)
 
     def heard(self) -> list[float]:
         """The opinions in this turn's news."""
-        return [opinion_of(m) for m in self.rc.news if m.cause_by != UserRequirement.action_id()]
+        requirement = UserRequirement.action_id()
+        return [o for m in self.rc.news if m.cause_by != requirement and (o := opinion_of(m)) is not None]
 
 
 def social_graph(config: Config) -> Any:
@@ -192,7 +211,11 @@ def shard_by(role: Role, shards: int) -> int | None:
 def opinions(roles: list[Role]) -> dict[str, Any]:
     """The opinions of the agents among ``roles`` and their cluster gap (a part of :func:`round_metrics`)."""
     agents = [role for role in roles if isinstance(role, Agent)]
-    return {"opinions": [agent.opinion for agent in agents], "gap": agents[0].cluster_gap if agents else None}
+    return {
+        "opinions": [agent.opinion for agent in agents],
+        "gap": agents[0].cluster_gap if agents else None,
+        "failed": sum(agent.failed_answers() for agent in agents),
+    }
 
 
 METRIC_PARTS = (opinions,)
@@ -211,6 +234,7 @@ def round_metrics(team: Team) -> dict[str, Any]:
         "clusters": clusters,
         "min": round(opinions_now[0], 6),
         "max": round(opinions_now[-1], 6),
+        "failed_answers": sum(part.get("failed", 0) for part in parts),
     }
 
 

@@ -207,3 +207,113 @@ def test_show_prints_no_terminal_control_from_model_text(tmp_path):
         out = invoke(*args).output
         assert not any(ch in out for ch in "\x1b\x07\x9b"), args
     assert "trams" in invoke("show", str(run_dir)).output and "red" in invoke("show", str(run_dir)).output
+
+
+# -- a newcomer's first commands ---------------------------------------------------------------------------
+
+NAMED_BAD = [
+    (["run", "debate", "--rounds", "abc"], "Invalid value for '--rounds'"),
+    (["run", "debate", "--bogus"], "No such option: --bogus"),
+    (["bogus"], "No such command 'bogus'"),
+    (["--bogus"], "No such option: --bogus (see: metaroles --help)"),
+    (["run", "debate", "--llm", "tset"], "llm='tset' is not a known model"),
+    (["run", "debate", "--llm", "gpt-nonsense"], "llm='gpt-nonsense' is not a known model"),
+    (["run", "debate", "--llm", "test:abc"], "must be an integer"),
+    (["run", "debate", "--llm", "openai"], "needs a model name"),
+    (["run", "debate", "--llm", "test", "--set", "turns=two"], "option turns='two'"),
+    (
+        ["run", "debate", "--llm", "test", "--set", "turnz=2"],
+        "'turnz' is not an option of this scenario; did you mean 'turns'?",
+    ),
+    (["run", "nowhere/peer_review.py", "--llm", "test"], "does not exist"),
+    (["run", "json.decoder", "--llm", "test"], "lacks Config and build"),
+    (["run", "nopkg.scenarios.review", "--llm", "test"], "cannot be imported"),
+    (["run", "Debate!", "--llm", "test"], "is not a scenario name"),
+]
+
+
+def test_named_bad_invocations_are_one_clear_line_and_exit_2(monkeypatch, capsys):
+    from metaroles.cli import main
+
+    for name in ("METAROLES_LLM", "METAROLES_MODEL", "OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    for args, said in NAMED_BAD:
+        code = main([*args, "--no-save", "-q"] if args[0] == "run" else args)
+        errors = [
+            line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("model:")
+        ]
+        assert (code, len(errors)) == (2, 1) and said in errors[0], (args, errors)
+    monkeypatch.setenv("METAROLES_LLM", "nonsense")
+    assert main(["run", "debate", "--no-save", "-q"]) == 2
+    assert "llm='nonsense' is not a known model" in capsys.readouterr().err
+
+
+SCENARIO_FILE = '''"""A two-reviewer peer review, written by a user."""
+from pydantic import BaseModel
+from metaroles import Action, Role, ScenarioPlan, Team
+
+
+class Config(BaseModel):
+    rounds: int = 2
+
+
+class Review(Action):
+    instruction = "Review the paper."
+
+
+def build(config, llm):
+    team = Team(llm=llm)
+    team.hire([Role(name="r1", profile="Harsh reviewer", actions=[Review]), Role(name="r2", actions=[Review])])
+    return ScenarioPlan(team=team, idea="Paper: routing by address", send_to="", n_round=config.rounds)
+'''
+
+
+def test_your_own_scenario_runs_from_a_file_and_from_a_module(tmp_path, monkeypatch):
+    path = tmp_path / "peer_review.py"
+    path.write_text(SCENARIO_FILE)
+    result = invoke("run", str(path), "--llm", "test:1", "--set", "rounds=1", "--runs-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 0, result.output
+    assert "[r1 → <all>]" in result.output and "[r2 → <all>]" in result.output
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert run_dir.name.startswith("peer_review-")
+    assert json.loads((run_dir / "manifest.json").read_text())["scenario"] == str(path.resolve())
+    assert invoke("resume", str(run_dir), "-q").exit_code == 0, "resume finds the file again"
+    package = tmp_path / "site" / "mypkg" / "scenarios"
+    package.mkdir(parents=True)
+    for folder in (package.parent, package):
+        (folder / "__init__.py").write_text("")
+    (package / "peer_review.py").write_text(SCENARIO_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    by_module = invoke("run", "mypkg.scenarios.peer_review", "--llm", "test:1", "--set", "rounds=1", "--no-save")
+    assert by_module.exit_code == 0, by_module.output
+    assert [line for line in by_module.output.splitlines() if line.startswith("[")] == [
+        line for line in result.output.splitlines() if line.startswith("[")
+    ]
+
+
+def test_the_progress_shows_the_real_total_time_and_a_readable_model(capsys):
+    from metaroles import TestLLM
+    from metaroles.cli.common import Live, resolve
+    from metaroles.runs.registry import load_scenario
+
+    module = load_scenario("debate")
+    plan = module.build(module.Config(turns=1), TestLLM(1))
+    live = Live(0, enabled=False)  # the total is not known before the scenario is built
+    plan.team.on_round = live
+    anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea))
+    task = live.progress.tasks[0]
+    assert task.total == plan.n_round and task.completed == plan.team.env.round
+    assert task.elapsed is not None and task.elapsed > 0
+    resolve({"llm": "test:3"})
+    said = capsys.readouterr().err
+    assert "model: TestLLM (test)" in said and "object at 0x" not in said
+
+
+def test_resume_of_a_quiet_run_stays_quiet(tmp_path):
+    out = tmp_path / "run"
+    assert invoke("run", "debate", "--llm", "test:3", "--set", "turns=1", "--out", str(out), "-q").exit_code == 0
+    for later in sorted((out / "checkpoints").glob("round-*.json"))[2:]:
+        later.unlink()
+    resumed = invoke("resume", str(out))
+    assert resumed.exit_code == 0 and "stopped (idle)" in resumed.output
+    assert not [line for line in resumed.output.splitlines() if line.startswith("[")], "no transcript"

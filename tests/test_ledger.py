@@ -119,3 +119,32 @@ async def test_ledger_totals_equal_the_sum_of_calls_before_and_after_resume(tmp_
     assert len(after.entries) == len(before.entries) + 2
     assert after.total_cost == pytest.approx(sum(e.cost for e in after.entries))
     assert after.total_tokens == sum(e.tokens for e in after.entries)
+
+
+def test_dated_and_routed_model_names_take_their_family_price():
+    ledger = CostLedger()
+    mini, big = ledger.price_for("gpt-4o-mini"), ledger.price_for("gpt-4o")
+    assert ledger.price_for("gpt-4o-mini-2024-07-18") == mini != big
+    assert ledger.price_for("gpt-4o-2024-08-06") == big
+    assert ledger.price_for("openai/gpt-4o-mini") == mini
+    assert ledger.price_for("gpt-4omni") is None and ledger.price_for("gpt-5-nano") is None
+    usage = Usage(prompt_tokens=1000, completion_tokens=1000)
+    entry = ledger.record(role="r", action="a", response=LLMResponse(model="gpt-4o-mini-2024-07-18", usage=usage))
+    assert entry.cost == pytest.approx(0.00015 + 0.0006)
+
+
+async def test_a_money_budget_stops_a_dated_model_and_warns_once_for_an_unpriced_one():
+    team = Team(budget=Budget(max_cost=0.03))
+    team.hire(chatters(fixed(1000, model="gpt-4o-2024-08-06")))  # 0.998 * 0.0025 + 0.002 * 0.01 per call
+    report = await team.run(n_round=50, idea="go", send_to="a")
+    assert report.stop_reason is StopReason.BUDGET and report.rounds == 12
+
+    unpriced = Team(budget=Budget(max_cost=1.0))
+    unpriced.hire(chatters(fixed(10, model="my-own-model")))
+    with pytest.warns(UserWarning, match="model 'my-own-model' has no price") as caught:
+        await unpriced.run(n_round=4, idea="go", send_to="a")
+    assert len([w for w in caught if "has no price" in str(w.message)]) == 1, "once, not once per round"
+
+    given = Team(budget=Budget(max_cost=0.05), prices={"my-own-model": Price(prompt=1.0, completion=1.0)})
+    given.hire(chatters(fixed(10, model="my-own-model")))
+    assert (await given.run(n_round=50, idea="go", send_to="a")).stop_reason is StopReason.BUDGET

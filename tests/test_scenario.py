@@ -3,7 +3,7 @@ import json
 import pytest
 from metaroles.actions.debate import JudgeDebate, SpeakAloud, Verdict
 
-from metaroles import ConfigError, TestLLM
+from metaroles import ConfigError, FunctionLLM, TestLLM
 from metaroles.cli import main
 from metaroles.llm.model_files import local_model_available
 from metaroles.runs.scenario import run_scenario
@@ -117,3 +117,39 @@ async def test_a_short_debate_with_the_embedded_model_gives_a_valid_verdict():
     verdicts = [m.instruct_content for m in team.env.history if m.sent_from == "Judge"]
     assert len(verdicts) == 1 and isinstance(verdicts[0], Verdict), "the grammar keeps the verdict valid"
     assert report.stop_reason == "idle"
+
+
+def garbage_once(inner):
+    """A model that answers the first structured request, and both of its retries, with garbage."""
+    spoiled = []
+
+    async def answer(request):
+        if request.output_schema is not None and len(spoiled) < 3:
+            spoiled.append(request.role)
+            return "I think maybe 0.7?? {not json"
+        return await inner.complete(request)
+
+    return FunctionLLM(answer, model="garbage-once"), spoiled
+
+
+@pytest.mark.parametrize(
+    ("scenario", "options"),
+    [
+        ("debate", {"turns": 1}),
+        ("society", {"agents": 12, "rounds": 3, "llm_agents": 4}),
+        ("werewolf", {}),
+        ("software_company", {}),
+    ],
+)
+async def test_a_failed_structured_answer_is_data_not_a_crash(tmp_path, scenario, options):
+    llm, spoiled = garbage_once(TestLLM(5))
+    report, team = await run_scenario(scenario, llm=llm, options=options, out_dir=tmp_path / "run")
+    assert len(spoiled) == 3 and len(set(spoiled)) == 1, "one structured answer failed, retries included"
+    failed = [m for m in team.env.history.storage if "error" in m.metadata]
+    assert len(failed) == 1 and failed[0].sent_from == spoiled[0]
+    assert failed[0].metadata["error"]["type"] == "LLMOutputInvalid"
+    assert report.rounds >= 1 and (tmp_path / "run" / "transcript.md").is_file()
+    assert "failed" in (tmp_path / "run" / "transcript.md").read_text()
+    if scenario == "society":
+        metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert metrics[-1]["failed_answers"] == 1 and metrics[0]["failed_answers"] in (0, 1)

@@ -10,6 +10,7 @@ from metaroles import (
     Function,
     InvalidValueError,
     Message,
+    PortingNote,
     Role,
     ToolCall,
     ToolChoice,
@@ -81,8 +82,10 @@ def test_empty_send_to_is_an_error():
 
 
 def test_unknown_chat_role_names_the_value_and_the_choices():
-    with pytest.raises(InvalidValueError, match=r"role='wizard' is not a chat role; use one of .*'assistant'"):
-        Message("x", role="wizard")
+    with pytest.raises(InvalidValueError, match=r"role=3 is not a chat role; use one of .*'assistant'"):
+        Message("x", role=3)
+    with pytest.warns(PortingNote, match="'wizard' is not a chat role"):  # MetaGPT's profile: the sender
+        assert Message("x", role="wizard").sent_from == "wizard"
     assert Message("x", role="tool").role is ChatRole.TOOL
 
 

@@ -42,7 +42,8 @@ class PythonExecute(BaseTool):
 
     Args:
         workdir: The directory the code runs in and the only one it may write to (created if missing).
-        timeout: Seconds before every process of the call is killed.
+        timeout: Seconds before every process of the call is killed (a call may pass its own ``timeout``).
+        max_timeout: The longest ``timeout`` a single call may ask for.
         memory_mb: Cap on each process's address space (0: none).
         file_mb: Cap on the size of any file the code writes (``RLIMIT_FSIZE``; 0: none).
         max_output: Characters of stdout and of stderr kept.
@@ -66,6 +67,7 @@ class PythonExecute(BaseTool):
     )
     workdir: Path
     timeout: float = 5.0
+    max_timeout: float = 60.0
     memory_mb: int = 512
     file_mb: int = 64
     max_output: int = 10_000
@@ -73,8 +75,13 @@ class PythonExecute(BaseTool):
     network: bool = False
     env: dict[str, str] = Field(default_factory=dict)
 
-    def model_post_init(self, context: Any, /) -> None:
-        """Check the limits, settle the isolation and create the working directory."""
+    def __init__(self, **data: Any) -> None:
+        """Check the limits, settle the isolation and create the working directory.
+
+        (Checked after pydantic's validation rather than inside it, which would turn our
+        ``InvalidValueError`` — a ``ValueError`` — into a ``ValidationError``.)
+        """
+        super().__init__(**data)
         if self.timeout <= 0 or self.memory_mb < 0 or self.file_mb < 0 or self.max_output < 1:
             raise InvalidValueError(
                 f"timeout={self.timeout!r} must be > 0, memory_mb={self.memory_mb!r} >= 0, "
@@ -99,10 +106,10 @@ class PythonExecute(BaseTool):
         self.workdir = Path(self.workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
 
-    def command(self) -> list[str]:
-        """The command line the code runs under (its source goes to stdin)."""
+    def command(self, timeout: float | None = None) -> list[str]:
+        """The command line the code runs under (its source goes to stdin); ``timeout`` overrides the tool's."""
         mb = 1024 * 1024
-        limits = iso.Limits(self.timeout, self.memory_mb * mb, self.file_mb * mb)
+        limits = iso.Limits(self.timeout if timeout is None else timeout, self.memory_mb * mb, self.file_mb * mb)
         bwrap = iso.bubblewrap() if self.isolation == "bubblewrap" else None
         if bwrap is not None:
             env = iso.clean_env({"HOME": str(self.workdir), **self.env})
@@ -110,13 +117,20 @@ class PythonExecute(BaseTool):
         return iso.guard_command(self.workdir, limits)
 
     async def execute(self, **arguments: Any) -> ToolResult:
-        """Run ``code``; a timeout, a crash or a non-zero exit is reported in ``error`` with the output so far."""
+        """Run ``code``; a timeout, a crash or a non-zero exit is reported in ``error`` with the output so far.
+
+        ``timeout=`` (seconds) sets this call's deadline, as OpenManus' ``execute(code, timeout=5)``;
+        the tool's own ``timeout`` otherwise. Models are not offered it: their calls keep the tool's.
+        """
+        timeout = _call_timeout(arguments.get("timeout"), self.timeout, self.max_timeout)
         out, err = bytearray(), bytearray()
         env = iso.clean_env({"HOME": str(self.workdir), **self.env})
         grace = 0.0 if self.isolation == "bubblewrap" else 5.0  # the guard's supervisor keeps the deadline itself
-        async with await anyio.open_process(self.command(), cwd=self.workdir, env=env, start_new_session=True) as proc:
+        async with await anyio.open_process(
+            self.command(timeout), cwd=self.workdir, env=env, start_new_session=True
+        ) as proc:
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-            with anyio.move_on_after(self.timeout + grace) as scope:
+            with anyio.move_on_after(timeout + grace) as scope:
                 with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                     await proc.stdin.send(arguments["code"].encode())  # gone already: its exit says why
                     await proc.stdin.aclose()
@@ -128,13 +142,13 @@ class PythonExecute(BaseTool):
                 _kill_group(proc.pid)
                 await proc.wait()
         timed_out = scope.cancelled_caught or (self.isolation == "guard" and proc.returncode == iso.TIMED_OUT)
-        return self._result(out, err, proc.returncode or 0, timed_out)
+        return self._result(out, err, proc.returncode or 0, timed_out, timeout)
 
-    def _result(self, out: bytearray, err: bytearray, code: int, timed_out: bool) -> ToolResult:
+    def _result(self, out: bytearray, err: bytearray, code: int, timed_out: bool, timeout: float) -> ToolResult:
         stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
         output = stdout + (f"\n[stderr]\n{stderr}" if stderr else "")
         if timed_out:
-            return ToolResult(output=output, error=f"timed out after {self.timeout:g}s; output so far:\n{output}")
+            return ToolResult(output=output, error=f"timed out after {timeout:g}s; output so far:\n{output}")
         if code != 0:
             if self.isolation == "bubblewrap" and code > 128:
                 code = -(code - 128)  # bwrap reports a signal death as 128 + the signal
@@ -256,3 +270,14 @@ class FileWrite(_Confined):
         fd = self.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=True)
         with os.fdopen(fd, "wb") as file:
             file.write(content.encode("utf-8"))
+
+
+def _call_timeout(value: object, default: float, longest: float) -> float:
+    """One call's deadline: ``value`` seconds if given (a positive number up to ``longest``), else ``default``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= longest:
+        raise InvalidValueError(
+            f"timeout={value!r} must be a number of seconds in (0, {longest:g}] (the tool's max_timeout), e.g. 10"
+        )
+    return float(value)

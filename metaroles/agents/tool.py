@@ -233,8 +233,7 @@ class Terminate(BaseTool):
             "properties": {
                 "status": {
                     "type": "string",
-                    "description": "The finish status of the interaction.",
-                    "enum": ["success", "failure"],
+                    "description": "The finish status of the interaction, e.g. success or failure (free text).",
                 }
             },
             "required": ["status"],

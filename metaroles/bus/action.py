@@ -116,6 +116,8 @@ class Action:
     """Declared structured output, if any."""
     max_output_retries: int = 2
     """How often an invalid structured answer is retried with the error fed back."""
+    system_prompt: str = ""
+    """The system message of this action's requests; when empty, its role's prefix (profile, goal, constraints)."""
 
     _action_id: ClassVar[str] = "metaroles.bus.action.Action"
 
@@ -144,7 +146,13 @@ class Action:
                 )
             self.output_model = output_model
         self.role_name = ""
+        self.prefix = ""
+        """The role's system prompt (set by the role, see ``Role._get_prefix``)."""
         self.ledger: CostLedger | None = None
+
+    def set_prefix(self, prefix: str) -> None:
+        """Use ``prefix`` as the system message when the action has no ``system_prompt`` of its own (MetaGPT)."""
+        self.prefix = prefix
 
     @classmethod
     def action_id(cls) -> str:
@@ -170,7 +178,9 @@ class Action:
         return await self.aask(prompt)
 
     def _request(self, prompt: str, system_msgs: Sequence[str] | None) -> LLMRequest:
-        messages = [{"role": "system", "content": s} for s in system_msgs or ()]
+        if system_msgs is None:
+            system_msgs = [s for s in (self.system_prompt or self.prefix,) if s]
+        messages = [{"role": "system", "content": s} for s in system_msgs]
         messages.append({"role": "user", "content": prompt})
         return LLMRequest(messages=messages, role=self.role_name, action=self.name)
 
@@ -201,6 +211,10 @@ class Action:
         return await complete_structured(
             self.llm, request, output_model, ledger=self.ledger, retries=self.max_output_retries
         )
+
+    async def _aask(self, prompt: str, system_msgs: Sequence[str] | None = None) -> str:
+        """MetaGPT's name for :meth:`aask` (text answer; ``system_msgs`` replace the role's prefix)."""
+        return await self.aask(prompt, system_msgs=system_msgs)
 
 
 class UserRequirement(Action):

@@ -135,6 +135,14 @@ class Bus:
         except KeyError:
             raise UnknownRoleError(f"no role named {name!r}; known roles: {sorted(self.roles)}") from None
 
+    def get_roles(self) -> dict[str, Role]:
+        """Name → role, in hiring order (MetaGPT's ``env.get_roles()``; the same as :attr:`roles`)."""
+        return self.roles
+
+    def role_names(self) -> list[str]:
+        """The roles' names, in hiring order (MetaGPT's ``env.role_names()``)."""
+        return list(self.roles)
+
     def set_addresses(self, role: Role, addresses: Iterable[str]) -> None:
         """Replace ``role``'s addresses (MetaGPT's ``env.set_addresses``)."""
         role.set_addresses(addresses)

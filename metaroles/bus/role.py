@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 from metaroles.bus.action import Action, ActionResult, UserRequirement, result_message, run_action
 from metaroles.bus.context import RoleContext, RoleHost, RoleReactMode, check_react_mode
 from metaroles.bus.state import RoleState, context_state, persist_long_term, restore_context
-from metaroles.bus.thinking import Step, choose_state, plan_steps, prompt_vars
+from metaroles.bus.thinking import Step, choose_state, plan_steps, prompt_vars, role_prefix
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.ids import IdScope
-from metaroles.core.schema import BROADCAST, any_to_str, to_addresses
+from metaroles.core.schema import BROADCAST, action_ids, to_addresses
 from metaroles.llm.ledger import CostLedger
 from metaroles.llm.protocol import LLM
 from metaroles.longterm.brain import BrainMemory
@@ -141,6 +141,16 @@ class Role:
             action.llm = self.llm
         action.role_name = self.name
         action.ledger = self.ledger
+        action.set_prefix(self._get_prefix())
+
+    def _get_prefix(self) -> str:
+        """The system prompt of this role's actions: its profile, name, goal and constraints (MetaGPT's prefix).
+
+        Empty for a role that declares none of them (its profile defaults to its name).
+        """
+        if self.profile == self.name and not self.goal and not self.constraints:
+            return ""
+        return role_prefix(self.profile, self.name, self.goal, self.constraints)
 
     def set_llm(self, llm: LLM) -> None:
         """Use ``llm`` for the role and for its actions that have no model of their own.
@@ -177,7 +187,7 @@ class Role:
 
     def _watch(self, actions: Iterable[object]) -> None:
         """Count messages caused by ``actions`` (classes, instances or ids) as news."""
-        self.rc.watch = {any_to_str(a) for a in actions}
+        self.rc.watch = action_ids(actions)
         if isinstance(self.rc.memory, LongtermMemory):
             self.rc.memory.watch = self.rc.watch
 
@@ -211,8 +221,13 @@ class Role:
             self.rc.env.mark_ready(self)
 
     def publish_message(self, message: Message | None) -> None:
-        """Hand ``message`` to the Environment (a standalone role's ``run`` returns it instead)."""
+        """Hand ``message`` to the Environment (a standalone role's ``run`` returns it instead).
+
+        A message without a sender is signed with this role's name first (as MetaGPT does).
+        """
         if message is not None and self.rc.env is not None:
+            if not message.sent_from:
+                message.sent_from = self.name
             self.rc.env.publish_message(message)
 
     def _trace(self, kind: str, detail: object) -> None:

@@ -7,6 +7,7 @@ retried with the error fed back. The prompts are ``bus/prompts/react_state.txt``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, Field, create_model
@@ -74,3 +75,19 @@ def _plan_model(names: list[str]) -> type[BaseModel]:
     steps: Any = Annotated[list[step], Field(min_length=1)]
     model: type[BaseModel] = create_model("Plan", steps=(steps, ...))
     return model
+
+
+def role_prefix(profile: str, name: str, goal: str, constraints: str) -> str:
+    """A role's system prompt from its profile, name, goal and constraints (MetaGPT's ``_get_prefix``)."""
+    return render_prompt(
+        _prefix_template(),
+        profile=profile,
+        name=name,
+        goal=f" Your goal is {goal}." if goal else "",
+        constraints=f" The constraint is {constraints}." if constraints else "",
+    ).strip()
+
+
+@cache
+def _prefix_template() -> str:
+    return load_prompt("metaroles.bus.prompts", "role_prefix.txt")

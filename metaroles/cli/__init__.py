@@ -34,7 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(exc.exit_code)
         except ClickException as exc:
             ctx = getattr(exc, "ctx", None)  # a usage error knows its command
-            hint = f" (see: metaroles {ctx.info_name} --help)" if ctx is not None else ""
+            command = "metaroles" if ctx is None or ctx.parent is None else f"metaroles {ctx.info_name}"
+            hint = f" (see: {command} --help)"
             say(f"{exc.format_message()}{hint}")
             return exc.exit_code
         except typer.Abort:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -128,12 +129,39 @@ def options_from(pairs: Sequence[str]) -> dict[str, Any]:
     return options
 
 
+def prices_from(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """``--price MODEL=PROMPT,COMPLETION`` options as model → (prompt, completion) per 1,000 tokens."""
+    prices: dict[str, tuple[float, float]] = {}
+    for pair in pairs:
+        model, _, values = pair.partition("=")
+        try:
+            prompt, completion = (float(v) for v in values.split(","))
+            if not model or not all(math.isfinite(v) and v >= 0 for v in (prompt, completion)):
+                raise ValueError
+        except ValueError:
+            raise fail(
+                f"--price {pair!r}: expected MODEL=PROMPT,COMPLETION in USD per 1,000 tokens, "
+                "e.g. --price gpt-4o-mini=0.00015,0.0006"
+            ) from None
+        prices[model] = (prompt, completion)
+    return prices
+
+
 def resolve(settings: dict[str, Any]) -> LLM:
     """The model the options and the environment ask for (the only place env vars are read)."""
     with reported():
         llm = llm_from_settings(LLMSettings.from_env(os.environ, **settings), notify=lambda text: err.print(text))
-    err.print(escape(printable(f"model: {llm!r}")), highlight=False, soft_wrap=True)
+    err.print(escape(printable(f"model: {model_name(llm)}")), highlight=False, soft_wrap=True)
     return llm
+
+
+def model_name(llm: LLM) -> str:
+    """A readable name of a model: its kind, the model it asks and where (never a key)."""
+    if type(llm).__repr__ is not object.__repr__:
+        return repr(llm)
+    kind = type(llm).__name__
+    parts = [str(part) for part in (getattr(llm, "model", None), getattr(llm, "base_url", None)) if part]
+    return f"{kind} ({', '.join(parts)})" if parts else kind
 
 
 def run_dir_at(path: Path) -> Path:
@@ -157,7 +185,7 @@ class Live:
             disable=not enabled,
             transient=False,
         )
-        self.task = self.progress.add_task("run", total=total, stats="")
+        self.task = self.progress.add_task("run", total=total or None, stats="")
 
     def __call__(self, team: Team) -> None:
         """Show the round just ended, with the team's messages, tokens and cost."""
@@ -167,7 +195,8 @@ class Live:
             f"active {active}/{len(env.roles)} · {len(env.history)} msgs · {env.ledger.total_tokens} tokens · "
             f"cost {env.ledger.total_cost:.4g}"
         )
-        self.progress.update(self.task, completed=env.round, stats=stats)
+        total = team.last_round if team.last_round is not None else self.progress.tasks[0].total
+        self.progress.update(self.task, completed=env.round, total=max(total or 0, env.round), stats=stats)
 
 
 def execute(

@@ -19,6 +19,7 @@ from metaroles.cli.common import (
     manifest_model,
     model_from,
     options_from,
+    prices_from,
     reported,
     resolve,
     run_dir_at,
@@ -27,7 +28,7 @@ from metaroles.core.text import redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.runs.config import RunOptions, read_config_file
 from metaroles.runs.registry import load_scenario
-from metaroles.runs.rundir import new_run_dir, read_manifest
+from metaroles.runs.rundir import new_run_dir, read_manifest, scenario_label
 from metaroles.runs.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
 from metaroles.runs.team import Team
 
@@ -43,6 +44,14 @@ def run(
     model: Annotated[str | None, typer.Option(help="model name for an OpenAI-compatible server")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")] = None,
     seed: Annotated[int | None, typer.Option(help="seed of the run's random source and of the test model")] = None,
+    price: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--price",
+            metavar="MODEL=PROMPT,COMPLETION",
+            help="a model's price in USD per 1,000 tokens (dated names such as MODEL-2024-07-18 share it)",
+        ),
+    ] = None,
     budget: Annotated[
         float | None,
         typer.Option("--budget", "--investment", min=0.0, help="money budget; the run stops cleanly when spent"),
@@ -82,6 +91,7 @@ def run(
         idea=idea if idea is not None else settings.get("idea"),
         seed=seed,
         budget=budget if budget is not None else settings.get("budget"),
+        prices=prices_from(price or []) or None,
         checkpoint_every=checkpoint_every,
         log_turns=log_turns,
         backend=backend_from(backend, shards, ray_address),
@@ -90,6 +100,7 @@ def run(
     named = f"replay:{replay}" if replay is not None else chosen or "auto"
     manifest = {"llm": named, "model": model, "base_url": redacted(base_url), "cassette": str(record or replay or "")}
     manifest["execution"] = execution_record(run_options.backend)
+    manifest["quiet"] = quiet  # resume keeps it
     report, team = execute(
         lambda live: run_scenario(
             name,
@@ -117,6 +128,8 @@ def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], di
         with reported():
             config = read_config_file(Path(target))
         name, options, settings = config.scenario, {**config.config, **options}, config.run
+    if name.endswith(".py"):
+        name = str(Path(name).resolve())  # resume and fork find it from anywhere
     with reported():
         checked_config(load_scenario(name), {k: v for k, v in options.items() if k != "workspace"})
     return name, options, settings
@@ -142,6 +155,7 @@ def resume(
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     llm = manifest_model(manifest)
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
+    quiet = quiet or manifest.get("quiet") is True
     report, team = execute(
         lambda live: resume_scenario(run_dir, llm=llm, role_llms=role_llms, on_round=live, backend=chosen),
         manifest["n_round"],
@@ -182,7 +196,7 @@ def fork(
     role_llms = {name: resolve({"llm": spec}) for name, spec in specs.items()}
     llm = manifest_model(manifest)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
-    child = out or new_run_dir(run_dir.parent, f"{manifest['scenario']}-fork{from_round}")
+    child = out or new_run_dir(run_dir.parent, f"{scenario_label(manifest['scenario'])}-fork{from_round}")
 
     def work(live: Callable[[Team], None]) -> Any:
         return fork_scenario(

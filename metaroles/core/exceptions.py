@@ -20,7 +20,11 @@ Every error metaroles raises on purpose derives from :class:`MetarolesError`::
         ├── ToolError             a tool could not do its job (becomes a ToolFailure observation)
         └── ToolCallMissing       tool_choice=REQUIRED, and the model called no tool
 
-Messages name the offending value with ``!r`` and say what to do about it.
+Messages name the offending value with ``!r`` and say what to do about it. Where the MetaGPT and
+OpenManus designs raise a builtin, ours subclass it too, so ported ``except`` clauses still catch:
+a bad value (:class:`InvalidValueError`, :class:`ConfigError`) is a ``ValueError``, an agent run
+from the wrong state (:class:`AgentStateError`) and a failed run (:class:`RunError`) are
+``RuntimeError``s, an unknown role is a ``KeyError``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class UserError(MetarolesError):
     """A developer mistake: a bad argument, configuration or script."""
 
 
-class InvalidValueError(UserError):
+class InvalidValueError(UserError, ValueError):
     """A value of the wrong type or out of range."""
 
 
@@ -46,7 +50,7 @@ class UnknownRoleError(UserError):
     """A role name the Environment does not know."""
 
 
-class ConfigError(UserError):
+class ConfigError(UserError, ValueError):
     """A configuration value that cannot be used (unknown provider, unparsable file)."""
 
 
@@ -66,11 +70,11 @@ class ToolArgumentsInvalid(InvalidValueError):
     """A tool called with arguments its JSON schema rejects."""
 
 
-class AgentStateError(UserError):
+class AgentStateError(UserError, RuntimeError):
     """An agent asked to run from a state other than IDLE."""
 
 
-class RunError(MetarolesError):
+class RunError(MetarolesError, RuntimeError):
     """A failure of the run itself, as opposed to a mistake in how it was set up."""
 
 
@@ -116,3 +120,7 @@ class ToolError(RunError):
 
 class ToolCallMissing(RunError):
     """``tool_choice`` was REQUIRED and the model called no tool."""
+
+
+class PortingNote(UserWarning):
+    """A MetaGPT or OpenManus idiom that metaroles accepted by translating it (said once per call site)."""

@@ -99,6 +99,23 @@ def any_to_str(value: object) -> str:
     )
 
 
+def action_ids(actions: object) -> set[str]:
+    """Normalise one action or several (classes, instances or ids) to a set of action ids.
+
+    A single string is one id, never its letters: ``watch="pkg.WriteCode"`` watches ``pkg.WriteCode``.
+
+    Raises:
+        InvalidValueError: If an item is not an action (see :func:`any_to_str`).
+    """
+    if isinstance(actions, str | type) or callable(getattr(actions, "action_id", None)):
+        return {any_to_str(actions)}
+    if isinstance(actions, Iterable) and not isinstance(actions, bytes | dict):
+        return {any_to_str(a) for a in actions}
+    raise InvalidValueError(
+        f"{actions!r} is not an action or a list of them; pass Action classes, instances or ids, e.g. [WriteCode]"
+    )
+
+
 def _address_of(value: object) -> str:
     if type(value) is str:
         if not value:

@@ -115,9 +115,29 @@ class CostLedger:
         self.total_cost = sum(e.cost for e in self.entries)
         self.total_tokens = sum(e.tokens for e in self.entries)
 
+    def price_for(self, model: str) -> Price | None:
+        """The price of ``model``: its own entry, else that of the longest name it extends.
+
+        Providers answer with dated or routed names (``gpt-4o-mini-2024-07-18``,
+        ``openai/gpt-4o``): those take the price of ``gpt-4o-mini`` and ``gpt-4o``.
+        """
+        price = self.prices.get(model)
+        if price is not None or not model:
+            return price
+        bare = model.rpartition("/")[2]
+        best = ""
+        for name in self.prices:
+            if len(name) > len(best) and (bare == name or bare.startswith((f"{name}-", f"{name}:", f"{name}@"))):
+                best = name
+        return self.prices[best] if best else None
+
+    def unpriced(self, since: int = 0) -> set[str]:
+        """Models of the entries from ``since`` on that cost nothing for want of a price (tokens, no cost)."""
+        return {e.model for e in self.entries[since:] if e.cost == 0 and e.tokens and self.price_for(e.model) is None}
+
     def price_of(self, response: LLMResponse) -> float:
         """The call's cost: from the price table, else what the response reports."""
-        price = self.prices.get(response.model)
+        price = self.price_for(response.model)
         if price is None:
             return response.cost
         return price.cost(response.usage.prompt_tokens, response.usage.completion_tokens)
@@ -160,6 +180,15 @@ class CostLedger:
     def load(cls, data: list[dict[str, Any]], *, prices: Mapping[str, Price] | None = None) -> CostLedger:
         """Restore a ledger serialised by :meth:`dump`."""
         return cls([LedgerEntry(**e) for e in data], prices=prices)
+
+
+def unpriced_warning(model: str) -> str:
+    """What to tell a user whose money budget cannot see ``model``'s calls."""
+    return (
+        f"model {model!r} has no price, so its calls cost 0 and a money budget cannot stop them; give its price: "
+        f"Team(prices={{{model!r}: Price(prompt=..., completion=...)}}) in USD per 1,000 tokens, "
+        "or --price MODEL=PROMPT,COMPLETION"
+    )
 
 
 class Budget(BaseModel):

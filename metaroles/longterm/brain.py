@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from metaroles.core.exceptions import ConfigError
 from metaroles.core.prompts import load_prompt, render_prompt
 from metaroles.core.schema import ChatRole
 from metaroles.llm.protocol import LLM, LLMRequest, estimate_tokens
@@ -62,16 +63,17 @@ class BrainMemory(BaseModel):
 
     def get_knowledge(self) -> str:
         """The knowledge, one fact per line."""
-        return "\n".join(m.content for m in self.knowledge)
+        return "\n".join(m.content or "" for m in self.knowledge)
 
+    @property
     def history_text(self) -> str:
-        """The summary (if any) and the history as ``role: content`` lines."""
-        lines = [f"{m.role.value}: {m.content}" for m in self.history]
+        """The summary (if any) and the history as ``role: content`` lines (a property, as in MetaGPT)."""
+        lines = [f"{m.role.value}: {m.content or ''}" for m in self.history]
         return "\n".join(([f"summary: {self.historical_summary}"] if self.historical_summary else []) + lines)
 
     def needs_compression(self, *, max_messages: int = 10, max_tokens: int = 4000) -> bool:
         """Whether the history passed the message-count or the token bound."""
-        return len(self.history) > max_messages or estimate_tokens(self.history_text()) > max_tokens
+        return len(self.history) > max_messages or estimate_tokens(self.history_text) > max_tokens
 
     async def compress_history(
         self, llm: LLM, *, max_messages: int = 10, max_tokens: int = 4000, max_summary_tokens: int = 500
@@ -83,13 +85,27 @@ class BrainMemory(BaseModel):
         """
         if not self.needs_compression(max_messages=max_messages, max_tokens=max_tokens):
             return False
-        summary = await self._summarise(llm, self.history_text())
+        summary = await self._summarise(llm, self.history_text)
         if estimate_tokens(summary) > max_summary_tokens:
             summary = await self._summarise(llm, f"summary: {summary}")
         self.historical_summary = summary
         self.history = []
         self.is_dirty = True
         return True
+
+    async def set_history_summary(
+        self, history_summary: str, store: KeyValueStore | None = None, key: str = ""
+    ) -> None:
+        """Replace the history by ``history_summary`` (MetaGPT's name); save to ``store`` under ``key`` if given.
+
+        The same summary again only saves pending changes.
+        """
+        if history_summary != self.historical_summary:
+            self.historical_summary = history_summary
+            self.history = []
+            self.is_dirty = True
+        if store is not None:
+            await self.dumps(store, key)
 
     async def _summarise(self, llm: LLM, text: str) -> str:
         prompt = render_prompt(load_prompt("metaroles.longterm.prompts", "summarise.txt"), conversation=text)
@@ -110,6 +126,13 @@ class BrainMemory(BaseModel):
         text = await store.get(key)
         if text is None:
             return cls()
-        memory = cls.model_validate_json(text)
+        try:
+            memory = cls.model_validate_json(text)
+        except ValueError as exc:
+            first = str(exc).splitlines()[0]
+            raise ConfigError(
+                f"the BrainMemory saved under key {key!r} is damaged ({first}); nothing was loaded and nothing "
+                "overwritten: repair or delete that entry"
+            ) from None
         memory.is_dirty = False
         return memory

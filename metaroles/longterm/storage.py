@@ -96,7 +96,7 @@ class MemoryStorage:
         return VectorStoreIndex(nodes=[], storage_context=context, embed_model=self._adapter)
 
     def _nodes(self, messages: list[Message]) -> list[TextNode]:
-        vectors = self.embedding.embed([m.content for m in messages])
+        vectors = self.embedding.embed([m.content or "" for m in messages])
         return [
             TextNode(
                 id_=m.id,

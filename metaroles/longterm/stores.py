@@ -60,9 +60,29 @@ class FileStore:
         return self.root / (quote(key, safe="") + ".json")
 
     def read(self, key: str) -> dict[str, Any] | None:
-        """The live envelope under ``key``, if any."""
+        """The live envelope under ``key``, if any.
+
+        A damaged file (cut short, not JSON) is moved aside to ``<file>.damaged`` with a warning
+        naming both, so the next write cannot overwrite what may still be recovered from it.
+        """
         path = self._path(key)
-        return _open(path.read_text(encoding="utf-8")) if path.exists() else None
+        if not path.exists():
+            return None
+        raw = path.read_bytes()
+        try:
+            envelope = json.loads(raw)
+            if not isinstance(envelope, dict) or "value" not in envelope:
+                raise ValueError("not a stored entry")
+        except ValueError as exc:
+            aside = path.with_name(path.name + ".damaged")
+            os.replace(path, aside)
+            warn(
+                f"{path}: damaged entry for key {key!r} ({type(exc).__name__}); moved it to {aside} and "
+                "treating the key as empty. Repair that file and move it back to restore it.",
+                stacklevel=3,
+            )
+            return None
+        return _open(raw)
 
     def write(self, key: str, envelope: str) -> None:
         """Write an envelope atomically."""

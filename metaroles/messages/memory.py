@@ -10,11 +10,10 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping
-from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
 from metaroles.core.exceptions import InvalidValueError
-from metaroles.core.schema import ChatRole, any_to_str
+from metaroles.core.schema import ChatRole, action_ids, any_to_str
 from metaroles.messages.message import Message
 
 
@@ -45,11 +44,11 @@ class Memory:
         self.add_batch(messages)
 
     def _key(self, message: Message) -> str:
-        return message.content if self.ignore_id else message.id
+        return (message.content or "") if self.ignore_id else message.id
 
     def add(self, message: Message) -> bool:
         """Remember ``message`` unless already remembered; return whether it was added. O(1)."""
-        key = message.content if self.ignore_id else message.id
+        key = (message.content or "") if self.ignore_id else message.id
         store = self._store
         if key in store:
             return False
@@ -135,8 +134,11 @@ class Memory:
 
     @property
     def index(self) -> Mapping[str, list[Message]]:
-        """Read-only view of ``cause_by`` → messages caused by that action, oldest first."""
-        return MappingProxyType(self._index)
+        """``cause_by`` → messages caused by that action, oldest first; ``[]`` for an action with none.
+
+        A read-only mapping that answers like MetaGPT's ``defaultdict(list)`` without growing.
+        """
+        return _Index(self._index)
 
     def get(self, k: int = 0) -> list[Message]:
         """Return the newest ``k`` messages, oldest first; all of them when ``k`` is 0."""
@@ -156,7 +158,7 @@ class Memory:
 
     def get_by_content(self, content: str) -> list[Message]:
         """Return messages whose content contains ``content``, oldest first. O(n)."""
-        return [m for m in self._store.values() if content in m.content]
+        return [m for m in self._store.values() if content in (m.content or "")]
 
     def try_remember(self, keyword: str) -> list[Message]:
         """Return messages mentioning ``keyword`` (MetaGPT's name for :meth:`get_by_content`)."""
@@ -171,7 +173,7 @@ class Memory:
 
         O(1) lookup for one action; O(n) for several (to keep memory order).
         """
-        ids = {any_to_str(a) for a in actions}
+        ids = action_ids(actions)
         if len(ids) == 1:
             return list(self._index.get(next(iter(ids)), ()))
         return [m for m in self._store.values() if m.cause_by in ids]
@@ -233,6 +235,27 @@ class Memory:
         """Restore a memory serialised by :meth:`dump`."""
         messages = (m if isinstance(m, Message) else Message.model_validate(m) for m in data)
         return cls(messages, ignore_id=ignore_id)
+
+
+class _Index(Mapping[str, list[Message]]):
+    """A read-only view of a memory's action index; an unknown action has no messages (``[]``)."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: dict[str, list[Message]]) -> None:
+        self._index = index
+
+    def __getitem__(self, action: str) -> list[Message]:
+        return self._index.get(action, [])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, action: object) -> bool:
+        return action in self._index
 
 
 class ChatMemory:

@@ -36,6 +36,7 @@ from metaroles.core.schema import (
     to_chat_role,
     to_instruct_content,
 )
+from metaroles.messages.fields import ROLE_VALUES, ROLES, optional_str, profile_as_sender, to_tool_calls, unpickled
 
 FIELDS = (
     "id",
@@ -52,20 +53,9 @@ FIELDS = (
     "base64_image",
 )
 _CHAT_FIELDS = ("tool_calls", "name", "tool_call_id", "base64_image")
-
-
-def _optional_str(field: str, value: object) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise InvalidValueError(f"{field}={value!r} must be a string or None")
-
-
-def _tool_calls(value: object) -> list[ToolCall] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list | tuple):
-        raise InvalidValueError(f"tool_calls={value!r} must be a list of ToolCall (or of dicts shaped like one)")
-    return [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in value]
+_NORMALISED = ("role", "cause_by", "send_to")
+"""Fields an assignment normalises as the constructor does (``msg.send_to = "Bob"`` is ``{"Bob"}``)."""
+_SLOTS = tuple(f"_{field}" if field in _NORMALISED else field for field in FIELDS)
 
 
 class Message:
@@ -89,16 +79,17 @@ class Message:
         base64_image: An image, base64-encoded.
     """
 
-    __slots__ = FIELDS
+    __slots__ = _SLOTS
     model_fields: ClassVar[tuple[str, ...]] = FIELDS
 
     id: str
-    content: str
+    content: str | None
+    """``None`` only on an assistant message that carries no text (OpenManus' tool-call turns); ``""`` otherwise."""
     instruct_content: BaseModel | None
-    role: ChatRole
-    cause_by: str
+    _role: ChatRole
+    _cause_by: str
     sent_from: str
-    send_to: frozenset[str]
+    _send_to: frozenset[str]
     metadata: dict[str, Any]
     tool_calls: list[ToolCall] | None
     tool_call_id: str | None
@@ -126,26 +117,28 @@ class Message:
             id = new_id()
         elif not isinstance(id, str) or not id:
             raise InvalidValueError(f"id={id!r} must be a non-empty string (or omitted for a fresh one)")
-        if content is None:
-            content = ""
+        if content is None:  # OpenManus: an assistant turn of tool calls only has no text
+            content = None if role is ChatRole.ASSISTANT or role == "assistant" else ""
         elif not isinstance(content, str):
             raise InvalidValueError(f"content={content!r} must be a string; put structured data in instruct_content")
         if not isinstance(sent_from, str):
             raise InvalidValueError(f"sent_from={sent_from!r} must be the sending role's name (a string)")
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidValueError(f"metadata={metadata!r} must be a dict")
+        if type(role) is str and role and role not in ROLES:
+            role, sent_from, metadata = profile_as_sender(role, sent_from, metadata)
         self.id = id
         self.content = content
         self.instruct_content = to_instruct_content(instruct_content)
-        self.role = to_chat_role(role)
-        self.cause_by = USER_REQUIREMENT if cause_by is None or cause_by == "" else any_to_str(cause_by)
+        self._role = to_chat_role(role)
+        self._cause_by = USER_REQUIREMENT if cause_by is None or cause_by == "" else any_to_str(cause_by)
         self.sent_from = sent_from
-        self.send_to = BROADCAST if send_to is None else to_addresses(send_to)
+        self._send_to = BROADCAST if send_to is None else to_addresses(send_to)
         self.metadata = {} if metadata is None else dict(metadata)
-        self.tool_calls = _tool_calls(tool_calls)
-        self.tool_call_id = _optional_str("tool_call_id", tool_call_id)
-        self.name = _optional_str("name", name)
-        self.base64_image = _optional_str("base64_image", base64_image)
+        self.tool_calls = to_tool_calls(tool_calls)
+        self.tool_call_id = optional_str("tool_call_id", tool_call_id)
+        self.name = optional_str("name", name)
+        self.base64_image = optional_str("base64_image", base64_image)
 
     @classmethod
     def _trusted(
@@ -167,10 +160,10 @@ class Message:
         message.id = new_id() if scope is None else scope.next()
         message.content = content
         message.instruct_content = instruct_content
-        message.role = role
-        message.cause_by = cause_by
+        message._role = role
+        message._cause_by = cause_by
         message.sent_from = sent_from
-        message.send_to = send_to
+        message._send_to = send_to
         message.metadata = {}
         message.tool_calls = None
         message.tool_call_id = None
@@ -180,12 +173,12 @@ class Message:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickle as the field values (a message crosses to shards and back, thousands per round)."""
-        return _unpickled, (
+        return unpickled, (
             type(self),
             self.id,
             self.content,
             self.instruct_content,
-            _ROLE_VALUES[self.role],
+            ROLE_VALUES[self.role],
             self.cause_by,
             self.sent_from,
             self.send_to,
@@ -195,6 +188,35 @@ class Message:
             self.name,
             self.base64_image,
         )
+
+    # -- fields an assignment normalises ---------------------------------------------------------
+
+    @property
+    def role(self) -> ChatRole:
+        """Chat role; ``msg.role = "assistant"`` is normalised (and checked) as in the constructor."""
+        return self._role
+
+    @role.setter
+    def role(self, value: object) -> None:
+        self._role = to_chat_role(value)
+
+    @property
+    def cause_by(self) -> str:
+        """The producing Action's id; ``msg.cause_by = WriteCode`` stores ``WriteCode``'s id (as the constructor)."""
+        return self._cause_by
+
+    @cause_by.setter
+    def cause_by(self, value: object) -> None:
+        self._cause_by = USER_REQUIREMENT if value is None or value == "" else any_to_str(value)
+
+    @property
+    def send_to(self) -> frozenset[str]:
+        """Recipients; ``msg.send_to = "Bob"`` is ``frozenset({"Bob"})``, as in the constructor (never letters)."""
+        return self._send_to
+
+    @send_to.setter
+    def send_to(self, value: object) -> None:
+        self._send_to = BROADCAST if value is None else to_addresses(value)
 
     def same_fields(self, other: Message) -> bool:
         """Whether ``other`` carries the very same values in every field (``==`` compares ids only)."""
@@ -228,7 +250,7 @@ class Message:
 
     def __str__(self) -> str:
         """Render as ``sender: content``."""
-        return f"{self.sent_from or self.role.value}: {self.content}"
+        return f"{self.sent_from or self.role.value}: {self.content or ''}"
 
     def __repr__(self) -> str:
         """Show the routing fields and the content."""
@@ -320,7 +342,9 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the chat form a model API expects, omitting fields that are ``None``."""
-        message: dict[str, Any] = {"role": self.role.value, "content": self.content}
+        message: dict[str, Any] = {"role": self.role.value}
+        if self.content is not None:  # OpenManus omits an assistant's absent text
+            message["content"] = self.content
         if self.tool_calls is not None:
             message["tool_calls"] = [c.model_dump() for c in self.tool_calls]
         for field in ("name", "tool_call_id", "base64_image"):
@@ -368,19 +392,3 @@ class Message:
             for call in tool_calls
         ]
         return cls(content, role=ChatRole.ASSISTANT, tool_calls=calls, base64_image=base64_image, **kwargs)
-
-
-_ROLES = {role.value: role for role in ChatRole}
-_ROLE_VALUES = {role: role.value for role in ChatRole}
-
-
-def _unpickled(cls: type[Message], *values: Any) -> Message:
-    """A message rebuilt from the values :meth:`Message.__reduce__` pickled (they were valid when pickled)."""
-    message = cls.__new__(cls)
-    (message.id, message.content, message.instruct_content, role, message.cause_by, message.sent_from) = values[:6]
-    (message.send_to, metadata, message.tool_calls, message.tool_call_id, message.name, message.base64_image) = values[
-        6:
-    ]
-    message.role = _ROLES[role]
-    message.metadata = {} if metadata is None else metadata
-    return message

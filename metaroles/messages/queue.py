@@ -8,12 +8,14 @@ Both queues serialise with their contents, so nothing buffered is lost on save.
 from __future__ import annotations
 
 import heapq
+import json
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Self
 
 import anyio
 
+from metaroles.core.exceptions import InvalidValueError
 from metaroles.messages.message import Message
 
 
@@ -109,14 +111,18 @@ class MessageQueue(_Waitable):
         """Return the buffered messages, oldest first, without removing them."""
         return list(self._queue)
 
-    def dump(self) -> list[dict[str, Any]]:
-        """Serialise the buffered messages, oldest first."""
-        return [m.model_dump(mode="json") for m in self._queue]
+    def dump(self) -> str:
+        """Serialise the buffered messages, oldest first, as JSON text (MetaGPT's ``MessageQueue.dump``)."""
+        return json.dumps([m.model_dump(mode="json") for m in self._queue], ensure_ascii=False)
 
     @classmethod
-    def load(cls, data: Iterable[dict[str, Any] | Message]) -> Self:
-        """Restore a queue serialised by :meth:`dump`."""
-        return cls(m if isinstance(m, Message) else Message.model_validate(m) for m in data)
+    def load(cls, data: str | bytes | Iterable[dict[str, Any] | Message]) -> Self:
+        """Restore a queue from :meth:`dump`'s text (or a list of message dicts or messages).
+
+        Raises:
+            InvalidValueError: If the text is not a JSON list of messages (nothing is restored).
+        """
+        return cls(m if isinstance(m, Message) else Message.model_validate(m) for m in _entries(data))
 
 
 class PriorityMessageQueue(_Waitable):
@@ -183,14 +189,30 @@ class PriorityMessageQueue(_Waitable):
         """Return the number of buffered messages."""
         return len(self._heap)
 
-    def dump(self) -> list[dict[str, Any]]:
-        """Serialise as ``{"priority": p, "message": {...}}`` entries in pop order."""
-        return [{"priority": p, "message": m.model_dump(mode="json")} for p, _, m in sorted(self._heap)]
+    def dump(self) -> str:
+        """Serialise as JSON text: ``{"priority": p, "message": {...}}`` entries in pop order."""
+        entries = [{"priority": p, "message": m.model_dump(mode="json")} for p, _, m in sorted(self._heap)]
+        return json.dumps(entries, ensure_ascii=False)
 
     @classmethod
-    def load(cls, data: Iterable[dict[str, Any]]) -> Self:
-        """Restore a queue serialised by :meth:`dump`, keeping pop order."""
+    def load(cls, data: str | bytes | Iterable[dict[str, Any]]) -> Self:
+        """Restore a queue from :meth:`dump`'s text (or its list of entries), keeping pop order."""
         queue = cls()
-        for entry in data:
+        for entry in _entries(data):
             queue.push(Message.model_validate(entry["message"]), priority=int(entry["priority"]))
         return queue
+
+
+def _entries(data: str | bytes | Iterable[Any]) -> Iterable[Any]:
+    """The entries of a dumped queue: parsed when given as JSON text."""
+    if not isinstance(data, str | bytes):
+        return data
+    try:
+        entries = json.loads(data)
+    except ValueError as exc:
+        raise InvalidValueError(
+            f"not a dumped message queue ({exc}); pass the text MessageQueue.dump() returned"
+        ) from None
+    if not isinstance(entries, list):
+        raise InvalidValueError(f"a dumped message queue is a JSON list, got {type(entries).__name__}")
+    return entries

@@ -278,8 +278,9 @@ class CheckpointWriter:
         send_to = self._send_to.get(message.send_to)
         if send_to is None:
             send_to = self._send_to[message.send_to] = ",".join([enc(a) for a in sorted(message.send_to)])
+        content = "null" if message.content is None else encode_basestring(message.content)
         return (
-            f'{{"id":{encode_basestring(message.id)},"content":{encode_basestring(message.content)},'
+            f'{{"id":{encode_basestring(message.id)},"content":{content},'
             f'"role":"{message.role.value}","cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},'
             f'"send_to":[{send_to}]}}'
         )

@@ -103,5 +103,7 @@ class RunOptions:
     """A checkpoint every this many rounds (and where the run stops); default: the scenario's, else 1."""
     log_turns: bool | None = None
     """Log each turn's observe, think and act events; default: the scenario's, else yes."""
+    prices: dict[str, tuple[float, float]] | None = None
+    """Model → (prompt, completion) USD per 1,000 tokens, beside the ledger's table (recorded in the manifest)."""
     backend: Any = None
     """Where the roles run (a ``runs.sharding.Backend``); one process by default. Not part of the run."""

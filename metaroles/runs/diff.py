@@ -48,7 +48,7 @@ def run_messages(run_dir: Path) -> list[RunMessage]:
             sender=m.sent_from,
             action=m.cause_by.rpartition(".")[2],
             recipients=tuple(sorted(m.send_to)),
-            content=m.content,
+            content=m.content or "",
             id=m.id,
         )
         for m in history

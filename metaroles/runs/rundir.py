@@ -96,9 +96,14 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return dict(manifest)
 
 
+def scenario_label(name: str) -> str:
+    """A scenario's short name: a scenario file's stem, a module's last part, else the name itself."""
+    return Path(name).stem if name.endswith(".py") else name.rpartition(".")[2]
+
+
 def new_run_dir(root: Path, name: str) -> Path:
     """A fresh directory ``root/NAME-YYYYmmdd-HHMMSS-<short id>``."""
-    return root / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    return root / f"{scenario_label(name)}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 def transcript_markdown(title: str, messages: list[Message], rounds: dict[str, int]) -> str:
@@ -112,7 +117,7 @@ def transcript_markdown(title: str, messages: list[Message], rounds: dict[str, i
             lines += [f"## Round {round_no}" if round_no else "## Before round 1", ""]
         action = message.cause_by.rpartition(".")[2]
         recipients = ", ".join(sorted(message.send_to))
-        body = message.content.replace("\n", "\n  ")
+        body = (message.content or "").replace("\n", "\n  ")
         lines.append(f"- **{message.sent_from or message.role.value}** → {recipients} ({action}): {body}")
     return "\n".join(lines) + "\n"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import append_durably, write_atomic
+from metaroles.llm.ledger import Price
 from metaroles.llm.protocol import LLM
 from metaroles.runs.config import RunOptions
 from metaroles.runs.eventlog import TIMINGS, read_jsonl
@@ -37,6 +39,8 @@ def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> Scenari
         plan.team.env.reseed(run.seed)
     if run.budget is not None:
         plan.team.invest(run.budget)
+    for model, (prompt, completion) in (run.prices or {}).items():
+        plan.team.env.ledger.prices[model] = Price(prompt=prompt, completion=completion)
     defaults: dict[str, Any] = getattr(module, "RUN_DEFAULTS", {})
     every = run.checkpoint_every if run.checkpoint_every is not None else defaults.get("checkpoint_every", 1)
     plan.team.checkpoint_every = every
@@ -101,6 +105,7 @@ def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run:
         "idea": plan.idea,
         "seed": run.seed,
         "budget": run.budget,
+        "prices": run.prices,
         "checkpoint_every": plan.team.checkpoint_every,
         "log_turns": plan.team.log_turns,
     }
@@ -187,8 +192,10 @@ def checked_config(module: ModuleType, options: dict[str, Any]) -> Any:
     fields = module.Config.model_fields
     unknown = sorted(set(options) - set(fields))
     if unknown:
+        close = difflib.get_close_matches(unknown[0], list(fields), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(
-            f"{unknown[0]!r} is not an option of this scenario; its options: {', '.join(sorted(fields)) or 'none'}"
+            f"{unknown[0]!r} is not an option of this scenario; {hint}its options: {', '.join(sorted(fields)) or 'none'}"
         )
     try:
         return module.Config.model_validate(options)
@@ -207,6 +214,7 @@ def _rebuild(
         rounds=manifest["n_round"],
         seed=manifest.get("seed"),
         budget=manifest.get("budget"),
+        prices={model: (float(p[0]), float(p[1])) for model, p in (manifest.get("prices") or {}).items()},
         checkpoint_every=manifest.get("checkpoint_every"),
         log_turns=manifest.get("log_turns"),
         backend=backend,

@@ -69,7 +69,7 @@ def interned(entries: Iterable[tuple[Any, ...]], sets: dict[frozenset[str], froz
     for entry in entries:
         message = entry[1]
         send_to = message.send_to
-        message.send_to = sets.setdefault(send_to, send_to)
+        message._send_to = sets.setdefault(send_to, send_to)
 
 
 class _Seen:

@@ -16,7 +16,7 @@ from metaroles.runs.report import StopReason, TeamReport
 from metaroles.bus.environment import Environment
 from metaroles.runs.eventlog import EventLog, check_log, copy_events
 from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, RunError, UnknownRoleError
-from metaroles.llm.ledger import Budget, CostLedger, Spend
+from metaroles.llm.ledger import Budget, CostLedger, Price, Spend, unpriced_warning
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
 from metaroles.runs import workspace
@@ -41,6 +41,8 @@ class Team:
         investment: Money budget of the run; see :meth:`invest`.
         budget: Budget of the run in money and/or tokens.
         role_budgets: Budgets per role name; crossing any stops the run.
+        prices: Prices of models the ledger's table lacks (or to override it), by model name; a dated
+            name such as ``gpt-4o-mini-2024-07-18`` takes the price of ``gpt-4o-mini``.
         checkpoint_every: With a checkpoint folder, write a checkpoint every this many rounds
             (and when the run stops); a resumed run goes back to the last one.
         log_turns: With an event log, also log each turn's observe, think and act events; large
@@ -57,6 +59,7 @@ class Team:
         investment: float | None = None,
         budget: Budget | None = None,
         role_budgets: Mapping[str, Budget] | None = None,
+        prices: Mapping[str, Price] | None = None,
         checkpoint_every: int = 1,
         log_turns: bool = True,
         backend: Backend | None = None,
@@ -70,8 +73,14 @@ class Team:
         self.llm = llm
         self.budget = budget
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
+        if prices:
+            self.env.ledger.prices.update(prices)
+        self._checked_entries = 0
+        self._unpriced: set[str] = set()
         self._checkpoints: CheckpointWriter | None = None
         self._log: EventLog | None = None
+        self.last_round: int | None = None
+        """The round the current run stops at, at the latest (for progress displays)."""
         self.on_round: Callable[[Team], None] | None = None
         """Called after every round is logged and checkpointed (and after the idea is published)."""
         self.on_record: Callable[[Team], None] | None = None
@@ -141,6 +150,7 @@ class Team:
     def budget_crossed(self) -> str | None:
         """Which budget the spending so far has crossed, if any."""
         ledger = self.env.ledger
+        self._warn_unpriced(ledger)
         if self.budget is not None:
             spent = Spend(calls=len(ledger.entries), tokens=ledger.total_tokens, cost=ledger.total_cost)
             why = self.budget.crossed_by(spent)
@@ -153,6 +163,14 @@ class Team:
                 if why:
                     return f"role {name!r}: {why}"
         return None
+
+    def _warn_unpriced(self, ledger: CostLedger) -> None:
+        """Once per model: a money budget cannot see calls that cost nothing because no price is known."""
+        since, self._checked_entries = self._checked_entries, len(ledger.entries)
+        if any(b is not None and b.max_cost is not None for b in (self.budget, *self.role_budgets.values())):
+            for model in ledger.unpriced(since) - self._unpriced:
+                self._unpriced.add(model)
+                warn(unpriced_warning(model), stacklevel=3)
 
     async def run(
         self,
@@ -177,6 +195,7 @@ class Team:
             UnknownRoleError: If a role budget names a role that was not hired.
         """
         self._check(n_round)
+        self.last_round = self.env.round + n_round
         if checkpoints is not None and self._checkpoints is None:
             self._checkpoints = _fresh_writer(Path(checkpoints))
         self._log = None
