@@ -24,6 +24,7 @@ class Reply:
     hang: bool = False
     cut: bool = False
     """Stream the chunks, then drop the connection without the final event (no finish_reason, no [DONE])."""
+    headers: dict[str, str] = field(default_factory=dict)
     trickle: bool = False
     """Stream the chunks, then send a keep-alive byte at every read until the test ends (never finishing)."""
 
@@ -80,6 +81,17 @@ class ChatServer:
         self.replies.extend(replies)
 
 
+def send_json(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+    data = json.dumps(reply.body or {}).encode()
+    handler.send_response(reply.status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    for name, value in reply.headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def start(server_state: ChatServer) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -112,12 +124,7 @@ def start(server_state: ChatServer) -> ThreadingHTTPServer:
                     self.wfile.write(b"data: [DONE]\n\n")
                 self.close_connection = True
                 return
-            data = json.dumps(reply.body or {}).encode()
-            self.send_response(reply.status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, reply)
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True

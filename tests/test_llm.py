@@ -134,5 +134,5 @@ def test_ledger_accounts_per_role_and_round_trips():
 def test_tolerant_json_extraction():
     assert json.loads(extract_json('Sure!\n```json\n{"a": 1}\n```\nDone.')) == {"a": 1}
     assert json.loads(extract_json('Answer: {"a": {"b": 2}} hope it helps')) == {"a": {"b": 2}}
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="invalid JSON"):
         parse_output("no json here", Inner)

@@ -1,3 +1,4 @@
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -102,6 +103,23 @@ async def test_429_then_success_is_retried(server):
     response = await llm(server).complete(ask())
     assert response.text == "finally"
     assert len(server.requests) == 2
+
+
+async def test_retry_after_is_honoured_in_seconds_and_milliseconds(server):
+    waits: list[float] = []
+
+    async def wait(seconds: float) -> None:
+        waits.append(seconds)  # the test records the wait instead of spending it
+
+    server.queue(
+        Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "2"}),
+        Reply(503, {"error": {"message": "busy"}}, headers={"retry-after-ms": "1500"}),
+        Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "3600"}),  # past 60 s: our backoff
+        Reply(body=completion("finally")),
+    )
+    response = await llm(server, sleep=wait, max_retries=3, backoff=0.0).complete(ask())
+    assert response.text == "finally" and len(server.requests) == 4
+    assert waits == [2.0, 1.5, 0.0]
 
 
 async def test_500s_past_the_retry_bound_fail_with_a_clear_error(server):
@@ -223,3 +241,41 @@ def test_credentials_in_the_base_url_appear_nowhere(server, tmp_path, capsys, mo
 
     shown = repr(LLMSettings(base_url=secret_url, api_key="sk-abc"))
     assert "hunter2-secret" not in shown and "sk-abc" not in shown
+
+
+def test_the_manifest_records_the_resolved_server_and_a_fork_goes_back_to_it(server, tmp_path, capsys, monkeypatch):
+    """``auto`` resolved to the server is recorded as the server: a fork without the environment still reaches it."""
+    from metaroles.cli import main
+
+    server.responder = lambda body: Reply(body=completion("served", model="served-model-2024-07-18"))
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-recorded")
+    monkeypatch.setenv("METAROLES_MODEL", "served-model")
+    monkeypatch.setenv("METAROLES_TEMPERATURE", "0.3")
+    run_dir = tmp_path / "run"
+    tuning = ["--timeout", "12", "--rate-limit", "50", "--max-in-flight", "2"]
+    assert main(["run", "debate", "--set", "turns=1", "--rounds", "2", *tuning, "--out", str(run_dir), "-q"]) == 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert (manifest["llm"], manifest["model"], manifest["base_url"]) == ("openai", "served-model", server.url)
+    assert (manifest["temperature"], manifest["timeout"], manifest["requests_per_second"]) == (0.3, 12.0, 50.0)
+    assert manifest["max_in_flight"] == 2
+    assert "sk-never-recorded" not in (run_dir / "manifest.json").read_text()
+    assert {r.get("temperature") for r in server.requests} == {0.3}
+    served = len(server.requests)
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "METAROLES_MODEL", "METAROLES_TEMPERATURE"):
+        monkeypatch.delenv(name)
+    capsys.readouterr()
+    child = tmp_path / "child"
+    assert main(["fork", str(run_dir), "--from-round", "1", "--out", str(child), "-q"]) == 0
+    assert len(server.requests) > served, "the fork asked the recorded server, not another model"
+    assert {r.get("temperature") for r in server.requests[served:]} == {0.3}
+    assert "OpenAICompatibleLLM(model='served-model'" in capsys.readouterr().err
+
+
+def test_bad_tuning_from_the_environment_is_one_line(monkeypatch, capsys):
+    from metaroles.cli import main
+
+    monkeypatch.setenv("METAROLES_TEMPERATURE", "hot")
+    assert main(["run", "debate", "--llm", "test", "--no-save", "-q"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(errors) == 1 and "temperature='hot'" in errors[0]

@@ -63,7 +63,7 @@ def test_cli_unknown_scenario_is_a_clear_error(capsys):
 
 
 async def test_unknown_scenario_name():
-    with pytest.raises(ConfigError, match="must be a lowercase identifier"):
+    with pytest.raises(ConfigError, match="is not a scenario name"):
         await run_scenario("../etc", llm=TestLLM(), options={}, out_dir=None)
 
 

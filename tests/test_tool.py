@@ -1,5 +1,7 @@
 """Tools: results, schema validation, collections, Terminate."""
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -109,3 +111,50 @@ async def test_a_collection_refuses_duplicates_and_turns_failures_into_observati
 async def test_terminate_reports_its_status():
     result = await ToolCollection(Terminate()).execute(name="terminate", tool_input={"status": "success"})
     assert result.output == "The interaction has been completed with status: success"
+
+
+STEP = {
+    "type": "object",
+    "properties": {"title": {"type": "string", "minLength": 1}, "due": {"type": "string", "format": "date"}},
+    "required": ["title"],
+}
+OWNER = {"type": "object", "properties": {"email": {"type": "string", "pattern": "^[^@]+@[^@]+$"}}}
+
+
+class Plan(BaseTool):
+    name: str = "plan"
+    description: str = "Make a plan."
+    parameters: dict = Field(
+        default_factory=lambda: {
+            "type": "object",
+            "properties": {"steps": {"type": "array", "minItems": 1, "items": STEP}, "owner": OWNER},
+            "required": ["steps"],
+        }
+    )
+
+    async def execute(self, **arguments):
+        return len(arguments["steps"])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"steps": []}, "argument 'steps'=[]: [] should be non-empty"),
+        ({"steps": [{"title": ""}]}, "argument 'steps[0].title'=''"),
+        ({"steps": [{"title": "a"}, {"due": "2026-01-01"}]}, "argument 'steps[1]'="),
+        ({"steps": [{"title": "a", "due": "next week"}]}, "'next week' is not a 'date'"),
+        ({"steps": [{"title": 3}]}, "argument 'steps[0].title'=3 must be of JSON type string"),
+        ({"steps": [{"title": "a"}], "owner": {"email": "nobody"}}, "argument 'owner.email'='nobody'"),
+    ],
+)
+async def test_nested_objects_arrays_and_formats_are_validated_by_the_whole_schema(arguments, said):
+    with pytest.raises(ToolArgumentsInvalid, match=re.escape(said)):
+        await Plan()(**arguments)
+    assert await Plan()(steps=[{"title": "a", "due": "2026-01-01"}], owner={"email": "a@b"}) == 1
+
+
+async def test_tool_arguments_are_read_as_leniently_as_structured_answers():
+    from metaroles.llm.protocol import parse_json
+
+    assert parse_json('{"code": "print(1)\nprint(2)"}') == {"code": "print(1)\nprint(2)"}, "a raw newline"
+    assert parse_json("```json\n{'a': True}\n```") == {"a": True}

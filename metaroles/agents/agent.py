@@ -14,7 +14,6 @@ warning; REQUIRED mode without calls raises :class:`ToolCallMissing` (the run en
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -27,7 +26,7 @@ from metaroles.core.exceptions import AgentStateError, InvalidValueError, ToolCa
 from metaroles.core.prompts import load_prompt, render_prompt
 from metaroles.core.schema import AgentState, ChatRole, ToolCall, ToolChoice, to_chat_role
 from metaroles.llm.ledger import CostLedger
-from metaroles.llm.protocol import LLM, LLMRequest
+from metaroles.llm.protocol import LLM, LLMRequest, parse_json
 from metaroles.messages.memory import ChatMemory
 from metaroles.messages.message import Message
 
@@ -357,9 +356,9 @@ class ToolCallAgent(ReActAgent):
         if name not in self.available_tools.tool_map:
             return f"Error: Unknown tool {name!r}; available: {sorted(self.available_tools.tool_map)}"
         try:
-            arguments = json.loads(call.function.arguments or "{}")
-        except json.JSONDecodeError as exc:
-            return f"Error: Parsing arguments for {name!r}: invalid JSON ({exc.msg}): {call.function.arguments!r}"
+            arguments = parse_json(call.function.arguments or "{}")  # as leniently as structured answers
+        except ValueError as exc:
+            return f"Error: Parsing arguments for {name!r}: {exc}: {call.function.arguments!r}"
         if not isinstance(arguments, dict):
             return f"Error: Arguments for {name!r} must be a JSON object, got {call.function.arguments!r}"
         try:

@@ -9,23 +9,15 @@ and :class:`ToolError` into :class:`ToolFailure` results, so an agent observes t
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from metaroles.core.exceptions import DuplicateToolError, ToolArgumentsInvalid, ToolError
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-    "null": (type(None),),
-}
 
 
 class ToolResult(BaseModel):
@@ -112,9 +104,12 @@ class BaseTool(BaseModel, ABC):
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """``arguments`` checked against the schema, with defaults filled in.
 
+        The whole JSON schema applies (``jsonschema``, with formats): nested objects, arrays,
+        ranges and patterns, not only the top-level types.
+
         Raises:
             ToolArgumentsInvalid: On a missing required argument, an unknown one (when the schema
-                forbids extras), a wrong type or a value outside an ``enum``.
+                forbids extras), or any value the schema rejects (naming its path and why).
         """
         schema = self.parameters
         properties: dict[str, Any] = schema.get("properties", {})
@@ -126,24 +121,44 @@ class BaseTool(BaseModel, ABC):
         unknown = sorted(set(arguments) - set(properties))
         if unknown and schema.get("additionalProperties", True) is False:
             raise ToolArgumentsInvalid(f"tool {self.name!r} takes {sorted(properties)}; {unknown} are not among them")
-        checked = {name: spec["default"] for name, spec in properties.items() if "default" in spec}
-        for name, value in arguments.items():
-            _check_value(self.name, name, value, properties.get(name, {}))
-            checked[name] = value
-        return checked
+        errors = _validator(json.dumps(schema, sort_keys=True)).iter_errors(arguments)
+        first = min(errors, key=_order, default=None)
+        if first is not None:
+            raise ToolArgumentsInvalid(_explained(self.name, first))
+        defaults = {name: spec["default"] for name, spec in properties.items() if "default" in spec}
+        return {**defaults, **arguments}
 
 
-def _check_value(tool: str, name: str, value: Any, spec: dict[str, Any]) -> None:
-    wanted = spec.get("type")
-    types = [wanted] if isinstance(wanted, str) else list(wanted or [])
-    accepted = tuple(t for kind in types for t in _JSON_TYPES.get(kind, (object,)))
-    is_bool = isinstance(value, bool)
-    if types and (not isinstance(value, accepted) or (is_bool and "boolean" not in types)):
-        raise ToolArgumentsInvalid(
-            f"tool {tool!r}: argument {name!r}={value!r} must be of JSON type {' or '.join(types)}"
-        )
-    if "enum" in spec and value not in spec["enum"]:
-        raise ToolArgumentsInvalid(f"tool {tool!r}: argument {name!r}={value!r} must be one of {spec['enum']}")
+@lru_cache(maxsize=256)
+def _validator(schema: str) -> Any:
+    """A JSON-schema validator (with format checks) for a tool's parameters, built once per schema."""
+    import jsonschema  # imported on first use: importing metaroles stays fast
+
+    parsed = json.loads(schema)
+    kind = jsonschema.validators.validator_for(parsed)
+    try:
+        kind.check_schema(parsed)
+    except jsonschema.SchemaError as exc:
+        raise ToolArgumentsInvalid(f"the tool's parameters are not a valid JSON schema: {exc.message}") from None
+    return kind(parsed, format_checker=kind.FORMAT_CHECKER)
+
+
+def _order(error: Any) -> tuple[int, str]:
+    return (len(error.absolute_path), str(list(error.absolute_path)))
+
+
+def _explained(tool: str, error: Any) -> str:
+    """One line: which argument (its path inside nested objects and arrays), its value, and what is wrong."""
+    path = "".join(
+        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(error.absolute_path)
+    )
+    where = f"argument {path!r}={error.instance!r}" if path else f"arguments {error.instance!r}"
+    if error.validator == "type":
+        types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        return f"tool {tool!r}: {where} must be of JSON type {' or '.join(types)}"
+    if error.validator == "enum":
+        return f"tool {tool!r}: {where} must be one of {error.validator_value}"
+    return f"tool {tool!r}: {where}: {error.message}"
 
 
 class ToolCollection:

@@ -144,12 +144,7 @@ class Role:
         action.set_prefix(self._get_prefix())
 
     def _get_prefix(self) -> str:
-        """The system prompt of this role's actions: its profile, name, goal and constraints (MetaGPT's prefix).
-
-        Empty for a role that declares none of them (its profile defaults to its name).
-        """
-        if self.profile == self.name and not self.goal and not self.constraints:
-            return ""
+        """The system prompt of this role's actions: its profile, name, goal and constraints (MetaGPT's prefix)."""
         return role_prefix(self.profile, self.name, self.goal, self.constraints)
 
     def set_llm(self, llm: LLM) -> None:

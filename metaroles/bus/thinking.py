@@ -78,7 +78,12 @@ def _plan_model(names: list[str]) -> type[BaseModel]:
 
 
 def role_prefix(profile: str, name: str, goal: str, constraints: str) -> str:
-    """A role's system prompt from its profile, name, goal and constraints (MetaGPT's ``_get_prefix``)."""
+    """A role's system prompt from its profile, name, goal and constraints (MetaGPT's ``_get_prefix``).
+
+    Empty for a role that declares none of them (a role's profile defaults to its name).
+    """
+    if profile == name and not goal and not constraints:
+        return ""
     return render_prompt(
         _prefix_template(),
         profile=profile,

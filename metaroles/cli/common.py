@@ -26,10 +26,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from metaroles.core.exceptions import MetarolesError, RunError
-from metaroles.core.text import REDACTED, printable
+from metaroles.core.text import REDACTED, printable, redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.protocol import LLM
-from metaroles.llm.providers import llm_from_settings
+from metaroles.llm.providers import describe_llm, llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.runs.rundir import transcript
 from metaroles.runs.team import Team, TeamReport
@@ -149,8 +149,17 @@ def prices_from(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
 
 def resolve(settings: dict[str, Any]) -> LLM:
     """The model the options and the environment ask for (the only place env vars are read)."""
+    return _resolved(_settings(settings))
+
+
+def _settings(settings: dict[str, Any]) -> LLMSettings:
     with reported():
-        llm = llm_from_settings(LLMSettings.from_env(os.environ, **settings), notify=lambda text: err.print(text))
+        return LLMSettings.from_env(os.environ, **settings)
+
+
+def _resolved(settings: LLMSettings) -> LLM:
+    with reported():
+        llm = llm_from_settings(settings, notify=lambda text: err.print(text))
     err.print(escape(printable(f"model: {model_name(llm)}")), highlight=False, soft_wrap=True)
     return llm
 
@@ -225,13 +234,25 @@ def finish(report: TeamReport, team: Team, run_dir: Path | None, *, quiet: bool)
     err.print(table)
 
 
-def model_from(llm: str | None, model: str | None, base_url: str | None, seed: int | None, replay: Path | None) -> LLM:
-    """The model to run with: a cassette to replay, or what the options and environment ask for."""
+MODEL_SETTINGS = ("llm", "model", "base_url", "seed", "temperature", "timeout", "requests_per_second", "max_in_flight")
+"""What a manifest records of how its model was reached (never a key), and what resume and fork reuse."""
+
+
+def model_from(settings: dict[str, Any], replay: Path | None) -> tuple[LLM, dict[str, Any]]:
+    """The model to run with (a cassette to replay, or what the options and environment ask for), and its record.
+
+    The record names the provider ``auto`` resolved to, the model and the base URL, so resume
+    and fork reach the same one (or refuse clearly) rather than whatever is around then.
+    """
     if replay is not None:
         if not replay.is_file():
             raise fail(f"no cassette at {str(replay)!r}; record one with --record")
-        return CassetteLLM(replay, mode=CassetteMode.REPLAY)
-    return resolve({"llm": llm, "model": model, "base_url": base_url, "seed": seed})
+        return CassetteLLM(replay, mode=CassetteMode.REPLAY), {"llm": f"replay:{replay}"}
+    chosen = _settings(settings)
+    llm = _resolved(chosen)
+    record = chosen.model_dump(include=set(MODEL_SETTINGS))  # what the options and the environment said
+    record["base_url"] = redacted(record["base_url"])
+    return llm, record | describe_llm(llm)
 
 
 BACKEND_HELP = "where the roles run: 'process' (this one) or 'ray' (shards on a Ray cluster; the run is the same)"
@@ -269,7 +290,7 @@ def manifest_model(manifest: dict[str, Any]) -> LLM:
 
     A base URL recorded without its credentials comes from ``OPENAI_BASE_URL`` again.
     """
-    settings = {key: manifest.get(key) for key in ("llm", "model", "base_url", "seed")}
+    settings = {key: manifest.get(key) for key in MODEL_SETTINGS}
     if REDACTED in str(settings["base_url"] or ""):
         settings["base_url"] = None
     return resolve(settings)

@@ -24,7 +24,6 @@ from metaroles.cli.common import (
     resolve,
     run_dir_at,
 )
-from metaroles.core.text import redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.runs.config import RunOptions, read_config_file
 from metaroles.runs.registry import load_scenario
@@ -44,6 +43,18 @@ def run(
     model: Annotated[str | None, typer.Option(help="model name for an OpenAI-compatible server")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")] = None,
     seed: Annotated[int | None, typer.Option(help="seed of the run's random source and of the test model")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(min=0.0, max=2.0, help="sampling temperature ($METAROLES_TEMPERATURE)")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(min=0.001, help="seconds per model call before a retry ($METAROLES_TIMEOUT)")
+    ] = None,
+    rate_limit: Annotated[
+        float | None, typer.Option(min=0.001, help="model requests per second at most ($METAROLES_RATE_LIMIT)")
+    ] = None,
+    max_in_flight: Annotated[
+        int | None, typer.Option(min=1, help="model calls in flight at once ($METAROLES_MAX_IN_FLIGHT)")
+    ] = None,
     price: Annotated[
         list[str] | None,
         typer.Option(
@@ -78,14 +89,14 @@ def run(
     """Run a scenario and write its run directory."""
     name, options, settings = _read_target(target, set_ or [])
     seed = seed if seed is not None else settings.get("seed")
-    chosen, model, base_url = (
-        llm or settings.get("llm"),
-        model or settings.get("model"),
-        base_url or settings.get("base_url"),
+    given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
+    given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
+    language_model, manifest = model_from(
+        {k: v if v is not None else settings.get(k) for k, v in given.items()}, replay
     )
-    language_model = model_from(chosen, model, base_url, seed, replay)
     if record is not None:
         language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model)
+    manifest["cassette"] = str(record or replay or "")
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
         idea=idea if idea is not None else settings.get("idea"),
@@ -97,8 +108,6 @@ def run(
         backend=backend_from(backend, shards, ray_address),
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
-    named = f"replay:{replay}" if replay is not None else chosen or "auto"
-    manifest = {"llm": named, "model": model, "base_url": redacted(base_url), "cassette": str(record or replay or "")}
     manifest["execution"] = execution_record(run_options.backend)
     manifest["quiet"] = quiet  # resume keeps it
     report, team = execute(

@@ -36,6 +36,9 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 """List prices at the time of writing; edit or replace them to match your provider."""
 
+FREE_MODELS = frozenset({"test", "function", "scripted", "smollm2-135m-instruct-q4_1"})
+"""The offline models (TestLLM, FunctionLLM, ScriptedLLM, the embedded SmolLM2): free by design, never "unpriced"."""
+
 
 @dataclass(slots=True)
 class LedgerEntry:
@@ -133,7 +136,11 @@ class CostLedger:
 
     def unpriced(self, since: int = 0) -> set[str]:
         """Models of the entries from ``since`` on that cost nothing for want of a price (tokens, no cost)."""
-        return {e.model for e in self.entries[since:] if e.cost == 0 and e.tokens and self.price_for(e.model) is None}
+        return {
+            e.model
+            for e in self.entries[since:]
+            if e.cost == 0 and e.tokens and e.model not in FREE_MODELS and self.price_for(e.model) is None
+        }
 
     def price_of(self, response: LLMResponse) -> float:
         """The call's cost: from the price table, else what the response reports."""

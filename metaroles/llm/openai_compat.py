@@ -3,14 +3,18 @@
 Built on the ``openai`` SDK's async client. This module imports ``openai``; metaroles imports
 this module only when such a model is asked for (``resolve_llm``), never at ``import metaroles``.
 
-Retries: 429, 5xx, timeouts and connection errors are retried with exponential backoff and full
-jitter, at most ``max_retries`` times; then :class:`~metaroles.core.exceptions.ProviderError`.
+Retries: 429, 5xx, timeouts and connection errors are retried after the wait a server asks for
+(``Retry-After``, ``retry-after-ms``), else with exponential backoff and full jitter, at most
+``max_retries`` times; then :class:`~metaroles.core.exceptions.ProviderError`. (Our retries rather
+than the SDK's: they also cover a stream cut before its end and the call's total deadline.)
 """
 
 from __future__ import annotations
 
+import email.utils
 import inspect
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -82,6 +86,7 @@ class OpenAICompatibleLLM:
             the SDK's per-read timeout; a call past it is retried like any timeout.
         max_retries: Retries on 429, 5xx, timeouts and connection errors.
         backoff: Base delay in seconds of the exponential backoff (0 retries at once).
+        sleep: How to wait between attempts (``anyio.sleep``); a server's ``Retry-After`` sets how long.
         on_token: Stream answers and call this with each piece of text.
     """
 
@@ -98,6 +103,7 @@ class OpenAICompatibleLLM:
         max_retries: int = 3,
         backoff: float = 0.5,
         on_token: TokenCallback | None = None,
+        sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
     ) -> None:
         """Create the client; no request is sent until the first call."""
         self._args: dict[str, Any] = {
@@ -110,12 +116,14 @@ class OpenAICompatibleLLM:
             "max_retries": max_retries,
             "backoff": backoff,
             "on_token": on_token,
+            "sleep": sleep,
         }
         self.model = model
         self.max_retries = max_retries
         self.backoff = backoff
         self.timeout = timeout
         self.on_token = on_token
+        self._sleep = sleep
         self._defaults: dict[str, Any] = {"model": model}
         for name, value in (("temperature", temperature), ("max_tokens", max_tokens), ("seed", seed)):
             if value is not None:
@@ -129,8 +137,16 @@ class OpenAICompatibleLLM:
         """Pickle as the arguments it was made with (a shard makes its own HTTP client from them)."""
         return _rebuilt, (self.model, self._args)
 
-    def _delay(self, attempt: int) -> float:
-        """Full jitter: uniform in [0, backoff * 2**attempt], capped at 30 s."""
+    def _delay(self, attempt: int, exc: BaseException | None = None) -> float:
+        """How long to wait before the next attempt: what the server asked for, else full jitter.
+
+        A 429 or 503 with ``Retry-After`` (seconds or an HTTP date) or ``retry-after-ms`` is
+        honoured, up to 60 s, as the ``openai`` SDK's own retries do; otherwise uniform in
+        [0, backoff * 2**attempt], capped at 30 s.
+        """
+        asked = _retry_after(getattr(getattr(exc, "response", None), "headers", None))
+        if asked is not None:
+            return asked
         return self._jitter.uniform(0, min(30.0, self.backoff * 2**attempt))
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
@@ -152,7 +168,7 @@ class OpenAICompatibleLLM:
                         f"{self.model!r} failed {attempt + 1} time(s) for role {request.role!r}, action "
                         f"{request.action!r}: {exc}; check the server or raise max_retries/timeout"
                     ) from exc
-                await anyio.sleep(self._delay(attempt))
+                await self._sleep(self._delay(attempt, exc))
             except openai.APIError as exc:
                 raise ProviderError(
                     f"{self.model!r} refused the request of role {request.role!r}, action {request.action!r}: {exc}"
@@ -209,7 +225,32 @@ class OpenAICompatibleLLM:
 
     def __repr__(self) -> str:
         """Show the model and the endpoint."""
-        return f"OpenAICompatibleLLM(model={self.model!r}, base_url={redacted(str(self._client.base_url))!r})"
+        return f"OpenAICompatibleLLM(model={self.model!r}, base_url={redacted(self.base_url)!r})"
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint's base URL, as the SDK uses it (without a trailing slash)."""
+        return str(self._client.base_url).rstrip("/")
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds a response's ``retry-after-ms`` or ``Retry-After`` header asks to wait (0–60), if any."""
+    if headers is None:
+        return None
+    try:
+        if headers.get("retry-after-ms"):
+            seconds = float(headers["retry-after-ms"]) / 1000
+        elif headers.get("retry-after"):
+            text = headers["retry-after"]
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = email.utils.parsedate_to_datetime(text).timestamp() - time.time()
+        else:
+            return None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return seconds if 0 <= seconds <= 60 else None
 
 
 def _rebuilt(model: str, args: dict[str, Any]) -> OpenAICompatibleLLM:

@@ -115,14 +115,25 @@ def parse_output(text: str, model: type[ModelT]) -> ModelT:
         pydantic.ValidationError: When the answer does not validate.
         ValueError: When it is not JSON at all.
     """
+    return model.model_validate(parse_json(text))
+
+
+def parse_json(text: str) -> Any:
+    """The JSON in a model's text, read leniently: fenced or embedded, raw newlines in strings, Python literals.
+
+    Structured answers and tool-call arguments are read alike.
+
+    Raises:
+        ValueError: When it is not JSON at all (naming where it broke).
+    """
     candidate = extract_json(text)
     try:
-        data = json.loads(candidate, strict=False)  # small models put raw newlines inside strings
+        return json.loads(candidate, strict=False)  # small models put raw newlines inside strings
     except json.JSONDecodeError as exc:
         data = _python_literal(candidate)
         if data is None:
-            raise ValueError(f"the answer is not JSON ({exc.msg} at position {exc.pos})") from None
-    return model.model_validate(data)
+            raise ValueError(f"invalid JSON ({exc.msg} at position {exc.pos})") from None
+        return data
 
 
 def _python_literal(text: str) -> Any:
@@ -141,5 +152,6 @@ __all__ = [
     "Usage",
     "estimate_tokens",
     "extract_json",
+    "parse_json",
     "parse_output",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from warnings import warn
 
 from metaroles.core.exceptions import ConfigError
+from metaroles.core.text import redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.limits import LimitedLLM
 from metaroles.llm.model_files import local_model_available
@@ -120,3 +121,23 @@ def _local(settings: LLMSettings) -> LLM:
     if settings.temperature is not None:
         options["temperature"] = settings.temperature
     return LocalLLM(seed=settings.seed or 0, **options)  # type: ignore[arg-type]
+
+
+def describe_llm(llm: LLM) -> dict[str, object]:
+    """What a run's manifest records of its model: the provider it resolved to, the model, the base URL.
+
+    ``auto`` is never recorded: a resume or fork asks for the very provider the run used (and
+    refuses clearly when it is not there) instead of resolving again to whatever is around. No key
+    is recorded; credentials in a base URL are redacted.
+    """
+    inner = getattr(llm, "inner", None)
+    if inner is not None and type(llm).__name__ == "LimitedLLM":
+        llm = inner
+    kind = type(llm).__name__
+    if kind == "OpenAICompatibleLLM":
+        return {"llm": "openai", "model": llm.model, "base_url": redacted(getattr(llm, "base_url", None))}
+    if kind == "LocalLLM":
+        return {"llm": "local", "model": llm.model}
+    if isinstance(llm, TestLLM):
+        return {"llm": f"test:{llm.seed}"}
+    return {}

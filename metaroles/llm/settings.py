@@ -14,6 +14,14 @@ ENV_LLM = "METAROLES_LLM"
 ENV_BASE_URL = "OPENAI_BASE_URL"
 ENV_API_KEY = "OPENAI_API_KEY"
 ENV_MODEL = "METAROLES_MODEL"
+ENV_TUNING = {
+    "temperature": "METAROLES_TEMPERATURE",
+    "timeout": "METAROLES_TIMEOUT",
+    "requests_per_second": "METAROLES_RATE_LIMIT",
+    "max_in_flight": "METAROLES_MAX_IN_FLIGHT",
+}
+"""Settings the environment may give besides the model (``--temperature``, ``--timeout``, ``--rate-limit``,
+``--max-in-flight`` on the command line win over them)."""
 
 
 class LLMSettings(BaseModel):
@@ -45,7 +53,7 @@ class LLMSettings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: object) -> LLMSettings:
-        """Read ``METAROLES_LLM``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``METAROLES_MODEL``.
+        """Read ``METAROLES_LLM``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``METAROLES_MODEL`` and :data:`ENV_TUNING`.
 
         Explicit ``overrides`` (command-line options) win over the environment.
         """
@@ -54,6 +62,7 @@ class LLMSettings(BaseModel):
             "base_url": environ.get(ENV_BASE_URL) or None,
             "api_key": environ.get(ENV_API_KEY) or None,
             "model": environ.get(ENV_MODEL) or None,
+            **{field: environ[name] for field, name in ENV_TUNING.items() if environ.get(name)},
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
