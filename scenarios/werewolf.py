@@ -203,7 +203,7 @@ class Moderator(Role):
         if game.day > self.max_days:
             game.phase = Phase.OVER
         if game.over:
-            return self._announce(f"The game is over: {game.winner or 'nobody'} won. Roles: {game.roles}.", game.roles)
+            return self._ending()
         return self._ask()
 
     def _resolve(self, answers: dict[str, Answer]) -> None:
@@ -242,9 +242,9 @@ class Moderator(Role):
         except RuleError:
             dead = game.witch_acts(save=False, poison=None)
         news = f"{', '.join(dead)} died tonight" if dead else "Nobody died tonight"
-        self.publish_message(
-            self._announce(f"Morning of day {game.day}: {news}. Living: {', '.join(game.alive)}.", game.roles)
-        )
+        morning = self._announce(f"Morning of day {game.day}: {news}. Living: {', '.join(game.alive)}.", game.roles)
+        morning.metadata["section"] = f"Day {game.day}"
+        self.publish_message(morning)
         if game.phase is not Phase.OVER:
             game.phase = Phase.SPEECH
 
@@ -257,7 +257,7 @@ class Moderator(Role):
                 break
             self._resolve({})
             if game.phase is Phase.OVER:
-                return self._announce(f"The game is over: {game.winner} won. Roles: {game.roles}.", game.roles)
+                return self._ending()
         message = Message(
             request.text,
             instruct_content=request,
@@ -265,6 +265,7 @@ class Moderator(Role):
             cause_by=Moderate,
             sent_from=MODERATOR,
             send_to=set(to),
+            metadata={"section": f"Night {game.day}"} if game.phase is Phase.WOLVES else None,
         )
         self.pending, self.expected = message.id, to
         return message
@@ -292,6 +293,13 @@ class Moderator(Role):
                 others
             )
         return Request(kind="vote", options=others, text=f"Day {game.day}: vote to eliminate one player."), list(others)
+
+    def _ending(self) -> Message:
+        game = self.game
+        roles = ", ".join(f"{name} ({role})" for name, role in game.roles.items())
+        ending = self._announce(f"The game is over: {game.winner or 'nobody'} won. Roles: {roles}.", game.roles)
+        ending.metadata["section"] = "The end"
+        return ending
 
     def _announce(self, text: str, players: dict[str, GameRole]) -> Message:
         return Message(text, role=ChatRole.ASSISTANT, cause_by=Moderate, sent_from=MODERATOR, send_to=set(players))

@@ -16,7 +16,7 @@ from metaroles import TestLLM
 from metaroles.cli import main
 from metaroles.flow.graph import role_graph, to_mermaid, write_graphml
 from metaroles.flow.page import page_data, render_html
-from metaroles.flow.plot import aggregate, render
+from metaroles.flow.plot import aggregate, draw, render
 from metaroles.runs.diff import run_messages
 from metaroles.runs.eventlog import read_events
 from metaroles.runs.scenario import run_scenario
@@ -93,7 +93,7 @@ def test_the_page_holds_its_data_and_fetches_nothing(tmp_path, run_dir):
     page = render_html(events, tmp_path / "flow.html", title="debate <test>", texts=texts).read_text()
     embedded = json.loads(page_json(page))
     assert embedded["title"] == "debate <test>" and "<test>" not in page
-    shown = {d["text"] for d in embedded["deliveries"]}
+    shown = set(embedded["texts"].values())
     assert {text[:500] for text in texts.values()} <= shown, "every message's text is in the page"
     urls = set(re.findall(r"https?://[^\s\"'<>)]+", page))
     assert urls == {"http://www.w3.org/2000/svg"}, "only the SVG namespace name, which is never fetched"
@@ -168,3 +168,62 @@ def test_run_data_cannot_script_the_page(tmp_path):
     dom = dump_dom(tmp_path / "flow.html")
     assert "data-pwned" not in dom and "<img" not in dom, "the markup in the data ran"
     assert f"<title>debate · {run_dir.name}</title>" in dom.replace("&lt;", "<").replace("&gt;", ">")
+
+
+def broadcast_society(agents: int = 100, rounds: int = 3) -> list[dict]:
+    """A synthetic log of the default society of agents that broadcast: every message reaches every other agent."""
+    names, events = [f"a{i}" for i in range(agents)], []
+    for round_no in range(1, rounds + 1):
+        for name in names:
+            message_id = f"{round_no}-{name}"
+            publish = {"round": round_no, "kind": "publish", "role": name, "message_id": message_id}
+            events.append({**publish, "cause_by": "x.Share", "send_to": ["<all>"], "caused_by": []})
+            for other in names:
+                if other != name:
+                    events.append({"round": round_no, "kind": "deliver", "role": other, "message_id": message_id})
+    return [{"seq": i + 1, **e} for i, e in enumerate(events)]
+
+
+def test_a_broadcasting_crowd_is_drawn_to_one_all_node_and_the_page_stays_small(tmp_path):
+    events = broadcast_society(100)
+    graph = aggregate(events)
+    assert graph.number_of_edges() == 100 and set(graph.successors("a7")) == {"<all>"}
+    assert graph.edges["a7", "<all>"]["count"] == 3, "one edge per broadcast, not one per recipient"
+    texts = {e["message_id"]: "an opinion of about forty characters, ok" for e in events if e["kind"] == "publish"}
+    page = render_html(events, tmp_path / "flow.html", texts=texts)
+    assert page.stat().st_size < 150_000, page.stat().st_size
+    small = aggregate(broadcast_society(5))
+    assert "<all>" not in small and small.number_of_edges() == 20, "a small team still shows who heard whom"
+
+
+def test_the_picture_and_the_page_give_each_action_the_same_colour(run_dir):
+    from metaroles.flow.plot import action_colours
+
+    events = read_events(run_dir / "events.jsonl")
+    data = page_data(events)
+    assert data["colours"] == action_colours(aggregate(events)) and len(set(data["colours"].values())) >= 2
+    figure = draw(events)
+    try:
+        drawn = {line.get_label(): line.get_color() for line in figure.axes[0].get_legend().get_lines()}
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+    assert all(drawn[action] == colour for action, colour in data["colours"].items())
+
+
+@pytest.mark.parametrize("size", [3, 50])
+def test_the_legend_covers_no_node(run_dir, size):
+    import matplotlib.pyplot as plt
+
+    from metaroles.flow.plot import layout
+
+    events = read_events(run_dir / "events.jsonl") if size == 3 else society_events(size)
+    figure = draw(events)
+    try:
+        axes = figure.axes[0]
+        box = axes.get_legend().get_window_extent(figure.canvas.get_renderer()).expanded(1.05, 1.05)
+        centres = axes.transData.transform(list(layout(aggregate(events)).values()))
+        assert not [c for c in centres if box.contains(*c)]
+    finally:
+        plt.close(figure)

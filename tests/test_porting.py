@@ -274,3 +274,24 @@ def test_an_output_model_class_is_kept_as_instruct_content_type():
     assert message.role.value == "assistant"
     with pytest.raises(InvalidValueError, match="not a chat role"):
         message.role = "Engineer"
+
+
+async def test_a_truncated_state_file_names_itself_and_loads_nothing(tmp_path):
+    from metaroles.core.exceptions import RunDirCorrupt
+
+    env = Environment(seed=5)
+    env.add_role(Role(name="a"))
+    env.publish_message(Message("hi"))
+    await env.run(1)
+    path = tmp_path / "state.json"
+    env.save(path)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    fresh = Environment()
+    fresh.add_role(Role(name="a"))
+    with pytest.raises(RunDirCorrupt, match=r"state.json: not a whole saved state \(Invalid JSON"):
+        fresh.load(path)
+    assert (fresh.round, len(fresh.history)) == (0, 0), "nothing was loaded"
+    path.write_bytes(whole)
+    fresh.load(path)
+    assert fresh.round == 1

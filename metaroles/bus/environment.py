@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 import anyio
+from pydantic import ValidationError
 
 from metaroles.bus.delivery import Bus
 from metaroles.bus.role import Role
@@ -31,6 +32,7 @@ from metaroles.bus.state import EnvironmentState, by_reference, resolved, rng_st
 from metaroles.core.exceptions import (
     InvalidValueError,
     RoleFailed,
+    RunDirCorrupt,
     RunError,
     UnknownRoleError,
 )
@@ -295,5 +297,19 @@ class Environment(Bus):
         return write_atomic(Path(path), self.state_dict().model_dump_json(indent=1))
 
     def load(self, path: str | Path) -> None:
-        """Restore a state written by :meth:`save`."""
-        self.load_state(EnvironmentState.model_validate_json(Path(path).read_text(encoding="utf-8")))
+        """Restore a state written by :meth:`save`.
+
+        Raises:
+            RunDirCorrupt: If the file is cut short or is not a saved state (naming it and where); nothing is loaded.
+        """
+        raw = Path(path).read_bytes()
+        try:
+            state = EnvironmentState.model_validate_json(raw)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            raise RunDirCorrupt(
+                f"{path}: not a whole saved state ({error['msg']}{' at ' + where if where else ''}); nothing was "
+                "loaded. If it came from a run directory, `metaroles resume` restores from its checkpoints instead"
+            ) from None
+        self.load_state(state)

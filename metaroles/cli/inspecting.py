@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from textwrap import indent
 from typing import Annotated, Any
 
 import typer
@@ -34,7 +35,7 @@ def graph(
         raise fail(f"{str(run_dir)!r} has no {EVENTS}; pass a run directory `metaroles run` wrote")
     with reported():
         events = read_events(run_dir / EVENTS)
-        texts = {m.id: m.content for m in run_messages(run_dir)} if format_ is Format.html else {}
+        texts = {m.id: m.text for m in run_messages(run_dir)} if format_ is Format.html else {}
     title = _title(run_dir)
     if format_ in (Format.mermaid, Format.json) and out is None:
         typer.echo(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events), nl=False)
@@ -74,7 +75,8 @@ def show(
     if round_ is not None:
         messages = [m for m in messages if m.round == round_]
     for m in messages:
-        typer.echo(printable(f"[round {m.round}] [{m.sender} → {', '.join(m.recipients)}] ({m.action}) {m.content}"))
+        text = "\n" + indent(m.text, "  ") if m.text != m.content and m.text.startswith("- ") else " " + m.text
+        typer.echo(printable(f"[round {m.round}] [{m.sender} → {', '.join(m.recipients)}] ({m.action}){text}"))
     if not messages:
         err.print("no message matches", highlight=False)
 

@@ -23,6 +23,8 @@ import networkx as nx
 from metaroles.runs.eventlog import Event
 
 HUMAN = "Human"
+ALL = "<all>"
+"""The node a large team's broadcasts are drawn to (see ``flow.plot.aggregate``)."""
 
 
 def _publishes(events: Iterable[Event]) -> dict[str, Event]:

@@ -14,15 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from metaroles.core.files import write_atomic
-from metaroles.flow.graph import HUMAN, role_graph
-from metaroles.flow.plot import aggregate, layout
+from metaroles.flow.graph import ALL, HUMAN, role_graph
+from metaroles.flow.plot import action_colours, aggregate, flow_edges, layout
 from metaroles.runs.eventlog import Event
 
 
 def page_data(events: list[Event], texts: dict[str, str] | None = None) -> dict[str, Any]:
-    """What the page draws: node positions, every delivery (round, action, text), actions, rounds."""
+    """What the page draws: node positions, the deliveries (round, action, message id), each text once.
+
+    The graph is the picture's (``flow.plot``): past 16 roles a broadcast is one edge to ``<all>``,
+    and each action has the picture's colour.
+    """
     texts = texts or {}
-    positions = layout(aggregate(events))
+    graph = aggregate(events)
+    positions = layout(graph)
     count = max(len(positions), 1)
     deliveries = [
         {
@@ -31,17 +36,19 @@ def page_data(events: list[Event], texts: dict[str, str] | None = None) -> dict[
             "round": data["round"],
             "action": str(data["cause_by"]).rpartition(".")[2] or "message",
             "id": data["message_id"],
-            "text": texts.get(data["message_id"], "")[:500],
         }
-        for sender, recipient, data in role_graph(events).edges(data=True)
+        for sender, recipient, data in flow_edges(events, role_graph(events))
     ]
-    actions = sorted({d["action"] for d in deliveries}, key=lambda a: -sum(d["action"] == a for d in deliveries))
+    colours = action_colours(graph)
     return {
         "nodes": {
             str(n): {"x": round(float(x) * 450, 1), "y": round(-float(y) * 450, 1)} for n, (x, y) in positions.items()
         },
         "deliveries": deliveries,
-        "actions": actions,
+        "texts": {d["id"]: texts[d["id"]][:500] for d in deliveries if d["id"] in texts},
+        "actions": list(colours),
+        "colours": colours,
+        "all": ALL,
         "rounds": sorted({d["round"] for d in deliveries}),
         "human": HUMAN,
         "radius": 50 if count <= 16 else 16,

@@ -20,24 +20,57 @@ import matplotlib.pyplot as plt
 import networkx as nx
 from matplotlib.lines import Line2D
 
-from metaroles.flow.graph import HUMAN, role_graph
+from metaroles.flow.graph import ALL, HUMAN, role_graph
 from metaroles.runs.eventlog import Event
 
+ROLE_FILL, HUMAN_FILL, ALL_FILL = "#e8eef4", "#f4d35e", "#cfe8d5"
+"""Node fills (the page's stylesheet uses the same)."""
 PALETTE = ["#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7d4e9e", "#00798c", "#8d6a48", "#e07a5f", "#3d405b", "#81b29a"]
 CIRCLE_UP_TO = 16
 
 
 def aggregate(events: list[Event]) -> nx.DiGraph:
-    """One edge per (sender, recipient) with ``count`` and ``actions`` (a Counter of cause_by names)."""
+    """One edge per (sender, recipient) with ``count`` and ``actions`` (a Counter of cause_by names).
+
+    Past :data:`CIRCLE_UP_TO` roles a broadcast is one edge to an ``<all>`` node, not one to every
+    role: 100 agents that broadcast would otherwise draw 9,900 edges and nothing could be read.
+    """
     multi = role_graph(events)
     graph = nx.DiGraph()
     graph.add_nodes_from(multi.nodes())
     actions: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    for sender, recipient, data in multi.edges(data=True):
+    for sender, recipient, data in flow_edges(events, multi):
         actions[(sender, recipient)][str(data["cause_by"]).rpartition(".")[2] or "message"] += 1
     for (sender, recipient), counts in actions.items():
         graph.add_edge(sender, recipient, count=sum(counts.values()), actions=counts)
     return graph
+
+
+def flow_edges(events: list[Event], multi: nx.MultiDiGraph) -> list[tuple[str, str, dict[str, Any]]]:
+    """The deliveries to draw: each one, or past :data:`CIRCLE_UP_TO` roles a broadcast once, to ``<all>``."""
+    edges = list(multi.edges(data=True))
+    if multi.number_of_nodes() <= CIRCLE_UP_TO:
+        return edges
+    broadcast = {e["message_id"] for e in events if e["kind"] == "publish" and ALL in e.get("send_to", ())}
+    drawn: set[str] = set()
+    kept = []
+    for sender, recipient, data in edges:
+        message = data["message_id"]
+        if message not in broadcast:
+            kept.append((sender, recipient, data))
+        elif message not in drawn:
+            drawn.add(message)
+            kept.append((sender, ALL, data))
+    return kept
+
+
+def action_colours(graph: nx.DiGraph) -> dict[str, str]:
+    """Action → colour, the most frequent first: the picture and the page use the very same."""
+    totals: Counter[str] = Counter()
+    for *_, data in graph.edges(data=True):
+        totals.update(data["actions"])
+    names = sorted(totals, key=lambda name: (-totals[name], name))
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
 
 
 def layout(graph: nx.DiGraph) -> dict[Any, Any]:
@@ -51,11 +84,19 @@ def layout(graph: nx.DiGraph) -> dict[Any, Any]:
 
 def render(events: list[Event], path: Path, *, title: str = "") -> Path:
     """Draw the run's role graph into ``path`` (``.png`` or ``.svg``)."""
+    figure = draw(events, title=title)
+    figure.savefig(path, dpi=200 if path.suffix == ".png" else None, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def draw(events: list[Event], *, title: str = "") -> Any:
+    """The run's role graph as a matplotlib figure (the caller closes it); the legend sits beside the nodes."""
     graph = aggregate(events)
     positions = layout(graph)
     big = graph.number_of_nodes() > CIRCLE_UP_TO
-    figure, axes = plt.subplots(figsize=(12, 10) if big else (8, 7))
-    actions = _action_colours(graph)
+    figure, axes = plt.subplots(figsize=(14, 10) if big else (10, 7))
+    actions = action_colours(graph)
     sizes = _node_sizes(graph, big=big)
     _draw_edges(graph, positions, axes, actions, sizes)
     _draw_nodes(graph, positions, axes, sizes, big=big)
@@ -77,17 +118,7 @@ def render(events: list[Event], path: Path, *, title: str = "") -> Path:
     axes.set_axis_off()
     axes.margins(0.12)
     figure.tight_layout()
-    figure.savefig(path, dpi=200 if path.suffix == ".png" else None)
-    plt.close(figure)
-    return path
-
-
-def _action_colours(graph: nx.DiGraph) -> dict[str, str]:
-    totals: Counter[str] = Counter()
-    for *_, data in graph.edges(data=True):
-        totals.update(data["actions"])
-    names = [name for name, _ in totals.most_common()]
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+    return figure
 
 
 def _width(count: int, most: int) -> float:
@@ -126,7 +157,7 @@ def _draw_edges(
 
 def _draw_nodes(graph: nx.DiGraph, positions: dict[Any, Any], axes: Any, sizes: dict[Any, float], *, big: bool) -> None:
     nodes = list(graph.nodes())
-    colours = ["#f4d35e" if n == HUMAN else "#e8eef4" for n in nodes]
+    colours = [HUMAN_FILL if n == HUMAN else (ALL_FILL if n == ALL else ROLE_FILL) for n in nodes]
     area = [sizes[n] for n in nodes]
     nx.draw_networkx_nodes(
         graph, positions, nodelist=nodes, node_size=area, node_color=colours, edgecolors="#33415c", ax=axes
@@ -143,4 +174,12 @@ def _legend(graph: nx.DiGraph, axes: Any, colours: dict[str, str]) -> None:
     handles = [Line2D([0], [0], color=colour, lw=3, label=name) for name, colour in list(colours.items())[:10]]
     for count in sorted({1, most}):
         handles.append(Line2D([0], [0], color="#555555", lw=_width(count, most), label=f"{count} message(s)"))
-    axes.legend(handles=handles, loc="lower left", fontsize=8, frameon=False, title="action / edge width")
+    axes.legend(  # beside the drawing, never over a node
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+        fontsize=8,
+        frameon=False,
+        title="action / edge width",
+    )

@@ -12,6 +12,7 @@ from typing import TypeVar
 from metaroles.runs.eventlog import Event, publish_rounds, read_events
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.messages.message import Message
+from metaroles.messages.render import readable
 from metaroles.runs.restore import checkpoint_history
 from metaroles.runs.rundir import CHECKPOINTS, EVENTS, STATE
 from metaroles.bus.state import EnvironmentState
@@ -30,6 +31,8 @@ class RunMessage:
     recipients: tuple[str, ...]
     content: str
     id: str
+    text: str = ""
+    """The content as people read it (a structured answer's fields as Markdown)."""
 
 
 def run_messages(run_dir: Path) -> list[RunMessage]:
@@ -50,6 +53,7 @@ def run_messages(run_dir: Path) -> list[RunMessage]:
             recipients=tuple(sorted(m.send_to)),
             content=m.content or "",
             id=m.id,
+            text=readable(m),
         )
         for m in history
     ]

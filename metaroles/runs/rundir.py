@@ -17,12 +17,14 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+from textwrap import indent
 from typing import Any
 
 from metaroles.agents import isolation
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import write_atomic
 from metaroles.messages.message import Message
+from metaroles.messages.render import readable
 from metaroles.runs.eventlog import publish_rounds
 from metaroles.runs.team import Team, TeamReport
 
@@ -35,9 +37,17 @@ METRICS = "metrics.jsonl"
 
 
 def format_message(message: Message) -> str:
-    """One transcript line: ``[sender → recipients] content``."""
+    """A transcript entry: ``[sender → recipients] text``; a structured answer's fields follow, indented."""
     recipients = ", ".join(sorted(message.send_to))
-    return f"[{message.sent_from or message.role.value} → {recipients}] {message.content}"
+    return f"[{message.sent_from or message.role.value} → {recipients}]{entry_body(message, ' ')}"
+
+
+def entry_body(message: Message, lead: str) -> str:
+    """What follows an entry's header: ``lead`` and the text, or a structured answer's fields on indented lines."""
+    body = readable(message)
+    if message.instruct_content is not None and body.startswith("- "):
+        return "\n" + indent(body, "  ")
+    return lead + body.replace("\n", "\n  ")
 
 
 def transcript(messages: list[Message]) -> str:
@@ -107,18 +117,24 @@ def new_run_dir(root: Path, name: str) -> Path:
 
 
 def transcript_markdown(title: str, messages: list[Message], rounds: dict[str, int]) -> str:
-    """The transcript as Markdown, a section per round."""
+    """The transcript as Markdown: a section per round, or per phase when messages name one.
+
+    A message whose ``metadata["section"]`` is set opens a section of that name (werewolf's
+    "Night 1", "Day 1"); without any, sections are rounds. Structured answers are lists of fields.
+    """
     lines = [f"# {title}", ""]
-    current = None
+    by_phase = any("section" in m.metadata for m in messages)
+    current: object = None
     for message in messages:
         round_no = rounds.get(message.id, 0)
-        if round_no != current:
-            current = round_no
-            lines += [f"## Round {round_no}" if round_no else "## Before round 1", ""]
+        heading = message.metadata.get("section") if by_phase else (f"Round {round_no}" if round_no else "Before round 1")
+        if heading is not None and heading != current:
+            current = heading
+            lines += [*([""] if lines[-1] else []), f"## {heading}", ""]
         action = message.cause_by.rpartition(".")[2]
         recipients = ", ".join(sorted(message.send_to))
-        body = (message.content or "").replace("\n", "\n  ")
-        lines.append(f"- **{message.sent_from or message.role.value}** → {recipients} ({action}): {body}")
+        sender = message.sent_from or message.role.value
+        lines.append(f"- **{sender}** → {recipients} ({action}):{entry_body(message, ' ')}")
     return "\n".join(lines) + "\n"
 
 
