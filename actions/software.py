@@ -71,9 +71,14 @@ def module_file(name: str, index: int) -> str:
     return f"{slug if slug and slug[0].isalpha() else f'module_{index}'}.py"
 
 
+_FENCE = re.compile(
+    r"^[ \t]*```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)", re.DOTALL | re.MULTILINE | re.I
+)
+
+
 def strip_fences(text: str) -> str:
-    """The code inside a Markdown fence, if the model wrapped it in one."""
-    match = re.search(r"```(?:python)?\n(.*?)```", text, flags=re.DOTALL)
+    """The code of a model's answer: inside its Markdown fence (even one left open), without the talk around it."""
+    match = _FENCE.search(text)
     return (match.group(1) if match else text).strip() + "\n"
 
 
@@ -86,13 +91,18 @@ def latest(history: Sequence[Message], model: type[BaseModel]) -> BaseModel | No
 
 
 def markdown(title: str, model: BaseModel) -> str:
-    """A structured output as a Markdown document."""
+    """A structured output as a Markdown document: a section per field, an entry of a list as a subsection."""
     lines = [f"# {title}", ""]
     for field, value in model.model_dump().items():
         lines += [f"## {field.replace('_', ' ').capitalize()}", ""]
-        items = value if isinstance(value, list) else [value]
-        lines.extend(f"- {json.dumps(v) if isinstance(v, dict) else v}" for v in items)
-        lines.append("")
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict) and item:
+                (_, head), *rest = item.items()
+                lines += [f"### {head}", ""]
+                lines += [f"**{key.replace('_', ' ').capitalize()}**: {text}" for key, text in rest] + [""]
+            else:
+                lines.append(f"- {item}")
+        lines.append("") if lines[-1] else None
     return "\n".join(lines)
 
 
@@ -159,12 +169,16 @@ class WriteCode(_Workspace):
         feedback = (
             f"The last test run failed with: {'; '.join(report.errors)[:600]}" if isinstance(report, TestReport) else ""
         )
+        attempt = 1 + sum(isinstance(m.instruct_content, TestReport) for m in history)
         written = []
         for index, task in enumerate(tasks.tasks if isinstance(tasks, TaskList) else []):
             path = module_file(task.module, index)
             template = load_prompt("metaroles.actions.prompts", "write_code.txt")
-            code = await self.aask(render_prompt(template, path=path, task=task.description, feedback=feedback))
-            self.write(f"src/{path}", strip_fences(code))
+            code = strip_fences(
+                await self.aask(render_prompt(template, path=path, task=task.description, feedback=feedback))
+            )
+            self.write(f"src/{path}", code)
+            self.write(f"attempts/{attempt}/src/{path}", code)  # every attempt kept; src/ holds the latest
             written.append(path)
         return "wrote " + ", ".join(f"src/{p}" for p in written)
 
@@ -220,4 +234,5 @@ class RunTests(_Workspace):
             data = {"passed": 0, "failed": 1, "errors": [str(result.error or result.output)[:500]]}
         report = TestReport(attempt=attempt, **data)
         self.write("test_report.json", report.model_dump_json(indent=1))
+        self.write(f"attempts/{attempt}/test_report.json", report.model_dump_json(indent=1))
         return report

@@ -1,32 +1,16 @@
-"""Every notebook runs top to bottom in a real Jupyter kernel (nbclient), offline; outputs are not committed."""
+"""The notebooks are committed clean; ``make test`` runs each top to bottom with nbmake (see pyproject's addopts).
+
+Each notebook ends with a cell of assertions on what it showed, so running it is testing it.
+"""
 
 import json
 from pathlib import Path
 
-import nbformat
-import pytest
-from nbclient import NotebookClient
-
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
 
-def execute(path: Path, workdir: Path) -> str:
-    """Run the notebook in a fresh kernel; return everything its cells printed."""
-    notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
-    )
-    client.execute()
-    return "".join(
-        output.get("text", "")
-        for cell in notebook.cells
-        for output in cell.get("outputs", [])
-        if output.get("name") == "stdout"
-    )
-
-
 def test_the_notebooks_are_committed_without_outputs():
-    assert len(NOTEBOOKS) >= 5
+    assert len(NOTEBOOKS) >= 6
     for path in NOTEBOOKS:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         assert all(
@@ -36,18 +20,13 @@ def test_the_notebooks_are_committed_without_outputs():
         ), path.name
 
 
-EXPECTED = {
-    "01_quickstart": ["[Human → writer] Trams in city centres", "writer->>editor: Draft"],
-    "02_long_term_memory": ["3 messages persisted", "'When can boats leave?' → 'The harbour opens at dawn.'"],
-    "03_werewolf_analysis": ["winner: ", "eliminated: "],
-    "04_experiments": ["mean_confidence", "first divergence in round 4"],
-    "05_tool_agents": ["analyst → reviewer  The mean is 7.25.", "('analyst', 'tool:python_execute')"],
-}
+def test_every_notebook_checks_what_it_shows():
+    for path in NOTEBOOKS:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        last = "".join(cells[-1]["source"])
+        assert cells[-1]["cell_type"] == "code" and "assert " in last, f"{path.name} ends without its checks"
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_every_notebook_runs_offline(path, tmp_path):
-    printed = execute(path, tmp_path)
-    for expected in EXPECTED.get(path.stem, []):
-        assert expected in printed, f"{path.name}: {expected!r} not in its output"
+def test_nbmake_runs_the_notebooks_in_make_test():
+    config = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"notebooks"' in config and "--nbmake" in config

