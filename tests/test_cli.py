@@ -229,6 +229,11 @@ NAMED_BAD = [
     (["run", "json.decoder", "--llm", "test"], "lacks Config and build"),
     (["run", "nopkg.scenarios.review", "--llm", "test"], "cannot be imported"),
     (["run", "Debate!", "--llm", "test"], "is not a scenario name"),
+    (["run", "debate", "--llm", "test", "--price", "gpt-4o=cheap"], "expected MODEL=PROMPT,COMPLETION"),
+    (["run", "debate", "--llm", "test", "--price", "gpt-4o=1,nan"], "expected MODEL=PROMPT,COMPLETION"),
+    (["run", "debate", "--llm", "test", "--temperature", "9"], "Invalid value for '--temperature'"),
+    (["run", "debate", "--llm", "test", "--rate-limit", "0"], "Invalid value for '--rate-limit'"),
+    (["run", "debate", "--llm", "test", "--max-in-flight", "x"], "Invalid value for '--max-in-flight'"),
 ]
 
 

@@ -6,6 +6,7 @@ from metaroles.actions.debate import JudgeDebate, SpeakAloud, Verdict
 from metaroles import ConfigError, FunctionLLM, TestLLM
 from metaroles.cli import main
 from metaroles.llm.model_files import local_model_available
+from metaroles.messages.render import readable
 from metaroles.runs.scenario import run_scenario
 
 
@@ -39,7 +40,7 @@ async def test_run_directory_holds_transcript_state_and_report(tmp_path):
     run = tmp_path / "run"
     markdown = (run / "transcript.md").read_text()
     assert markdown.startswith("# debate\n") and "## Before round 1" in markdown and "## Round 1" in markdown
-    assert all(m.content.split("\n")[0] in markdown for m in team.env.history)
+    assert all(readable(m).split("\n")[0] in markdown for m in team.env.history)
     assert markdown.count("\n- **") == len(team.env.history), "one item per message"
     state = json.loads((run / "state.json").read_text())
     assert len(state["history"]) == len(team.env.history)
@@ -153,3 +154,12 @@ async def test_a_failed_structured_answer_is_data_not_a_crash(tmp_path, scenario
     if scenario == "society":
         metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
         assert metrics[-1]["failed_answers"] == 1 and metrics[0]["failed_answers"] in (0, 1)
+
+
+async def test_a_structured_verdict_reads_as_fields_in_the_transcript_and_in_show(tmp_path, capsys):
+    await run_scenario("debate", llm=TestLLM(2), options={"turns": 1}, out_dir=tmp_path / "run")
+    transcript = (tmp_path / "run" / "transcript.md").read_text()
+    assert "(JudgeDebate):\n  - **winner**: " in transcript and '{"winner"' not in transcript
+    assert main(["show", str(tmp_path / "run"), "--role", "Judge"]) == 0
+    shown = capsys.readouterr().out
+    assert "(JudgeDebate)\n  - **winner**: " in shown and "  - **confidence**: " in shown

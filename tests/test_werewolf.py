@@ -107,3 +107,15 @@ async def test_the_embedded_model_answers_the_first_night():
     answers = [m.instruct_content for m in team.env.history if m.sent_from != "Moderator" and m.instruct_content]
     kills = [a for a in answers if a.kind == "kill"]
     assert kills and all(a.target in team.env.game.roles for a in kills), "targets come from the enum of players"
+
+
+async def test_the_transcript_reads_by_night_and_day_with_answers_as_fields_and_no_ids(tmp_path):
+    import re
+
+    await run_scenario("werewolf", llm=TestLLM(2), options={}, out_dir=tmp_path / "run")
+    transcript = (tmp_path / "run" / "transcript.md").read_text()
+    headings = re.findall(r"^## (.+)$", transcript, flags=re.M)
+    assert headings[:2] == ["Night 1", "Day 1"] and headings[-1] == "The end"
+    assert not re.search(r"[0-9a-f]{32}", transcript), "no run ids in what people read"
+    assert "- **kind**: kill" in transcript and '{"request"' not in transcript
+    assert "Roles: Ann (" in transcript and "{'Ann'" not in transcript
