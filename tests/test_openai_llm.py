@@ -189,7 +189,7 @@ def test_the_cli_talks_to_the_server_named_by_openai_base_url(server, monkeypatc
     assert main(["run", "debate", "--set", "turns=1", "--no-save"]) == 0
     out = capsys.readouterr()
     assert "[Alice → Bob, Judge] served reply #1" in out.out
-    assert '"winner":"con"' in out.out
+    assert "  - **winner**: con" in out.out, "the verdict reads as fields"
     assert "OpenAICompatibleLLM(model='served-model'" in out.err
     assert {r["model"] for r in server.requests} == {"served-model"} and len(server.requests) == 3
 

@@ -1,6 +1,6 @@
 """Where a Team's roles run: which shard each role goes to, and shards in this process.
 
-A backend gives a sharded run its shards (a :class:`~metaroles.runs.shards.ShardSet`): 
+A backend gives a sharded run its shards (a :class:`~metaroles.runs.shards.ShardSet`):
 :class:`LocalBackend` runs the shards' code in this process (tests, debugging);
 ``runs.ray_shards.RayBackend`` runs each shard as a Ray actor.
 """
@@ -22,6 +22,7 @@ __all__ = ["Backend", "LocalBackend", "LocalShards", "ShardBy", "check_shards", 
 ShardBy = Callable[[Role, int], "int | None"]
 """Which of ``shards`` shards a role runs on (``None``: on the driver, e.g. a moderator whose state
 an intervention reads); called as ``shard_by(role, shards)``."""
+
 
 def placement(roles: Sequence[Role], shards: int, shard_by: ShardBy | None) -> list[int | None]:
     """The shard of each role: ``shard_by(role, shards)`` if given, else its place modulo ``shards``.
@@ -97,9 +98,7 @@ class LocalShards:
         self.calls = 0
         """Calls made to shards so far (one per shard per round at most)."""
 
-    async def load(
-        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses
-    ) -> list[int]:
+    async def load(self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
         """Start the shards with their roles."""
         self.hosts = [
             ShardHost(total=total, concurrency=concurrency, shards=self.count, number=n) for n in range(self.count)
@@ -116,9 +115,7 @@ class LocalShards:
                 results.append(None)
                 continue
             self.calls += 1
-            result, crossing = await host.step(
-                round_no, delivery, broadcasts, delivery.parts, trace=trace, news=news
-            )
+            result, crossing = await host.step(round_no, delivery, broadcasts, delivery.parts, trace=trace, news=news)
             results.append((result, [pickle.dumps(part, 5) if part else None for part in crossing]))
         return results
 

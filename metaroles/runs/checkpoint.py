@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
+from metaroles.bus.state import RoleState, rng_state
 from metaroles.core.files import append_durably, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
-from metaroles.messages.queue import MessageQueue
-from metaroles.bus.role import Role
-from metaroles.bus.state import RoleState, rng_state
 from metaroles.runs.replayable import plain, replayable, replays, signature
 
 MESSAGES = "messages.jsonl"

@@ -32,7 +32,9 @@ def read_config_file(path: Path) -> ConfigFile:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {str(path)!r} is over {MAX_CONFIG_BYTES // 1024} KB; a scenario config is small")
+        raise ConfigError(
+            f"config file {str(path)!r} is over {MAX_CONFIG_BYTES // 1024} KB; a scenario config is small"
+        )
     data = _load_yaml(path)
     if _depth(data) > MAX_DEPTH:
         raise ConfigError(f"config file {str(path)!r} nests deeper than {MAX_DEPTH} levels")
@@ -70,7 +72,7 @@ def _load_yaml(path: Path) -> Any:
 
     try:
         text = path.read_bytes().decode("utf-8")
-        return yaml.load(text, Loader=NoAliases)  # noqa: S506 - a SafeLoader that also refuses aliases
+        return yaml.load(text, Loader=NoAliases)
     except UnicodeDecodeError:
         raise ConfigError(f"config file {str(path)!r} is not UTF-8 text") from None
     except yaml.YAMLError as exc:

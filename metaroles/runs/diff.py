@@ -9,14 +9,13 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import TypeVar
 
-from metaroles.runs.eventlog import Event, publish_rounds, read_events
+from metaroles.bus.state import EnvironmentState
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.messages.message import Message
 from metaroles.messages.render import readable
+from metaroles.runs.eventlog import Event, publish_rounds, read_events
 from metaroles.runs.restore import checkpoint_history
 from metaroles.runs.rundir import CHECKPOINTS, EVENTS, STATE
-from metaroles.bus.state import EnvironmentState
-
 
 T = TypeVar("T")
 
@@ -102,7 +101,7 @@ def _same(a: RunMessage, b: RunMessage) -> bool:
 
 
 def diff_runs(a: Path, b: Path) -> RunDiff:
-    """Compare two runs message by message (sender, action, recipients, content and round; not ids), then event by event.
+    """Compare two runs message by message (sender, action, recipients, content, round; not ids), then event by event.
 
     Events are compared whole, ids and sequence numbers included: two runs of one seed with the
     same model answers have equal logs, line for line.

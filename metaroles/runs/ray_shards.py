@@ -22,8 +22,8 @@ from metaroles.bus.state import RoleState
 from metaroles.core.exceptions import ConfigError
 from metaroles.messages.message import Message
 from metaroles.runs.backends import ShardBy, check_shards
-from metaroles.runs.shipping import paused_gc, quick
 from metaroles.runs.shards import Addresses, Delivery, ShardHost, Stepped, StepResult
+from metaroles.runs.shipping import paused_gc, quick
 
 
 class RayBackend:
@@ -167,9 +167,7 @@ class RayShards:
 
         self.pickler: type[pickle.Pickler] = cloudpickle.Pickler
 
-    async def load(
-        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses
-    ) -> list[int]:
+    async def load(self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
         """Start one actor per shard and give each its roles (a shard loads its part while the next is pickled)."""
         actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
         self.actors = [actor.remote(total, concurrency, self.count, n) for n in range(self.count)]

@@ -60,7 +60,9 @@ def load_scenario(name: str) -> ModuleType:
         try:
             return _checked(name, importlib.import_module(name))
         except ModuleNotFoundError as exc:
-            raise ConfigError(f"scenario module {name!r} cannot be imported ({exc}); is its package installed?") from None
+            raise ConfigError(
+                f"scenario module {name!r} cannot be imported ({exc}); is its package installed?"
+            ) from None
     if not _NAME.match(name):
         raise ConfigError(
             f"scenario {name!r} is not a scenario name (e.g. 'debate'), a module (e.g. 'mypkg.scenarios.review') "
@@ -77,7 +79,9 @@ def load_scenario(name: str) -> ModuleType:
 def _from_file(path: Path) -> ModuleType:
     """The scenario module in file ``path`` (imported once per process under a name derived from the file)."""
     if not path.is_file():
-        raise ConfigError(f"scenario file {str(path)!r} does not exist; pass the path of a .py file with Config and build")
+        raise ConfigError(
+            f"scenario file {str(path)!r} does not exist; pass the path of a .py file with Config and build"
+        )
     resolved = path.resolve()
     module_name = f"metaroles_user_scenario_{_IDENTIFIER_CHARS.sub('_', resolved.stem)}"
     known = sys.modules.get(module_name)

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 from warnings import warn
 
-from metaroles.runs.checkpoint import FORMAT, MESSAGES, Restored
 from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
+from metaroles.bus.state import EnvEvent, EnvironmentState, RoleState, set_rng_state
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
+from metaroles.core.files import read_text
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
-from metaroles.bus.role import Role
-from metaroles.bus.state import EnvEvent, EnvironmentState, RoleState, set_rng_state
-from metaroles.core.files import read_text
+from metaroles.runs.checkpoint import FORMAT, MESSAGES, Restored
 
 
 def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | None = None) -> Restored:

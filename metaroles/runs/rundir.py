@@ -100,7 +100,9 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     except ValueError as exc:
         raise RunDirCorrupt(f"{path}: not a JSON manifest ({type(exc).__name__}); the file is damaged") from None
     wanted = {"scenario": str, "config": dict, "n_round": int}
-    wrong = [key for key, kind in wanted.items() if not isinstance(manifest, dict) or not isinstance(manifest.get(key), kind)]
+    wrong = [
+        key for key, kind in wanted.items() if not isinstance(manifest, dict) or not isinstance(manifest.get(key), kind)
+    ]
     if wrong:
         raise RunDirCorrupt(f"{path}: the manifest lacks a valid {', '.join(wrong)}; the file is damaged")
     return dict(manifest)
@@ -127,7 +129,9 @@ def transcript_markdown(title: str, messages: list[Message], rounds: dict[str, i
     current: object = None
     for message in messages:
         round_no = rounds.get(message.id, 0)
-        heading = message.metadata.get("section") if by_phase else (f"Round {round_no}" if round_no else "Before round 1")
+        heading = (
+            message.metadata.get("section") if by_phase else (f"Round {round_no}" if round_no else "Before round 1")
+        )
         if heading is not None and heading != current:
             current = heading
             lines += [*([""] if lines[-1] else []), f"## {heading}", ""]

@@ -195,7 +195,8 @@ def checked_config(module: ModuleType, options: dict[str, Any]) -> Any:
         close = difflib.get_close_matches(unknown[0], list(fields), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(
-            f"{unknown[0]!r} is not an option of this scenario; {hint}its options: {', '.join(sorted(fields)) or 'none'}"
+            f"{unknown[0]!r} is not an option of this scenario; {hint}"
+            f"its options: {', '.join(sorted(fields)) or 'none'}"
         )
     try:
         return module.Config.model_validate(options)
@@ -306,7 +307,7 @@ async def fork_scenario(
     plan = _rebuild(record, llm, out_dir, changes, backend)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(record["scenario"]), out_dir)
-    parent_record = {"run_dir": str(parent.resolve()), "from_round": from_round, "idea": idea, "changes": changes}
+    parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **provenance()}
     _sweep(out_dir)
     write_manifest(out_dir, child := {**child, "parent": parent_record})
@@ -343,3 +344,8 @@ def _give_models(team: Team, role_llms: dict[str, LLM]) -> None:
         if role_name not in team.env.roles:
             raise ConfigError(f"no role named {role_name!r} in this run; roles: {sorted(team.env.roles)}")
         team.env.roles[role_name].set_llm(role_llm)
+
+
+def _absolute(path: Path) -> str:
+    """``path`` resolved, for a manifest (a fork records where its parent is, wherever it is run from)."""
+    return str(path.resolve())

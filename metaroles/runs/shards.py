@@ -231,7 +231,14 @@ class ShardHost:
                     ready.append(role)
 
     async def step(
-        self, round_no: int, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes], *, trace: bool, news: bool
+        self,
+        round_no: int,
+        delivery: Delivery,
+        broadcasts: Sequence[Message],
+        parts: Sequence[bytes],
+        *,
+        trace: bool,
+        news: bool,
     ) -> tuple[StepResult, list[list[tuple[int, Message]]]]:
         """Deliver, then run round ``round_no``'s turns of this shard's ready roles; route what they published.
 
@@ -349,10 +356,8 @@ class ShardSet(Protocol):
 
     count: int
 
-    async def load(
-        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses
-    ) -> list[int]:
-        """Start the shards with their roles (one blob each, taken as it comes); return each one's count of ready roles."""
+    async def load(self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
+        """Start the shards with their roles (one blob each, taken as it comes); return each one's ready roles."""
         ...
 
     async def step(

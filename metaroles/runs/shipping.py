@@ -128,6 +128,7 @@ def dumps_roles(
     class _Pickler(pickler):  # type: ignore[misc,valid-type]
         if table is not None:
             dispatch_table = table
+
         def reducer_override(self, obj: Any) -> Any:  # not called for str, int, dict, list...: cheap
             if isinstance(obj, Message):
                 if known is not None and known.get(obj.id) is obj:

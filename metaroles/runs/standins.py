@@ -66,8 +66,6 @@ class RemoteRole:
         return f"RemoteRole({self.name!r}, shard={self.shard})"
 
 
-
-
 class _RemoteFailure(Exception):
     """A turn that raised on a shard, as the driver reports it (same type name, text and repr)."""
 

@@ -16,10 +16,10 @@ import csv
 import io
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-import threading
 from multiprocessing import get_context
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -34,7 +34,7 @@ from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.runs.config import RunOptions
 from metaroles.runs.registry import load_scenario
-from metaroles.runs.rundir import MANIFEST
+from metaroles.runs.rundir import MANIFEST, scenario_label
 from metaroles.runs.scenario import checked_config, resume_scenario, run_scenario
 
 TABLE = "sweep.jsonl"
@@ -86,12 +86,12 @@ def trials(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 def trial_name(params: dict[str, Any]) -> str:
     """The folder of a trial: its settings, ``key=value`` joined by commas (a value's ``/`` becomes ``_``)."""
-    return ",".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}".replace("/", "_") for k, v in params.items())
+    return ",".join(
+        f"{k}={json.dumps(v) if not isinstance(v, str) else v}".replace("/", "_") for k, v in params.items()
+    )
 
 
-def run_trial(
-    scenario: str, run_dir: str, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any]
-) -> Row:
+def run_trial(scenario: str, run_dir: str, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any]) -> Row:
     """Run (or resume, or skip if finished) one trial in ``run_dir``; return its row. Runs in a worker."""
     folder = Path(run_dir)
     row: Row = {"trial": folder.name, **params}
@@ -110,7 +110,9 @@ def run_trial(
     return row
 
 
-async def _trial(scenario: str, folder: Path, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any]) -> None:
+async def _trial(
+    scenario: str, folder: Path, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any]
+) -> None:
     seed = params.get("seed", options.get("seed"))
     model = llm_from_settings(LLMSettings(**{**llm, "seed": seed}))
     if (folder / MANIFEST).is_file():  # interrupted: continue from its last checkpoint
@@ -119,7 +121,9 @@ async def _trial(scenario: str, folder: Path, params: dict[str, Any], options: d
     run = RunOptions(**{k: params[k] for k in RUN_KEYS if k in params})
     config = {**options, **{k: v for k, v in params.items() if k not in RUN_KEYS}}
     record = {"llm": llm.get("llm", "test"), "model": llm.get("model"), "base_url": redacted(llm.get("base_url"))}
-    await run_scenario(scenario, llm=model, options=config, out_dir=folder, manifest={**record, "sweep": params}, run=run)
+    await run_scenario(
+        scenario, llm=model, options=config, out_dir=folder, manifest={**record, "sweep": params}, run=run
+    )
 
 
 def _measured(scenario: str, folder: Path) -> Row:
@@ -259,7 +263,7 @@ def default_out(scenario: str, grid: dict[str, list[Any]], options: dict[str, An
 
     public = {k: v for k, v in llm.items() if k != "api_key"}
     key = json.dumps([scenario, grid, options, public], sort_keys=True, default=str)
-    return Path("sweeps") / f"{scenario}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+    return Path("sweeps") / f"{scenario_label(scenario)}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def sweep(

@@ -7,23 +7,23 @@ reports why; the environment's state stays intact and can be saved at any point.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 from pathlib import Path
+from typing import Any
 from warnings import warn
 
-from metaroles.runs.checkpoint import CheckpointWriter
-from metaroles.runs.report import StopReason, TeamReport
 from metaroles.bus.environment import Environment
-from metaroles.runs.eventlog import EventLog, check_log, copy_events
+from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, RunError, UnknownRoleError
+from metaroles.core.schema import BROADCAST, to_addresses
 from metaroles.llm.ledger import Budget, CostLedger, Price, Spend, unpriced_warning
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
 from metaroles.runs import workspace
-from metaroles.runs.restore import restore_checkpoint
-from metaroles.bus.role import Role
-from metaroles.core.schema import BROADCAST, to_addresses
 from metaroles.runs.backends import Backend, ShardBy
+from metaroles.runs.checkpoint import CheckpointWriter
+from metaroles.runs.eventlog import EventLog, check_log, copy_events
+from metaroles.runs.report import StopReason, TeamReport
+from metaroles.runs.restore import restore_checkpoint
 from metaroles.runs.sharding import RemoteRole, ShardedRun, sharded
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
@@ -94,7 +94,7 @@ class Team:
         self.shard_by: ShardBy | None = None
         """Which shard a role runs on, when the backend does not say (a scenario's ``shard_by``)."""
         self.metric_parts: list[Callable[[list[Role]], Any]] = []
-        """Functions of a list of roles that round metrics combine (:meth:`gathered`); on shards they run where the roles are."""
+        """Functions of a list of roles that round metrics combine (:meth:`gathered`); on shards, run where they are."""
         self._sharded: ShardedRun | None = None
         self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
         self._stranded = False
