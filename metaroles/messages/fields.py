@@ -6,7 +6,15 @@ import warnings
 from typing import Any
 
 from metaroles.core.exceptions import InvalidValueError, PortingNote
-from metaroles.core.schema import ChatRole, ToolCall
+from metaroles.core.schema import (
+    BROADCAST,
+    USER_REQUIREMENT,
+    ChatRole,
+    ToolCall,
+    any_to_str,
+    to_addresses,
+    to_chat_role,
+)
 
 
 def optional_str(field: str, value: object) -> str | None:
@@ -46,6 +54,25 @@ def profile_as_sender(
 ROLE_VALUES = {role: role.value for role in ChatRole}
 
 
+def pickled_values(message: Any) -> tuple[Any, ...]:
+    """What :func:`unpickled` rebuilds a message from (its class and field values, the chat role as text)."""
+    return (
+        type(message),
+        message.id,
+        message.content,
+        message.instruct_content,
+        ROLE_VALUES[message._role],
+        message._cause_by,
+        message.sent_from,
+        message._send_to,
+        message.metadata or None,
+        message.tool_calls,
+        message.tool_call_id,
+        message.name,
+        message.base64_image,
+    )
+
+
 def unpickled(cls: Any, *values: Any) -> Any:
     """A message rebuilt from the values :meth:`Message.__reduce__` pickled (they were valid when pickled)."""
     message = cls.__new__(cls)
@@ -56,3 +83,18 @@ def unpickled(cls: Any, *values: Any) -> Any:
     message._role = ROLES[role]
     message.metadata = {} if metadata is None else metadata
     return message
+
+
+def set_role(message: Any, value: object) -> None:
+    """``message.role = value``, normalised and checked as the constructor does."""
+    message._role = to_chat_role(value)
+
+
+def set_cause_by(message: Any, value: object) -> None:
+    """``message.cause_by = value``: an Action class or instance becomes its id, as in the constructor."""
+    message._cause_by = USER_REQUIREMENT if value is None or value == "" else any_to_str(value)
+
+
+def set_send_to(message: Any, value: object) -> None:
+    """``message.send_to = value``: a name is one recipient (never its letters), as in the constructor."""
+    message._send_to = BROADCAST if value is None else to_addresses(value)
