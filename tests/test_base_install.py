@@ -1,13 +1,16 @@
 """The smallest install: metaroles with its base dependencies only, in a fresh venv, runs the CLI.
 
-No package is downloaded: the fresh venv sees exactly the distributions the base package
-requires (their installed files, linked from this environment) and metaroles' own sources, laid
-out as installed. Anything the CLI imports beyond them (click, an extra's SDK) fails here.
+No package is downloaded: metaroles is built into a wheel from a copy of the sources and
+installed with pip into a fresh venv (console script included), which sees besides it exactly
+the distributions the base package requires (their installed files, linked from this
+environment). Anything the CLI imports beyond them (click, an extra's SDK) fails here.
 """
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 import venv
 from importlib import metadata
 from pathlib import Path
@@ -40,7 +43,7 @@ def _marker_holds(marker: str) -> bool:
 
 
 def link_site(site: Path, dists: set[str]) -> None:
-    """Link each distribution's top-level files into ``site``; lay metaroles out as installed."""
+    """Link each distribution's top-level files (packages and their metadata) into ``site``."""
     for name in dists:
         dist = metadata.distribution(name)
         base = Path(dist.locate_file(""))
@@ -48,9 +51,21 @@ def link_site(site: Path, dists: set[str]) -> None:
         for top in tops - {"__pycache__"}:
             if not (site / top).exists() and (base / top).exists():
                 (site / top).symlink_to(base / top)
-    subprocess.run(["cp", "-rs", str(ROOT / "metaroles"), str(site / "metaroles")], check=True)
-    for folder in ("actions", "environments", "scenarios"):
-        subprocess.run(["cp", "-rs", str(ROOT / folder), str(site / "metaroles" / folder)], check=True)
+
+
+def wheel(tmp: Path) -> Path:
+    """metaroles built into a wheel from a copy of its sources (the build writes beside them, not here)."""
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for folder in ("metaroles", "actions", "environments", "scenarios"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+    built = subprocess.run([*build, "-w", str(tmp / "dist"), str(source)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (found,) = (tmp / "dist").glob("metaroles-*.whl")
+    return found
 
 
 def test_the_cli_runs_on_the_base_package_alone(tmp_path):
@@ -58,18 +73,20 @@ def test_the_cli_runs_on_the_base_package_alone(tmp_path):
     assert {"pydantic", "anyio", "typer", "rich", "pyyaml"} <= dists
     assert not dists & {"click", "openai", "networkx", "ray", "faiss-cpu", "llama-index-core", "redis"}
     env_dir, site = tmp_path / "venv", tmp_path / "site"
-    venv.EnvBuilder(with_pip=False).create(env_dir)
+    venv.EnvBuilder(with_pip=True).create(env_dir)
     site.mkdir()
     link_site(site, dists)
     (purelib,) = env_dir.glob("lib/python3*/site-packages")
     (purelib / "base.pth").write_text(f"{site}\n")
     python = env_dir / "bin" / "python"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "METAROLES_", "OPENAI_"))}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "METAROLES_", "OPENAI_"))}
+    install = [str(python), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", str(wheel(tmp_path))]
+    installed = subprocess.run(install, capture_output=True, text=True, env=clean)
+    assert installed.returncode == 0, installed.stderr[-2000:]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(python), "-m", "metaroles", *args], capture_output=True, text=True, env=clean, cwd=tmp_path
-        )
+        command = [str(env_dir / "bin" / "metaroles"), *args]
+        return subprocess.run(command, capture_output=True, text=True, env=clean, cwd=tmp_path)
 
     probe = subprocess.run([str(python), "-c", "import click"], capture_output=True, text=True, env=clean)
     assert probe.returncode != 0, "the fresh venv must not see this environment's packages"
