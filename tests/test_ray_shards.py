@@ -137,3 +137,49 @@ async def test_a_cassette_records_on_shards_what_one_process_records_and_replays
     )
     await debate(tmp_path / "replayed-one", CassetteLLM(tmp_path / "ray.jsonl", mode="replay"))
     assert run_files(tmp_path / "replayed") == run_files(tmp_path / "replayed-one") == run_files(tmp_path / "one")
+
+
+PEER_REVIEW = """
+from pydantic import BaseModel, Field
+
+from metaroles import Action, Role, ScenarioPlan, Team
+
+
+class Config(BaseModel):
+    reviewers: int = 6
+
+
+class Review(BaseModel):
+    verdict: str
+    score: int = Field(ge=1, le=5)
+
+
+class WriteReview(Action):
+    instruction = "Review the paper."
+    output_model = Review
+
+
+class Tally(Action):
+    async def run(self, history):
+        return f"scores {sorted(m.instruct_content.score for m in history if isinstance(m.instruct_content, Review))}"
+
+
+def build(config, llm):
+    team = Team(llm=llm)
+    names = [f"r{i}" for i in range(config.reviewers)]
+    team.hire(Role(name=n, actions=[WriteReview], send_to="editor") for n in names)
+    team.hire([Role(name="editor", actions=[Tally], watch=[WriteReview])])
+    return ScenarioPlan(team=team, idea="A paper.", send_to=set(names), n_round=3)
+"""
+
+
+async def test_a_scenario_from_a_file_runs_on_ray_shards_as_in_one_process(ray_address: str, tmp_path: Path) -> None:
+    """No worker can import a scenario file's module: its roles, actions and models travel by value."""
+    path = tmp_path / "peer_review.py"
+    path.write_text(PEER_REVIEW)
+    for out, backend in ((tmp_path / "one", None), (tmp_path / "ray", RayBackend(2, address=ray_address))):
+        await run_scenario(
+            str(path), llm=TestLLM(4), options={}, out_dir=out, run=RunOptions(seed=SEED, backend=backend)
+        )
+    assert run_files(tmp_path / "ray") == run_files(tmp_path / "one")
+    assert "scores [" in (tmp_path / "ray" / "transcript.md").read_text()

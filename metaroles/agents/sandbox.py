@@ -139,8 +139,11 @@ class PythonExecute(BaseTool):
                     group.start_soon(_drain, proc.stderr, err, self.max_output)
                 await proc.wait()
             if scope.cancelled_caught:
+                sandbox = _first_child(proc.pid)  # bubblewrap's init in the sandbox's pid namespace
                 _kill_group(proc.pid)
                 await proc.wait()
+                if sandbox is not None:
+                    await _ended(sandbox)
         timed_out = scope.cancelled_caught or (self.isolation == "guard" and proc.returncode == iso.TIMED_OUT)
         return self._result(out, err, proc.returncode or 0, timed_out, timeout)
 
@@ -163,6 +166,34 @@ async def _drain(stream: ByteReceiveStream, into: bytearray, cap: int) -> None:
     async for chunk in stream:
         if len(into) < cap:
             into.extend(chunk[: cap - len(into)])
+
+
+def _first_child(pid: int) -> int | None:
+    """The first child of process ``pid``, if any (``/proc``'s children list)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+async def _ended(pid: int, *, within: float = 5.0) -> None:
+    """Wait until process ``pid`` has exited (a zombie or gone), at most ``within`` seconds.
+
+    Killing bubblewrap kills the sandbox's pid-namespace init (``--die-with-parent``), and the
+    kernel kills every other process of the namespace before that init finishes exiting; so once
+    it has, nothing the code started is left. bubblewrap itself dies first: without this wait the
+    tool could return while the namespace is still being torn down.
+    """
+    try:
+        descriptor = os.pidfd_open(pid)  # readable once the process has exited
+    except OSError:
+        return  # already gone
+    try:
+        with anyio.move_on_after(within):
+            await anyio.wait_readable(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _kill_group(pid: int) -> None:

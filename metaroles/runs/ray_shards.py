@@ -14,6 +14,7 @@ import gc
 import io
 import os
 import pickle
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,6 +23,7 @@ from metaroles.bus.state import RoleState
 from metaroles.core.exceptions import ConfigError
 from metaroles.messages.message import Message
 from metaroles.runs.backends import ShardBy, check_shards
+from metaroles.runs.registry import USER_SCENARIO
 from metaroles.runs.shards import Addresses, Delivery, ShardHost, Stepped, StepResult
 from metaroles.runs.shipping import paused_gc, quick
 
@@ -165,6 +167,10 @@ class RayShards:
         self.ray = ensure_ray(backend.address, **backend.init)
         from ray import cloudpickle
 
+        by_value: Callable[[Any], None] = cloudpickle.register_pickle_by_value  # (ray's cloudpickle is untyped)
+        for name, module in list(sys.modules.items()):  # a scenario from a file: no worker can import it
+            if name.startswith(USER_SCENARIO):
+                by_value(module)
         self.pickler: type[pickle.Pickler] = cloudpickle.Pickler
 
     async def load(self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:

@@ -25,6 +25,8 @@ from metaroles.runs.team import Team
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IDENTIFIER_CHARS = re.compile(r"[^A-Za-z0-9_]")
+USER_SCENARIO = "metaroles_user_scenario_"
+"""The prefix of the module name a scenario loaded from a ``.py`` file gets (Ray shards take it by value)."""
 SCENARIOS = "metaroles.scenarios"
 """The package of the scenarios that ship with metaroles."""
 
@@ -83,7 +85,7 @@ def _from_file(path: Path) -> ModuleType:
             f"scenario file {str(path)!r} does not exist; pass the path of a .py file with Config and build"
         )
     resolved = path.resolve()
-    module_name = f"metaroles_user_scenario_{_IDENTIFIER_CHARS.sub('_', resolved.stem)}"
+    module_name = f"{USER_SCENARIO}{_IDENTIFIER_CHARS.sub('_', resolved.stem)}"
     known = sys.modules.get(module_name)
     if known is not None and getattr(known, "__file__", None) == str(resolved):
         return known
