@@ -1,9 +1,11 @@
 """The role graph of a run as one self-contained interactive HTML page.
 
-No CDN and no external file: the data (positions from the same layout as the picture, every
-delivery with its round, action and text) and a small script that draws it as SVG are inlined.
+No CDN and no external file: the data (positions from the same layout as the picture, the
+deliveries with their round and action, each message's text once, the picture's colours) and a
+small script that draws it as SVG are inlined. Past 16 roles a broadcast is one edge to ``<all>``.
 Hover a role or an edge to list its messages; pick a round (or open the page with ``#round=N``)
-to see only that round's deliveries. Works offline in any browser.
+to see only that round's deliveries. Works offline in any browser, and inline in a notebook
+(:class:`InlinePage`).
 """
 
 from __future__ import annotations
