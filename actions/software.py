@@ -102,7 +102,8 @@ def markdown(title: str, model: BaseModel) -> str:
                 lines += [f"**{key.replace('_', ' ').capitalize()}**: {text}" for key, text in rest] + [""]
             else:
                 lines.append(f"- {item}")
-        lines.append("") if lines[-1] else None
+        if lines[-1]:
+            lines.append("")
     return "\n".join(lines)
 
 

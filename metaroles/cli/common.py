@@ -29,7 +29,7 @@ from metaroles.core.exceptions import MetarolesError, RunError
 from metaroles.core.text import REDACTED, printable, redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.protocol import LLM
-from metaroles.llm.providers import describe_llm, llm_from_settings
+from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.runs.rundir import transcript
 from metaroles.runs.team import Team, TeamReport
@@ -241,8 +241,8 @@ MODEL_SETTINGS = ("llm", "model", "base_url", "seed", "temperature", "timeout", 
 def model_from(settings: dict[str, Any], replay: Path | None) -> tuple[LLM, dict[str, Any]]:
     """The model to run with (a cassette to replay, or what the options and environment ask for), and its record.
 
-    The record names the provider ``auto`` resolved to, the model and the base URL, so resume
-    and fork reach the same one (or refuse clearly) rather than whatever is around then.
+    The record holds what the options and the environment said; ``run_scenario`` adds the provider
+    ``auto`` resolved to (``describe_llm``), so resume and fork reach the same one.
     """
     if replay is not None:
         if not replay.is_file():
@@ -252,7 +252,7 @@ def model_from(settings: dict[str, Any], replay: Path | None) -> tuple[LLM, dict
     llm = _resolved(chosen)
     record = chosen.model_dump(include=set(MODEL_SETTINGS))  # what the options and the environment said
     record["base_url"] = redacted(record["base_url"])
-    return llm, record | describe_llm(llm)
+    return llm, record
 
 
 BACKEND_HELP = "where the roles run: 'process' (this one) or 'ray' (shards on a Ray cluster; the run is the same)"

@@ -29,7 +29,8 @@ def page_data(events: list[Event], texts: dict[str, str] | None = None) -> dict[
     and each action has the picture's colour.
     """
     texts = texts or {}
-    graph = aggregate(events)
+    multi = role_graph(events)
+    graph = aggregate(events, multi)
     positions = layout(graph)
     count = max(len(positions), 1)
     deliveries = [
@@ -40,7 +41,7 @@ def page_data(events: list[Event], texts: dict[str, str] | None = None) -> dict[
             "action": str(data["cause_by"]).rpartition(".")[2] or "message",
             "id": data["message_id"],
         }
-        for sender, recipient, data in flow_edges(events, role_graph(events))
+        for sender, recipient, data in flow_edges(events, multi)
     ]
     colours = action_colours(graph)
     return {

@@ -29,13 +29,14 @@ PALETTE = ["#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7d4e9e", "#00798c", "#8
 CIRCLE_UP_TO = 16
 
 
-def aggregate(events: list[Event]) -> nx.DiGraph:
+def aggregate(events: list[Event], multi: nx.MultiDiGraph | None = None) -> nx.DiGraph:
     """One edge per (sender, recipient) with ``count`` and ``actions`` (a Counter of cause_by names).
 
     Past :data:`CIRCLE_UP_TO` roles a broadcast is one edge to an ``<all>`` node, not one to every
     role: 100 agents that broadcast would otherwise draw 9,900 edges and nothing could be read.
+    ``multi`` is the events' :func:`role_graph`, when the caller has it already.
     """
-    multi = role_graph(events)
+    multi = role_graph(events) if multi is None else multi
     graph = nx.DiGraph()
     graph.add_nodes_from(multi.nodes())
     actions: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)

@@ -130,10 +130,9 @@ def describe_llm(llm: LLM) -> dict[str, object]:
     refuses clearly when it is not there) instead of resolving again to whatever is around. No key
     is recorded; credentials in a base URL are redacted.
     """
-    inner = getattr(llm, "inner", None)
-    if inner is not None and type(llm).__name__ == "LimitedLLM":
-        llm = inner
-    kind = type(llm).__name__
+    while isinstance(llm, LimitedLLM | CassetteLLM) and llm.inner is not None:  # the model they wrap
+        llm = llm.inner
+    kind = type(llm).__name__  # by name: this module imports no provider SDK
     if kind == "OpenAICompatibleLLM":
         return {"llm": "openai", "model": llm.model, "base_url": redacted(getattr(llm, "base_url", None))}
     if kind == "LocalLLM":

@@ -39,6 +39,11 @@ def _open(raw: str | bytes | None) -> dict[str, Any] | None:
         envelope: dict[str, Any] = json.loads(raw)
     except json.JSONDecodeError:
         return None
+    return _live(envelope)
+
+
+def _live(envelope: dict[str, Any]) -> dict[str, Any] | None:
+    """``envelope`` unless it has expired."""
     expires = envelope.get("expires_at")
     if expires is not None and expires <= time.time():
         return None
@@ -82,7 +87,7 @@ class FileStore:
                 stacklevel=3,
             )
             return None
-        return _open(raw)
+        return _live(envelope)
 
     def write(self, key: str, envelope: str) -> None:
         """Write an envelope atomically."""

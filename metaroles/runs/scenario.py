@@ -15,6 +15,7 @@ from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import append_durably, write_atomic
 from metaroles.llm.ledger import Price
 from metaroles.llm.protocol import LLM
+from metaroles.llm.providers import describe_llm
 from metaroles.runs.config import RunOptions
 from metaroles.runs.eventlog import TIMINGS, read_jsonl
 from metaroles.runs.registry import ScenarioPlan, load_scenario
@@ -81,7 +82,7 @@ async def run_scenario(
     if out_dir is None:
         report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
         return report, plan.team
-    record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **provenance()}
+    record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
     _sweep(out_dir)
     write_manifest(out_dir, record)
     report = await plan.team.run(
@@ -308,7 +309,8 @@ async def fork_scenario(
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(record["scenario"]), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
-    child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **provenance()}
+    child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
+    child |= provenance()
     _sweep(out_dir)
     write_manifest(out_dir, child := {**child, "parent": parent_record})
     report = await _branch(plan, parent, from_round, out_dir, idea)
