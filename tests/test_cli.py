@@ -322,3 +322,23 @@ def test_resume_of_a_quiet_run_stays_quiet(tmp_path):
     resumed = invoke("resume", str(out))
     assert resumed.exit_code == 0 and "stopped (idle)" in resumed.output
     assert not [line for line in resumed.output.splitlines() if line.startswith("[")], "no transcript"
+
+
+def test_a_scenario_file_or_module_that_fails_to_load_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from metaroles.cli import main
+
+    (tmp_path / "broken.py").write_text("from pydantic import BaseModel\nraise RuntimeError('no data folder')\n")
+    (tmp_path / "bad_syntax.py").write_text("def build(:\n")
+    (tmp_path / "brokenpkg").mkdir()
+    (tmp_path / "brokenpkg" / "__init__.py").write_text("")
+    (tmp_path / "brokenpkg" / "scenario.py").write_text("1 / 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cases = [
+        (str(tmp_path / "broken.py"), "failed while loading: RuntimeError: no data folder"),
+        (str(tmp_path / "bad_syntax.py"), "line 1"),
+        ("brokenpkg.scenario", "failed while importing: ZeroDivisionError"),
+    ]
+    for target, said in cases:
+        assert main(["run", target, "--llm", "test", "--no-save", "-q"]) == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(errors) == 1 and said in errors[0] and "a metaroles bug" not in errors[0], errors

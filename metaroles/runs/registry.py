@@ -65,6 +65,8 @@ def load_scenario(name: str) -> ModuleType:
             raise ConfigError(
                 f"scenario module {name!r} cannot be imported ({exc}); is its package installed?"
             ) from None
+        except Exception as exc:  # the user's module raised while it was imported
+            raise ConfigError(f"scenario module {name!r} failed while importing: {type(exc).__name__}: {exc}") from None
     if not _NAME.match(name):
         raise ConfigError(
             f"scenario {name!r} is not a scenario name (e.g. 'debate'), a module (e.g. 'mypkg.scenarios.review') "
@@ -99,6 +101,9 @@ def _from_file(path: Path) -> ModuleType:
     except SyntaxError as exc:
         del sys.modules[module_name]
         raise ConfigError(f"scenario file {str(path)!r} line {exc.lineno}: {exc.msg}") from None
+    except Exception as exc:  # the file raised while it ran
+        del sys.modules[module_name]
+        raise ConfigError(f"scenario file {str(path)!r} failed while loading: {type(exc).__name__}: {exc}") from None
     return module
 
 
