@@ -12,6 +12,7 @@ import gc
 import json
 import statistics
 import time
+import tracemalloc
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -247,6 +248,63 @@ def memory_figures(total: int) -> None:
 
         emit(f"memory_get_by_action_{label}", median_of(lookup), "us/call", stored=mem.count())
 
+    def lookup_rare() -> float:
+        begin = time.perf_counter()
+        for _ in range(10_000):
+            memory.get_by_actions(("bench.Rare", "bench.Rare2"))
+        return (time.perf_counter() - begin) / 10_000 * 1e6
+
+    memory.add(Message("rare too", cause_by="bench.Rare2"))
+    emit("memory_get_by_actions_rare", median_of(lookup_rare), "us/call", stored=memory.count(), returned=11)
+
+
+def idle_role_bytes(roles: int) -> float:
+    """Bytes each idle role (no actions, nothing buffered) holds, joined to an Environment."""
+    gc.collect()
+    tracemalloc.start()
+    env = Environment()
+    env.add_roles(Role(name=f"r{i}") for i in range(roles))
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(env.roles) == roles
+    return used / roles
+
+
+def per_round(env: Environment, rounds: int, edge: int = 20) -> tuple[float, float]:
+    """Mean seconds per round over rounds 1..edge and over the last ``edge`` rounds of ``rounds``."""
+
+    async def go() -> list[float]:
+        times = []
+        for _ in range(rounds):
+            begin = time.perf_counter()
+            await env.run_round()
+            times.append(time.perf_counter() - begin)
+        return times
+
+    times = anyio.run(go)
+    return statistics.fmean(times[:edge]), statistics.fmean(times[-edge:])
+
+
+def broadcast_env(roles: int, rounds: int) -> Environment:
+    env = Environment()
+    env.add_roles(Speaker(f"s{i}", rounds) for i in range(roles))
+    env.publish_message(Message("topic"))
+    return env
+
+
+def history_figures(rounds: int) -> None:
+    """Per-round time early and late in long runs: flat when no act pays for the history it was handed."""
+    for label, env in (
+        ("ring_10", ring_env(10)),
+        ("broadcast_10", broadcast_env(10, rounds)),
+        ("ring_1000", ring_env(1000)),
+    ):
+        first, last = per_round(env, rounds)
+        params = {"roles": len(env.roles), "rounds": rounds}
+        emit(f"history_{label}_first_rounds", first * 1e3, "ms/round", **params)
+        emit(f"history_{label}_last_rounds", last * 1e3, "ms/round", growth=round(last / first, 2), **params)
+
 
 def idle_round(roles: int, rounds: int) -> float:
     env = Environment()
@@ -264,6 +322,9 @@ def main() -> None:
     emit_paired("broadcast", "deliveries/s", broadcast, roles=1000, speakers=10, rounds=10)
     emit("idle_round_10k_roles", median_of(lambda: idle_round(10_000, 100)), "ms/round", roles=10_000)
     memory_figures(100_000 if args.quick else 1_000_000)
+    for roles in (10_000, 100_000):
+        emit("idle_role", idle_role_bytes(roles), "bytes/role", roles=roles)
+    history_figures(100 if args.quick else 1000)
 
 
 if __name__ == "__main__":

@@ -1,3 +1,7 @@
+from collections.abc import Sequence
+from typing import ClassVar
+
+import anyio
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -91,6 +95,7 @@ class MemoryMachine(RuleBasedStateMachine):
         self.pool: dict[int, Message] = {}
         self.memory = Memory()
         self.model: list[Message] = []
+        self.views: list[tuple[Sequence[Message], list[Message]]] = []
 
     def message(self, n: int, action: object) -> Message:
         if n not in self.pool:
@@ -122,6 +127,26 @@ class MemoryMachine(RuleBasedStateMachine):
         observed = [self.message(n, WritePRD) for n in ns]
         window = self.model[-k:] if k else self.model
         assert self.memory.find_news(observed, k) == [m for m in observed if m not in window]
+
+    @rule(k=st.integers(0, 8), action=actions)
+    def take_views(self, k: int, action: object) -> None:
+        """Views handed out are snapshots: later adds and removals never change what they show."""
+        window = self.model[-k:] if k else list(self.model)
+        cause = Message("", cause_by=action).cause_by
+        self.views.append((self.memory.get(k), window))
+        self.views.append((self.memory.get_by_action(action), [m for m in self.model if m.cause_by == cause]))
+        both = {WritePRD.action_id(), cause}
+        self.views.append(
+            (self.memory.get_by_actions([WritePRD, action]), [m for m in self.model if m.cause_by in both])
+        )
+
+    @invariant()
+    def views_are_snapshots(self) -> None:
+        for view, expected in self.views:
+            assert list(view) == expected and len(view) == len(expected)
+            assert list(reversed(view)) == expected[::-1]
+            assert [view[i] for i in range(-len(expected), len(expected))] == expected + expected
+            assert view[1:-1] == expected[1:-1] and view[::2] == expected[::2] and view[-3:] == expected[-3:]
 
     @invariant()
     def consistent(self) -> None:
@@ -198,3 +223,34 @@ def test_remember_news_is_remember_new_then_the_watch_filter(rows: list[tuple[in
     new = two.remember_new(pool)
     assert count == len(new) and one.storage == two.storage
     assert news == [m for m in new if m.cause_by in watch or "me" in m.send_to]
+
+
+class Keep(Action):
+    """Keeps the history each act was handed."""
+
+    seen: ClassVar[list[Sequence[Message]]] = []
+
+    async def run(self, history: Sequence[Message]) -> str:
+        Keep.seen.append(history)
+        return f"reply {len(history)}"
+
+
+def test_an_action_gets_a_read_only_snapshot_of_its_roles_memory() -> None:
+    from metaroles import Environment, Role
+
+    Keep.seen = []
+    env = Environment()
+    env.add_role(Role(name="a", actions=[Keep], watch=[Keep], send_to="b"))
+    env.add_role(Role(name="b", actions=[Keep], watch=[Keep], send_to="a"))  # a and b answer each other
+    env.publish_message(Message("go", send_to="a"))
+    anyio.run(env.run, 6)
+    a_seen = Keep.seen[::2]  # a acts in rounds 1, 3, 5; b in 2, 4, 6
+    assert [len(h) for h in a_seen] == [1, 3, 5], "what was remembered at each act, nothing added since"
+    first, last = a_seen[0], a_seen[-1]
+    assert [m.content for m in first] == ["go"]
+    assert [m.content for m in last] == ["go", "reply 1", "reply 1", "reply 3", "reply 3"]
+    assert last == env.roles["a"].rc.memory.get()[:5] and last.__add__([first[0]]) == [*last, first[0]]
+    with pytest.raises(AttributeError):
+        last.append(first[0])  # type: ignore[attr-defined]
+    with pytest.raises(IndexError, match="out of range for a view of 5 messages"):
+        last[5]

@@ -230,7 +230,7 @@ def is_action_class(value: object) -> bool:
     return isinstance(value, type) and issubclass(value, Action)
 
 
-async def run_action(action: Action, history: list[Message], sender: str, send_to: frozenset[str]) -> ActionResult:
+async def run_action(action: Action, history: Sequence[Message], sender: str, send_to: frozenset[str]) -> ActionResult:
     """Run ``action`` on ``history``; an answer that never validated becomes a failure message.
 
     The failure is published like any response (``metadata["error"]`` says what went wrong and

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -99,11 +99,11 @@ class RoleContext:
         self.max_react_loop = max_react_loop
 
     @property
-    def important_memory(self) -> list[Message]:
+    def important_memory(self) -> Sequence[Message]:
         """Remembered messages caused by a watched action."""
         return self.memory.get_by_actions(self.watch)
 
     @property
-    def history(self) -> list[Message]:
+    def history(self) -> Sequence[Message]:
         """Everything remembered, oldest first."""
         return self.memory.get()

@@ -236,7 +236,7 @@ class Environment(Bus):
         return EnvironmentState(
             round=self.round,
             roles=[by_reference(role.state_dict(), shared) for role in self._members],
-            history=self.history.storage,
+            history=list(self.history.storage),
             dead_letters=list(self.dead_letters),
             events=list(self.events),
             ledger=list(self.ledger.entries),

@@ -245,8 +245,8 @@ class Role:
         """True when nothing is buffered, nothing is news and nothing is to do."""
         return not self.rc.news and self.rc.todo is None and self.rc.msg_buffer.empty()
 
-    def get_memories(self, k: int = 0) -> list[Message]:
-        """The newest ``k`` remembered messages (all when 0)."""
+    def get_memories(self, k: int = 0) -> Sequence[Message]:
+        """The newest ``k`` remembered messages (all when 0), a read-only view."""
         return self.rc.memory.get(k)
 
     # -- thinking and acting -------------------------------------------------------------------

@@ -168,8 +168,8 @@ def context_state(rc: RoleContext) -> dict[str, Any]:
         "watch": sorted(rc.watch),
         "state": rc.state,
         "buffer": rc.msg_buffer.peek_all(),
-        "memory": rc.memory.storage,
-        "working_memory": rc.working_memory.storage,
+        "memory": list(rc.memory.storage),
+        "working_memory": list(rc.working_memory.storage),
         "news": list(rc.news),
     }
 

@@ -1,13 +1,16 @@
 """Short-term memory: MetaGPT's action-indexed :class:`Memory` and a windowed :class:`ChatMemory`.
 
-:class:`Memory` keeps messages in insertion order in a dict keyed by id, so ``add`` is
-idempotent in O(1) and ``find_news`` is O(len(observed)) — where MetaGPT compares full models
-in lists (O(n) per add, O(n·m) per observe). ``index`` maps each ``cause_by`` to its messages.
+:class:`Memory` keeps messages in insertion order in a list, with a dict keyed by id, so ``add``
+is idempotent in O(1) and ``find_news`` is O(len(observed)) — where MetaGPT compares full models
+in lists (O(n) per add, O(n·m) per observe). ``index`` maps each ``cause_by`` to the positions of
+its messages. Reads hand out read-only views in O(1) (the history an action runs on, ``get``,
+``get_by_action``) and ``get_by_actions`` merges index entries in O(k) for k messages returned.
 """
 
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Self
@@ -15,6 +18,7 @@ from typing import Any, ClassVar, Self
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.schema import ChatRole, action_ids, any_to_str
 from metaroles.messages.message import Message
+from metaroles.messages.view import EMPTY, IndexedView, MessageView
 
 
 class Memory:
@@ -24,9 +28,13 @@ class Memory:
         messages: Messages to add at once, in order.
         ignore_id: Deduplicate by content instead of id (MetaGPT's ``ignore_id`` mode). Messages
             are never mutated: the key changes, not the message's id.
+
+    Reads hand out read-only views (:class:`~metaroles.messages.view.MessageView`) in O(1)
+    instead of copies: the history an action runs on, :meth:`get`, :meth:`get_by_action`.
+    A view is a snapshot; a later removal copies the lists first when a view may still read them.
     """
 
-    __slots__ = ("_edits", "_index", "_store", "ignore_id")
+    __slots__ = ("_edits", "_index", "_items", "_shared", "_store", "ignore_id")
 
     _fused: ClassVar[bool] = True  # remember_news may inline remember_new: no subclass overrides it
 
@@ -39,8 +47,10 @@ class Memory:
         """Create a memory, optionally holding ``messages``."""
         self.ignore_id = ignore_id
         self._edits = 0  # counts removals: a checkpoint tells an append-only memory from an edited one
-        self._store: dict[str, Message] = {}
-        self._index: dict[str, list[Message]] = {}
+        self._store: dict[str, Message] = {}  # key (id, or content with ignore_id) -> message
+        self._items: list[Message] = []  # storage order; views read it, so it is only ever appended to in place
+        self._index: dict[str, array[int]] = {}  # cause_by -> positions in _items, ascending
+        self._shared = False  # whether a view may read _items or an index entry (a removal then copies)
         self.add_batch(messages)
 
     def _key(self, message: Message) -> str:
@@ -53,11 +63,13 @@ class Memory:
         if key in store:
             return False
         store[key] = message
+        items = self._items
         bucket = self._index.get(message.cause_by)
         if bucket is None:
-            self._index[message.cause_by] = [message]
+            self._index[message.cause_by] = array("q", (len(items),))
         else:
-            bucket.append(message)
+            bucket.append(len(items))
+        items.append(message)
         return True
 
     def remember_new(self, messages: Iterable[Message]) -> list[Message]:
@@ -65,16 +77,17 @@ class Memory:
         if self.ignore_id:
             add = self.add
             return [m for m in messages if add(m)]
-        store, index, new = self._store, self._index, []
+        store, items, index, new = self._store, self._items, self._index, []
         for message in messages:  # add() inlined: this runs once per delivery on the bus's hot path
             if message.id in store:
                 continue
             store[message.id] = message
             bucket = index.get(message.cause_by)
             if bucket is None:
-                index[message.cause_by] = [message]
+                index[message.cause_by] = array("q", (len(items),))
             else:
-                bucket.append(message)
+                bucket.append(len(items))
+            items.append(message)
             new.append(message)
         return new
 
@@ -89,7 +102,7 @@ class Memory:
         if self.ignore_id or not self._fused:
             new = self.remember_new(messages)  # a subclass's own remember_new (long-term memory) decides
             return len(new), [m for m in new if m.cause_by in watch or address in m.send_to]
-        store, index, news, count = self._store, self._index, [], 0
+        store, items, index, news, count = self._store, self._items, self._index, [], 0
         for message in messages:  # add() inlined: this runs once per delivery on the bus's hot path
             if message.id in store:
                 continue
@@ -97,9 +110,10 @@ class Memory:
             cause = message.cause_by
             bucket = index.get(cause)
             if bucket is None:
-                index[cause] = [message]
+                index[cause] = array("q", (len(items),))
             else:
-                bucket.append(message)
+                bucket.append(len(items))
+            items.append(message)
             count += 1
             if cause in watch or address in message.send_to:
                 news.append(message)
@@ -117,66 +131,78 @@ class Memory:
 
     def __len__(self) -> int:
         """Return the number of remembered messages."""
-        return len(self._store)
+        return len(self._items)
 
     def __iter__(self) -> Iterator[Message]:
         """Iterate over remembered messages, oldest first."""
-        return iter(self._store.values())
+        return iter(self._items)
 
     def count(self) -> int:
         """Return the number of remembered messages."""
-        return len(self._store)
+        return len(self._items)
+
+    def by_key(self, key: str) -> Message | None:
+        """The remembered message with this id (or content, with ``ignore_id``), if any. O(1)."""
+        return self._store.get(key)
 
     @property
-    def storage(self) -> list[Message]:
-        """All remembered messages, oldest first (a copy)."""
-        return list(self._store.values())
+    def storage(self) -> MessageView:
+        """All remembered messages, oldest first (a read-only snapshot, O(1))."""
+        self._shared = True
+        return MessageView(self._items)
 
     @property
-    def index(self) -> Mapping[str, list[Message]]:
-        """``cause_by`` → messages caused by that action, oldest first; ``[]`` for an action with none.
+    def index(self) -> Mapping[str, MessageView]:
+        """``cause_by`` → messages caused by that action, oldest first; empty for an action with none.
 
         A read-only mapping that answers like MetaGPT's ``defaultdict(list)`` without growing.
         """
-        return _Index(self._index)
+        self._shared = True
+        return _Index(self._items, self._index)
 
-    def get(self, k: int = 0) -> list[Message]:
-        """Return the newest ``k`` messages, oldest first; all of them when ``k`` is 0."""
-        if k <= 0 or k >= len(self._store):
-            return list(self._store.values())
-        newest = list(itertools.islice(reversed(self._store.values()), k))
-        newest.reverse()
-        return newest
+    def get(self, k: int = 0) -> MessageView:
+        """Return the newest ``k`` messages, oldest first; all of them when ``k`` is 0. O(1): a read-only view."""
+        self._shared = True
+        items = self._items
+        size = len(items)
+        return MessageView(items, 0 if k <= 0 or k >= size else size - k, size)
 
     def get_by_role(self, role: ChatRole | str) -> list[Message]:
         """Return messages with chat role ``role``, oldest first. O(n)."""
-        return [m for m in self._store.values() if m.role == role]
+        return [m for m in self._items if m.role == role]
 
     def get_by_sender(self, name: str) -> list[Message]:
         """Return messages sent by the role named ``name``, oldest first. O(n)."""
-        return [m for m in self._store.values() if m.sent_from == name]
+        return [m for m in self._items if m.sent_from == name]
 
     def get_by_content(self, content: str) -> list[Message]:
         """Return messages whose content contains ``content``, oldest first. O(n)."""
-        return [m for m in self._store.values() if content in (m.content or "")]
+        return [m for m in self._items if content in (m.content or "")]
 
     def try_remember(self, keyword: str) -> list[Message]:
         """Return messages mentioning ``keyword`` (MetaGPT's name for :meth:`get_by_content`)."""
         return self.get_by_content(keyword)
 
-    def get_by_action(self, action: object) -> list[Message]:
-        """Return messages caused by ``action`` (class, instance or id), oldest first. O(1) lookup."""
-        return list(self._index.get(any_to_str(action), ()))
+    def get_by_action(self, action: object) -> MessageView:
+        """Return messages caused by ``action`` (class, instance or id), oldest first. O(1): a read-only view."""
+        bucket = self._index.get(action if type(action) is str else any_to_str(action))
+        if bucket is None:
+            return EMPTY
+        self._shared = True
+        return IndexedView(self._items, bucket)
 
-    def get_by_actions(self, actions: Iterable[object]) -> list[Message]:
+    def get_by_actions(self, actions: Iterable[object]) -> MessageView:
         """Return messages caused by any of ``actions``, in the order they were remembered.
 
-        O(1) lookup for one action; O(n) for several (to keep memory order).
+        O(k) in the number of messages returned (their index entries merged by position), a read-only view.
         """
-        ids = action_ids(actions)
-        if len(ids) == 1:
-            return list(self._index.get(next(iter(ids)), ()))
-        return [m for m in self._store.values() if m.cause_by in ids]
+        buckets = [b for b in map(self._index.get, action_ids(actions)) if b]
+        if not buckets:
+            return EMPTY
+        self._shared = True
+        if len(buckets) == 1:
+            return IndexedView(self._items, buckets[0])
+        return IndexedView(self._items, sorted(itertools.chain.from_iterable(buckets)))
 
     def find_news(self, observed: Iterable[Message], k: int = 0) -> list[Message]:
         """Return the messages of ``observed`` not among the newest ``k`` remembered (all if 0).
@@ -193,42 +219,50 @@ class Memory:
         return [m for m in observed if key(m) not in window]
 
     def delete(self, message: Message) -> bool:
-        """Forget ``message``; return whether it was remembered."""
-        key = self._key(message)
-        stored = self._store.pop(key, None)
+        """Forget ``message``; return whether it was remembered. O(n)."""
+        stored = self._store.pop(self._key(message), None)
         if stored is None:
             return False
         self._edits += 1
-        self._unindex(stored)
+        self._rebuild([m for m in self._items if m is not stored])
         return True
 
     def delete_newest(self) -> Message | None:
-        """Forget and return the newest message, or ``None`` when empty. O(1)."""
+        """Forget and return the newest message, or ``None`` when empty (O(1) unless a view still reads it)."""
         if not self._store:
             return None
         _, message = self._store.popitem()
         self._edits += 1
-        self._unindex(message)
-        return message
-
-    def _unindex(self, message: Message) -> None:
+        if self._shared:
+            self._rebuild(self._items[:-1])
+            return message
+        self._items.pop()
         bucket = self._index[message.cause_by]
-        if bucket[-1] is message:
-            bucket.pop()
-        else:
-            bucket.remove(message)
+        bucket.pop()
         if not bucket:
             del self._index[message.cause_by]
+        return message
+
+    def _rebuild(self, items: list[Message]) -> None:
+        """Hold ``items`` in new lists (views made before keep reading the old ones)."""
+        index: dict[str, array[int]] = {}
+        for position, message in enumerate(items):
+            bucket = index.get(message.cause_by)
+            if bucket is None:
+                index[message.cause_by] = array("q", (position,))
+            else:
+                bucket.append(position)
+        self._items, self._index, self._shared = items, index, False
 
     def clear(self) -> None:
         """Forget everything."""
         self._edits += 1
-        self._store.clear()
-        self._index.clear()
+        self._store = {}
+        self._items, self._index, self._shared = [], {}, False
 
     def dump(self) -> list[dict[str, Any]]:
         """Serialise the remembered messages, oldest first."""
-        return [m.model_dump(mode="json") for m in self._store.values()]
+        return [m.model_dump(mode="json") for m in self._items]
 
     @classmethod
     def load(cls, data: Iterable[dict[str, Any] | Message], *, ignore_id: bool = False) -> Self:
@@ -237,16 +271,18 @@ class Memory:
         return cls(messages, ignore_id=ignore_id)
 
 
-class _Index(Mapping[str, list[Message]]):
-    """A read-only view of a memory's action index; an unknown action has no messages (``[]``)."""
+class _Index(Mapping[str, MessageView]):
+    """A read-only view of a memory's action index; an unknown action has no messages."""
 
-    __slots__ = ("_index",)
+    __slots__ = ("_index", "_items")
 
-    def __init__(self, index: dict[str, list[Message]]) -> None:
+    def __init__(self, items: list[Message], index: dict[str, array[int]]) -> None:
+        self._items = items
         self._index = index
 
-    def __getitem__(self, action: str) -> list[Message]:
-        return self._index.get(action, [])
+    def __getitem__(self, action: str) -> MessageView:
+        bucket = self._index.get(action)
+        return EMPTY if bucket is None else IndexedView(self._items, bucket)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._index)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
@@ -246,7 +246,7 @@ class EventLog:
                 message_id = "null" if detail is None else enc(detail.id)
                 add(f'{{"seq":{next(numbers)}{head}"act","role":{who},"message_id":{message_id}}}\n')
 
-    def _message_lines(self, lines: list[str], numbers: Iterator[int], head: str, messages: list[Message]) -> None:
+    def _message_lines(self, lines: list[str], numbers: Iterator[int], head: str, messages: Sequence[Message]) -> None:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
         roles, route, targets = env.roles, env.recipients, self._send_to

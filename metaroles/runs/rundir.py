@@ -15,6 +15,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from textwrap import indent
@@ -50,7 +51,7 @@ def entry_body(message: Message, lead: str) -> str:
     return lead + body.replace("\n", "\n  ")
 
 
-def transcript(messages: list[Message]) -> str:
+def transcript(messages: Sequence[Message]) -> str:
     """The transcript of ``messages``, one line each."""
     return "\n".join(format_message(m) for m in messages)
 
@@ -118,7 +119,7 @@ def new_run_dir(root: Path, name: str) -> Path:
     return root / f"{scenario_label(name)}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def transcript_markdown(title: str, messages: list[Message], rounds: dict[str, int]) -> str:
+def transcript_markdown(title: str, messages: Sequence[Message], rounds: dict[str, int]) -> str:
     """The transcript as Markdown: a section per round, or per phase when messages name one.
 
     A message whose ``metadata["section"]`` is set opens a section of that name (werewolf's

@@ -36,7 +36,7 @@ def _historic(message_id: str) -> Message:
     return _HOST.get()["history"][message_id]  # type: ignore[no-any-return]
 
 
-def _memory_back(ids: bool, edits: int, sent: list[Any], index: dict[str, list[Any]]) -> Memory:
+def _memory_back(ids: bool, edits: int, sent: list[Any], index: dict[str, Any]) -> Memory:
     """A memory sent back from a shard: its messages from the driver's history where sent by id."""
     history = _HOST.get()["history"]
     messages = [history[m] if type(m) is str else m for m in sent]
@@ -46,17 +46,15 @@ def _memory_back(ids: bool, edits: int, sent: list[Any], index: dict[str, list[A
         memory._store = {m.id: m for m in messages}
     else:
         memory._store = {m.content: m for m in messages}
-    memory._index = {action: [messages[p] if type(p) is int else p for p in bucket] for action, bucket in index.items()}
+    memory._items = messages
+    memory._index = index
     return memory
 
 
 def _memory_sent(memory: Memory, known: dict[str, Message]) -> tuple[Any, ...]:
-    """How a plain memory travels back: messages the driver holds by id, its index by position (no call per message)."""
-    messages = list(memory._store.values())
-    sent = [m.id if known.get(m.id) is m else m for m in messages]
-    position = {id(m): n for n, m in enumerate(messages)}
-    index = {action: [position.get(id(m), m) for m in bucket] for action, bucket in memory._index.items()}
-    return _memory_back, (not memory.ignore_id, memory._edits, sent, index)
+    """How a plain memory travels back: messages the driver holds by id, its index as it is (positions)."""
+    sent = [m.id if known.get(m.id) is m else m for m in memory._items]
+    return _memory_back, (not memory.ignore_id, memory._edits, sent, memory._index)
 
 
 def _kept(rebuild: Any, values: tuple[Any, ...]) -> Message:

@@ -1,0 +1,129 @@
+"""Read-only views of a memory's messages, handed over in O(1) instead of copied.
+
+A view is a snapshot: it sees the messages that were remembered when it was made, in storage
+order, and nothing added later. A :class:`~metaroles.messages.memory.Memory` only ever appends to
+the lists a view reads; a removal builds new lists, so no view made before it changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+from metaroles.messages.message import Message
+
+
+class MessageView(Sequence[Message]):
+    """Messages ``items[start:stop]`` of a memory, oldest first: a sequence that copies nothing.
+
+    Indexing, ``len``, iteration and ``reversed`` cost O(1) per message; a slice returns a list.
+    A view equals any sequence holding the same messages in the same order (a list, a tuple,
+    another view).
+    """
+
+    __slots__ = ("_items", "_start", "_stop")
+
+    def __init__(self, items: list[Message], start: int = 0, stop: int | None = None) -> None:
+        """View ``items[start:stop]`` (``stop`` defaults to the list's current length)."""
+        self._items = items
+        self._start = start
+        self._stop = len(items) if stop is None else stop
+
+    def __len__(self) -> int:
+        """Return the number of messages in view."""
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        """Return the ``index``-th message (negative counts from the newest), or a slice as a list."""
+        if isinstance(index, slice):
+            return self._items[self._start : self._stop][index] if index.step else self._slice(index)
+        size = self._stop - self._start
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError(f"message index {index} out of range for a view of {size} messages")
+        return self._items[self._start + index]
+
+    def _slice(self, index: slice) -> list[Message]:
+        start, stop, _ = index.indices(self._stop - self._start)
+        return self._items[self._start + start : self._start + max(start, stop)]
+
+    def __iter__(self) -> Iterator[Message]:
+        """Iterate oldest first."""
+        if self._start == 0 and self._stop == len(self._items):
+            return iter(self._items)
+        return itertools.islice(self._items, self._start, self._stop)
+
+    def __reversed__(self) -> Iterator[Message]:
+        """Iterate newest first."""
+        items, start = self._items, self._start
+        return (items[i] for i in range(self._stop - 1, start - 1, -1))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a sequence of the same messages in the same order."""
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=False))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Sequence[Message]) -> list[Message]:
+        """Concatenate into a new list (``history + [message]`` keeps working)."""
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[Message]) -> list[Message]:
+        """Concatenate into a new list."""
+        return [*other, *self]
+
+    def __repr__(self) -> str:
+        """Show the messages as a list would."""
+        return f"MessageView({list(self)!r})"
+
+
+class IndexedView(MessageView):
+    """Messages of a memory at the given storage positions (an action's index entry), oldest first."""
+
+    __slots__ = ("_positions",)
+
+    def __init__(self, items: list[Message], positions: array[int] | Sequence[int], stop: int | None = None) -> None:
+        """View ``items[p]`` for each of the first ``stop`` ``positions``."""
+        super().__init__(items, 0, len(positions) if stop is None else stop)
+        self._positions = positions
+
+    def __getitem__(self, index: Any) -> Any:
+        """Return the ``index``-th message of the entry (negative counts from the newest), or a slice as a list."""
+        items, positions = self._items, self._positions
+        if isinstance(index, slice):
+            return [items[p] for p in positions[: self._stop][index]]
+        size = self._stop
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError(f"message index {index} out of range for a view of {size} messages")
+        return items[positions[index]]
+
+    def __iter__(self) -> Iterator[Message]:
+        """Iterate oldest first."""
+        items = self._items
+        return (items[p] for p in itertools.islice(self._positions, self._stop))
+
+    def __reversed__(self) -> Iterator[Message]:
+        """Iterate newest first."""
+        items, positions = self._items, self._positions
+        return (items[positions[i]] for i in range(self._stop - 1, -1, -1))
+
+    def __repr__(self) -> str:
+        """Show the messages as a list would."""
+        return f"IndexedView({list(self)!r})"
+
+
+EMPTY = MessageView([])
+"""The view of no messages."""
