@@ -67,10 +67,14 @@ class RoleHost(Protocol):
         ...
 
 
+_NO_WORK = Memory()
+
+
 class RoleContext:
     """A role's runtime state: buffer, memories, watch set, news and the current todo."""
 
     __slots__ = (
+        "_working",
         "env",
         "max_react_loop",
         "memory",
@@ -81,7 +85,6 @@ class RoleContext:
         "state",
         "todo",
         "watch",
-        "working_memory",
     )
 
     def __init__(self, *, react_mode: RoleReactMode, max_react_loop: int) -> None:
@@ -89,7 +92,7 @@ class RoleContext:
         self.env: RoleHost | None = None
         self.msg_buffer = MessageQueue()
         self.memory = Memory()
-        self.working_memory = Memory()
+        self._working: Memory | None = None  # made when first used: most roles never plan
         self.state = -1
         self.todo: Action | None = None
         self.watch: set[str] = set()
@@ -97,6 +100,22 @@ class RoleContext:
         self.remembered = 0  # how many messages the last observation added to memory (news or not)
         self.react_mode = react_mode
         self.max_react_loop = max_react_loop
+
+    @property
+    def working_memory(self) -> Memory:
+        """What a plan_and_act turn's steps produced (MetaGPT's ``rc.working_memory``)."""
+        if self._working is None:
+            self._working = Memory()
+        return self._working
+
+    @working_memory.setter
+    def working_memory(self, memory: Memory) -> None:
+        self._working = memory
+
+    @property
+    def working_so_far(self) -> Memory:
+        """The working memory without making one: an empty memory (not to be changed) when none was used."""
+        return _NO_WORK if self._working is None else self._working
 
     @property
     def important_memory(self) -> Sequence[Message]:

@@ -169,7 +169,7 @@ def context_state(rc: RoleContext) -> dict[str, Any]:
         "state": rc.state,
         "buffer": rc.msg_buffer.peek_all(),
         "memory": list(rc.memory.storage),
-        "working_memory": list(rc.working_memory.storage),
+        "working_memory": list(rc.working_so_far.storage),
         "news": list(rc.news),
     }
 
@@ -185,7 +185,7 @@ def restore_context(rc: RoleContext, state: RoleState) -> None:
         Memory.add_batch(rc.memory, memory)
     else:
         rc.memory = Memory(memory, ignore_id=rc.memory.ignore_id)
-    rc.working_memory = Memory(working)
+    rc._working = Memory(working) if working else None  # none made for a role that never planned
     rc.watch = set(state.watch)
     rc.news = restored_news(state.news, {m.id: m for m in memory})
 

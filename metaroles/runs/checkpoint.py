@@ -329,7 +329,7 @@ class CheckpointWriter:
         and working memory only ever grow between two checkpoints unless their edit counter moved.
         """
         rc = role.rc
-        memory, working = rc.memory, rc.working_memory
+        memory, working = rc.memory, rc.working_so_far
         if (
             type(memory) is not Memory
             or role.brain_memory is not None
@@ -367,7 +367,7 @@ class CheckpointWriter:
     ) -> tuple[list[str], frozenset[str]]:
         """The JSON fields of a role entry: buffer, news and stage always, the rest when it changed."""
         rc, rows = role.rc, self._rows_of
-        memory, working, watch, addresses = rc.memory, rc.working_memory, rc.watch, role.addresses
+        memory, working, watch, addresses = rc.memory, rc.working_so_far, rc.watch, role.addresses
         size, edits = len(memory), memory._edits
         parts = [f'"buffer":{rows(buffer, new_rows)},"news":{rows(rc.news, new_rows)},"state":{rc.state}']
         if mark is None or edits != mark[1] or size < mark[0]:

@@ -44,7 +44,7 @@ def replayable(role: Role) -> bool:
 def signature(role: Role) -> list[Any]:
     """What a replayable role looks like now; the writer moves it along with each op it records."""
     rc = role.rc
-    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_memory
+    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_so_far
     return [
         len(memory),
         memory._edits,
@@ -61,7 +61,7 @@ def signature(role: Role) -> list[Any]:
 def replays(role: Role, expected: list[Any]) -> bool:
     """Whether ``role`` is exactly what replaying the recorded ops gives (else it gets an entry)."""
     rc = role.rc
-    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_memory
+    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_so_far
     return (
         len(memory) == expected[0]
         and memory._edits == expected[1]

@@ -200,7 +200,7 @@ def _apply_entry(role: Role, entry: dict[str, Any], rows: list[Message]) -> None
         state=entry["state"],
         buffer=[rows[r] for r in entry["buffer"]],
         memory=memory,
-        working_memory=list(rc.working_memory.storage) if working is None else [rows[r] for r in working],
+        working_memory=list(rc.working_so_far.storage) if working is None else [rows[r] for r in working],
         news=[rows[r] for r in entry["news"]],
     )
     role.load_state(state)
