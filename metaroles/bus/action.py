@@ -239,14 +239,19 @@ async def run_action(action: Action, history: Sequence[Message], sender: str, se
     try:
         return await action.run(history)
     except LLMOutputInvalid as exc:
-        return Message(
-            f"{action.name} failed: {exc}",
-            role=ChatRole.ASSISTANT,
-            cause_by=action._action_id,
-            sent_from=sender,
-            send_to=send_to,
-            metadata={"error": {"type": "LLMOutputInvalid", "raw": exc.raw, "errors": exc.errors}},
-        )
+        return failure_message(action, exc, sender, send_to)
+
+
+def failure_message(action: Action, exc: LLMOutputInvalid, sender: str, send_to: frozenset[str]) -> Message:
+    """The message that publishes an answer that never validated (``metadata["error"]`` keeps the raw text)."""
+    return Message(
+        f"{action.name} failed: {exc}",
+        role=ChatRole.ASSISTANT,
+        cause_by=action._action_id,
+        sent_from=sender,
+        send_to=send_to,
+        metadata={"error": {"type": "LLMOutputInvalid", "raw": exc.raw, "errors": exc.errors}},
+    )
 
 
 def result_message(result: ActionResult, action: Action, sender: str, send_to: frozenset[str]) -> Message | None:

@@ -9,7 +9,7 @@ mode raises). Interventions see every publish and delivery. The :class:`Environm
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 from warnings import warn
 
@@ -200,15 +200,15 @@ class Bus:
         sender = self.roles.get(message.sent_from)
         return self._outsider if sender is None else sender._env_index
 
-    def _deliver(self, messages: Iterable[Message]) -> None:
+    def _deliver(self, messages: Sequence[Message]) -> None:
         """Route each of ``messages``, in order, into the buffers of its recipients."""
         if self.interventions:
             for message in messages:
                 self._deliver_intercepted(message)
             return
-        remember, route, ready = self.history.add, self._book.route, self._ready
+        self.history.remember_new(messages)  # one call for the round's messages, not one per message
+        route, ready = self._book.route, self._ready
         for message in messages:
-            remember(message)
             recipients = route(message.send_to)
             if not recipients:
                 self._dead_letter(message)
