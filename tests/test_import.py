@@ -6,6 +6,7 @@ HEAVY = (
     "faiss",
     "llama_index",
     "ray",
+    "opentelemetry",
     "torch",
     "redis",
     "networkx",

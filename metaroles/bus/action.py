@@ -45,11 +45,18 @@ async def complete(
             "Role, the Team or the Action (e.g. llm=TestLLM() to run offline)"
         )
     start = time.perf_counter()
-    response = await llm.complete(request)
+    try:
+        response = await llm.complete(request)
+    except Exception as exc:
+        if ledger is not None and ledger.observer is not None:
+            ledger.observer.call_failed(llm, request, exc, time.perf_counter() - start)
+        raise
     if ledger is not None:
-        ledger.record(
+        entry = ledger.record(
             role=request.role, action=request.action, response=response, latency_s=time.perf_counter() - start
         )
+        if ledger.observer is not None:
+            ledger.observer.call_done(llm, request, response, entry)
     return response
 
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from metaroles.bus.delivery import Bus
 from metaroles.bus.role import Role
-from metaroles.bus.rounds import WorkerPool, run_roles, take_turn
+from metaroles.bus.rounds import TurnObserver, WorkerPool, run_roles, take_turn
 from metaroles.bus.routing import (
     Intervention,
     env_index,
@@ -84,6 +84,8 @@ class Environment(Bus):
         self._ids = IdScope(self.id_key, 0)
         self._clock = Clock()
         self._pool: WorkerPool | None = None
+        self.observer: TurnObserver | None = None
+        """Sees each round and turn while it runs (OpenTelemetry: ``runs.telemetry.traced``); off when ``None``."""
 
     # -- the run's ids ----------------------------------------------------------------------
 
@@ -149,6 +151,9 @@ class Environment(Bus):
         self._clock.set(self.round)
         if self.trace is not None:
             self.trace = []
+        observer = self.observer
+        if observer is not None:
+            observer.round_begin(self)
         ready = self._take_ready()
         failures: list[tuple[Role, Exception]] = []
         spent = self.ledger.mark()
@@ -159,14 +164,19 @@ class Environment(Bus):
             elif ready:
                 on_error = partial(self._fail, failures=failures)
                 if self._pool is not None:
+                    self._pool.observer = observer
                     await self._pool.run(ready, self.round, on_error=on_error)
                 else:
-                    await run_roles(ready, self.round, concurrency=self.concurrency, on_error=on_error)
+                    await run_roles(
+                        ready, self.round, concurrency=self.concurrency, on_error=on_error, observer=observer
+                    )
         finally:
             self._in_round = False
             self._order_trace()
             self._settle(failures, spent)
             self._flush()
+            if observer is not None:
+                observer.round_end(self, failures)
         self._raise_failures(failures)
         self._raise_undelivered()
 
@@ -199,7 +209,7 @@ class Environment(Bus):
 
     async def _run_role(self, role: Role, failures: list[tuple[Role, Exception]]) -> None:
         try:
-            await take_turn(role, self.round)
+            await take_turn(role, self.round, self.observer)
         except Exception as exc:
             self._fail(role, exc, failures=failures)
 

@@ -11,7 +11,8 @@ rounds for the next one (within an Environment's session).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -24,6 +25,24 @@ from metaroles.core.schema import ChatRole
 from metaroles.messages.message import Message
 
 OnError = Callable[[Role, Exception], None]
+
+
+class TurnObserver(Protocol):
+    """Sees each round and turn while it runs (telemetry: ``runs.telemetry``); ``None`` on the bus costs nothing."""
+
+    def round_begin(self, env: Any) -> None:
+        """Round ``env.round`` is about to run its turns."""
+
+    def round_end(self, env: Any, failures: list[tuple[Role, Exception]]) -> None:
+        """Round ``env.round``'s turns are over and its messages delivered."""
+
+    def turn(self, role: Role, turn: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
+        """Run ``turn`` (the role's turn in this round) within whatever the observer keeps of it."""
+        ...
+
+
+def _turn(role: Role) -> Coroutine[Any, Any, Any]:
+    return plain_turn(role) if role.takes_plain_turn else role.run()
 
 
 class WorkerPool:
@@ -49,6 +68,7 @@ class WorkerPool:
         self.on_error: OnError = _raise
         self.fanout = 1
         self.round = 0
+        self.observer: TurnObserver | None = None
 
     async def run(self, roles: Iterable[Role], round_no: int, *, on_error: OnError) -> None:
         """Run round ``round_no``'s turn of each of ``roles``; return when every turn is over."""
@@ -95,7 +115,10 @@ class WorkerPool:
                     ids.at(self.round)
                 _enter(ids)
                 try:
-                    await (plain_turn(role) if role.takes_plain_turn else role.run())
+                    if self.observer is None:
+                        await (plain_turn(role) if role.takes_plain_turn else role.run())
+                    else:
+                        await self.observer.turn(role, _turn(role))
                 except Exception as exc:
                     self.on_error(role, exc)
                 self.unfinished -= 1
@@ -112,7 +135,7 @@ def _raise(role: Role, exc: Exception) -> None:  # pragma: no cover - replaced b
 _enter, _leave = SCOPE.set, SCOPE.reset  # bound once: a turn pays no extra frame for its ids
 
 
-async def take_turn(role: Role, round_no: int) -> None:
+async def take_turn(role: Role, round_no: int, observer: TurnObserver | None = None) -> None:
     """One turn of ``role`` in round ``round_no``, the ids it makes drawn from its own scope.
 
     Its ids then depend only on the round, the role's place and what it does, never on which
@@ -123,7 +146,7 @@ async def take_turn(role: Role, round_no: int) -> None:
         ids.at(round_no)
     token = _enter(ids)
     try:
-        await (plain_turn(role) if role.takes_plain_turn else role.run())
+        await (_turn(role) if observer is None else observer.turn(role, _turn(role)))
     finally:
         _leave(token)
 
@@ -167,12 +190,16 @@ async def plain_turn(role: Role) -> Message | None:
     return message
 
 
-async def run_roles(roles: Iterable[Role], round_no: int, *, concurrency: int, on_error: OnError) -> None:
+async def run_roles(
+    roles: Iterable[Role], round_no: int, *, concurrency: int, on_error: OnError, observer: TurnObserver | None = None
+) -> None:
     """Run one turn of each of ``roles``, at most ``concurrency`` at once, in a pool of its own.
 
     A role that raises is reported to ``on_error`` and the others go on; the function returns
     when every turn is over, with no task left behind.
     """
     async with anyio.create_task_group() as tg:
-        await WorkerPool(tg, concurrency).run(roles, round_no, on_error=on_error)
+        pool = WorkerPool(tg, concurrency)
+        pool.observer = observer
+        await pool.run(roles, round_no, on_error=on_error)
         tg.cancel_scope.cancel()

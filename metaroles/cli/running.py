@@ -30,6 +30,7 @@ from metaroles.runs.registry import load_scenario
 from metaroles.runs.rundir import new_run_dir, read_manifest, scenario_label
 from metaroles.runs.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
 from metaroles.runs.team import Team
+from metaroles.runs.telemetry import require_otel
 
 
 @app.command()
@@ -85,8 +86,13 @@ def run(
         str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port (default: a local one)")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
+    otel: Annotated[
+        bool, typer.Option("--otel", help="trace the run with OpenTelemetry (OTEL_* variables; else spans.jsonl)")
+    ] = False,
 ) -> None:
     """Run a scenario and write its run directory."""
+    if otel:
+        require_otel()
     name, options, settings = _read_target(target, set_ or [])
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
@@ -106,6 +112,7 @@ def run(
         checkpoint_every=checkpoint_every,
         log_turns=log_turns,
         backend=backend_from(backend, shards, ray_address),
+        otel=otel,
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     manifest["execution"] = execution_record(run_options.backend)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from metaroles.llm.protocol import LLMResponse
+from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 
 
 class Price(BaseModel):
@@ -81,6 +81,16 @@ class Spend(BaseModel):
     cost: float = 0.0
 
 
+class CallObserver(Protocol):
+    """Sees each model call a ledger accounts for (telemetry: ``runs.telemetry``)."""
+
+    def call_done(self, llm: LLM, request: LLMRequest, response: LLMResponse, entry: LedgerEntry) -> None:
+        """``llm`` answered ``request``; ``entry`` is what the ledger recorded (its latency included)."""
+
+    def call_failed(self, llm: LLM, request: LLMRequest, error: Exception, latency_s: float) -> None:
+        """``llm`` raised ``error`` on ``request`` after ``latency_s`` seconds."""
+
+
 class CostLedger:
     """Tokens, latency and money spent, per role, action and model.
 
@@ -95,6 +105,8 @@ class CostLedger:
         self.entries: list[LedgerEntry] = []
         self.total_cost = 0.0
         self.total_tokens = 0
+        self.observer: CallObserver | None = None
+        """Sees each call accounted for (``None``: nobody; see ``runs.telemetry``)."""
         self.reset(entries or [])
 
     def mark(self) -> tuple[int, float, int]:

@@ -109,3 +109,5 @@ class RunOptions:
     """Model → (prompt, completion) USD per 1,000 tokens, beside the ledger's table (recorded in the manifest)."""
     backend: Any = None
     """Where the roles run (a ``runs.sharding.Backend``); one process by default. Not part of the run."""
+    otel: bool = False
+    """Trace the run with OpenTelemetry (extra ``otel``; see ``runs.telemetry``). Not part of the run."""

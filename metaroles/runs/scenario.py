@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,6 +27,7 @@ from metaroles.runs.rundir import (
     STATE,
     provenance,
     read_manifest,
+    scenario_label,
     write_manifest,
     write_run_dir,
 )
@@ -80,21 +82,33 @@ async def run_scenario(
     plan = _plan(module, config, llm, run)
     plan.team.on_round, plan.team.on_record = on_round, _metrics(module, out_dir)
     if out_dir is None:
-        report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
+        with _observed(run, plan.team, name, out_dir):
+            report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
         return report, plan.team
     record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
     _sweep(out_dir)
     write_manifest(out_dir, record)
-    report = await plan.team.run(
-        n_round=plan.n_round,
-        idea=plan.idea,
-        send_to=plan.send_to,
-        save_to=out_dir / STATE,
-        checkpoints=out_dir / CHECKPOINTS,
-        events=out_dir / EVENTS,
-    )
+    with _observed(run, plan.team, name, out_dir):
+        report = await plan.team.run(
+            n_round=plan.n_round,
+            idea=plan.idea,
+            send_to=plan.send_to,
+            save_to=out_dir / STATE,
+            checkpoints=out_dir / CHECKPOINTS,
+            events=out_dir / EVENTS,
+        )
     write_run_dir(out_dir, plan.team, report, record)
     return report, plan.team
+
+
+def _observed(run: RunOptions, team: Team, name: str, out_dir: Path | None) -> AbstractContextManager[object]:
+    """The run's OpenTelemetry trace when ``run.otel`` asks for one (imported only then), else nothing."""
+    if not run.otel:
+        return nullcontext()
+    from metaroles.runs.telemetry import run_telemetry
+
+    run_id = out_dir.name if out_dir is not None else f"{scenario_label(name)}-{team.env.id_key}"
+    return run_telemetry(team.env, scenario=scenario_label(name), run_id=run_id, out_dir=out_dir)
 
 
 def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run: RunOptions) -> dict[str, Any]:

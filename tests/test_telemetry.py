@@ -1,0 +1,133 @@
+"""OpenTelemetry: a run is one trace of rounds, turns, model calls and the bus's messages."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from metaroles import TestLLM
+from metaroles.runs.config import RunOptions
+from metaroles.runs.eventlog import read_events
+from metaroles.runs.scenario import run_scenario
+from metaroles.runs.telemetry import CAPTURE_CONTENT, SPANS, read_spans
+
+EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans():
+    """The global provider (a user's own) with an in-memory exporter: set once per process, emptied per test."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+    EXPORTER.clear()
+    yield EXPORTER
+    EXPORTER.clear()
+
+
+def by_name(finished, prefix):
+    return [s for s in finished if s.name.startswith(prefix)]
+
+
+async def test_a_debate_is_one_trace_of_rounds_turns_calls_and_messages(spans, tmp_path, monkeypatch):
+    monkeypatch.delenv(CAPTURE_CONTENT, raising=False)
+    out = tmp_path / "debate-run"
+    _, team = await run_scenario("debate", llm=TestLLM(2), options={"turns": 2}, out_dir=out, run=RunOptions(otel=True))
+    finished = spans.get_finished_spans()
+    ids = {s.context.span_id: s for s in finished}
+    assert len({s.context.trace_id for s in finished}) == 1, "one trace per run"
+    (root,) = by_name(finished, "invoke_workflow ")
+    assert root.name == "invoke_workflow debate" and root.parent is None
+    assert root.attributes["gen_ai.conversation.id"] == "debate-run"
+    rounds = by_name(finished, "round ")
+    assert [s.attributes["metaroles.round"] for s in rounds] == list(range(1, team.env.round + 1))
+    assert all(s.parent.span_id == root.context.span_id for s in rounds)
+
+    agents = by_name(finished, "invoke_agent ")
+    assert agents and all(ids[s.parent.span_id].name.startswith("round ") for s in agents)
+    assert {s.attributes["gen_ai.agent.name"] for s in agents} == {r.name for r in team.env.roles.values()}
+
+    chats = by_name(finished, "chat ")
+    entries = team.env.ledger.entries
+    assert len(chats) == len(entries) > 0
+    for span, entry in zip(sorted(chats, key=lambda s: s.start_time), entries, strict=True):
+        parent = ids[span.parent.span_id]
+        assert span.kind is SpanKind.CLIENT and parent.name == f"invoke_agent {entry.role}"
+        assert span.attributes["gen_ai.operation.name"] == "chat"
+        assert span.attributes["gen_ai.provider.name"] == "metaroles"
+        assert span.attributes["gen_ai.agent.name"] == entry.role
+        assert span.attributes["gen_ai.response.model"] == entry.model
+        assert span.attributes["gen_ai.usage.input_tokens"] == entry.prompt_tokens
+        assert span.attributes["gen_ai.usage.output_tokens"] == entry.completion_tokens
+        assert tuple(span.attributes["gen_ai.response.finish_reasons"]) == ("stop",)
+        assert span.attributes["gen_ai.conversation.id"] == "debate-run"
+        assert "gen_ai.input.messages" not in span.attributes, "no content unless asked for"
+        assert "gen_ai.output.messages" not in span.attributes
+
+    sends = by_name(finished, "send ")
+    history = list(team.env.history)
+    assert sorted(s.attributes["messaging.message.id"] for s in sends) == sorted(m.id for m in history)
+    sent = {s.attributes["messaging.message.id"]: s for s in sends}
+    for message in history:
+        span = sent[message.id]
+        assert span.kind is SpanKind.PRODUCER and span.attributes["messaging.system"] == "metaroles"
+        assert span.attributes["metaroles.cause_by"] == message.cause_by
+        assert span.attributes["metaroles.sent_from"] == message.sent_from
+        assert list(span.attributes["metaroles.send_to"]) == sorted(message.send_to)
+
+    processes = by_name(finished, "process ")
+    observed = [
+        (e["role"], m) for e in read_events(out / "events.jsonl") if e["kind"] == "observe" for m in e["message_ids"]
+    ]
+    got = [(s.attributes["metaroles.recipient"], s.attributes["messaging.message.id"]) for s in processes]
+    assert sorted(got) == sorted(observed) and observed
+    for span in processes:
+        (link,) = span.links
+        assert span.kind is SpanKind.CONSUMER
+        assert link.context.span_id == sent[span.attributes["messaging.message.id"]].context.span_id
+    assert not (out / SPANS).exists(), "the user's provider received the spans"
+
+
+async def test_content_is_captured_only_when_asked(spans, monkeypatch):
+    monkeypatch.setenv(CAPTURE_CONTENT, "true")
+    run = RunOptions(otel=True)
+    _, team = await run_scenario("debate", llm=TestLLM(2), options={"turns": 1}, out_dir=None, run=run)
+    chats = by_name(spans.get_finished_spans(), "chat ")
+    assert chats
+    for span in chats:
+        asked = json.loads(span.attributes["gen_ai.input.messages"])
+        answered = json.loads(span.attributes["gen_ai.output.messages"])
+        assert asked[-1]["role"] == "user" and asked[-1]["content"]
+        assert answered[0]["role"] == "assistant" and answered[0]["content"]
+    contents = {m.content for m in team.env.history}
+    answers = [json.loads(s.attributes["gen_ai.output.messages"])[0]["content"] for s in chats]
+    speeches = [a for a in answers if not a.startswith("{")]  # the judge's JSON verdict is re-serialised
+    assert speeches and set(speeches) <= contents
+
+
+async def test_without_telemetry_nothing_is_traced_and_no_hook_is_set(spans):
+    _, team = await run_scenario("debate", llm=TestLLM(2), options={"turns": 1}, out_dir=None)
+    assert spans.get_finished_spans() == ()
+    assert team.env.observer is None and team.env.ledger.observer is None
+
+
+def test_cli_otel_without_a_provider_or_endpoint_writes_spans_into_the_run_directory(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "metaroles", "run", "debate", "--llm", "test", "--otel", "-q", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = read_spans(out / SPANS)
+    assert len({s["context"]["trace_id"] for s in lines}) == 1
+    names = [s["name"] for s in lines]
+    assert "invoke_workflow debate" in names and "round 1" in names
+    ledger = json.loads((out / "ledger.json").read_text())
+    calls = ledger["entries"] if isinstance(ledger, dict) else ledger
+    assert sum(n.startswith("chat ") for n in names) == len(calls) > 0
