@@ -16,11 +16,13 @@ import json
 import statistics
 import tempfile
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import anyio
 from bus import ring_env
 
+from metaroles import Environment
 from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.eventlog import EventLog
 
@@ -32,6 +34,7 @@ MODES = {  # name: (event log with turn events?, checkpoint every N rounds)
     "log+checkpoint": (True, 1),
     "messages+checkpoint": (False, 1),
     "light": (False, 10),
+    "otel": (None, None),  # OpenTelemetry on (the SDK's in-memory exporter, content off), no log or checkpoint
 }
 
 
@@ -41,16 +44,36 @@ async def run(mode: str) -> float:
     folder = Path(tempfile.mkdtemp())
     log = EventLog(folder / "events.jsonl", env, turns=turns) if turns is not None else None
     checkpoints = CheckpointWriter(folder / "checkpoints") if every is not None else None
-    start = time.perf_counter()
+    telemetry = traced_in_memory(env) if mode == "otel" else nullcontext()
+    with telemetry:
+        start = time.perf_counter()
+        await rounds(env, log, checkpoints, every)
+        return ROLES * ROUNDS / (time.perf_counter() - start)
+
+
+def traced_in_memory(env: Environment) -> AbstractContextManager[object]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from metaroles.runs.telemetry import traced
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    return traced(env, scenario="ring", run_id="bench", tracer=provider.get_tracer("bench"), content=False)
+
+
+async def rounds(
+    env: Environment, log: EventLog | None, checkpoints: CheckpointWriter | None, every: int | None
+) -> None:
     for _ in range(ROUNDS):
         await env.run_round()
         if log is not None:
             log.round_done()
         if checkpoints is not None:
             checkpoints.note(env)  # every round: the turns and deliveries the next delta replays
-            if env.round % every == 0:
+            if env.round % (every or 1) == 0:
                 checkpoints.write(env)
-    return ROLES * ROUNDS / (time.perf_counter() - start)
 
 
 async def main() -> None:

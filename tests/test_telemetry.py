@@ -1,8 +1,13 @@
 """OpenTelemetry: a run is one trace of rounds, turns, model calls and the bus's messages."""
 
+import gzip
 import json
+import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 from opentelemetry import trace
@@ -15,7 +20,8 @@ from metaroles import TestLLM
 from metaroles.runs.config import RunOptions
 from metaroles.runs.eventlog import read_events
 from metaroles.runs.scenario import run_scenario
-from metaroles.runs.telemetry import CAPTURE_CONTENT, SPANS, read_spans
+from metaroles.runs.spans import SPANS, events_from_spans, read_spans
+from metaroles.runs.telemetry import CAPTURE_CONTENT
 
 EXPORTER = InMemorySpanExporter()
 
@@ -30,6 +36,12 @@ def spans():
     EXPORTER.clear()
     yield EXPORTER
     EXPORTER.clear()
+
+
+def otel_run(out, env):
+    """``metaroles run debate --llm test --otel`` in a fresh process with ``env``."""
+    command = [sys.executable, "-m", "metaroles", "run", "debate", "--llm", "test", "--otel", "-q", "--out", str(out)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
 def by_name(finished, prefix):
@@ -119,10 +131,9 @@ async def test_without_telemetry_nothing_is_traced_and_no_hook_is_set(spans):
 
 
 def test_cli_otel_without_a_provider_or_endpoint_writes_spans_into_the_run_directory(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "metaroles", "run", "debate", "--llm", "test", "--otel", "-q", "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+    done = otel_run(out, env)
     assert done.returncode == 0, done.stderr
     lines = read_spans(out / SPANS)
     assert len({s["context"]["trace_id"] for s in lines}) == 1
@@ -131,3 +142,110 @@ def test_cli_otel_without_a_provider_or_endpoint_writes_spans_into_the_run_direc
     ledger = json.loads((out / "ledger.json").read_text())
     calls = ledger["entries"] if isinstance(ledger, dict) else ledger
     assert sum(n.startswith("chat ") for n in names) == len(calls) > 0
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP trace receiver: decodes each protobuf request and keeps its spans."""
+
+    spans: ClassVar[list] = []
+
+    def do_POST(self):
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource in request.resource_spans:
+            for scope in resource.scope_spans:
+                Receiver.spans.extend(scope.spans)
+        answer = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_real_otlp_http_export_reaches_a_receiver_on_loopback(tmp_path):
+    Receiver.spans = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
+        out = tmp_path / "run"
+        command = [
+            sys.executable,
+            "-m",
+            "metaroles",
+            "run",
+            "debate",
+            "--llm",
+            "test",
+            "--otel",
+            "-q",
+            "--out",
+            str(out),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.shutdown()
+        thread.join()
+    names = [span.name for span in Receiver.spans]
+    events = read_events(out / "events.jsonl")
+    assert names.count("invoke_workflow debate") == 1
+    assert sum(n.startswith("send ") for n in names) == sum(e["kind"] == "publish" for e in events)
+    assert sum(n.startswith("chat ") for n in names) == sum(e["kind"] == "llm_call" for e in events) > 0
+    assert sum(n.startswith("round ") for n in names) == max(e["round"] for e in events)
+    assert not (out / SPANS).exists(), "exported, not written beside the run"
+    assert len({span.trace_id for span in Receiver.spans}) == 1
+
+
+def edges(graph):
+    rows = [
+        (u, v, sorted((k, round(x, 9) if isinstance(x, float) else x) for k, x in d.items()))
+        for u, v, d in graph.edges(data=True)
+    ]
+    return sorted(rows, key=repr)
+
+
+@pytest.mark.parametrize("scenario,options", [("debate", {"turns": 3}), ("software_company", {})])
+async def test_the_graph_from_spans_equals_the_graph_from_the_event_log(spans, tmp_path, scenario, options):
+    from metaroles.flow.graph import causal_dag, metrics, role_graph
+
+    out = tmp_path / "run"
+    llm = TestLLM(2, cost_per_token=0.001)
+    await run_scenario(scenario, llm=llm, options=options, out_dir=out, run=RunOptions(otel=True))
+    logged = read_events(out / "events.jsonl")
+    told = events_from_spans([json.loads(span.to_json()) for span in spans.get_finished_spans()])
+    from_log, from_spans = role_graph(logged), role_graph(told)
+    assert from_log.number_of_edges() == from_spans.number_of_edges() > 0
+    assert edges(from_spans) == edges(from_log), "edges, counts, tokens, cost and latency"
+    assert sum(d["cost"] for *_, d in from_spans.edges(data=True)) > 0
+    assert sorted(causal_dag(told).edges) == sorted(causal_dag(logged).edges)
+    assert metrics(told) == metrics(logged)
+
+
+def test_cli_graph_from_spans_draws_what_the_event_log_draws(tmp_path, capsys):
+    from metaroles.cli import main
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = tmp_path / "run"
+    assert otel_run(out, env).returncode == 0
+    assert main(["graph", str(out), "--format", "json"]) == 0
+    logged = capsys.readouterr().out
+    assert main(["graph", str(out), "--format", "json", "--from-spans"]) == 0
+    assert capsys.readouterr().out == logged and logged
+    (out / SPANS).write_text('{"name": "x", "attributes": {}}\nnot json\n')
+    assert main(["graph", str(out), "--from-spans"]) == 2
+    assert "line 2 is not a span" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from metaroles.runs.diff import RunDiff, diff_runs, run_messages
 from metaroles.runs.eventlog import read_events
 from metaroles.runs.registry import PLUGIN_KINDS, known_scenarios, plugins
 from metaroles.runs.rundir import EVENTS, read_manifest
+from metaroles.runs.spans import SPANS, events_from_spans, read_spans
 
 
 @app.command()
@@ -25,16 +26,21 @@ def graph(
     out: Annotated[
         Path | None, typer.Option(help="file to write (default: RUN_DIR/flow.EXT; text formats print)")
     ] = None,
+    from_spans: Annotated[
+        bool, typer.Option("--from-spans", help="build it from the spans.jsonl of a run made with --otel")
+    ] = False,
 ) -> None:
     """The message-flow graph of a run: a picture, an interactive page, Mermaid, GraphML or JSON."""
     from metaroles.flow import graph as flowgraph  # networkx/matplotlib: only for this command
     from metaroles.flow import page as flowhtml
     from metaroles.flow import plot as flowplot
 
-    if not (run_dir_at(run_dir) / EVENTS).is_file():
-        raise fail(f"{str(run_dir)!r} has no {EVENTS}; pass a run directory `metaroles run` wrote")
+    source = SPANS if from_spans else EVENTS
+    if not (run_dir_at(run_dir) / source).is_file():
+        hint = "run it with --otel" if from_spans else "pass a run directory `metaroles run` wrote"
+        raise fail(f"{str(run_dir)!r} has no {source}; {hint}")
     with reported():
-        events = read_events(run_dir / EVENTS)
+        events = events_from_spans(read_spans(run_dir / SPANS)) if from_spans else read_events(run_dir / EVENTS)
         texts = {m.id: m.text for m in run_messages(run_dir)} if format_ is Format.html else {}
     title = _title(run_dir)
     if format_ in (Format.mermaid, Format.json) and out is None:

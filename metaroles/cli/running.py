@@ -91,8 +91,6 @@ def run(
     ] = False,
 ) -> None:
     """Run a scenario and write its run directory."""
-    if otel:
-        require_otel()
     name, options, settings = _read_target(target, set_ or [])
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
@@ -112,7 +110,7 @@ def run(
         checkpoint_every=checkpoint_every,
         log_turns=log_turns,
         backend=backend_from(backend, shards, ray_address),
-        otel=otel,
+        otel=otel and require_otel(),
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     manifest["execution"] = execution_record(run_options.backend)

@@ -105,7 +105,7 @@ def _observed(run: RunOptions, team: Team, name: str, out_dir: Path | None) -> A
     """The run's OpenTelemetry trace when ``run.otel`` asks for one (imported only then), else nothing."""
     if not run.otel:
         return nullcontext()
-    from metaroles.runs.telemetry import run_telemetry
+    from metaroles.runs.spans import run_telemetry
 
     run_id = out_dir.name if out_dir is not None else f"{scenario_label(name)}-{team.env.id_key}"
     return run_telemetry(team.env, scenario=scenario_label(name), run_id=run_id, out_dir=out_dir)

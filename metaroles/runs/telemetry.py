@@ -44,8 +44,8 @@ SYSTEM = "metaroles"
 _PROVIDERS = {"openai": "openai", "local": "llama_cpp"}
 
 
-def require_otel() -> None:
-    """Check that the ``otel`` extra is installed.
+def require_otel() -> bool:
+    """Check that the ``otel`` extra is installed (``True`` when it is).
 
     Raises:
         ConfigError: If it is not (the message says what to install).
@@ -56,6 +56,7 @@ def require_otel() -> None:
         raise ConfigError(
             "--otel needs OpenTelemetry: pip install 'metaroles[otel]' (opentelemetry-api, -sdk, the OTLP exporter)"
         ) from None
+    return True
 
 
 def capture_content(environ: Mapping[str, str] = os.environ) -> bool:
@@ -104,6 +105,7 @@ class Telemetry:
         self.tracer = tracer if tracer is not None else trace.get_tracer("metaroles")
         self.content = capture_content() if content is None else content
         self._sent: dict[str, SpanContext] = {}
+        self._unsent: list[tuple[Message, Span, int]] = []  # published in this round's turns: sent once delivered
         self._published = len(env.history)
         self._root: Span | None = None
         self._round: Span | None = None
@@ -135,16 +137,22 @@ class Telemetry:
     def round_begin(self, env: Any) -> None:
         """Open round ``env.round``'s span (what was published before it gets its send spans first)."""
         trace = self._otel[1]
-        self._sends_since(self._root)
+        self._sends_since(self._root, env.round - 1)  # published between the rounds: logged with the one before
         self._round = self.tracer.start_span(
             f"round {env.round}", context=self._ctx, attributes={"metaroles.round": env.round}
         )
         self._round_ctx = trace.set_span_in_context(self._round)
 
     def round_end(self, env: Any, failures: list[tuple[Role, Exception]]) -> None:
-        """Close the round's span; messages published outside any turn get their send spans under it."""
+        """Close the round's span: its turns' messages are delivered now, so their send spans say to whom.
+
+        Messages published outside any turn get their send spans under the round's.
+        """
         if self._round is None:
             return
+        unsent, self._unsent = self._unsent, []
+        for message, parent, started in unsent:
+            self._send(message, parent, started)
         self._sends_since(self._round)
         self._round.set_attribute("metaroles.failed_turns", len(failures))
         self._round.end()
@@ -193,31 +201,38 @@ class Telemetry:
             child.end(end_time=started)
 
     def _sends_of(self, role: Role, span: Span, pending: int) -> None:
-        """A PRODUCER span per message the turn published (the round delivers it at its end)."""
-        place = role.place
+        """Note each message the turn published: its PRODUCER span is made when the round delivers it."""
+        place, now = role.place, time.time_ns()
         for rank, message in self.env._pending[pending:]:
             if rank == place and message.id not in self._sent:
-                self._send(message, span)
+                self._unsent.append((message, span, now))
 
-    def _sends_since(self, parent: Span | None) -> None:
+    def _sends_since(self, parent: Span | None, round_no: int | None = None) -> None:
         """Send spans for what entered the history since last time without one (published outside a turn)."""
         history = self.env.history
         if len(history) > self._published:
             for message in history.get(len(history) - self._published):
                 if message.id not in self._sent:
-                    self._send(message, parent)
+                    self._send(message, parent, round_no=round_no)
         self._published = len(history)
 
-    def _send(self, message: Message, parent: Span | None) -> None:
+    def _send(
+        self, message: Message, parent: Span | None, started: int | None = None, *, round_no: int | None = None
+    ) -> None:
         trace, kind = self._otel[1], self._otel[3]
+        attributes = self._message_attributes(message, "send")
+        if round_no is not None:
+            attributes["metaroles.round"] = round_no
+        attributes["metaroles.delivered_to"] = [role.name for role in self.env.recipients(message)]
         span = self.tracer.start_span(
             f"send {_destination(message)}",
             context=trace.set_span_in_context(parent) if parent is not None else None,
             kind=kind.PRODUCER,
-            attributes=self._message_attributes(message, "send"),
+            attributes=attributes,
+            start_time=started,
         )
         self._sent[message.id] = span.get_span_context()
-        span.end()
+        span.end(end_time=started)
 
     def _message_attributes(self, message: Message, operation: str) -> dict[str, Any]:
         return {
@@ -247,6 +262,7 @@ class Telemetry:
         span.set_attribute("gen_ai.usage.output_tokens", entry.completion_tokens)
         span.set_attribute("gen_ai.response.finish_reasons", ["tool_calls" if response.tool_calls else "stop"])
         span.set_attribute("metaroles.cost", entry.cost)
+        span.set_attribute("metaroles.latency_s", entry.latency_s)
         if self.content:
             answer: dict[str, Any] = {"role": "assistant", "content": response.text}
             if response.tool_calls:
@@ -269,6 +285,7 @@ class Telemetry:
             "gen_ai.conversation.id": self.run_id,
             "gen_ai.agent.name": request.role,
             "metaroles.action": request.action,
+            "metaroles.round": self.env.round,
         }
         for key, value in (("seed", request.seed), ("temperature", request.temperature)):
             if value is not None:
@@ -309,65 +326,3 @@ def traced(
         telemetry.end()
     finally:
         env.observer, env.ledger.observer = None, None
-
-
-SPANS = "spans.jsonl"
-"""Where a run with ``--otel`` and no OTLP endpoint writes its spans: one JSON object per line, in its run directory."""
-
-
-@contextmanager
-def run_telemetry(env: Environment, *, scenario: str, run_id: str, out_dir: Any) -> Iterator[Telemetry]:
-    """Trace a scenario run (``metaroles run … --otel``), configured by the standard ``OTEL_*`` variables.
-
-    A ``TracerProvider`` the user installed receives the spans. Without one, the run gets its own:
-    exporting over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``…_TRACES_ENDPOINT``) is
-    set, else into ``spans.jsonl`` in the run directory. Spans are timed by the clock, so that file
-    is outside the byte-for-byte contract, like the manifest's timestamps.
-    """
-    from opentelemetry import trace
-
-    if type(trace.get_tracer_provider()).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider"):
-        with traced(env, scenario=scenario, run_id=run_id) as telemetry:
-            yield telemetry
-        return
-    provider = _own_provider(out_dir)
-    try:
-        with traced(env, scenario=scenario, run_id=run_id, tracer=provider.get_tracer("metaroles")) as telemetry:
-            yield telemetry
-    finally:
-        provider.shutdown()  # flushes what is batched
-
-
-def _own_provider(out_dir: Any) -> Any:
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-
-    provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", SYSTEM)}))
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    elif out_dir is not None:
-        provider.add_span_processor(SimpleSpanProcessor(_lines_exporter(out_dir / SPANS)))
-    return provider
-
-
-def _lines_exporter(path: Any) -> Any:
-    """A span exporter appending each span as one JSON line to ``path``."""
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class LinesExporter(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            with open(path, "a", encoding="utf-8") as handle:
-                for span in spans:
-                    handle.write(json.dumps(json.loads(span.to_json()), separators=(",", ":")) + "\n")
-            return SpanExportResult.SUCCESS
-
-    return LinesExporter()
-
-
-def read_spans(path: Any) -> list[dict[str, Any]]:
-    """The spans a run wrote into ``spans.jsonl`` (the SDK's JSON form of each span)."""
-    text = open(path, encoding="utf-8").read()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
