@@ -10,7 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,6 +26,7 @@ from metaroles.runs.spans import SPANS, events_from_spans, read_spans
 from metaroles.runs.telemetry import CAPTURE_CONTENT
 
 EXPORTER = InMemorySpanExporter()
+READER = InMemoryMetricReader()
 
 
 @pytest.fixture
@@ -33,6 +36,8 @@ def spans():
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
         trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+    READER.get_metrics_data()  # what earlier tests recorded is read out (cumulative: compared as differences)
     EXPORTER.clear()
     yield EXPORTER
     EXPORTER.clear()
@@ -148,8 +153,13 @@ class Receiver(BaseHTTPRequestHandler):
     """An OTLP/HTTP trace receiver: decodes each protobuf request and keeps its spans."""
 
     spans: ClassVar[list] = []
+    metrics: ClassVar[list] = []
 
     def do_POST(self):
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest,
+            ExportMetricsServiceResponse,
+        )
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceRequest,
             ExportTraceServiceResponse,
@@ -158,12 +168,17 @@ class Receiver(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        for resource in request.resource_spans:
-            for scope in resource.scope_spans:
-                Receiver.spans.extend(scope.spans)
-        answer = ExportTraceServiceResponse().SerializeToString()
+        if self.path == "/v1/traces":
+            request, answer = ExportTraceServiceRequest(), ExportTraceServiceResponse().SerializeToString()
+            request.ParseFromString(body)
+            Receiver.spans.extend(s for r in request.resource_spans for sc in r.scope_spans for s in sc.spans)
+        else:
+            assert self.path == "/v1/metrics", self.path
+            request, answer = ExportMetricsServiceRequest(), ExportMetricsServiceResponse().SerializeToString()
+            request.ParseFromString(body)
+            Receiver.metrics.extend(
+                m.name for r in request.resource_metrics for sc in r.scope_metrics for m in sc.metrics
+            )
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", str(len(answer)))
@@ -175,7 +190,7 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 def test_a_real_otlp_http_export_reaches_a_receiver_on_loopback(tmp_path):
-    Receiver.spans = []
+    Receiver.spans, Receiver.metrics = [], []
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -209,6 +224,9 @@ def test_a_real_otlp_http_export_reaches_a_receiver_on_loopback(tmp_path):
     assert sum(n.startswith("round ") for n in names) == max(e["round"] for e in events)
     assert not (out / SPANS).exists(), "exported, not written beside the run"
     assert len({span.trace_id for span in Receiver.spans}) == 1
+    assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration", "metaroles.deliveries"} <= set(
+        Receiver.metrics
+    )
 
 
 def edges(graph):
@@ -249,3 +267,38 @@ def test_cli_graph_from_spans_draws_what_the_event_log_draws(tmp_path, capsys):
     (out / SPANS).write_text('{"name": "x", "attributes": {}}\nnot json\n')
     assert main(["graph", str(out), "--from-spans"]) == 2
     assert "line 2 is not a span" in capsys.readouterr().err
+
+
+def points(name):
+    """name -> the data points of that metric, read now (cumulative since the process set the provider)."""
+    data = READER.get_metrics_data()
+    return [
+        point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+    ]
+
+
+def totals():
+    tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in points("gen_ai.client.token.usage")}
+    calls = sum(p.count for p in points("gen_ai.client.operation.duration"))
+    rounds = sum(p.count for p in points("metaroles.round.duration"))
+    deliveries = sum(p.value for p in points("metaroles.deliveries"))
+    return tokens.get("input", 0), tokens.get("output", 0), calls, rounds, deliveries
+
+
+async def test_metrics_count_tokens_calls_rounds_and_deliveries(spans, tmp_path):
+    before = totals()
+    out = tmp_path / "run"
+    _, team = await run_scenario("debate", llm=TestLLM(2), options={"turns": 2}, out_dir=out, run=RunOptions(otel=True))
+    after = totals()
+    grown = [a - b for a, b in zip(after, before, strict=True)]
+    entries, events = team.env.ledger.entries, read_events(out / "events.jsonl")
+    assert grown[0] == sum(e.prompt_tokens for e in entries) > 0
+    assert grown[1] == sum(e.completion_tokens for e in entries) > 0
+    assert grown[2] == len(entries)
+    assert grown[3] == team.env.round
+    assert grown[4] == sum(e["kind"] == "deliver" for e in events) > 0

@@ -33,18 +33,42 @@ def run_telemetry(env: Environment, *, scenario: str, run_id: str, out_dir: Any)
     set, else into ``spans.jsonl`` in the run directory. Spans are timed by the clock, so that file
     is outside the byte-for-byte contract, like the manifest's timestamps.
     """
-    from opentelemetry import trace
+    from opentelemetry import metrics, trace
 
-    if type(trace.get_tracer_provider()).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider"):
-        with traced(env, scenario=scenario, run_id=run_id) as telemetry:
-            yield telemetry
-        return
-    provider = _own_provider(out_dir)
+    provider = None if _configured(trace.get_tracer_provider()) else _own_provider(out_dir)
+    meters = None if _configured(metrics.get_meter_provider()) else _own_meters()
+    tracer = provider.get_tracer("metaroles") if provider is not None else None
+    meter = meters.get_meter("metaroles") if meters is not None else None
     try:
-        with traced(env, scenario=scenario, run_id=run_id, tracer=provider.get_tracer("metaroles")) as telemetry:
+        with traced(env, scenario=scenario, run_id=run_id, tracer=tracer, meter=meter) as telemetry:
             yield telemetry
     finally:
-        provider.shutdown()  # flushes what is batched
+        for own in (provider, meters):
+            if own is not None:
+                own.shutdown()  # flushes what is batched
+
+
+def _configured(provider: object) -> bool:
+    """Whether the user installed a global provider (the API's default is a proxy or a no-op)."""
+    return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider")
+
+
+def _endpoint(signal: str) -> bool:
+    return bool(
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
+    )
+
+
+def _own_meters() -> Any:
+    """A meter provider exporting over OTLP/HTTP when an endpoint is set (else the no-op one)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    if not _endpoint("METRICS"):
+        return MeterProvider()  # nowhere to send them: recorded and dropped
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    return MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())])
 
 
 def _own_provider(out_dir: Any) -> Any:
@@ -53,7 +77,7 @@ def _own_provider(out_dir: Any) -> Any:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
     provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", SYSTEM)}))
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+    if _endpoint("TRACES"):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))

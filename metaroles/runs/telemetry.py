@@ -35,6 +35,7 @@ from metaroles.llm.providers import describe_llm
 from metaroles.messages.message import Message
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import Meter
     from opentelemetry.trace import Span, SpanContext, Tracer
 
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -93,8 +94,9 @@ class Telemetry:
         run_id: str,
         tracer: Tracer | None = None,
         content: bool | None = None,
+        meter: Meter | None = None,
     ) -> None:
-        """Prepare the spans; :meth:`begin` opens the root span."""
+        """Prepare the spans and instruments; :meth:`begin` opens the root span."""
         from opentelemetry import context, trace
         from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
@@ -104,6 +106,9 @@ class Telemetry:
         self.run_id = run_id
         self.tracer = tracer if tracer is not None else trace.get_tracer("metaroles")
         self.content = capture_content() if content is None else content
+        self.meters = Meters(meter)
+        self._round_started = 0.0
+        self._dead, self._delivered = len(env.dead_letters), len(env.history)  # counted by the rounds' meters
         self._sent: dict[str, SpanContext] = {}
         self._unsent: list[tuple[Message, Span, int]] = []  # published in this round's turns: sent once delivered
         self._published = len(env.history)
@@ -138,6 +143,7 @@ class Telemetry:
         """Open round ``env.round``'s span (what was published before it gets its send spans first)."""
         trace = self._otel[1]
         self._sends_since(self._root, env.round - 1)  # published between the rounds: logged with the one before
+        self._round_started = time.perf_counter()
         self._round = self.tracer.start_span(
             f"round {env.round}", context=self._ctx, attributes={"metaroles.round": env.round}
         )
@@ -154,6 +160,7 @@ class Telemetry:
         for message, parent, started in unsent:
             self._send(message, parent, started)
         self._sends_since(self._round)
+        self.meters.round(self, env)
         self._round.set_attribute("metaroles.failed_turns", len(failures))
         self._round.end()
         self._round = None
@@ -263,6 +270,7 @@ class Telemetry:
         span.set_attribute("gen_ai.response.finish_reasons", ["tool_calls" if response.tool_calls else "stop"])
         span.set_attribute("metaroles.cost", entry.cost)
         span.set_attribute("metaroles.latency_s", entry.latency_s)
+        self.meters.call(llm, entry, None)
         if self.content:
             answer: dict[str, Any] = {"role": "assistant", "content": response.text}
             if response.tool_calls:
@@ -275,6 +283,7 @@ class Telemetry:
         span = self._chat(llm, request, latency_s)
         self._failed(span, error)
         span.end()
+        self.meters.call(llm, LedgerEntry(request.role, request.action, "", 0, 0, 0.0, latency_s), error)
 
     def _chat(self, llm: LLM, request: LLMRequest, latency_s: float) -> Span:
         model = str(getattr(llm, "model", "") or "")
@@ -299,6 +308,46 @@ class Telemetry:
         return self.tracer.start_span(f"chat {model}", kind=kind.CLIENT, attributes=attributes, start_time=start)
 
 
+class Meters:
+    """The run's instruments: GenAI client token usage and operation duration, and the bus's own."""
+
+    def __init__(self, meter: Meter | None) -> None:
+        """Make the instruments on ``meter`` (default: the global provider's ``metaroles`` meter)."""
+        from opentelemetry import metrics
+
+        meter = meter if meter is not None else metrics.get_meter("metaroles")
+        self.tokens = meter.create_histogram("gen_ai.client.token.usage", unit="{token}", description="tokens per call")
+        self.duration = meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s", description="model call duration"
+        )
+        self.deliveries = meter.create_counter("metaroles.deliveries", unit="{delivery}", description="deliveries")
+        self.dead_letters = meter.create_counter("metaroles.dead_letters", unit="{message}", description="undelivered")
+        self.round_duration = meter.create_histogram("metaroles.round.duration", unit="s", description="round time")
+
+    def call(self, llm: LLM, entry: LedgerEntry, error: Exception | None) -> None:
+        """Record one model call (its tokens unless it failed, its duration always)."""
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_name(llm),
+            "gen_ai.request.model": str(getattr(llm, "model", "") or ""),
+        }
+        if error is not None:
+            attributes["error.type"] = type(error).__qualname__
+        else:
+            self.tokens.record(entry.prompt_tokens, {**attributes, "gen_ai.token.type": "input"})
+            self.tokens.record(entry.completion_tokens, {**attributes, "gen_ai.token.type": "output"})
+        self.duration.record(entry.latency_s, attributes)
+
+    def round(self, telemetry: Telemetry, env: Any) -> None:
+        """Record the round's time, its deliveries and its dead letters."""
+        history, known = env.history, telemetry._delivered
+        delivered = history.get(len(history) - known) if len(history) > known else ()
+        self.deliveries.add(sum(len(env.recipients(m)) for m in delivered))
+        self.dead_letters.add(len(env.dead_letters) - telemetry._dead)
+        self.round_duration.record(time.perf_counter() - telemetry._round_started)
+        telemetry._delivered, telemetry._dead = len(history), len(env.dead_letters)
+
+
 @contextmanager
 def traced(
     env: Environment,
@@ -307,6 +356,7 @@ def traced(
     run_id: str,
     tracer: Tracer | None = None,
     content: bool | None = None,
+    meter: Meter | None = None,
 ) -> Iterator[Telemetry]:
     """Trace ``env``'s run inside the block: its rounds, turns, model calls and messages become spans.
 
@@ -314,7 +364,7 @@ def traced(
         ConfigError: If the ``otel`` extra is not installed.
     """
     require_otel()
-    telemetry = Telemetry(env, scenario=scenario, run_id=run_id, tracer=tracer, content=content)
+    telemetry = Telemetry(env, scenario=scenario, run_id=run_id, tracer=tracer, content=content, meter=meter)
     env.observer, env.ledger.observer = telemetry, telemetry
     telemetry.begin()
     try:
