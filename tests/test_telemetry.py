@@ -302,3 +302,34 @@ async def test_metrics_count_tokens_calls_rounds_and_deliveries(spans, tmp_path)
     assert grown[2] == len(entries)
     assert grown[3] == team.env.round
     assert grown[4] == sum(e["kind"] == "deliver" for e in events) > 0
+
+
+async def test_a_tool_calling_agent_traces_its_tool_calls_under_its_turn(spans, tmp_path, monkeypatch):
+    from metaroles import FunctionLLM, Role, Team
+    from metaroles.agents.agent_role import AgentRole
+    from metaroles.runs.telemetry import traced
+    from tests.test_agent_role import COMPUTE, DONE, Coder, Review, coder
+
+    monkeypatch.delenv(CAPTURE_CONTENT, raising=False)
+    agent = coder(tmp_path, COMPUTE, DONE)
+    reviewer = Role(name="Reviewer", actions=[Review], watch=[Coder.action_id()], send_to="Human")
+    team = Team(llm=FunctionLLM(lambda request: "unused"))
+    team.hire([AgentRole(agent, send_to="Reviewer"), reviewer, Role(name="Human", watch=[Review])])
+    with traced(team.env, scenario="agents", run_id="agents-1"):
+        await team.run(4, idea="What is 6 * 7?", send_to="coder", events=tmp_path / "events.jsonl")
+    finished = spans.get_finished_spans()
+    ids = {s.context.span_id: s for s in finished}
+    tools = by_name(finished, "execute_tool ")
+    assert [s.attributes["gen_ai.tool.name"] for s in sorted(tools, key=lambda s: s.start_time)] == [
+        "python_execute",
+        "terminate",
+    ]
+    logged = [e for e in read_events(tmp_path / "events.jsonl") if e["kind"] == "tool_call"]
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in tools) == sorted(e["call_id"] for e in logged)
+    for span in tools:
+        assert ids[span.parent.span_id].name == "invoke_agent coder"
+        assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+        assert "gen_ai.tool.call.arguments" not in span.attributes and span.status.is_ok
+    chats = by_name(finished, "chat ")
+    assert {ids[s.parent.span_id].name for s in chats} == {"invoke_agent coder"}
+    assert len(chats) == len(team.env.ledger.entries) == 2, "the agent's two calls are the run's"

@@ -85,8 +85,13 @@ class AgentRole(Role):
         self.agent = agent
         action.owner = self
         agent.on_event = self._on_agent_event
-        if agent.ledger is None:
-            agent.ledger = self.ledger
+        self._own_ledger = agent.ledger is not None  # else the agent's calls go to the run's ledger once it joins
+
+    def attach(self, env: Any, index: int, *, ids: Any = None) -> None:
+        """Join ``env`` (see :meth:`Role.attach`); the agent's model calls are accounted in its ledger."""
+        super().attach(env, index, ids=ids)
+        if not self._own_ledger:
+            self.agent.ledger = self.ledger
 
     @property
     def action_id(self) -> str:
@@ -119,6 +124,9 @@ class AgentRole(Role):
         env = self.rc.env
         if env is not None and env.trace is not None:
             env.trace.append((kind, self.name, fields, 0))
+        observer = getattr(env, "observer", None)
+        if observer is not None:  # telemetry: an execute_tool span per call
+            observer.agent_event(self, kind, fields)
 
 
 class PublishMessage(BaseTool):

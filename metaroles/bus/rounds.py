@@ -40,6 +40,9 @@ class TurnObserver(Protocol):
         """Run ``turn`` (the role's turn in this round) within whatever the observer keeps of it."""
         ...
 
+    def agent_event(self, role: Role, kind: str, fields: dict[str, Any]) -> None:
+        """An agent on the bus made a ``tool_call`` or got its ``tool_result``."""
+
 
 def _turn(role: Role) -> Coroutine[Any, Any, Any]:
     return plain_turn(role) if role.takes_plain_turn else role.run()

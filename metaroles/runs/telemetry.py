@@ -110,6 +110,7 @@ class Telemetry:
         self._round_started = 0.0
         self._dead, self._delivered = len(env.dead_letters), len(env.history)  # counted by the rounds' meters
         self._sent: dict[str, SpanContext] = {}
+        self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
         self._unsent: list[tuple[Message, Span, int]] = []  # published in this round's turns: sent once delivered
         self._published = len(env.history)
         self._root: Span | None = None
@@ -258,6 +259,36 @@ class Telemetry:
         status, code = self._otel[4], self._otel[5]
         span.set_attribute("error.type", type(error).__qualname__)
         span.set_status(status(code.ERROR, str(error)[:200]))
+
+    # -- tool calls (an agent's) --------------------------------------------------------------------
+
+    def agent_event(self, role: Role, kind: str, fields: dict[str, Any]) -> None:
+        """Open an ``execute_tool {tool}`` span on a tool call; close it on the call's result."""
+        if kind == "tool_call":
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": fields.get("tool", ""),
+                "gen_ai.tool.call.id": fields.get("call_id", ""),
+                "gen_ai.agent.name": role.name,
+                "gen_ai.conversation.id": self.run_id,
+                "metaroles.round": self.env.round,
+            }
+            if self.content:
+                attributes["gen_ai.tool.call.arguments"] = str(fields.get("arguments", ""))
+            tool = fields.get("tool", "")
+            self._tools[fields.get("call_id", "")] = self.tracer.start_span(
+                f"execute_tool {tool}", attributes=attributes
+            )
+        elif kind == "tool_result":
+            span = self._tools.pop(fields.get("call_id", ""), None)
+            if span is None:
+                return
+            if not fields.get("ok", True):
+                span.set_attribute("error.type", "ToolError")
+                span.set_status(self._otel[4](self._otel[5].ERROR, str(fields.get("observation", ""))[:200]))
+            if self.content:
+                span.set_attribute("gen_ai.tool.call.result", str(fields.get("observation", "")))
+            span.end()
 
     # -- model calls (the ledger's observer) ---------------------------------------------------------
 
