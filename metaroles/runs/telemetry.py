@@ -71,10 +71,6 @@ def provider_name(llm: LLM) -> str:
     return _PROVIDERS.get(kind, SYSTEM)
 
 
-def _destination(message: Message) -> str:
-    return ",".join(sorted(message.send_to))
-
-
 class Telemetry:
     """The spans of one environment's run (see the module docstring); :func:`traced` sets it up.
 
@@ -110,6 +106,7 @@ class Telemetry:
         self._round_started = 0.0
         self._dead, self._delivered = len(env.dead_letters), len(env.history)  # counted by the rounds' meters
         self._sent: dict[str, SpanContext] = {}
+        self._destinations: dict[frozenset[str], str] = {}
         self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
         self._unsent: list[tuple[Message, Span, int]] = []  # published in this round's turns: sent once delivered
         self._published = len(env.history)
@@ -203,15 +200,24 @@ class Telemetry:
                 context=parent,
                 kind=kind.CONSUMER,
                 links=[link(sent)] if sent is not None else [],
-                attributes={**self._message_attributes(message, "process"), "metaroles.recipient": role.name},
+                attributes={
+                    "messaging.system": SYSTEM,
+                    "messaging.operation.name": "process",
+                    "messaging.operation.type": "process",
+                    "messaging.message.id": message.id,
+                    "messaging.destination.name": self._destination(message),
+                    "metaroles.recipient": role.name,
+                    "metaroles.round": self.env.round,
+                },
                 start_time=started,
             )
             child.end(end_time=started)
 
     def _sends_of(self, role: Role, span: Span, pending: int) -> None:
         """Note each message the turn published: its PRODUCER span is made when the round delivers it."""
-        place, now = role.place, time.time_ns()
-        for rank, message in self.env._pending[pending:]:
+        place, now, published = role.place, time.time_ns(), self.env._pending
+        for at in range(pending, len(published)):  # no slice: a round publishes thousands
+            rank, message = published[at]
             if rank == place and message.id not in self._sent:
                 self._unsent.append((message, span, now))
 
@@ -233,7 +239,7 @@ class Telemetry:
             attributes["metaroles.round"] = round_no
         attributes["metaroles.delivered_to"] = [role.name for role in self.env.recipients(message)]
         span = self.tracer.start_span(
-            f"send {_destination(message)}",
+            f"send {self._destination(message)}",
             context=trace.set_span_in_context(parent) if parent is not None else None,
             kind=kind.PRODUCER,
             attributes=attributes,
@@ -248,12 +254,19 @@ class Telemetry:
             "messaging.operation.name": operation,
             "messaging.operation.type": operation,
             "messaging.message.id": message.id,
-            "messaging.destination.name": _destination(message),
+            "messaging.destination.name": self._destination(message),
             "metaroles.cause_by": message.cause_by,
             "metaroles.sent_from": message.sent_from,
             "metaroles.send_to": sorted(message.send_to),
             "metaroles.round": self.env.round,
         }
+
+    def _destination(self, message: Message) -> str:
+        """``messaging.destination.name``: the sorted addresses, memoised (a run reuses a few)."""
+        name = self._destinations.get(message.send_to)
+        if name is None:
+            name = self._destinations[message.send_to] = ",".join(sorted(message.send_to))
+        return name
 
     def _failed(self, span: Span, error: BaseException) -> None:
         status, code = self._otel[4], self._otel[5]
