@@ -163,3 +163,23 @@ async def test_a_structured_verdict_reads_as_fields_in_the_transcript_and_in_sho
     assert main(["show", str(tmp_path / "run"), "--role", "Judge"]) == 0
     shown = capsys.readouterr().out
     assert "(JudgeDebate)\n  - **winner**: " in shown and "  - **confidence**: " in shown
+
+
+async def test_a_big_run_writes_its_transcript_only_when_asked_and_show_still_prints_it(tmp_path, monkeypatch, capsys):
+    from metaroles.runs import rundir
+    from metaroles.runs.config import RunOptions
+
+    monkeypatch.setattr(rundir, "TRANSCRIPT_LIMIT", 3)  # a debate of 2 turns holds more messages than that
+    big, asked = tmp_path / "big", tmp_path / "asked"
+    await run_scenario("debate", llm=TestLLM(1), options={"turns": 2}, out_dir=big)
+    await run_scenario("debate", llm=TestLLM(1), options={"turns": 2}, out_dir=asked, run=RunOptions(transcript=True))
+    assert not (big / rundir.TRANSCRIPT).exists() and (asked / rundir.TRANSCRIPT).is_file()
+    assert main(["show", str(big)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("[round ") >= 4 and "SpeakAloud" in shown
+
+
+def test_cli_no_transcript(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", "debate", "--llm", "test", "-q", "--no-transcript", "--out", str(out)]) == 0
+    assert (out / "state.json").is_file() and not (out / "transcript.md").exists()

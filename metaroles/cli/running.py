@@ -86,6 +86,10 @@ def run(
         str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port (default: a local one)")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
+    transcript: Annotated[
+        bool | None,
+        typer.Option("--transcript/--no-transcript", help="write transcript.md (default: runs ≤ 10,000 messages)"),
+    ] = None,
     otel: Annotated[
         bool, typer.Option("--otel", help="trace the run with OpenTelemetry (OTEL_* variables; else spans.jsonl)")
     ] = False,
@@ -111,6 +115,7 @@ def run(
         log_turns=log_turns,
         backend=backend_from(backend, shards, ray_address),
         otel=otel and require_otel(),
+        transcript=transcript,
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     manifest["execution"] = execution_record(run_options.backend)

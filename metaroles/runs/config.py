@@ -111,3 +111,6 @@ class RunOptions:
     """Where the roles run (a ``runs.sharding.Backend``); one process by default. Not part of the run."""
     otel: bool = False
     """Trace the run with OpenTelemetry (extra ``otel``; see ``runs.telemetry``). Not part of the run."""
+    transcript: bool | None = None
+    """Write ``transcript.md``: yes, no, or (``None``) when the run holds at most 10,000 messages."""
+    """Trace the run with OpenTelemetry (extra ``otel``; see ``runs.telemetry``). Not part of the run."""

@@ -34,6 +34,8 @@ CHECKPOINTS = "checkpoints"
 EVENTS = "events.jsonl"
 STATE = "state.json"
 TRANSCRIPT = "transcript.md"
+TRANSCRIPT_LIMIT = 10_000
+"""A run of more messages writes no ``transcript.md`` unless asked (``--transcript``); ``metaroles show`` prints it."""
 METRICS = "metrics.jsonl"
 
 
@@ -147,9 +149,11 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[
     """Write transcript, report and ledger of a finished run (``Team.run`` saved its state)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     env = team.env
-    rounds = publish_rounds(out_dir / EVENTS)
-    title = str(manifest.get("scenario", "run"))  # not the folder's name: that belongs in the manifest only
-    write_atomic(out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds))
+    wanted = manifest.get("transcript")
+    if wanted or (wanted is None and len(env.history) <= TRANSCRIPT_LIMIT):
+        rounds = publish_rounds(out_dir / EVENTS)
+        title = str(manifest.get("scenario", "run"))  # not the folder's name: that belongs in the manifest only
+        write_atomic(out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds))
     whole = report.model_copy(update={"rounds": env.round})  # the run's rounds, not this call's (a resume runs fewer)
     summary = {"report": whole.model_dump(mode="json"), "config": manifest.get("config", {})}
     write_atomic(out_dir / "report.json", json.dumps(summary, indent=1) + "\n")

@@ -123,6 +123,7 @@ def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run:
         "prices": run.prices,
         "checkpoint_every": plan.team.checkpoint_every,
         "log_turns": plan.team.log_turns,
+        "transcript": run.transcript,
     }
 
 
