@@ -6,7 +6,7 @@ import re
 import networkx as nx
 import pytest
 
-from metaroles import TestLLM
+from metaroles import Action, Environment, Message, Role, TestLLM
 from metaroles.cli import main
 from metaroles.flow.graph import causal_dag, metrics, role_graph, to_json, to_mermaid, write_graphml
 from metaroles.runs.eventlog import read_events
@@ -104,3 +104,38 @@ async def test_cli_graph_prints_mermaid_and_writes_graphml(run_dir, capsys):
     assert (run_dir / "flow.graphml").exists()
     assert main(["graph", str(run_dir.parent / "missing")]) == 2
     assert "no run directory at" in capsys.readouterr().err
+
+
+class Echo(Action):
+    async def run(self, history):
+        return "echo"
+
+
+async def test_a_folded_log_reads_as_the_same_events_in_a_fraction_of_the_bytes(tmp_path):
+    from metaroles.runs.eventlog import EventLog
+
+    env = Environment()
+    names = [f"n{i}" for i in range(12)]
+    for i, name in enumerate(names):  # each speaks to its two neighbours once it hears anything
+        env.add_role(
+            Role(
+                name=name,
+                actions=[Echo],
+                watch=[Echo, "metaroles.bus.action.UserRequirement"],
+                send_to={names[i - 1], names[(i + 1) % 12]},
+            )
+        )
+    folded = EventLog(tmp_path / "folded.jsonl", env, turns=False)
+    lines = EventLog(tmp_path / "lines.jsonl", env, turns=False, folded=False)
+    env.publish_message(Message("start"))
+    for log in (folded, lines):
+        log.round_done()
+    for _ in range(3):
+        await env.run_round()
+        for log in (folded, lines):
+            log.round_done()
+    events = read_events(tmp_path / "lines.jsonl")
+    assert read_events(tmp_path / "folded.jsonl") == events
+    assert sum(e["kind"] == "deliver" for e in events) == 12 + 3 * 12 * 2
+    assert (tmp_path / "folded.jsonl").stat().st_size < 0.6 * (tmp_path / "lines.jsonl").stat().st_size
+    assert '"deliver"' not in (tmp_path / "folded.jsonl").read_text()

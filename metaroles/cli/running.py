@@ -118,8 +118,7 @@ def run(
         transcript=transcript,
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
-    manifest["execution"] = execution_record(run_options.backend)
-    manifest["quiet"] = quiet  # resume keeps it
+    manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
     report, team = execute(
         lambda live: run_scenario(
             name,

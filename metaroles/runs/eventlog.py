@@ -3,8 +3,12 @@
 Events are written at the end of each round, in one append that is flushed and fsynced before the
 round's checkpoint: ``round_start``, ``publish`` (with ``caused_by``: the news its sender had
 observed), ``deliver``, ``dead_letter``, ``role_error``, ``dropped``, ``llm_call`` (tokens and
-cost) and ``round_end``, each with a sequence number and its round. On resume the log is cut back
-to the checkpoint's round, and a torn last line is dropped with a warning.
+cost) and ``round_end``, each with a sequence number and its round. The light log (no turn
+events, as large societies keep it) folds deliveries: a publish line carries them (``to``: the
+recipients in delivery order, numbered right after it) instead of a line per delivery — a fifth
+of the size — and :func:`read_events` gives them back as ``deliver`` events, so every reader
+sees one stream whichever way it was written. On resume
+the log is cut back to the checkpoint's round, and a torn last line is dropped with a warning.
 
 The log is a function of the run (seed and model answers), byte for byte. What the clock measured,
 each model call's latency, goes beside it into ``timings.jsonl`` (the ``seq`` of its ``llm_call``
@@ -42,13 +46,34 @@ def read_events(path: Path) -> list[Event]:
     Raises:
         RunDirCorrupt: If a line before the last is not an event (named by file and line).
     """
-    events = [event for event, _ in _read_lines(path)]
+    events = unfolded([event for event, _ in _read_lines(path)])
     latencies = {t["seq"]: t["latency_s"] for t, _ in _read_lines(timings_of(path), warn_torn=False, kind=_timing)}
     if latencies:
         for event in events:
             if event["kind"] == "llm_call":
                 event["latency_s"] = latencies.get(event["seq"], 0.0)
     return events
+
+
+def unfolded(events: list[Event]) -> list[Event]:
+    """``events`` with each publish's deliveries (its ``to``) as the ``deliver`` events they stand for.
+
+    A publish line carries the roles it was delivered to, in delivery order, and the numbers
+    after its own ``seq`` are theirs; a log written before (one line per delivery) reads the same.
+    """
+    if not any("to" in e for e in events if e["kind"] == "publish"):
+        return events
+    out: list[Event] = []
+    for event in events:
+        to = event.pop("to", None) if event["kind"] == "publish" else None
+        out.append(event)
+        if to:
+            seq, round_no, message_id = event["seq"], event["round"], event.get("message_id")
+            out.extend(
+                {"seq": seq + n, "round": round_no, "kind": "deliver", "role": role, "message_id": message_id}
+                for n, role in enumerate(to, start=1)
+            )
+    return out
 
 
 def _event(value: object) -> bool:
@@ -168,9 +193,19 @@ class EventLog:
         env: The environment whose rounds are logged.
         through_round: Keep only events up to this round from an existing log (resume).
         turns: Also log each turn's observe, think and act events (switches on ``env.trace``).
+        folded: Carry each publish's deliveries on its line (default: when turns are not logged —
+            the light log of large societies); else a line per delivery.
     """
 
-    def __init__(self, path: Path, env: Environment, *, through_round: int | None = None, turns: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        env: Environment,
+        *,
+        through_round: int | None = None,
+        turns: bool = True,
+        folded: bool | None = None,
+    ) -> None:
         """Open (and, on resume, cut back) the log."""
         self.path = path
         self.env = env
@@ -183,6 +218,7 @@ class EventLog:
         self._names: dict[str, str] = {}
         self._send_to: dict[frozenset[str], str] = {}
         self.turns = turns
+        self.folded = not turns if folded is None else folded
         if turns and env.trace is None:
             env.trace = []
         self._seen: object = env.trace  # a trace already there belongs to rounds before this log
@@ -259,11 +295,19 @@ class EventLog:
             message_id = enc(message.id)
             who = names.get(message.sent_from) or name(message.sent_from)
             action = names.get(message.cause_by) or name(message.cause_by)
-            add(
+            line = (
                 f'{{"seq":{next(numbers)}{head}"publish","role":{who},"message_id":{message_id},"cause_by":{action},'
-                f'"send_to":[{send_to}],"caused_by":[{caused}]}}\n'
+                f'"send_to":[{send_to}],"caused_by":[{caused}]'
             )
-            for recipient in route(message):
+            recipients = route(message)
+            if self.folded:
+                to = ",".join([names.get(r.name) or name(r.name) for r in recipients])
+                add(f'{line},"to":[{to}]}}\n')
+                for _ in recipients:  # each delivery keeps its number: read_events gives it back as a deliver event
+                    next(numbers)
+                continue
+            add(line + "}\n")
+            for recipient in recipients:
                 who = names.get(recipient.name) or name(recipient.name)
                 add(f'{{"seq":{next(numbers)}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
 

@@ -18,7 +18,8 @@ from typing import Any
 from metaroles.bus.environment import Environment
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import read_text
-from metaroles.runs.telemetry import SYSTEM, Telemetry, traced
+from metaroles.runs.meters import SYSTEM
+from metaroles.runs.telemetry import Telemetry, traced
 
 SPANS = "spans.jsonl"
 """Where a run with ``--otel`` and no OTLP endpoint writes its spans: one JSON object per line, in its run directory."""
