@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from metaroles import (
@@ -239,10 +241,31 @@ def test_messages_pickle():
     assert back.model_dump() == msg.model_dump()
 
 
-def test_trusted_construction_matches_validated_construction():
-    trusted = Message._trusted("x", None, ChatRole.ASSISTANT, WriteCode.action_id(), "a", frozenset({"b"}))
-    checked = Message("x", id=trusted.id, role="assistant", cause_by=WriteCode, sent_from="a", send_to="b")
+@given(
+    content=st.text(max_size=30),
+    structured=st.booleans(),
+    role=st.sampled_from(list(ChatRole)),
+    cause=st.sampled_from([WriteCode, "pkg.Other", "metaroles.bus.action.UserRequirement"]),
+    sender=st.text(max_size=8),
+    to=st.frozensets(st.sampled_from(["a", "b", "<all>", "pkg.Role"]), min_size=1, max_size=3),
+)
+def test_trusted_construction_matches_validated_construction(content, structured, role, cause, sender, to):
+    """The bus's fast path builds the very message the validated constructor builds from the same values."""
+    plan = Plan(steps=[content]) if structured else None
+    cause_id = cause if isinstance(cause, str) else cause.action_id()
+    trusted = Message._trusted(content, plan, role, cause_id, sender, to)
+    checked = Message(
+        content,
+        id=trusted.id,
+        instruct_content=plan,
+        role=role.value,
+        cause_by=cause,
+        sent_from=sender,
+        send_to=sorted(to),
+    )
+    assert trusted.same_fields(checked)
     assert trusted.model_dump() == checked.model_dump()
+    assert Message.model_validate_json(trusted.model_dump_json()).same_fields(trusted)
 
 
 def _child_id(queue) -> None:  # runs in a forked child
