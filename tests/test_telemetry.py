@@ -333,3 +333,29 @@ async def test_a_tool_calling_agent_traces_its_tool_calls_under_its_turn(spans, 
     chats = by_name(finished, "chat ")
     assert {ids[s.parent.span_id].name for s in chats} == {"invoke_agent coder"}
     assert len(chats) == len(team.env.ledger.entries) == 2, "the agent's two calls are the run's"
+
+
+async def test_long_term_memory_traces_its_embeddings_and_retrievals_under_the_turn(spans, tmp_path):
+    from tests.test_long_term import archivist
+
+    from metaroles import Environment, Message
+    from metaroles.runs.telemetry import traced
+
+    env = Environment()
+    role = archivist(tmp_path, similarity_threshold=0.95)
+    env.add_role(role)
+    env.publish_message(Message("the bridge is closed for repairs"))
+    with traced(env, scenario="archive", run_id="a-1"):
+        await env.run(1)
+        env.publish_message(Message("The bridge is closed for repairs!"))  # checked against what is known
+        await env.run(1)
+    finished = spans.get_finished_spans()
+    ids = {s.context.span_id: s for s in finished}
+    embedded = by_name(finished, "embeddings ")
+    retrieved = by_name(finished, "retrieval")
+    assert embedded and retrieved
+    for span in embedded + retrieved:
+        assert ids[span.parent.span_id].name == "invoke_agent archivist"
+        assert span.attributes["gen_ai.agent.name"] == "archivist"
+    assert embedded[0].attributes["gen_ai.request.model"] == role.rc.memory.memory_storage.embedding.name
+    assert role.rc.memory.memory_storage.observer is None, "unhooked when the trace ends"

@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from warnings import warn
@@ -85,6 +86,8 @@ class MemoryStorage:
         self.messages: dict[str, Message] = {}
         self.deleted: set[str] = set()
         self._pending: list[Message] = []
+        self.observer: Callable[[str, int, float], None] | None = None
+        """Told ``(operation, count, seconds)`` of each ``embeddings`` and ``retrieval`` (telemetry)."""
         self._adapter = _Adapter(embedding)
         self._index = self._empty_index()
 
@@ -137,7 +140,10 @@ class MemoryStorage:
         """
         if self._pending:
             pending, self._pending = self._pending, []
+            start = time.perf_counter()
             self._index._insert(self._nodes(pending))
+            if self.observer is not None:
+                self.observer("embeddings", len(pending), time.perf_counter() - start)
 
     # -- recall --------------------------------------------------------------------------------
 
@@ -162,7 +168,10 @@ class MemoryStorage:
         text = message if isinstance(message, str) else message.content
         filtered = cause_by is not None or sent_from is not None
         fetch = min(len(self.messages), (k * 4 if filtered else k) + len(self.deleted))
+        start = time.perf_counter()
         hits = self._index.as_retriever(similarity_top_k=fetch).retrieve(text)
+        if self.observer is not None:
+            self.observer("retrieval", len(hits), time.perf_counter() - start)
         found: list[tuple[Message, float]] = []
         for hit in hits:
             stored = self.messages.get(str(hit.node.metadata.get("message_id")))

@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from metaroles.bus.environment import Environment
@@ -294,6 +295,30 @@ class Telemetry:
                 span.set_attribute("gen_ai.tool.call.result", str(fields.get("observation", "")))
             span.end()
 
+    # -- long-term memory ------------------------------------------------------------------------
+
+    def storage_op(self, role: str, model: str, operation: str, count: int, seconds: float) -> None:
+        """An ``embeddings {model}`` or ``retrieval`` span for what a role's long-term memory just did."""
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.agent.name": role,
+            "gen_ai.conversation.id": self.run_id,
+            "metaroles.round": self.env.round,
+            "metaroles.count": count,
+        }
+        if operation == "embeddings":
+            attributes["gen_ai.request.model"] = model
+        name, start = f"embeddings {model}" if operation == "embeddings" else "retrieval", time.time_ns()
+        self.tracer.start_span(name, attributes=attributes, start_time=start - int(seconds * 1e9)).end()
+
+    def _storages(self, on: bool) -> None:
+        """Tell (or stop telling) every role's long-term storage to report to this telemetry."""
+        for role in self.env.roles.values():
+            storage = getattr(getattr(role, "rc", None) and role.rc.memory, "memory_storage", None)
+            if storage is not None:
+                name, model = role.name, storage.embedding.name
+                storage.observer = partial(self.storage_op, name, model) if on else None
+
     # -- model calls (the ledger's observer) ---------------------------------------------------------
 
     def call_done(self, llm: LLM, request: LLMRequest, response: LLMResponse, entry: LedgerEntry) -> None:
@@ -361,6 +386,7 @@ def traced(
     require_otel()
     telemetry = Telemetry(env, scenario=scenario, run_id=run_id, tracer=tracer, content=content, meter=meter)
     env.observer, env.ledger.observer = telemetry, telemetry
+    telemetry._storages(True)
     telemetry.begin()
     try:
         yield telemetry
@@ -371,3 +397,4 @@ def traced(
         telemetry.end()
     finally:
         env.observer, env.ledger.observer = None, None
+        telemetry._storages(False)
