@@ -336,10 +336,9 @@ async def test_a_tool_calling_agent_traces_its_tool_calls_under_its_turn(spans, 
 
 
 async def test_long_term_memory_traces_its_embeddings_and_retrievals_under_the_turn(spans, tmp_path):
-    from tests.test_long_term import archivist
-
     from metaroles import Environment, Message
     from metaroles.runs.telemetry import traced
+    from tests.test_long_term import archivist
 
     env = Environment()
     role = archivist(tmp_path, similarity_threshold=0.95)
