@@ -303,8 +303,13 @@ class Environment(Bus):
                 self.mark_ready(role)
 
     def save(self, path: str | Path) -> Path:
-        """Write the state as JSON, atomically (a crash never leaves a half-written file)."""
-        return write_atomic(Path(path), self.state_dict().model_dump_json(indent=1))
+        """Write the state as JSON, atomically (a crash never leaves a half-written file).
+
+        The JSON goes from pydantic-core to the file as bytes: a large society's state is hundreds
+        of megabytes, and a text copy of it (then its encoding) would double the run's peak memory.
+        """
+        state = self.state_dict()
+        return write_atomic(Path(path), state.__pydantic_serializer__.to_json(state, indent=1))
 
     def load(self, path: str | Path) -> None:
         """Restore a state written by :meth:`save`.
