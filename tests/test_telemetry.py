@@ -358,3 +358,14 @@ async def test_long_term_memory_traces_its_embeddings_and_retrievals_under_the_t
         assert span.attributes["gen_ai.agent.name"] == "archivist"
     assert embedded[0].attributes["gen_ai.request.model"] == role.rc.memory.memory_storage.embedding.name
     assert role.rc.memory.memory_storage.observer is None, "unhooked when the trace ends"
+
+
+def test_cli_otel_without_the_extra_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from metaroles.cli import main
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if the otel extra were not installed
+    out = tmp_path / "run"
+    assert main(["run", "debate", "--llm", "test", "-q", "--otel", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'metaroles[otel]'" in err and len(err.strip().splitlines()) == 1 and "bug" not in err
+    assert not out.exists(), "nothing written before the option was checked"

@@ -15,6 +15,7 @@ from typer._click.exceptions import ClickException  # typer vendors click: usage
 
 from metaroles.cli import inspecting, running, sweeping
 from metaroles.cli.common import app, err, say
+from metaroles.core.exceptions import MetarolesError, RunError
 from metaroles.core.text import printable
 
 __all__ = ["app", "inspecting", "main", "running", "sweeping"]
@@ -41,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except typer.Abort:
             say("aborted")
             return 130
+        except MetarolesError as exc:  # raised outside a command's `reported` block: the same one line and code
+            say(str(exc))
+            return 1 if isinstance(exc, RunError) else 2
         except Exception as exc:  # a bug of ours: still one line, never a traceback
             say(f"unexpected {type(exc).__name__}: {exc} (a metaroles bug; please report it)")
             return 1

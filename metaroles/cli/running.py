@@ -95,15 +95,15 @@ def run(
     ] = False,
 ) -> None:
     """Run a scenario and write its run directory."""
+    if otel:
+        require_otel()  # before anything is loaded or written
     name, options, settings = _read_target(target, set_ or [])
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
-    language_model, manifest = model_from(
-        {k: v if v is not None else settings.get(k) for k, v in given.items()}, replay
-    )
-    if record is not None:
-        language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model)
+    settled = {k: v if v is not None else settings.get(k) for k, v in given.items()}
+    language_model, manifest = model_from(settled, replay)
+    language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
     manifest["cassette"] = str(record or replay or "")
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
@@ -114,7 +114,7 @@ def run(
         checkpoint_every=checkpoint_every,
         log_turns=log_turns,
         backend=backend_from(backend, shards, ray_address),
-        otel=otel and require_otel(),
+        otel=otel,
         transcript=transcript,
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))

@@ -43,8 +43,8 @@ CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """The standard switch for prompt and answer text in spans (off unless ``true``)."""
 
 
-def require_otel() -> bool:
-    """Check that the ``otel`` extra is installed (``True`` when it is).
+def require_otel() -> None:
+    """Check that the ``otel`` extra is installed.
 
     Raises:
         ConfigError: If it is not (the message says what to install).
@@ -55,7 +55,6 @@ def require_otel() -> bool:
         raise ConfigError(
             "--otel needs OpenTelemetry: pip install 'metaroles[otel]' (opentelemetry-api, -sdk, the OTLP exporter)"
         ) from None
-    return True
 
 
 def capture_content(environ: Mapping[str, str] = os.environ) -> bool:
