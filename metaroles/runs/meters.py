@@ -26,9 +26,11 @@ def provider_name(llm: LLM) -> str:
 class Meters:
     """The run's instruments: GenAI client token usage and operation duration, and the bus's own."""
 
-    def __init__(self, meter: Meter | None) -> None:
-        """Make the instruments on ``meter`` (default: the global provider's ``metaroles`` meter)."""
+    def __init__(self, meter: Meter | None, env: Any) -> None:
+        """Make the instruments on ``meter`` (default: the global provider's ``metaroles`` meter) for ``env``'s run."""
         from opentelemetry import metrics
+
+        self._delivered, self._dead, self._started = len(env.history), len(env.dead_letters), 0.0
 
         meter = meter if meter is not None else metrics.get_meter("metaroles")
         self.tokens = meter.create_histogram("gen_ai.client.token.usage", unit="{token}", description="tokens per call")
@@ -53,11 +55,15 @@ class Meters:
             self.tokens.record(entry.completion_tokens, {**attributes, "gen_ai.token.type": "output"})
         self.duration.record(entry.latency_s, attributes)
 
-    def round(self, telemetry: Any, env: Any) -> None:
-        """Record the round's time, its deliveries and its dead letters."""
-        history, known = env.history, telemetry._delivered
+    def round_begin(self) -> None:
+        """A round starts: its duration is measured from now."""
+        self._started = time.perf_counter()
+
+    def round_end(self, env: Any) -> None:
+        """Record the round's time, and the deliveries and dead letters since the last round ended."""
+        history, known = env.history, self._delivered
         delivered = history.get(len(history) - known) if len(history) > known else ()
         self.deliveries.add(sum(len(env.recipients(m)) for m in delivered))
-        self.dead_letters.add(len(env.dead_letters) - telemetry._dead)
-        self.round_duration.record(time.perf_counter() - telemetry._round_started)
-        telemetry._delivered, telemetry._dead = len(history), len(env.dead_letters)
+        self.dead_letters.add(len(env.dead_letters) - self._dead)
+        self.round_duration.record(time.perf_counter() - self._started)
+        self._delivered, self._dead = len(history), len(env.dead_letters)

@@ -85,17 +85,14 @@ class Telemetry:
     ) -> None:
         """Prepare the spans and instruments; :meth:`begin` opens the root span."""
         from opentelemetry import context, trace
-        from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-        self._otel = (context, trace, Link, SpanKind, Status, StatusCode)
+        self._context, self._trace = context, trace  # trace also holds SpanKind, Link, Status, StatusCode
         self.env = env
         self.scenario = scenario
         self.run_id = run_id
         self.tracer = tracer if tracer is not None else trace.get_tracer("metaroles")
         self.content = capture_content() if content is None else content
-        self.meters = Meters(meter)
-        self._round_started = 0.0
-        self._dead, self._delivered = len(env.dead_letters), len(env.history)  # counted by the rounds' meters
+        self.meters = Meters(meter, env)
         self._sent: dict[str, SpanContext] = {}
         self._destinations: dict[frozenset[str], str] = {}
         self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
@@ -110,7 +107,7 @@ class Telemetry:
 
     def begin(self) -> None:
         """Open the run's root span, ``invoke_workflow {scenario}``."""
-        trace = self._otel[1]
+        trace = self._trace
         attributes = {"gen_ai.operation.name": "invoke_workflow", "gen_ai.conversation.id": self.run_id}
         self._root = self.tracer.start_span(f"invoke_workflow {self.scenario}", attributes=attributes)
         self._root.set_attribute("metaroles.scenario", self.scenario)
@@ -130,9 +127,9 @@ class Telemetry:
 
     def round_begin(self, env: Any) -> None:
         """Open round ``env.round``'s span (what was published before it gets its send spans first)."""
-        trace = self._otel[1]
+        trace = self._trace
         self._sends_since(self._root, env.round - 1)  # published between the rounds: logged with the one before
-        self._round_started = time.perf_counter()
+        self.meters.round_begin()
         self._round = self.tracer.start_span(
             f"round {env.round}", context=self._ctx, attributes={"metaroles.round": env.round}
         )
@@ -149,7 +146,7 @@ class Telemetry:
         for message, parent, started in unsent:
             self._send(message, parent, started)
         self._sends_since(self._round)
-        self.meters.round(self, env)
+        self.meters.round_end(env)
         self._round.set_attribute("metaroles.failed_turns", len(failures))
         self._round.end()
         self._round = None
@@ -158,7 +155,7 @@ class Telemetry:
 
     async def turn(self, role: Role, turn: Coroutine[Any, Any, Any]) -> Any:
         """Run ``turn`` inside its ``invoke_agent {role}`` span, with the turn's process and send spans."""
-        context, trace = self._otel[0], self._otel[1]
+        context, trace = self._context, self._trace
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": role.name,
@@ -182,7 +179,7 @@ class Telemetry:
 
     def _processed(self, role: Role, span: Span, started: int) -> None:
         """A CONSUMER span per message the turn observed, linked to the span that sent it."""
-        trace, link, kind = self._otel[1], self._otel[2], self._otel[3]
+        trace, link, kind = self._trace, self._trace.Link, self._trace.SpanKind
         parent = trace.set_span_in_context(span)
         for message in role.rc.news:
             sent = self._sent.get(message.id)
@@ -224,7 +221,7 @@ class Telemetry:
     def _send(
         self, message: Message, parent: Span | None, started: int | None = None, *, round_no: int | None = None
     ) -> None:
-        trace, kind = self._otel[1], self._otel[3]
+        trace, kind = self._trace, self._trace.SpanKind
         attributes = self._message_attributes(message, "send")
         if round_no is not None:
             attributes["metaroles.round"] = round_no
@@ -259,10 +256,9 @@ class Telemetry:
             name = self._destinations[message.send_to] = ",".join(sorted(message.send_to))
         return name
 
-    def _failed(self, span: Span, error: BaseException) -> None:
-        status, code = self._otel[4], self._otel[5]
-        span.set_attribute("error.type", type(error).__qualname__)
-        span.set_status(status(code.ERROR, str(error)[:200]))
+    def _failed(self, span: Span, error: BaseException | str, kind: str = "") -> None:
+        span.set_attribute("error.type", kind or type(error).__qualname__)
+        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(error)[:200]))
 
     # -- tool calls (an agent's) --------------------------------------------------------------------
 
@@ -288,8 +284,7 @@ class Telemetry:
             if span is None:
                 return
             if not fields.get("ok", True):
-                span.set_attribute("error.type", "ToolError")
-                span.set_status(self._otel[4](self._otel[5].ERROR, str(fields.get("observation", ""))[:200]))
+                self._failed(span, str(fields.get("observation", "")), "ToolError")
             if self.content:
                 span.set_attribute("gen_ai.tool.call.result", str(fields.get("observation", "")))
             span.end()
@@ -313,7 +308,8 @@ class Telemetry:
     def _storages(self, on: bool) -> None:
         """Tell (or stop telling) every role's long-term storage to report to this telemetry."""
         for role in self.env.roles.values():
-            storage = getattr(getattr(role, "rc", None) and role.rc.memory, "memory_storage", None)
+            rc = getattr(role, "rc", None)  # a shard's stand-in has none
+            storage = getattr(rc.memory, "memory_storage", None) if rc is not None else None
             if storage is not None:
                 name, model = role.name, storage.embedding.name
                 storage.observer = partial(self.storage_op, name, model) if on else None
@@ -363,7 +359,7 @@ class Telemetry:
         if self.content:
             attributes["gen_ai.input.messages"] = json.dumps(request.messages, ensure_ascii=False)
         start = time.time_ns() - int(latency_s * 1e9)
-        kind = self._otel[3]
+        kind = self._trace.SpanKind
         return self.tracer.start_span(f"chat {model}", kind=kind.CLIENT, attributes=attributes, start_time=start)
 
 
