@@ -50,6 +50,13 @@ class Bus:
         """The last round's turn steps as ``(kind, role, detail, remembered)`` — observe (news, and
         how many messages went to memory), think (the action), act (the message) — while an event
         log or a checkpoint writer wants them (``None`` otherwise). Each round starts a new list."""
+        self.routed: list[Sequence[Role]] | None = None
+        """The recipients of each message the history gained since :attr:`routed_from`, in history
+        order, as delivery found them, while an event log or a checkpoint writer wants them
+        (``None`` otherwise): they read the round's deliveries here instead of routing again."""
+        self.routed_from = 0
+        """The history length when :attr:`routed` started (each round starts a new list)."""
+        self._routed_edits = 0
         self.roles: dict[str, Role] = {}
         self.history = Memory()
         self.dead_letters: list[Message] = []
@@ -168,9 +175,31 @@ class Bus:
 
     # -- routing -------------------------------------------------------------------------------
 
+    def record_routes(self) -> None:
+        """Start (or start again) :attr:`routed`: from now on, delivery keeps each message's recipients."""
+        self.routed, self.routed_from, self._routed_edits = [], len(self.history), self.history._edits
+
     def recipients(self, message: Message) -> list[Role]:
         """The roles ``message`` would be delivered to, in registration order."""
         return list(self._book.route(message.send_to))
+
+    def delivered(self, since: int) -> tuple[Sequence[Message], list[Sequence[Role]]]:
+        """The messages the history gained after its first ``since``, each with the roles it reached.
+
+        Read from :attr:`routed` where it covers them; routed again (as now) where it does not.
+        """
+        history = self.history
+        messages = history.get(len(history) - since) if len(history) > since else []
+        routed = self.routed
+        if (
+            routed is not None
+            and self.routed_from <= since
+            and len(routed) == len(history) - self.routed_from
+            and history._edits == self._routed_edits
+        ):
+            return messages, routed[since - self.routed_from :]
+        route = self._book.route
+        return messages, [route(m.send_to) for m in messages]
 
     def publish_message(self, message: Message) -> None:
         """Publish ``message``: delivered at the end of the current round, or now between rounds.
@@ -207,9 +236,11 @@ class Bus:
                 self._deliver_intercepted(message)
             return
         self.history.remember_new(messages)  # one call for the round's messages, not one per message
-        route, ready = self._book.route, self._ready
+        route, ready, routed = self._book.route, self._ready, self.routed
         for message in messages:
             recipients = route(message.send_to)
+            if routed is not None:
+                routed.append(recipients)
             if not recipients:
                 self._dead_letter(message)
             for role in recipients:
@@ -226,6 +257,8 @@ class Bus:
             message = _checked(result, hook)
         self.history.add(message)
         recipients = self._book.route(message.send_to)
+        if self.routed is not None:
+            self.routed.append(recipients)
         if not recipients:
             self._dead_letter(message)
         for role in recipients:

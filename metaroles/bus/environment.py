@@ -151,6 +151,8 @@ class Environment(Bus):
         self._clock.set(self.round)
         if self.trace is not None:
             self.trace = []
+        if self.routed is not None:
+            self.record_routes()
         observer = self.observer
         if observer is not None:
             observer.round_begin(self)

@@ -63,13 +63,19 @@ def env_index(role: Role) -> int:
 class AddressBook:
     """The roles of an Environment in registration order, indexed by address.
 
-    Routing costs what the recipients cost, not what the roles do: one dict lookup per address.
+    Routing costs what the recipients cost, not what the roles do: one dict lookup per address. A
+    set of several addresses (a society's neighbours) is merged once and remembered until a role
+    joins or changes its addresses.
     """
+
+    CACHED = 65_536
+    """How many address sets :meth:`route` remembers before it starts again."""
 
     def __init__(self) -> None:
         """Create an empty book."""
         self.members: list[Role] = []
         self._index: dict[str, list[Role]] = {}
+        self._merged: dict[frozenset[str], list[Role]] = {}
 
     def add(self, role: Role) -> None:
         """Register ``role`` (already attached at its index) under its addresses."""
@@ -77,6 +83,7 @@ class AddressBook:
         self._index_role(role)
 
     def _index_role(self, role: Role) -> None:
+        self._merged.clear()
         for address in role.addresses:
             bucket = self._index.setdefault(address, [])
             bucket.append(role)
@@ -103,11 +110,16 @@ class AddressBook:
         if len(send_to) == 1:
             for address in send_to:
                 return self._index.get(address, ())
-        found: dict[int, Role] = {}
-        for address in send_to:
-            for role in self._index.get(address, ()):
-                found[role._env_index] = role
-        return [found[i] for i in sorted(found)]
+        merged = self._merged.get(send_to)
+        if merged is None:
+            found: dict[int, Role] = {}
+            for address in send_to:
+                for role in self._index.get(address, ()):
+                    found[role._env_index] = role
+            if len(self._merged) >= self.CACHED:
+                self._merged.clear()
+            merged = self._merged[send_to] = [found[i] for i in sorted(found)]
+        return merged
 
 
 def explain_route(message: Message, target: Role) -> RouteExplanation:

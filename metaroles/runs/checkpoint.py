@@ -233,9 +233,10 @@ class CheckpointWriter:
         if len(history) <= self._noted_history:
             self._noted_history = len(history)
             return
+        if env.routed is None:
+            env.record_routes()
         index, expect, out, rows = self._role_index(env), self._expect, self._deliveries, self._rows
-        for message in history.get(len(history) - self._noted_history):
-            recipients = env.recipients(message)
+        for message, recipients in zip(*env.delivered(self._noted_history), strict=True):
             row = rows.get(id(message))
             out += (self._row(message, self._pending_rows) if row is None else row, len(recipients))
             for role in recipients:

@@ -26,6 +26,7 @@ from typing import Any
 from warnings import warn
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import append_durably, read_text, write_atomic
 from metaroles.messages.message import Message
@@ -221,6 +222,8 @@ class EventLog:
         self.folded = not turns if folded is None else folded
         if turns and env.trace is None:
             env.trace = []
+        if env.routed is None:
+            env.record_routes()
         self._seen: object = env.trace  # a trace already there belongs to rounds before this log
         self._mark()
 
@@ -247,7 +250,7 @@ class EventLog:
             self._seen = env.trace
             self._turn_lines(lines, numbers, head)
         if len(env.history) > self._history:
-            self._message_lines(lines, numbers, head, env.history.get(len(env.history) - self._history))
+            self._message_lines(lines, numbers, head, *env.delivered(self._history))
         timings = []
         for entry in env.ledger.entries[self._ledger :]:
             call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
@@ -282,11 +285,18 @@ class EventLog:
                 message_id = "null" if detail is None else enc(detail.id)
                 add(f'{{"seq":{next(numbers)}{head}"act","role":{who},"message_id":{message_id}}}\n')
 
-    def _message_lines(self, lines: list[str], numbers: Iterator[int], head: str, messages: Sequence[Message]) -> None:
+    def _message_lines(
+        self,
+        lines: list[str],
+        numbers: Iterator[int],
+        head: str,
+        messages: Sequence[Message],
+        routed: Sequence[Sequence[Role]],
+    ) -> None:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
-        roles, route, targets = env.roles, env.recipients, self._send_to
-        for message in messages:
+        roles, targets = env.roles, self._send_to
+        for message, recipients in zip(messages, routed, strict=True):
             sender = roles.get(message.sent_from)
             caused = ",".join([enc(m.id) for m in sender.rc.news]) if sender is not None else ""
             send_to = targets.get(message.send_to)
@@ -299,7 +309,6 @@ class EventLog:
                 f'{{"seq":{next(numbers)}{head}"publish","role":{who},"message_id":{message_id},"cause_by":{action},'
                 f'"send_to":[{send_to}],"caused_by":[{caused}]'
             )
-            recipients = route(message)
             if self.folded:
                 to = ",".join([names.get(r.name) or name(r.name) for r in recipients])
                 add(f'{line},"to":[{to}]}}\n')

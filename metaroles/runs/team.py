@@ -328,6 +328,8 @@ class Team:
             writer = self._checkpoints
             if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
                 await self._commit(writer)
+            elif writer is not None and self._sharded is None:
+                writer.note(self.env)  # the round's turns and deliveries: the next delta replays them
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise
