@@ -11,6 +11,7 @@ import pytest
 from metaroles import TestLLM
 from metaroles.core.exceptions import ConfigError
 from metaroles.runs.registry import load_scenario
+from metaroles.runs.restore import restore_checkpoint
 
 SEED = 5
 ROUNDS = 7  # the debate with turns=3: six speeches, then the verdict
@@ -123,3 +124,30 @@ async def test_checkpoints_every_third_round_and_where_the_run_stopped(tmp_path,
     again = build()
     await again.team.resume(tmp_path, again.n_round, events=tmp_path / "events.jsonl")
     assert transcript(again.team) == straight
+
+
+async def test_a_delta_over_several_rounds_replays_them_in_order(tmp_path):
+    """Every third round checkpointed: each delta replays three rounds' turns and deliveries, interleaved."""
+    module = load_scenario("society")
+    config = module.Config(agents=12, rounds=9)
+    plan = module.build(config, TestLLM())
+    plan.team.checkpoint_every, plan.team.log_turns = 3, False
+    states = {}
+    plan.team.on_round = lambda team: states.__setitem__(team.env.round, team.env.state_dict())
+    await plan.team.run(plan.n_round, idea=plan.idea, checkpoints=tmp_path)
+    deltas = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("round-*.json"))]
+    assert [d["round"] for d in deltas] == [0, 3, 6, 9, 10] and all(d["kind"] == "delta" for d in deltas[1:])
+    assert [round_marks(d["ops"]) for d in deltas[1:]] == [2, 2, 2, 0], "a delta marks where each of its rounds ends"
+    for round_no in (3, 6, 9, 10):
+        again = module.build(config, TestLLM())
+        restore_checkpoint(tmp_path, again.team.env, through_round=round_no)
+        assert again.team.env.state_dict() == states[round_no], f"round {round_no} is restored as it was"
+
+
+def round_marks(ops: list[int]) -> int:
+    """How many round marks (code 2) a delta's ops hold: observe is 2 numbers, act 3, a mark 2."""
+    i = marks = 0
+    while i < len(ops):
+        marks += ops[i] == 2
+        i += 3 if ops[i] == 1 else 2
+    return marks

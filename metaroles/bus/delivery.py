@@ -56,7 +56,7 @@ class Bus:
         (``None`` otherwise): they read the round's deliveries here instead of routing again."""
         self.routed_from = 0
         """The history length when :attr:`routed` started (each round starts a new list)."""
-        self._routed_edits = 0
+        self._routed_mark: tuple[AddressBook, int, int] | None = None
         self.roles: dict[str, Role] = {}
         self.history = Memory()
         self.dead_letters: list[Message] = []
@@ -177,16 +177,18 @@ class Bus:
 
     def record_routes(self) -> None:
         """Start (or start again) :attr:`routed`: from now on, delivery keeps each message's recipients."""
-        self.routed, self.routed_from, self._routed_edits = [], len(self.history), self.history._edits
+        self.routed, self.routed_from = [], len(self.history)
+        self._routed_mark = (self._book, self._book.version, self.history._edits)
 
     def recipients(self, message: Message) -> list[Role]:
         """The roles ``message`` would be delivered to, in registration order."""
         return list(self._book.route(message.send_to))
 
     def delivered(self, since: int) -> tuple[Sequence[Message], list[Sequence[Role]]]:
-        """The messages the history gained after its first ``since``, each with the roles it reached.
+        """The messages the history gained after its first ``since``, each with the roles it reaches.
 
-        Read from :attr:`routed` where it covers them; routed again (as now) where it does not.
+        Read from :attr:`routed` when it covers them and no address changed since it started (the
+        lists it holds are the index's own); else routed again, as the address index is now.
         """
         history = self.history
         messages = history.get(len(history) - since) if len(history) > since else []
@@ -195,7 +197,7 @@ class Bus:
             routed is not None
             and self.routed_from <= since
             and len(routed) == len(history) - self.routed_from
-            and history._edits == self._routed_edits
+            and self._routed_mark == (self._book, self._book.version, history._edits)
         ):
             return messages, routed[since - self.routed_from :]
         route = self._book.route

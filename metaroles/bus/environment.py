@@ -30,6 +30,7 @@ from metaroles.bus.routing import (
 )
 from metaroles.bus.state import EnvironmentState, by_reference, resolved, rng_state, set_rng_state
 from metaroles.core.exceptions import (
+    ConfigError,
     InvalidValueError,
     RoleFailed,
     RunDirCorrupt,
@@ -149,10 +150,7 @@ class Environment(Bus):
             raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
         self.round += 1
         self._clock.set(self.round)
-        if self.trace is not None:
-            self.trace = []
-        if self.routed is not None:
-            self.record_routes()
+        self._new_records()
         observer = self.observer
         if observer is not None:
             observer.round_begin(self)
@@ -181,6 +179,13 @@ class Environment(Bus):
                 observer.round_end(self, failures)
         self._raise_failures(failures)
         self._raise_undelivered()
+
+    def _new_records(self) -> None:
+        """Start the round's trace and routes, where someone keeps them."""
+        if self.trace is not None:
+            self.trace = []
+        if self.routed is not None:
+            self.record_routes()
 
     def _raise_failures(self, failures: list[tuple[Role, Exception]]) -> None:
         """Raise the first failure of the round (in role order) when ``on_role_error`` is ``"raise"``."""
@@ -320,6 +325,12 @@ class Environment(Bus):
             RunDirCorrupt: If the file is cut short or is not a saved state (naming it and where); nothing is loaded.
         """
         raw = Path(path).read_bytes()
+        if b'"checkpoint_reference"' in raw[:64]:
+            raise ConfigError(
+                f"{path} refers to the run's last checkpoint instead of holding the state (a run of more than "
+                "10,000 messages saves it once); restore from there: "
+                "metaroles.runs.restore.restore_checkpoint(run_dir / 'checkpoints', env)"
+            )
         try:
             state = EnvironmentState.model_validate_json(raw)
         except ValidationError as exc:

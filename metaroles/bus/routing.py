@@ -76,6 +76,8 @@ class AddressBook:
         self.members: list[Role] = []
         self._index: dict[str, list[Role]] = {}
         self._merged: dict[frozenset[str], list[Role]] = {}
+        self.version = 0
+        """Moves whenever a role joins or changes its addresses (what :meth:`route` returned may have changed)."""
 
     def add(self, role: Role) -> None:
         """Register ``role`` (already attached at its index) under its addresses."""
@@ -84,6 +86,7 @@ class AddressBook:
 
     def _index_role(self, role: Role) -> None:
         self._merged.clear()
+        self.version += 1
         for address in role.addresses:
             bucket = self._index.setdefault(address, [])
             bucket.append(role)

@@ -73,3 +73,18 @@ def append_durably(path: Path, text: str) -> None:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def truncate_lines(path: Path, count: int) -> None:
+    """Keep the first ``count`` lines of ``path`` (drops rows no kept checkpoint refers to)."""
+    if not path.exists():
+        path.write_bytes(b"")
+        return
+    data = path.read_bytes()
+    end = 0
+    for _ in range(count):
+        end = data.index(b"\n", end) + 1
+    with path.open("r+b") as handle:
+        handle.truncate(end)
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -65,7 +65,7 @@ def pickled_values(message: Any) -> tuple[Any, ...]:
         message._cause_by,
         message.sent_from,
         message._send_to,
-        message.metadata or None,
+        message._metadata or None,
         message.tool_calls,
         message.tool_call_id,
         message.name,
@@ -81,8 +81,21 @@ def unpickled(cls: Any, *values: Any) -> Any:
         6:
     ]
     message._role = ROLES[role]
-    message.metadata = {} if metadata is None else metadata
+    message._metadata = metadata
     return message
+
+
+def get_metadata(message: Any) -> dict[str, Any]:
+    """``message.metadata``: the dict is made when first read (most messages never carry any)."""
+    metadata: dict[str, Any] | None = message._metadata
+    if metadata is None:
+        metadata = message._metadata = {}
+    return metadata
+
+
+def set_metadata(message: Any, value: dict[str, Any]) -> None:
+    """``message.metadata = value``."""
+    message._metadata = value
 
 
 def set_role(message: Any, value: object) -> None:

@@ -39,10 +39,12 @@ from metaroles.core.schema import (
 )
 from metaroles.messages.fields import (
     ROLES,
+    get_metadata,
     optional_str,
     pickled_values,
     profile_as_sender,
     set_cause_by,
+    set_metadata,
     set_role,
     set_send_to,
     to_tool_calls,
@@ -66,7 +68,7 @@ FIELDS = (
 _CHAT_FIELDS = ("tool_calls", "name", "tool_call_id", "base64_image")
 _NORMALISED = ("role", "cause_by", "send_to")
 """Fields an assignment normalises as the constructor does (``msg.send_to = "Bob"`` is ``{"Bob"}``)."""
-_SLOTS = tuple(f"_{field}" if field in _NORMALISED else field for field in FIELDS)
+_SLOTS = tuple(f"_{field}" if field in (*_NORMALISED, "metadata") else field for field in FIELDS)
 
 
 class Message:
@@ -101,7 +103,7 @@ class Message:
     _cause_by: str
     sent_from: str
     _send_to: frozenset[str]
-    metadata: dict[str, Any]
+    _metadata: dict[str, Any] | None
     tool_calls: list[ToolCall] | None
     tool_call_id: str | None
     name: str | None
@@ -145,7 +147,7 @@ class Message:
         self._cause_by = USER_REQUIREMENT if cause_by is None or cause_by == "" else any_to_str(cause_by)
         self.sent_from = sent_from
         self._send_to = BROADCAST if send_to is None else to_addresses(send_to)
-        self.metadata = {} if metadata is None else dict(metadata)
+        self._metadata = dict(metadata) if metadata else None
         self.tool_calls = to_tool_calls(tool_calls)
         self.tool_call_id = optional_str("tool_call_id", tool_call_id)
         self.name = optional_str("name", name)
@@ -175,7 +177,7 @@ class Message:
         message._cause_by = cause_by
         message.sent_from = sent_from
         message._send_to = send_to
-        message.metadata = {}
+        message._metadata = None  # made when first read: most messages never carry any (64 B each at a million)
         message.tool_calls = None
         message.tool_call_id = None
         message.name = None
@@ -213,10 +215,13 @@ class Message:
         @send_to.setter
         def send_to(self, value: object) -> None: ...
 
+        metadata: dict[str, Any]
+
     else:
         role = property(attrgetter("_role"), set_role, doc="Chat role; an assignment is normalised and checked.")
         cause_by = property(attrgetter("_cause_by"), set_cause_by, doc="The id of the Action that produced it.")
         send_to = property(attrgetter("_send_to"), set_send_to, doc="Recipients (``'Bob'`` is ``{'Bob'}``).")
+        metadata = property(get_metadata, set_metadata, doc="Extra data (JSON-serialisable), made when first read.")
 
     def same_fields(self, other: Message) -> bool:
         """Whether ``other`` carries the very same values in every field (``==`` compares ids only)."""
@@ -263,6 +268,7 @@ class Message:
 
     def model_dump(self, *, mode: Literal["python", "json"] = "python", exclude_none: bool = False) -> dict[str, Any]:
         """Return every field as a dict (``send_to`` sorted, ``instruct_content`` encoded with its type)."""
+        metadata = self._metadata or {}
         data: dict[str, Any] = {
             "id": self.id,
             "content": self.content,
@@ -273,7 +279,7 @@ class Message:
             "cause_by": self.cause_by,
             "sent_from": self.sent_from,
             "send_to": sorted(self.send_to),
-            "metadata": pydantic_core.to_jsonable_python(self.metadata) if mode == "json" else dict(self.metadata),
+            "metadata": pydantic_core.to_jsonable_python(metadata) if mode == "json" else dict(metadata),
             "tool_calls": None if self.tool_calls is None else [c.model_dump() for c in self.tool_calls],
             "tool_call_id": self.tool_call_id,
             "name": self.name,
@@ -313,7 +319,7 @@ class Message:
         clone = type(self).__new__(type(self))
         for field in FIELDS:
             setattr(clone, field, getattr(self, field))
-        clone.metadata = dict(self.metadata)
+        clone._metadata = dict(self._metadata) if self._metadata else None
         for field, value in (update or {}).items():
             if field not in FIELDS:
                 raise InvalidValueError(f"Message has no field {field!r}; its fields are {list(FIELDS)}")

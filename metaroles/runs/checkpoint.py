@@ -6,13 +6,14 @@ A checkpoint folder holds:
   message is named by its row (line number, from 0). Appended and fsynced before the round file
   that refers to it.
 - ``round-NNNN.json``: the state at the end of round NNNN, written atomically (temp file, fsync,
-  rename). A *full* snapshot every ``every`` rounds (and first); otherwise a *delta* against the
+  rename). A *full* snapshot every ``every`` checkpoints (and first); otherwise a *delta* against the
   previous round file, so that a round costs what happened in it, not the size of the run:
 
   - ``ops`` and ``deliveries``: what the bus did — which roles took a default turn (observe, then
-    remember their own answer) and which message reached whom. Replaying these with the roles'
-    own code rebuilds every *replayable* role (a default one-action turn, plain memory) exactly;
-    the writer checks, per role, that its state is what the replay will give.
+    remember their own answer) and which message reached whom; when a delta spans several rounds,
+    an op ``2, n`` marks where a round ends (deliver up to position ``n`` first). Replaying these
+    with the roles' own code rebuilds every *replayable* role (a default one-action turn, plain
+    memory) exactly; the writer checks, per role, that its state is what the replay will give.
   - ``roles``: an entry for every other role that changed (custom turns, long-term or brain
     memory, or anything touched outside the bus): the rows it added to memory, its buffer and
     news, its state.
@@ -22,7 +23,6 @@ A checkpoint folder holds:
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -31,14 +31,16 @@ from typing import Any
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.state import RoleState, rng_state
-from metaroles.core.files import append_durably, write_atomic
+from metaroles.core.files import append_durably, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import plain, replayable, replays, signature
 
 MESSAGES = "messages.jsonl"
 FULL_EVERY = 25
-FORMAT = 2
+FORMAT = 3
+READABLE = (2, 3)
+"""The formats :func:`~metaroles.runs.restore.restore_checkpoint` reads (3 added the round marks of a delta's ops)."""
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Restored:
     path: Path
     rows: list[Message] = field(default_factory=list)
     full_round: int | None = None
+    deltas: int = 0
+    """How many deltas follow that full snapshot in the chain."""
     """The round of the full snapshot the restored chain starts from."""
 
 
@@ -77,7 +81,8 @@ class CheckpointWriter:
 
     Args:
         folder: The checkpoint folder.
-        every: A full snapshot every this many rounds; deltas in between.
+        every: A full snapshot every this many checkpoints; deltas in between (a delta of a team that
+            checkpoints every few rounds spans them, so this bounds the chain a restore reads).
         restored: What :func:`load_checkpoint` read, when continuing a run in the same folder.
     """
 
@@ -91,6 +96,7 @@ class CheckpointWriter:
         self._roles: dict[str, _RoleMark] = {}
         self._env = _EnvMark()
         self._full_round: int | None = None
+        self._deltas = 0
         self._expect: dict[str, list[Any]] = {}
         self._ops: list[int] = []
         self._deliveries: list[int] = []
@@ -107,7 +113,7 @@ class CheckpointWriter:
         if restored is None:
             table.write_bytes(b"")
             return
-        _truncate_lines(table, len(restored.rows))
+        truncate_lines(table, len(restored.rows))
         for stale in folder.glob("round-*.json"):  # past the restored round: what this run now writes again
             if int(stale.stem.partition("-")[2]) > restored.round:
                 stale.unlink()
@@ -136,7 +142,7 @@ class CheckpointWriter:
         if env.trace is None:
             env.trace = []  # as the first write of the run did
         self._noted_history = len(env.history)
-        self._full_round = restored.full_round
+        self._full_round, self._deltas = restored.full_round, restored.deltas
         self._blind = False
 
     def note(self, env: Environment) -> None:
@@ -149,6 +155,8 @@ class CheckpointWriter:
             env.trace, self._blind = [], True  # this round's turns are unknown: the next delta lists roles
         elif env.trace is not self._seen:
             self._seen = env.trace
+            if self._deliveries:  # an earlier round's deliveries come before this round's turns (code 2)
+                self._ops += (2, len(self._deliveries))
             self._note_turns(env.trace)
         if env.interventions:
             self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
@@ -157,7 +165,8 @@ class CheckpointWriter:
     def write(self, env: Environment) -> Path:
         """Write the checkpoint of ``env``'s current round (call between rounds)."""
         self.note(env)
-        full = self._full_round is None or env.round - self._full_round >= self.every
+        full = self._full_round is None or self._deltas >= self.every - 1
+        self._deltas = 0 if full else self._deltas + 1
         if full:
             self._full_round = env.round
             self._roles.clear()
@@ -189,7 +198,7 @@ class CheckpointWriter:
 
     def write_states(self, env: Environment, states: list[RoleState]) -> Path:
         """A full snapshot of ``env``'s round whose roles are ``states`` (from shards): any process restores it."""
-        self._full_round = env.round
+        self._full_round, self._deltas = env.round, 0
         self._roles.clear()
         self._expect.clear()
         self._env = _EnvMark()
@@ -382,18 +391,3 @@ class CheckpointWriter:
         if mark is None or mark[5] != watch or mark[6] is not addresses:
             parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
         return parts, watched
-
-
-def _truncate_lines(path: Path, count: int) -> None:
-    """Keep the first ``count`` lines of ``path`` (drops rows no kept checkpoint refers to)."""
-    if not path.exists():
-        path.write_bytes(b"")
-        return
-    data = path.read_bytes()
-    end = 0
-    for _ in range(count):
-        end = data.index(b"\n", end) + 1
-    with path.open("r+b") as handle:
-        handle.truncate(end)
-        handle.flush()
-        os.fsync(handle.fileno())

@@ -14,6 +14,7 @@ from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.messages.message import Message
 from metaroles.messages.render import readable
 from metaroles.runs.eventlog import Event, publish_rounds, read_events
+from metaroles.runs.final_state import referenced_checkpoint
 from metaroles.runs.restore import checkpoint_history
 from metaroles.runs.rundir import CHECKPOINTS, EVENTS, STATE
 
@@ -59,6 +60,8 @@ def run_messages(run_dir: Path) -> list[RunMessage]:
 
 
 def _history(run_dir: Path) -> list[Message]:
+    if (run_dir / STATE).is_file() and (reference := referenced_checkpoint(run_dir / STATE)) is not None:
+        return checkpoint_history(reference[0].parent, through_round=reference[1])
     if (run_dir / STATE).is_file():
         try:
             return EnvironmentState.model_validate_json((run_dir / STATE).read_bytes()).history

@@ -20,7 +20,7 @@ def plain(message: Message) -> bool:
     """Whether ``message`` has only the routing fields (the table writes it in its short form)."""
     return (
         message.instruct_content is None
-        and not message.metadata
+        and not message._metadata
         and message.tool_calls is None
         and message.name is None
         and message.tool_call_id is None

@@ -22,7 +22,7 @@ from metaroles.core.files import read_text
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
-from metaroles.runs.checkpoint import FORMAT, MESSAGES, Restored
+from metaroles.runs.checkpoint import MESSAGES, READABLE, CheckpointWriter, Restored
 
 
 def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | None = None) -> Restored:
@@ -39,12 +39,21 @@ def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | N
     for _, record in chain[1:]:
         _replay(env, record, rows)
     env.rebuild_ready()
-    return Restored(round=chain[-1][1]["round"], path=chain[-1][0], rows=rows, full_round=chain[0][1]["round"])
+    return Restored(
+        round=chain[-1][1]["round"],
+        path=chain[-1][0],
+        rows=rows,
+        full_round=chain[0][1]["round"],
+        deltas=len(chain) - 1,
+    )
 
 
-def checkpoint_history(folder: Path) -> list[Message]:
-    """The history (every published message, in order) at the newest complete checkpoint, without roles."""
-    chain, table = _chain(folder, None)
+def checkpoint_history(folder: Path, *, through_round: int | None = None) -> list[Message]:
+    """The history (every published message, in order) at the newest complete checkpoint, without roles.
+
+    With ``through_round``, at the newest checkpoint up to that round.
+    """
+    chain, table = _chain(folder, through_round)
     rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
     history: list[Message] = []
     for _, record in chain:
@@ -107,7 +116,7 @@ def _rows(path: Path, lines: list[str]) -> list[Message]:
 def _read_record(path: Path, table_rows: int) -> dict[str, Any] | None:
     try:
         record = json.loads(path.read_bytes().decode("utf-8"))
-        if not isinstance(record, dict) or record.get("version") != FORMAT or type(record.get("rows")) is not int:
+        if not isinstance(record, dict) or record.get("version") not in READABLE or type(record.get("rows")) is not int:
             raise ValueError("not a checkpoint of this format")
         if record["rows"] > table_rows or type(record.get("round")) is not int or "kind" not in record:
             raise ValueError(f"rows {record['rows']} beyond the table, or no round")
@@ -153,7 +162,12 @@ def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> No
     """Apply one delta to the live environment: turns, deliveries, then the roles' entries."""
     roles = list(env.roles.values())
     ops, i = record.get("ops", []), 0
+    deliveries, delivered = record.get("deliveries", []), 0
     while i < len(ops):
+        if ops[i] == 2:  # a round ended: its deliveries come before the next round's turns
+            delivered = _deliver(env, roles, rows, deliveries, delivered, ops[i + 1])
+            i += 2
+            continue
         role = roles[ops[i + 1]]
         if ops[i] == 0:
             role._take_news()
@@ -165,13 +179,7 @@ def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> No
         i += 3
     if "history" in record:
         env.history = Memory([rows[r] for r in record["history"]])
-    deliveries, i = record.get("deliveries", []), 0
-    while i < len(deliveries):
-        message, count = rows[deliveries[i]], deliveries[i + 1]
-        env.history.add(message)
-        for index in deliveries[i + 2 : i + 2 + count]:
-            roles[index].rc.msg_buffer.push(message)
-        i += 2 + count
+    _deliver(env, roles, rows, deliveries, delivered, len(deliveries))
     env.dead_letters.extend(rows[r] for r in record["dead_letters_add"])
     env.events.extend(EnvEvent.model_validate(e) for e in record["events_add"])
     env.ledger.reset([*env.ledger.entries, *(LedgerEntry(**e) for e in record["ledger_add"])])
@@ -179,6 +187,17 @@ def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> No
     set_rng_state(env.rng, record["rng"])
     for name, entry in record["roles"].items():
         _apply_entry(env.roles[name], entry, rows)
+
+
+def _deliver(env: Environment, roles: list[Role], rows: list[Message], deliveries: list[int], i: int, end: int) -> int:
+    """Replay ``deliveries[i:end]`` (row, count, then the count recipients' places, per message); return ``end``."""
+    while i < end:
+        message, count = rows[deliveries[i]], deliveries[i + 1]
+        env.history.add(message)
+        for index in deliveries[i + 2 : i + 2 + count]:
+            roles[index].rc.msg_buffer.push(message)
+        i += 2 + count
+    return end
 
 
 def _apply_entry(role: Role, entry: dict[str, Any], rows: list[Message]) -> None:
@@ -204,3 +223,12 @@ def _apply_entry(role: Role, entry: dict[str, Any], rows: list[Message]) -> None
         news=[rows[r] for r in entry["news"]],
     )
     role.load_state(state)
+
+
+def fresh_writer(folder: Path) -> CheckpointWriter:
+    """A writer for a new run's checkpoints in ``folder``, which must not hold a run already."""
+    if any(folder.glob("round-*.json")):
+        raise ConfigError(
+            f"checkpoint folder {str(folder)!r} already holds a run; resume it (Team.resume) or pass an empty folder"
+        )
+    return CheckpointWriter(folder)

@@ -13,7 +13,7 @@ from warnings import warn
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
-from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, RunError, UnknownRoleError
+from metaroles.core.exceptions import InvalidValueError, RoleFailed, RunError, UnknownRoleError
 from metaroles.core.schema import BROADCAST, to_addresses
 from metaroles.llm.ledger import Budget, CostLedger, Price, Spend, unpriced_warning
 from metaroles.llm.protocol import LLM
@@ -22,8 +22,9 @@ from metaroles.runs import workspace
 from metaroles.runs.backends import Backend, ShardBy
 from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.eventlog import EventLog, check_log, copy_events
+from metaroles.runs.final_state import save_state
 from metaroles.runs.report import StopReason, TeamReport
-from metaroles.runs.restore import restore_checkpoint
+from metaroles.runs.restore import fresh_writer, restore_checkpoint
 from metaroles.runs.sharding import RemoteRole, ShardedRun, sharded
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
@@ -197,7 +198,7 @@ class Team:
         self._check(n_round)
         self.last_round = self.env.round + n_round
         if checkpoints is not None and self._checkpoints is None:
-            self._checkpoints = _fresh_writer(Path(checkpoints))
+            self._checkpoints = fresh_writer(Path(checkpoints))
         self._log = None
         if events is not None:
             self._log = EventLog(Path(events), self.env, through_round=self.env.round, turns=self.log_turns)
@@ -211,9 +212,9 @@ class Team:
             finally:  # a clean stop is checkpointed; a failed round is not, so resume runs it again
                 self._final_checkpoint()
         finally:
-            self._checkpoints = None
+            writer, self._checkpoints = self._checkpoints, None
             if save_to is not None and not self._stranded:  # a lost shard took roles: the checkpoint stands
-                self.env.save(save_to)
+                save_state(self.env, Path(save_to), None if self._failed else writer)
         return self._report(rounds, reason)
 
     def _check(self, n_round: int) -> None:
@@ -284,7 +285,7 @@ class Team:
             ConfigError: If the parent has no readable checkpoint up to ``from_round``, or
                 ``checkpoints`` already holds a run.
         """
-        writer = _fresh_writer(Path(checkpoints))
+        writer = fresh_writer(Path(checkpoints))
         restored = restore_checkpoint(Path(parent), self.env, through_round=from_round)
         if restored.round != from_round:
             warn(f"the parent has no checkpoint of round {from_round}; forking from {restored.round}", stacklevel=2)
@@ -391,11 +392,3 @@ class Team:
         if self.budget_crossed():
             return rounds, StopReason.BUDGET
         return rounds, StopReason.MAX_ROUNDS
-
-
-def _fresh_writer(folder: Path) -> CheckpointWriter:
-    if any(folder.glob("round-*.json")):
-        raise ConfigError(
-            f"checkpoint folder {str(folder)!r} already holds a run; resume it (Team.resume) or pass an empty folder"
-        )
-    return CheckpointWriter(folder)

@@ -1,0 +1,108 @@
+"""One record of what the bus did: deliveries kept as they happen, and a large run's state kept once."""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metaroles import Environment, Message, Role, TestLLM
+from metaroles.bus.routing import DeadLetterWarning
+from metaroles.core.exceptions import ConfigError
+from metaroles.runs.diff import run_messages
+from metaroles.runs.final_state import STATE_LIMIT, referenced_checkpoint
+from metaroles.runs.registry import load_scenario
+from metaroles.runs.restore import restore_checkpoint
+from metaroles.runs.scenario import run_scenario
+
+ADDRESSES = ["a", "b", "c", "d", "<all>"]
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("publish"), st.frozensets(st.sampled_from(ADDRESSES), min_size=1, max_size=3)),
+        st.tuples(st.just("readdress"), st.integers(0, 4), st.frozensets(st.sampled_from(ADDRESSES[:4]), max_size=2)),
+        st.tuples(st.just("round"), st.just(None)),
+        st.tuples(st.just("join"), st.frozensets(st.sampled_from(ADDRESSES[:4]), max_size=2)),
+    ),
+    max_size=30,
+)
+
+
+def expected_recipients(env: Environment, send_to: frozenset[str]) -> list[str]:
+    """Routing by brute force: every role whose addresses meet ``send_to``, in registration order."""
+    return [r.name for r in env.roles.values() if "<all>" in send_to or send_to & r.addresses]
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=steps)
+async def test_the_recorded_deliveries_are_the_ones_that_happened(steps):
+    env = Environment()
+    env.add_roles(Role(name=f"r{i}") for i in range(5))
+    env.record_routes()
+    actual: dict[str, list[str]] = {}  # message id -> who got it in their buffer, when it was delivered
+    for n, (kind, arg, *rest) in enumerate(steps):
+        if kind == "publish":
+            message = Message(content=str(n), sent_from="outside", send_to=arg)
+            before = {name: len(r.rc.msg_buffer) for name, r in env.roles.items()}
+            with pytest.warns(DeadLetterWarning) if not expected_recipients(env, arg) else nullcontext():
+                env.publish_message(message)
+            actual[message.id] = [name for name, r in env.roles.items() if len(r.rc.msg_buffer) > before.get(name, 0)]
+            assert actual[message.id] == expected_recipients(env, arg), "the cached route follows the address index"
+        elif kind == "readdress":
+            env.set_addresses(list(env.roles.values())[arg], rest[0] | {f"r{arg}"})
+        elif kind == "join":
+            role = Role(name=f"r{len(env.roles)}")
+            role.set_addresses(arg | {role.name})
+            env.add_role(role)
+        else:
+            await env.run_round()
+    for since in sorted({0, env.routed_from, len(env.history) // 2, len(env.history)}):
+        messages, routed = env.delivered(since)
+        assert [m.id for m in messages] == [m.id for m in env.history.storage[since:]]
+        assert [[r.name for r in recipients] for recipients in routed] == [
+            expected_recipients(env, m.send_to) for m in messages
+        ], "the record is used only while it is what routing gives"
+    if not any(
+        step[0] in ("readdress", "join", "round") for step in steps
+    ):  # no round and no address change: every delivery is still in the record, as it happened
+        assert [[r.name for r in rs] for rs in env.delivered(0)[1]] == [actual[m.id] for m in env.history.storage]
+
+
+async def test_a_large_run_refers_to_its_last_checkpoint_for_its_final_state(tmp_path):
+    options = {"agents": 1000, "rounds": 10}  # 10,001 messages: just over the limit
+    _, team = await run_scenario("society", llm=TestLLM(), options=options, out_dir=tmp_path / "run")
+    assert len(team.env.history) > STATE_LIMIT
+    state = tmp_path / "run" / "state.json"
+    reference = json.loads(state.read_text())
+    assert reference["kind"] == "checkpoint_reference" and reference["round"] == team.env.round
+    assert state.stat().st_size < 200, "the state is not written a second time"
+    checkpoint, round_no = referenced_checkpoint(state)
+    assert checkpoint == tmp_path / "run" / "checkpoints" / f"round-{team.env.round:04d}.json"
+
+    assert [m.id for m in run_messages(tmp_path / "run")] == [m.id for m in team.env.history.storage]
+    module = load_scenario("society")
+    again = module.build(module.Config(**options), TestLLM()).team.env
+    with pytest.raises(ConfigError, match="restore_checkpoint"):
+        again.load(state)
+    restore_checkpoint(checkpoint.parent, again, through_round=round_no)
+    assert again.state_dict() == team.env.state_dict(), "the checkpoint holds what state.json would"
+
+
+async def test_a_reference_to_a_lost_checkpoint_is_refused(tmp_path):
+    await run_scenario("society", llm=TestLLM(), options={"agents": 1000, "rounds": 10}, out_dir=tmp_path / "run")
+    checkpoint, _ = referenced_checkpoint(tmp_path / "run" / "state.json")
+    checkpoint.unlink()
+    with pytest.raises(Exception, match="which is missing"):
+        run_messages(tmp_path / "run")
+
+
+async def test_a_small_run_keeps_its_whole_state(tmp_path):
+    _, team = await run_scenario(
+        "society", llm=TestLLM(), options={"agents": 20, "rounds": 3}, out_dir=tmp_path / "run"
+    )
+    assert referenced_checkpoint(tmp_path / "run" / "state.json") is None
+    saved = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert saved["round"] == team.env.round and len(saved["history"]) == len(team.env.history)
