@@ -28,7 +28,7 @@ from metaroles.bus.routing import (
     Intervention,
     env_index,
 )
-from metaroles.bus.state import EnvironmentState, by_reference, resolved, rng_state, set_rng_state
+from metaroles.bus.state import STATE_REFERENCE, EnvironmentState, by_reference, resolved, rng_state, set_rng_state
 from metaroles.core.exceptions import (
     ConfigError,
     InvalidValueError,
@@ -325,10 +325,10 @@ class Environment(Bus):
             RunDirCorrupt: If the file is cut short or is not a saved state (naming it and where); nothing is loaded.
         """
         raw = Path(path).read_bytes()
-        if b'"checkpoint_reference"' in raw[:64]:
+        if STATE_REFERENCE.encode() in raw[:64]:
             raise ConfigError(
-                f"{path} refers to the run's last checkpoint instead of holding the state (a run of more than "
-                "10,000 messages saves it once); restore from there: "
+                f"{path} refers to the run's last checkpoint instead of holding the state (a large run saves it "
+                "once); restore from there: "
                 "metaroles.runs.restore.restore_checkpoint(run_dir / 'checkpoints', env)"
             )
         try:

@@ -26,6 +26,10 @@ MessageRef = Annotated[str | Message, Field(union_mode="left_to_right")]
 """A message, or (in a state an Environment saved) the id of a message in its history."""
 
 
+STATE_REFERENCE = "checkpoint_reference"
+"""The ``kind`` of a ``state.json`` that names a run's last checkpoint instead of holding the state."""
+
+
 class RoleState(BaseModel):
     """A role's serialisable state: nothing buffered or remembered is left out."""
 

@@ -199,7 +199,6 @@ class Live:
 
     def __call__(self, team: Team) -> None:
         """Show the round just ended, with the team's messages, tokens and cost."""
-        settle_heap()
         env = team.env
         active = sum(not role.is_idle for role in env.roles.values())
         stats = (
@@ -226,9 +225,14 @@ def execute(
 ) -> tuple[TeamReport, Team]:
     """Run ``work`` under the progress display; errors become one line and an exit code (see :func:`reported`)."""
     live = Live(total, enabled=not quiet and err.is_terminal)
+
+    def after_round(team: Team) -> None:
+        settle_heap()
+        live(team)
+
     try:
         with reported(run_dir), live.progress:
-            report, team = anyio.run(lambda: work(live))
+            report, team = anyio.run(lambda: work(after_round))
     finally:
         gc.unfreeze()
     return report, team

@@ -17,13 +17,13 @@ import os
 from pathlib import Path
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.state import STATE_REFERENCE
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import write_atomic
 from metaroles.runs.checkpoint import CheckpointWriter, round_file
 
 STATE_LIMIT = 10_000
 """A run of more messages than this refers to its last checkpoint from ``state.json``."""
-REFERENCE = "checkpoint_reference"
 
 
 def save_state(env: Environment, path: Path, checkpoints: CheckpointWriter | None) -> Path:
@@ -31,7 +31,7 @@ def save_state(env: Environment, path: Path, checkpoints: CheckpointWriter | Non
     if checkpoints is None or checkpoints.round != env.round or len(env.history) <= STATE_LIMIT:
         return env.save(path)
     target = os.path.relpath(round_file(checkpoints.folder, env.round), path.parent)
-    reference = {"kind": REFERENCE, "round": env.round, "checkpoint": target, "messages": len(env.history)}
+    reference = {"kind": STATE_REFERENCE, "round": env.round, "checkpoint": target, "messages": len(env.history)}
     return write_atomic(path, json.dumps(reference) + "\n")
 
 
@@ -43,7 +43,7 @@ def referenced_checkpoint(path: Path) -> tuple[Path, int] | None:
     """
     with path.open("rb") as handle:
         head = handle.read(64)
-    if REFERENCE.encode() not in head:
+    if STATE_REFERENCE.encode() not in head:
         return None
     try:
         record = json.loads(path.read_bytes())
