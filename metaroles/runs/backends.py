@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from metaroles.bus.role import Role
-from metaroles.bus.state import RoleState
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.messages.message import Message
 from metaroles.runs.shards import Addresses, Delivery, ShardHost, ShardSet, Stepped
@@ -119,9 +118,12 @@ class LocalShards:
             results.append((result, [pickle.dumps(part, 5) if part else None for part in crossing]))
         return results
 
-    async def states(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[list[RoleState]]:
-        """Each shard's role states."""
-        return [host.states(d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
+    async def checkpoint(
+        self, folders: list[str], round_no: int, deliveries: list[Delivery], broadcasts: list[Message]
+    ) -> list[int]:
+        """Each shard writes its part of the round's checkpoint; the ready counts."""
+        pairs = zip(self.hosts, folders, deliveries, strict=True)
+        return [host.checkpoint(folder, round_no, d, broadcasts, d.parts) for host, folder, d in pairs]
 
     async def parts(
         self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]

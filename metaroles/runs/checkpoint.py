@@ -23,6 +23,7 @@ A checkpoint folder holds:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
-from metaroles.bus.state import RoleState, rng_state
+from metaroles.bus.state import rng_state
 from metaroles.core.files import append_durably, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
@@ -39,7 +40,9 @@ from metaroles.runs.replayable import plain, replayable, replays, signature
 MESSAGES = "messages.jsonl"
 FULL_EVERY = 25
 FORMAT = 3
-READABLE = (2, 3)
+SHARDED = 4
+"""The format of a sharded round's driver file (3 and the shards' ``parts``, the history's ``history_add``)."""
+READABLE = (2, 3, 4)
 """The formats :func:`~metaroles.runs.restore.restore_checkpoint` reads (3 added the round marks of a delta's ops)."""
 
 
@@ -51,9 +54,9 @@ class Restored:
     path: Path
     rows: list[Message] = field(default_factory=list)
     full_round: int | None = None
+    """The round of the full snapshot the restored chain starts from."""
     deltas: int = 0
     """How many deltas follow that full snapshot in the chain."""
-    """The round of the full snapshot the restored chain starts from."""
 
 
 def round_file(folder: Path, round_no: int) -> Path:
@@ -84,12 +87,27 @@ class CheckpointWriter:
         every: A full snapshot every this many checkpoints; deltas in between (a delta of a team that
             checkpoints every few rounds spans them, so this bounds the chain a restore reads).
         restored: What :func:`load_checkpoint` read, when continuing a run in the same folder.
+        replay: ``False`` for a shard's part of a sharded checkpoint: its deltas list the roles that
+            changed (a shard's deliveries are not the bus's record).
+        known: For a shard's part, the messages of the driver's history, which its rows name by id.
     """
 
-    def __init__(self, folder: Path, *, every: int = FULL_EVERY, restored: Restored | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        every: int = FULL_EVERY,
+        restored: Restored | None = None,
+        replay: bool = True,
+        known: Mapping[str, Message] | None = None,
+    ) -> None:
         """Open the folder; when continuing, cut the message table back to what the checkpoint used."""
         self.folder = folder
         self.every = every
+        self.replay = replay
+        """Whether deltas may be replays of the bus's turns and deliveries (a shard's part lists its roles)."""
+        self.known = known
+        """Messages another table holds (a shard's part: the driver's history): rows refer to them by id."""
         self._rows: dict[int, int] = {}
         self._held: list[Message] = []
         self._text: dict[str, str] = {}
@@ -176,6 +194,7 @@ class CheckpointWriter:
         kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
         parts = [f'"version":{FORMAT},"round":{env.round},"kind":{kind}']
         parts.extend(self._env_parts(env, new_rows, full=full))
+        self._blind = self._blind or not self.replay
         if not full and not self._blind:
             parts.append(f'"ops":[{",".join(map(str, self._ops))}]')
         roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
@@ -195,21 +214,6 @@ class CheckpointWriter:
         write_atomic(path, "{" + ",".join(parts) + "}\n")
         self.round = env.round
         return path
-
-    def write_states(self, env: Environment, states: list[RoleState]) -> Path:
-        """A full snapshot of ``env``'s round whose roles are ``states`` (from shards): any process restores it."""
-        self._full_round, self._deltas = env.round, 0
-        self._roles.clear()
-        self._expect.clear()
-        self._env = _EnvMark()
-        new_rows = self._pending_rows
-        parts = [f'"version":{FORMAT},"round":{env.round},"kind":"full"']
-        parts.extend(self._env_parts(env, new_rows, full=True))
-        roles = [f'{self._enc(state.name)}:{{"state_dict":{state.model_dump_json()}}}' for state in states]
-        parts.append('"roles":{' + ",".join(roles) + "}")
-        self._noted_history = len(env.history)
-        self._blind = True  # the next delta (written on one process) lists every role whole
-        return self._finish(env, parts)
 
     # -- what the bus did -----------------------------------------------------------------------
 
@@ -281,6 +285,8 @@ class CheckpointWriter:
         return f"[{','.join(map(str, numbers))}]"
 
     def _encode(self, message: Message) -> str:
+        if self.known is not None and self.known.get(message.id) is message:
+            return f'{{"ref":{encode_basestring(message.id)}}}'
         if not plain(message):
             return message.model_dump_json()
         enc = self._enc
@@ -294,12 +300,14 @@ class CheckpointWriter:
             f'"send_to":[{send_to}]}}'
         )
 
-    def _env_parts(self, env: Environment, new_rows: list[str], *, full: bool) -> list[str]:
+    def _env_parts(self, env: Environment, new_rows: list[str], *, full: bool, appended: bool = False) -> list[str]:
         mark, history = self._env, env.history
         parts = [f'"rng":{json.dumps(rng_state(env.rng))},"id_key":{json.dumps(env.id_key)}']
         if full or history._edits != mark.edits or len(history) < mark.history:
             parts.append(f'"history":{self._rows_of(history, new_rows)}')
             self._blind = self._blind or not full  # an edited history: the deliveries do not tell the story
+        elif appended:  # a sharded round: the shards delivered; the history grew by these
+            parts.append(f'"history_add":{self._rows_of(history._items[mark.history :], new_rows)}')
         else:
             parts.append(f'"deliveries":[{",".join(map(str, self._deliveries))}]')
         dead = env.dead_letters[mark.dead_letters :]
@@ -326,7 +334,7 @@ class CheckpointWriter:
             entry = self._role_entry(role, new_rows)
             if entry:
                 entries.append(entry)
-            if replayable(role):
+            if self.replay and replayable(role):
                 expect[role.name] = signature(role)
             else:
                 expect.pop(role.name, None)

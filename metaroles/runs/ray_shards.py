@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from metaroles.bus.role import Role
-from metaroles.bus.state import RoleState
 from metaroles.core.exceptions import ConfigError
 from metaroles.messages.message import Message
 from metaroles.runs.backends import ShardBy, check_shards
@@ -131,8 +130,10 @@ class _Actor:
         gc.freeze()  # what the roles now remember stays: later collections skip it
         return packed
 
-    async def states(self, delivery: bytes, broadcasts: bytes, *parts: bytes) -> bytes:
-        return _packed(self.host.states(_unpacked(delivery), _unpacked(broadcasts), parts))
+    async def checkpoint(self, folder: str, round_no: int, delivery: bytes, broadcasts: bytes, *parts: bytes) -> int:
+        ready = self.host.checkpoint(folder, round_no, _unpacked(delivery), _unpacked(broadcasts), parts)
+        gc.freeze()  # the rows the writer keeps stay: later collections skip them
+        return ready
 
     async def parts(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
         return self.host.parts(fn, _unpacked(delivery), _unpacked(broadcasts), parts)
@@ -208,18 +209,26 @@ class RayShards:
             results.append((result, [ref if n else None for ref, n in zip(refs[1:], result.crossing, strict=True)]))
         return results
 
-    async def _each(self, method: str, deliveries: list[Delivery], broadcasts: list[Message], *lead: Any) -> list[Any]:
-        """Call ``method`` on every shard with its delivery (broadcasts put in the object store once); the answers."""
+    async def _each(
+        self, method: str, deliveries: list[Delivery], broadcasts: list[Message], *lead: Any, each: Any = None
+    ) -> list[Any]:
+        """Call ``method`` on every shard with its delivery (broadcasts put in the object store once); the answers.
+
+        ``each``, if given, holds a first argument per shard.
+        """
         shared = self.ray.put(_packed(broadcasts))
         refs = []
-        for a, delivery in zip(self.actors, deliveries, strict=True):
+        for n, (a, delivery) in enumerate(zip(self.actors, deliveries, strict=True)):
             packed, handles = _carried(delivery)
-            refs.append(getattr(a, method).remote(*lead, packed, shared, *handles))
+            first = () if each is None else (each[n],)
+            refs.append(getattr(a, method).remote(*first, *lead, packed, shared, *handles))
         return [await ref for ref in refs]
 
-    async def states(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[list[RoleState]]:
-        """Each shard's role states."""
-        return [_unpacked(blob) for blob in await self._each("states", deliveries, broadcasts)]
+    async def checkpoint(
+        self, folders: list[str], round_no: int, deliveries: list[Delivery], broadcasts: list[Message]
+    ) -> list[int]:
+        """Each shard writes its part of the round's checkpoint; the ready counts."""
+        return await self._each("checkpoint", deliveries, broadcasts, round_no, each=folders)
 
     async def parts(
         self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]

@@ -10,6 +10,7 @@ state of the round before it is used (a delta needs every delta before it).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from warnings import warn
@@ -36,8 +37,12 @@ def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | N
     chain, table = _chain(folder, through_round)
     rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
     env.load_state(_snapshot(chain[0][1], rows))
-    for _, record in chain[1:]:
-        _replay(env, record, rows)
+    sharded = max((n for n, (_, record) in enumerate(chain) if "parts" in record), default=-1)
+    for n, (_, record) in enumerate(chain):
+        if n:
+            _replay(env, record, rows)
+        if n == sharded:  # the shards' roles as their parts hold them (later records build on that)
+            _restore_parts(folder, env, record)
     env.rebuild_ready()
     return Restored(
         round=chain[-1][1]["round"],
@@ -59,6 +64,7 @@ def checkpoint_history(folder: Path, *, through_round: int | None = None) -> lis
     for _, record in chain:
         if "history" in record:
             history = [rows[r] for r in record["history"]]
+        history.extend(rows[r] for r in record.get("history_add", ()))
         deliveries, i = record.get("deliveries", []), 0
         while i < len(deliveries):
             history.append(rows[deliveries[i]])
@@ -88,6 +94,31 @@ def _chain(folder: Path, through_round: int | None) -> tuple[list[tuple[Path, di
     return best, table
 
 
+def _restore_parts(folder: Path, env: Environment, record: dict[str, Any]) -> None:
+    """Give the roles of a sharded round's parts (``runs.parts``) their state at that round.
+
+    Raises:
+        RunDirCorrupt: If a part lacks that round (a driver's file is written only after its parts).
+    """
+    for name in record["parts"]:
+        part = folder / name
+        try:
+            chain, table = _chain(part, record["round"])
+        except ConfigError:
+            chain, table = [], []
+        if not chain or chain[-1][1]["round"] != record["round"]:
+            raise RunDirCorrupt(
+                f"{part}: the shard's part of the checkpoint of round {record['round']} is missing or damaged; "
+                "restore the checkpoints folder, or fork from an earlier round (metaroles fork DIR --from-round N)"
+            )
+        rows = _rows(part / MESSAGES, table[: chain[-1][1]["rows"]], known=env.history._store)
+        for _, step in chain:
+            for role_name, entry in step["roles"].items():
+                role = env.roles[role_name]
+                _apply_entry(role, entry, rows)
+                env.reindex(role)
+
+
 def _read_table(path: Path) -> list[str]:
     if not path.exists():
         return []
@@ -96,17 +127,23 @@ def _read_table(path: Path) -> list[str]:
     return lines
 
 
-def _rows(path: Path, lines: list[str]) -> list[Message]:
+def _rows(path: Path, lines: list[str], *, known: Mapping[str, Message] | None = None) -> list[Message]:
     """The messages of the table's first rows (those the chosen checkpoint refers to).
 
+    A shard's part names the messages of the driver's history by id (``{"ref": id}``): they are
+    taken from ``known``, the restored history.
+
     Raises:
-        RunDirCorrupt: If one of them is not a message.
+        RunDirCorrupt: If one of them is not a message (or names one the history lacks).
     """
     rows = []
     for number, line in enumerate(lines, start=1):
         try:
+            if known is not None and line.startswith('{"ref":'):
+                rows.append(known[json.loads(line)["ref"]])
+                continue
             rows.append(Message.model_validate(json.loads(line)))
-        except ValueError:
+        except (ValueError, KeyError):
             raise RunDirCorrupt(
                 f"{path}: line {number} is not a message ({line[:60]!r}); the checkpoints' message table is damaged"
             ) from None
@@ -179,6 +216,7 @@ def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> No
         i += 3
     if "history" in record:
         env.history = Memory([rows[r] for r in record["history"]])
+    env.history.add_batch(rows[r] for r in record.get("history_add", ()))
     _deliver(env, roles, rows, deliveries, delivered, len(deliveries))
     env.dead_letters.extend(rows[r] for r in record["dead_letters_add"])
     env.events.extend(EnvEvent.model_validate(e) for e in record["events_add"])

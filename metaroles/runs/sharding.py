@@ -10,8 +10,8 @@ routes what they published itself. The driver merges the outboxes in that same o
 history, records dead letters and delivers to its own roles; when an address changed in the round
 or interventions decide per recipient, it routes the whole round itself instead (the shards then
 drop their own routing). Ids depend on the run, the round and the role's place (``core.ids``), so
-every file of the run directory is the one-process run's, byte for byte; checkpoints hold whole
-role states, so a run resumes on any number of shards.
+every file of the run directory is the one-process run's, byte for byte; each shard writes its
+roles' part of a checkpoint (``runs.parts``), and a run resumes on any number of shards.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -28,11 +29,11 @@ import anyio
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import run_roles
-from metaroles.bus.state import RoleState, resolved
 from metaroles.core.exceptions import RunError
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.message import Message
 from metaroles.runs.backends import ShardBy, placement
+from metaroles.runs.parts import part_name
 from metaroles.runs.shards import DEAD, DRIVER, PINNED, Delivery, Entry, ShardSet, Stepped, _Seen, interned, targets
 from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
 from metaroles.runs.standins import RemoteRole, _first, _remote_failure
@@ -71,6 +72,8 @@ class ShardedRun:
         self.where: dict[str, tuple[int, ...]] = {}
         """Address → the shards whose roles receive on it (``DRIVER`` for the driver's own roles)."""
         self._pinned: list[tuple[Role, frozenset[str]]] = []
+        self.segment = env.round
+        """The round this sharded stretch of the run started from (it names the checkpoint parts)."""
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -330,26 +333,22 @@ class ShardedRun:
             self._index_addresses()
         return moved
 
-    async def role_states(self, *, by_reference: bool = False) -> list[RoleState]:
-        """Every role's state in place order (remote ones from their shards, after this round's deliveries).
+    async def checkpoint(self, folder: Path) -> list[str]:
+        """Have every shard write its roles' part of this round's checkpoint (after the round's deliveries).
 
-        With ``by_reference``, a remote role's messages that the history holds are given by id (as
-        a state file keeps them; ``bus.state.resolved`` turns them back).
+        Returns the parts' folders, relative to ``folder`` (``runs.parts``): the driver's file names them.
         """
         deliveries, broadcasts = self._take_deliveries()
-        remote = await self.shards.states(deliveries, broadcasts)
+        names = [part_name(self.segment, shard) for shard in range(self.shards.count)]
+        folders = [str(folder / name) for name in names]
+        self.ready = await self.shards.checkpoint(folders, self.env.round, deliveries, broadcasts)
         self.held = [0] * len(deliveries)
-        states: dict[int, RoleState] = {}
-        history = self.env.history._store
-        for shard, part in enumerate(remote):
-            self.ready[shard] = sum(1 for s in part if s.buffer)
-            hosted = [r for r, p in zip(self.env._members, self.places, strict=True) if p == shard]
-            for role, state in zip(hosted, part, strict=True):
-                states[role._env_index] = state if by_reference else resolved(state, history)
-        for role, place in zip(self.env._members, self.places, strict=True):
-            if place is None:
-                states[role._env_index] = role.state_dict()
-        return [states[i] for i in range(len(self.env._members))]
+        return names
+
+    @property
+    def pinned(self) -> list[Role]:
+        """The roles that run on the driver."""
+        return [role for role, _ in self._pinned]
 
     async def parts(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
         """``fn`` of the roles of each shard, then of the driver's (for metrics computed where roles live)."""

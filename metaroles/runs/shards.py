@@ -18,15 +18,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
+from pathlib import Path
 from typing import Any, Protocol
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import run_roles
-from metaroles.bus.state import RoleState, by_reference
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
+from metaroles.runs.checkpoint import CheckpointWriter
+from metaroles.runs.parts import part_writer
 from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
 
 Entry = Message | int | tuple[Message, str]
@@ -164,6 +166,8 @@ class ShardHost:
         self.held: list[tuple[int, Message]] = []
         self.known: dict[str, Message] = {}
         """Messages the driver's history holds, by id (they go back by id)."""
+        self.writer: CheckpointWriter | None = None
+        """This shard's writer of its checkpoint parts."""
 
     def _reindexed(self, role: Role) -> None:
         """A role here changed its addresses: index them, and tell the driver with the round's result."""
@@ -284,10 +288,11 @@ class ShardHost:
         """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard."""
         pending, self.env._pending = self.env._pending, []
         pending.sort(key=itemgetter(0))
-        addresses, number, held, known = self.addresses, self.number, self.held, self._targets
+        addresses, number, held, known, historic = self.addresses, self.number, self.held, self._targets, self.known
         crossing: list[list[tuple[int, Message]]] = [[] for _ in range(self.shards)]
         outbox = []
         for rank, message in pending:
+            historic[message.id] = message  # the driver's history will hold it
             flag = 0
             shards = known.get(message.send_to)
             if shards is None:  # a role sends to the same recipients round after round: once per recipients
@@ -314,11 +319,20 @@ class ShardHost:
                 news[sender.name] = [m.id for m in sender.rc.news]
         return news
 
-    def states(self, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]) -> list[RoleState]:
-        """Deliver, then the state of each role here, in place order: messages the driver holds by id."""
+    def checkpoint(
+        self, folder: str, round_no: int, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
+    ) -> int:
+        """Deliver, then write this shard's part of round ``round_no``'s checkpoint into ``folder``; the ready count.
+
+        The first part of a sharded stretch is a full snapshot of this shard's roles, the next ones
+        deltas (``runs.parts``).
+        """
         self.take(delivery, broadcasts, parts)
-        known = self.known
-        return [by_reference(role.state_dict(), known) for role in self.env._members]
+        if self.writer is None or str(self.writer.folder) != folder:
+            self.writer = part_writer(Path(folder), self.known)
+        self.env.round = round_no
+        self.writer.write(self.env)
+        return len(self.env._ready)
 
     def parts(
         self, fn: Callable[[list[Role]], Any], delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
@@ -366,8 +380,10 @@ class ShardSet(Protocol):
         """Run a round on every shard that has something to do (``None`` for the others)."""
         ...
 
-    async def states(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[list[RoleState]]:
-        """Each shard's role states, after its delivery."""
+    async def checkpoint(
+        self, folders: list[str], round_no: int, deliveries: list[Delivery], broadcasts: list[Message]
+    ) -> list[int]:
+        """Each shard writes its part of the round's checkpoint into its folder after its delivery; the ready counts."""
         ...
 
     async def parts(

@@ -23,6 +23,7 @@ from metaroles.runs.backends import Backend, ShardBy
 from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.eventlog import EventLog, check_log, copy_events
 from metaroles.runs.final_state import save_state
+from metaroles.runs.parts import write_driver
 from metaroles.runs.report import StopReason, TeamReport
 from metaroles.runs.restore import fresh_writer, restore_checkpoint
 from metaroles.runs.sharding import RemoteRole, ShardedRun, sharded
@@ -210,7 +211,7 @@ class Team:
             try:
                 rounds, reason = await self._run_rounds(n_round)
             finally:  # a clean stop is checkpointed; a failed round is not, so resume runs it again
-                self._final_checkpoint()
+                await self._final_checkpoint()
         finally:
             writer, self._checkpoints = self._checkpoints, None
             if save_to is not None and not self._stranded:  # a lost shard took roles: the checkpoint stands
@@ -298,12 +299,11 @@ class Team:
         self._checkpoints = writer
         return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
 
-    def _final_checkpoint(self) -> None:
+    async def _final_checkpoint(self) -> None:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
         writer = self._checkpoints
         if writer is not None and writer.round != self.env.round and not self._failed and not self._stranded:
-            self._keep_files(writer)
-            writer.write(self.env)
+            await self._commit(writer)  # on shards: before the roles come back, each shard writes its part
 
     def _keep_files(self, writer: CheckpointWriter) -> None:
         if self.workspace is not None:
@@ -314,8 +314,8 @@ class Team:
         self._keep_files(writer)
         if self._sharded is None:
             writer.write(self.env)
-        else:
-            writer.write_states(self.env, await self._sharded.role_states(by_reference=True))
+        else:  # each shard writes its roles' part, then the driver's file completes the round
+            write_driver(writer, self.env, self._sharded.pinned, await self._sharded.checkpoint(writer.folder))
 
     async def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last."""
@@ -360,7 +360,9 @@ class Team:
                     self._sharded = run
                     run.news = self._log is not None  # the event log's caused_by: only when there is a log
                     try:
-                        return await self._rounds(n_round)
+                        done = await self._rounds(n_round)
+                        await self._final_checkpoint()
+                        return done
                     finally:
                         self._sharded, self._parts = None, {}
                         self._stranded = run.broken
