@@ -322,7 +322,7 @@ class ShardHost:
     def checkpoint(
         self, folder: str, round_no: int, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
     ) -> int:
-        """Deliver, then write this shard's part of round ``round_no``'s checkpoint (``runs.parts``); the ready count."""
+        """Deliver, then write this shard's part of round ``round_no``'s checkpoint (``runs.parts``); ready roles."""
         self.take(delivery, broadcasts, parts)
         if self.writer is None or str(self.writer.folder) != folder:
             self.writer = part_writer(Path(folder), self.known)
