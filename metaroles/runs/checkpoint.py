@@ -105,9 +105,7 @@ class CheckpointWriter:
         self.folder = folder
         self.every = every
         self.replay = replay
-        """Whether deltas may be replays of the bus's turns and deliveries (a shard's part lists its roles)."""
         self.known = known
-        """Messages another table holds (a shard's part: the driver's history): rows refer to them by id."""
         self._rows: dict[int, int] = {}
         self._held: list[Message] = []
         self._text: dict[str, str] = {}
