@@ -15,6 +15,7 @@ import time
 import tracemalloc
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from typing import ClassVar
 
 import anyio
 
@@ -97,6 +98,39 @@ def ring_env(roles: int) -> Environment:
 
 def ring_run(roles: int, rounds: int) -> float:
     env = ring_env(roles)
+    seeded = len(env.history)
+    elapsed = anyio.run(timed, env.run, rounds)
+    published = len(env.history) - seeded
+    assert published == roles * rounds, published
+    return published / elapsed
+
+
+class RelayTo(Action):
+    """A relay that addresses each message itself (``send_to`` on the message, not the role)."""
+
+    sender: ClassVar[str] = ""
+    target: ClassVar[str] = ""
+
+    async def run(self, history: Sequence[Message]) -> Message:
+        return Message("relay", cause_by=self._action_id, sent_from=self.sender, send_to={self.target})
+
+
+def ring_env_per_message(roles: int) -> Environment:
+    """The ring, but every message names its recipient (the action builds a validated Message)."""
+    names = [f"r{i}" for i in range(roles)]
+    actions = [
+        type(f"To{i}", (RelayTo,), {"__module__": __name__, "sender": names[i], "target": names[(i + 1) % roles]})
+        for i in range(roles)
+    ]
+    env = Environment()
+    for i in range(roles):
+        env.add_role(Role(name=names[i], actions=[actions[i]], watch=[actions[i - 1]]))
+    env.publish_message(Message("seed", send_to=set(names)))
+    return env
+
+
+def ring_run_per_message(roles: int, rounds: int) -> float:
+    env = ring_env_per_message(roles)
     seeded = len(env.history)
     elapsed = anyio.run(timed, env.run, rounds)
     published = len(env.history) - seeded
@@ -318,6 +352,8 @@ def main() -> None:
     args = parser.parse_args()
     ring = paired(lambda: ring_run(1000, 10), lambda: ring_floor(1000, 10))
     emit_paired("ring_addressed", "msgs/s", ring, roles=1000, rounds=10)
+    ring = paired(lambda: ring_run_per_message(1000, 10), lambda: ring_floor(1000, 10))
+    emit_paired("ring_addressed_per_message", "msgs/s", ring, roles=1000, rounds=10)
     broadcast = paired(lambda: broadcast_run(1000, 10, 10), lambda: broadcast_floor(1000, 10, 10))
     emit_paired("broadcast", "deliveries/s", broadcast, roles=1000, speakers=10, rounds=10)
     emit("idle_round_10k_roles", median_of(lambda: idle_round(10_000, 100)), "ms/round", roles=10_000)
