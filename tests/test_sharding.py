@@ -143,6 +143,26 @@ async def test_each_shard_checkpoints_its_own_roles_and_any_round_restores_as_on
         assert restored_state(checkpoints, round_no, tmp_path / "b.json") == one
 
 
+async def test_a_run_cut_short_on_shards_resumes_in_one_process_from_their_parts(tmp_path: Path) -> None:
+    await scenario_run("society", tmp_path / "one")
+
+    def crash(team: Team) -> None:
+        if team.env.round == 3:
+            raise RuntimeError("the cluster went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await run_scenario(
+            "society",
+            llm=TestLLM(),
+            options=SCENARIOS["society"],
+            out_dir=tmp_path / "cut",
+            run=RunOptions(seed=SEED, backend=LocalBackend(2), checkpoint_every=1),
+            on_round=crash,
+        )
+    await resume_scenario(tmp_path / "cut", llm=TestLLM())
+    assert run_files(tmp_path / "cut") == run_files(tmp_path / "one")
+
+
 def everyone(roles: list[Role]) -> int:
     return len(roles)
 
