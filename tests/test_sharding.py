@@ -87,11 +87,11 @@ async def test_werewolf_keeps_its_moderator_on_the_driver(tmp_path: Path) -> Non
     assert {place for name, place in seen[0].items() if name != "Moderator"} == {0, 1}
 
 
-async def test_a_run_cut_short_on_two_shards_resumes_on_three_as_if_uninterrupted(tmp_path: Path) -> None:
-    await scenario_run("society", tmp_path / "one")
+async def cut_on_two_shards(out: Path, *, at_round: int) -> None:
+    """The society on two shards, checkpointed every round, stopped by a failure after ``at_round``."""
 
     def crash(team: Team) -> None:
-        if team.env.round == 4:
+        if team.env.round == at_round:
             raise RuntimeError("the driver's machine went away")
 
     with pytest.raises(RuntimeError, match="went away"):
@@ -99,10 +99,15 @@ async def test_a_run_cut_short_on_two_shards_resumes_on_three_as_if_uninterrupte
             "society",
             llm=TestLLM(),
             options=SCENARIOS["society"],
-            out_dir=tmp_path / "cut",
+            out_dir=out,
             run=RunOptions(seed=SEED, backend=LocalBackend(2), checkpoint_every=1),
             on_round=crash,
         )
+
+
+async def test_a_run_cut_short_on_two_shards_resumes_on_three_as_if_uninterrupted(tmp_path: Path) -> None:
+    await scenario_run("society", tmp_path / "one")
+    await cut_on_two_shards(tmp_path / "cut", at_round=4)
     assert not (tmp_path / "cut" / "state.json").exists()  # the roles were on shards: the checkpoint stands
     _, team = await resume_scenario(tmp_path / "cut", llm=TestLLM(), backend=LocalBackend(3))
     assert run_files(tmp_path / "cut") == run_files(tmp_path / "one")
@@ -145,20 +150,7 @@ async def test_each_shard_checkpoints_its_own_roles_and_any_round_restores_as_on
 
 async def test_a_run_cut_short_on_shards_resumes_in_one_process_from_their_parts(tmp_path: Path) -> None:
     await scenario_run("society", tmp_path / "one")
-
-    def crash(team: Team) -> None:
-        if team.env.round == 3:
-            raise RuntimeError("the cluster went away")
-
-    with pytest.raises(RuntimeError, match="went away"):
-        await run_scenario(
-            "society",
-            llm=TestLLM(),
-            options=SCENARIOS["society"],
-            out_dir=tmp_path / "cut",
-            run=RunOptions(seed=SEED, backend=LocalBackend(2), checkpoint_every=1),
-            on_round=crash,
-        )
+    await cut_on_two_shards(tmp_path / "cut", at_round=3)
     await resume_scenario(tmp_path / "cut", llm=TestLLM())
     assert run_files(tmp_path / "cut") == run_files(tmp_path / "one")
 
