@@ -154,3 +154,22 @@ async def test_the_random_source_resumes_where_it_was(tmp_path):
 def test_an_empty_folder_has_no_checkpoint(tmp_path):
     with pytest.raises(ConfigError, match="no readable checkpoint"):
         restore_checkpoint(tmp_path, ring(1))
+
+
+async def test_a_sharded_rounds_driver_file_holds_its_own_roles_whole_when_it_is_a_full_snapshot(tmp_path):
+    from metaroles.runs.parts import write_driver
+
+    def team() -> Environment:
+        env = Environment(seed=3)
+        env.add_role(Role(name="moderator"))
+        return env
+
+    env, writer = team(), CheckpointWriter(tmp_path, every=2)
+    for round_no, text in enumerate(["one", "two", "three"], start=1):  # full, delta, full
+        env.roles["moderator"].rc.memory.add(Message(text, sent_from="Human"))
+        env.round = round_no
+        write_driver(writer, env, [env.roles["moderator"]], [])
+    assert json.loads(round_file(tmp_path, 3).read_text())["kind"] == "full"
+    restored = team()
+    restore_checkpoint(tmp_path, restored)
+    assert [m.content for m in restored.roles["moderator"].rc.memory] == ["one", "two", "three"]

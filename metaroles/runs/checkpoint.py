@@ -1,23 +1,20 @@
-"""Incremental, crash-safe checkpoints of an Environment, one per round (reading: ``restore``).
+"""Incremental, crash-safe checkpoints of an Environment, one per round (reading: ``restore``; shards: ``parts``).
 
-A checkpoint folder holds:
+A checkpoint folder holds ``messages.jsonl`` — every message a checkpoint refers to, once, in the
+order first seen, named by its row (line number, from 0); appended and fsynced before the round
+file that refers to it — and ``round-NNNN.json``, the state at the end of round NNNN, written
+atomically (temp file, fsync, rename): a *full* snapshot every ``every`` checkpoints (and first),
+otherwise a *delta* against the previous round file, so that a round costs what happened in it:
 
-- ``messages.jsonl``: every message a checkpoint refers to, once, in the order first seen; a
-  message is named by its row (line number, from 0). Appended and fsynced before the round file
-  that refers to it.
-- ``round-NNNN.json``: the state at the end of round NNNN, written atomically (temp file, fsync,
-  rename). A *full* snapshot every ``every`` checkpoints (and first); otherwise a *delta* against the
-  previous round file, so that a round costs what happened in it, not the size of the run:
-
-  - ``ops`` and ``deliveries``: what the bus did — which roles took a default turn (observe, then
-    remember their own answer) and which message reached whom; when a delta spans several rounds,
-    an op ``2, n`` marks where a round ends (deliver up to position ``n`` first). Replaying these
-    with the roles' own code rebuilds every *replayable* role (a default one-action turn, plain
-    memory) exactly; the writer checks, per role, that its state is what the replay will give.
-  - ``roles``: an entry for every other role that changed (custom turns, long-term or brain
-    memory, or anything touched outside the bus): the rows it added to memory, its buffer and
-    news, its state.
-  - the ledger, events and dead letters appended since, and the random source's state.
+- ``ops`` and ``deliveries``: what the bus did — which roles took a default turn (observe, then
+  remember their own answer) and which message reached whom; when a delta spans several rounds,
+  an op ``2, n`` marks where a round ends (deliver up to position ``n`` first). Replaying these
+  with the roles' own code rebuilds every *replayable* role (a default one-action turn, plain
+  memory) exactly; the writer checks, per role, that its state is what the replay will give.
+- ``roles``: an entry for every other role that changed (custom turns, long-term or brain
+  memory, or anything touched outside the bus): the rows it added to memory, its buffer and
+  news, its state.
+- the ledger, events and dead letters appended since, and the random source's state.
 """
 
 from __future__ import annotations
@@ -87,8 +84,7 @@ class CheckpointWriter:
         every: A full snapshot every this many checkpoints; deltas in between (a delta of a team that
             checkpoints every few rounds spans them, so this bounds the chain a restore reads).
         restored: What :func:`load_checkpoint` read, when continuing a run in the same folder.
-        replay: ``False`` for a shard's part of a sharded checkpoint: its deltas list the roles that
-            changed (a shard's deliveries are not the bus's record).
+        replay: ``False`` for a shard's part (``runs.parts``): every delta lists the roles that changed.
         known: For a shard's part, the messages of the driver's history, which its rows name by id.
     """
 
@@ -181,16 +177,8 @@ class CheckpointWriter:
     def write(self, env: Environment) -> Path:
         """Write the checkpoint of ``env``'s current round (call between rounds)."""
         self.note(env)
-        full = self._full_round is None or self._deltas >= self.every - 1
-        self._deltas = 0 if full else self._deltas + 1
-        if full:
-            self._full_round = env.round
-            self._roles.clear()
-            self._expect.clear()
-            self._env = _EnvMark()
+        full, parts = self.begin(env)
         new_rows = self._pending_rows
-        kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
-        parts = [f'"version":{FORMAT},"round":{env.round},"kind":{kind}']
         parts.extend(self._env_parts(env, new_rows, full=full))
         self._blind = self._blind or not self.replay
         if not full and not self._blind:
@@ -199,6 +187,18 @@ class CheckpointWriter:
         parts.append('"roles":{' + ",".join(roles) + "}")
         self._blind = False
         return self._finish(env, parts)
+
+    def begin(self, env: Environment, version: int = FORMAT) -> tuple[bool, list[str]]:
+        """Whether the checkpoint of ``env``'s round is a full snapshot (which forgets every mark), and its head."""
+        full = self._full_round is None or self._deltas >= self.every - 1
+        self._deltas = 0 if full else self._deltas + 1
+        if full:
+            self._full_round = env.round
+            self._roles.clear()
+            self._expect.clear()
+            self._env = _EnvMark()
+        kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
+        return full, [f'"version":{version},"round":{env.round},"kind":{kind}']
 
     def _finish(self, env: Environment, parts: list[str]) -> Path:
         """Append the new message rows (durably), then write the round file: its checkpoint is complete."""

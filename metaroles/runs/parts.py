@@ -20,7 +20,7 @@ from pathlib import Path
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.messages.message import Message
-from metaroles.runs.checkpoint import SHARDED, CheckpointWriter, _EnvMark
+from metaroles.runs.checkpoint import SHARDED, CheckpointWriter
 
 PARTS = "parts"
 """The folder, inside the run's checkpoints, of the shards' parts."""
@@ -49,16 +49,11 @@ def write_driver(writer: CheckpointWriter, env: Environment, roles: list[Role], 
     ``shards`` are the folders (relative to the writer's) where each shard just wrote its part;
     this file, written last, is what makes the round's checkpoint complete.
     """
-    full = writer._full_round is None or writer._deltas >= writer.every - 1
-    writer._deltas = 0 if full else writer._deltas + 1
-    if full:
-        writer._full_round, writer._env = env.round, _EnvMark()
+    full, parts = writer.begin(env, SHARDED)
     names = {role.name for role in roles}
     writer._roles = {name: mark for name, mark in writer._roles.items() if name in names}  # the others: the parts'
     writer._expect.clear()
     rows = writer._pending_rows
-    kind = '"full"' if full else f'"delta","after":{writer.round}'
-    parts = [f'"version":{SHARDED},"round":{env.round},"kind":{kind}']
     parts.extend(writer._env_parts(env, rows, full=full, appended=True))
     entries = [entry for entry in (writer._role_entry(role, rows) for role in roles) if entry]
     parts.append(f'"roles":{{{",".join(entries)}}},"parts":{json.dumps(shards)}')
