@@ -3,7 +3,8 @@
     python bench/shard.py [--agents 100000] [--rounds 10] [--shards 2] [--idle 10000]
 
 Prints JSON. The society is rule-based (no model calls) and writes no run directory: this times
-the bus, the shipping of roles and the driver's merge, not the disk. ``idle_round_ms`` is the
+the bus, the shipping of roles and the driver's merge, not the disk (``with_run_dir`` times the same run
+as ``metaroles run`` makes it, run directory and all). ``idle_round_ms`` is the
 driver's cost of a round in which 10,000 agents on 2 shards have nothing to do but one does.
 """
 
@@ -13,6 +14,7 @@ import argparse
 import json
 import pickle
 import resource
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +24,10 @@ import anyio
 
 from metaroles import LocalBackend, RayBackend, TestLLM
 from metaroles.runs.backends import LocalShards
+from metaroles.runs.config import RunOptions
 from metaroles.runs.ray_shards import RayShards, ensure_ray
 from metaroles.runs.registry import load_scenario
+from metaroles.runs.scenario import run_scenario
 from metaroles.runs.sharding import ShardedRun
 
 
@@ -87,6 +91,32 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
         "shard_peak_mib": [round(p / 1024) for p in peaks],
         "messages": len(built.team.env.history),
     }
+
+
+async def with_run_dir(agents: int, rounds: int, shards: int) -> dict[str, Any]:
+    """``metaroles run society`` as a user types it: one process vs K Ray shards, each writing its run directory.
+
+    Building the society is timed in both (on shards the roles then ship); at this size ``state.json``
+    names the last checkpoint, so the roles stay on their shards when the run ends.
+    """
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for label, backend in (("one_process_s", None), ("sharded_s", RayBackend(shards))):
+            run_dir = Path(folder) / label
+            start = time.perf_counter()
+            await run_scenario(
+                "society",
+                llm=TestLLM(),
+                options={"agents": agents, "rounds": rounds - 1},
+                out_dir=run_dir,
+                run=RunOptions(seed=0, backend=backend),
+            )
+            out[label] = round(time.perf_counter() - start, 2)
+            out[label.replace("_s", "_mb")] = round(
+                sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file()) / 1e6
+            )
+    out["speedup"] = round(out["one_process_s"] / out["sharded_s"], 2)
+    return out
 
 
 async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any]:
@@ -164,6 +194,7 @@ async def main() -> None:
     report["sharded"] = await sharded(args.agents, args.rounds, args.shards)
     report["speedup"] = round(report["one_process"]["wall_s"] / report["sharded"]["wall_s"], 2)
     report["driver_peak_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    report["with_run_dir"] = await with_run_dir(args.agents, args.rounds, args.shards)
     report["crossing"] = await crossing_bytes(min(args.agents, 20_000), args.rounds, args.shards)
     report["idle_round_ms"] = await idle_round(args.idle, 2)
     print(json.dumps(report, indent=1))

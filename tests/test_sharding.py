@@ -114,10 +114,10 @@ async def test_a_run_cut_short_on_two_shards_resumes_on_three_as_if_uninterrupte
     assert all(isinstance(role, Agent) for role in team.env.roles.values())
 
 
-def restored_state(checkpoints: Path, round_no: int, out: Path) -> bytes:
+def restored_state(checkpoints: Path, round_no: int, out: Path, **options: object) -> bytes:
     """The society's state at ``round_no`` as one process restores it from ``checkpoints``."""
     module = load_scenario("society")
-    built = module.build(module.Config(**SCENARIOS["society"]), TestLLM())
+    built = module.build(module.Config(**{**SCENARIOS["society"], **options}), TestLLM())
     restore_checkpoint(checkpoints, built.team.env, through_round=round_no)
     return built.team.env.save(out).read_bytes()
 
@@ -310,3 +310,20 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
         warnings.simplefilter("ignore", DeadLetterWarning)
         one, sharded = anyio.run(both)
     assert sharded == one
+
+
+async def test_a_large_sharded_runs_roles_stay_on_their_shards_and_its_run_directory_holds_them(tmp_path: Path) -> None:
+    large = {"agents": 1500, "rounds": 6}  # more messages than state.json holds: it names the last checkpoint
+    await scenario_run("society", tmp_path / "one", **large)
+    team = await scenario_run("society", tmp_path / "sharded", LocalBackend(2), **large)
+    assert json.loads((tmp_path / "sharded" / "state.json").read_bytes())["kind"] == "checkpoint_reference"
+    assert run_files(tmp_path / "sharded") == run_files(tmp_path / "one")
+    assert all(isinstance(role, RemoteRole) for role in team.env.roles.values())  # nothing came back
+    rounds = team.env.round
+    restored = [
+        restored_state(tmp_path / n / "checkpoints", rounds, tmp_path / f"{n}.json", **large)
+        for n in ("one", "sharded")
+    ]
+    assert restored[0] == restored[1]  # the roles' last state, as the shards wrote it
+    with pytest.raises(RunError, match="stayed on shards"):
+        await team.run(n_round=1)

@@ -26,9 +26,14 @@ STATE_LIMIT = 10_000
 """A run of more messages than this refers to its last checkpoint from ``state.json``."""
 
 
+def refers_to_checkpoint(env: Environment, checkpoints: CheckpointWriter | None) -> bool:
+    """Whether ``state.json`` names the checkpoint ``checkpoints`` just wrote (a large run) instead of all."""
+    return checkpoints is not None and checkpoints.round == env.round and len(env.history) > STATE_LIMIT
+
+
 def save_state(env: Environment, path: Path, checkpoints: CheckpointWriter | None) -> Path:
     """Write ``env``'s final state to ``path``; a reference if ``checkpoints`` just wrote this round of a large run."""
-    if checkpoints is None or checkpoints.round != env.round or len(env.history) <= STATE_LIMIT:
+    if checkpoints is None or not refers_to_checkpoint(env, checkpoints):
         return env.save(path)
     target = os.path.relpath(round_file(checkpoints.folder, env.round), path.parent)
     reference = {"kind": STATE_REFERENCE, "round": env.round, "checkpoint": target, "messages": len(env.history)}

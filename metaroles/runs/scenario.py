@@ -52,6 +52,7 @@ def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> Scenari
     plan.team.shard_by = getattr(module, "shard_by", None)
     if run.backend is not None:
         plan.team.backend = run.backend
+    plan.team.bring_back = False  # a large sharded run's roles stay on their shards: its run directory holds them
     return ScenarioPlan(
         team=plan.team,
         idea=plan.idea if run.idea is None else run.idea,
@@ -74,7 +75,9 @@ async def run_scenario(
 
     The run directory holds ``manifest.json`` (what to rebuild the run from, and what produced
     it), ``events.jsonl``, ``checkpoints/`` (one per round), and at the end ``transcript.md``,
-    ``state.json``, ``report.json`` and ``ledger.json``.
+    ``state.json``, ``report.json`` and ``ledger.json``. On shards, the roles of a run whose
+    ``state.json`` names its last checkpoint (a large one) stay there when it ends: the returned
+    team's environment holds their stand-ins, and the run continues from its directory (resume).
     """
     run = run or RunOptions()
     module = load_scenario(name)

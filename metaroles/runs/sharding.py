@@ -74,6 +74,8 @@ class ShardedRun:
         self._pinned: list[tuple[Role, frozenset[str]]] = []
         self.segment = env.round
         """The round this sharded stretch of the run started from (it names the checkpoint parts)."""
+        self.stay = False
+        """Leave the roles on their shards when the run ends (its last checkpoint holds them all)."""
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -360,9 +362,9 @@ class ShardedRun:
         return [*(part for part, _ in remote), fn(local)]
 
     async def close(self) -> None:
-        """Bring every role back into the driver's Environment (unless a shard failed), and stop the shards."""
+        """Bring the roles back (unless a shard failed, or they :attr:`stay`: the checkpoint has them); stop shards."""
         env = self.env
-        if self.broken:
+        if self.broken or self.stay:
             await self.shards.close()
             return
         deliveries, broadcasts = self._take_deliveries()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
+from metaroles.core.exceptions import RunError
 from metaroles.messages.message import Message
 from metaroles.runs.shards import Entry
 
@@ -64,6 +66,20 @@ class RemoteRole:
     def __repr__(self) -> str:
         """Say where the role runs."""
         return f"RemoteRole({self.name!r}, shard={self.shard})"
+
+
+def check_home(env: Environment) -> None:
+    """Refuse to run ``env`` while stand-ins hold the places of roles that stayed on (or were lost with) shards.
+
+    Raises:
+        RunError: Naming what to do: continue from the run's checkpoints with a new team.
+    """
+    away = [role.name for role in env._members if isinstance(role, RemoteRole)]
+    if away:
+        raise RunError(
+            f"{len(away)} roles of this environment (e.g. {away[0]!r}) stayed on shards when its last run ended; "
+            "continue from that run's checkpoints with a new team (Team.resume, or metaroles resume RUN_DIR)"
+        )
 
 
 class _RemoteFailure(Exception):

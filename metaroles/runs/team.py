@@ -22,11 +22,12 @@ from metaroles.runs import workspace
 from metaroles.runs.backends import Backend, ShardBy
 from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.eventlog import EventLog, check_log, copy_events
-from metaroles.runs.final_state import save_state
+from metaroles.runs.final_state import refers_to_checkpoint, save_state
 from metaroles.runs.parts import write_driver
 from metaroles.runs.report import StopReason, TeamReport
 from metaroles.runs.restore import fresh_writer, restore_checkpoint
 from metaroles.runs.sharding import RemoteRole, ShardedRun, sharded
+from metaroles.runs.standins import check_home
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
 
@@ -86,8 +87,7 @@ class Team:
         self.on_round: Callable[[Team], None] | None = None
         """Called after every round is logged and checkpointed (and after the idea is published)."""
         self.on_record: Callable[[Team], None] | None = None
-        """Called after a round's events are logged and before its checkpoint (a run directory's metrics):
-        a kill between the two leaves a record the resumed run rewrites, never a checkpoint without it."""
+        """Called after a round's events are logged, before its checkpoint (a kill between: resume rewrites it)."""
         self._failed = False
         self.workspace: Path | None = None
         """The folder the roles' actions write files into, if any: kept with every checkpoint (see ``workspace``)."""
@@ -100,6 +100,8 @@ class Team:
         self._sharded: ShardedRun | None = None
         self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
         self._stranded = False
+        self.bring_back = True
+        """Whether a sharded run's roles come back here; ``False``: not if its ``state.json`` names its checkpoint."""
         if investment is not None:
             self.invest(investment)
 
@@ -221,6 +223,7 @@ class Team:
     def _check(self, n_round: int) -> None:
         if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
             raise InvalidValueError(f"n_round={n_round!r} must be a non-negative integer")
+        check_home(self.env)
         unknown = sorted(set(self.role_budgets) - set(self.env.roles))
         if unknown:
             raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
@@ -362,6 +365,7 @@ class Team:
                     try:
                         done = await self._rounds(n_round)
                         await self._final_checkpoint()
+                        run.stay = not self.bring_back and refers_to_checkpoint(self.env, self._checkpoints)
                         return done
                     finally:
                         self._sharded, self._parts = None, {}
