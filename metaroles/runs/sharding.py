@@ -67,8 +67,8 @@ class ShardedRun:
         self._sets: dict[frozenset[str], frozenset[str]] = {}
         self.broken = False
         self._spoke: list[RemoteRole] = []
-        self.news = True
-        """Whether shards send the news of each sender (the event log's ``caused_by``)."""
+        self.news = self.turns = True
+        """Whether shards send each sender's news (the log's ``caused_by``); and their turn steps (its turn events)."""
         self.where: dict[str, tuple[int, ...]] = {}
         """Address → the shards whose roles receive on it (``DRIVER`` for the driver's own roles)."""
         self._pinned: list[tuple[Role, frozenset[str]]] = []
@@ -191,19 +191,19 @@ class ShardedRun:
             raise _first(group) from None
         finally:
             env._in_round = False
-        moved = self._merge(results, failures)
-        env._order_trace()
-        env._settle(failures, spent)
-        self._deliver(results, moved)
+        with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
+            moved = self._merge(results, failures)
+            env._order_trace()
+            env._settle(failures, spent)
+            self._deliver(results, moved)
         env._raise_failures(failures)
         env._raise_undelivered()
 
     async def _step(self, busy: list[Delivery | None], broadcasts: list[Message]) -> list[Stepped | None]:
         env = self.env
         try:
-            return await self.shards.step(
-                env.round, busy, broadcasts, trace=env.trace is not None, news=env.trace is not None or self.news
-            )
+            trace = env.trace is not None and self.turns  # a checkpoint's trace is of no use here: shards write parts
+            return await self.shards.step(env.round, busy, broadcasts, trace=trace, news=trace or self.news)
         except Exception as exc:
             self.broken = True
             first_line = (str(exc).strip().splitlines() or [""])[0][:200]

@@ -361,7 +361,7 @@ class Team:
                 shard_by = self.backend.shard_by or self.shard_by
                 async with sharded(self.env, self.backend.shard_set(), shard_by) as run:
                     self._sharded = run
-                    run.news = self._log is not None  # the event log's caused_by: only when there is a log
+                    run.news, run.turns = self._log is not None, self._log is not None and self._log.turns
                     try:
                         done = await self._rounds(n_round)
                         await self._final_checkpoint()
