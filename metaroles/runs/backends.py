@@ -23,6 +23,11 @@ ShardBy = Callable[[Role, int], "int | None"]
 an intervention reads); called as ``shard_by(role, shards)``."""
 
 
+def each_of(fns: Sequence[Callable[[list[Role]], Any]], roles: list[Role]) -> list[Any]:
+    """Every one of ``fns`` of ``roles`` (a shard computes a round's metric parts in one call)."""
+    return [fn(roles) for fn in fns]
+
+
 def placement(roles: Sequence[Role], shards: int, shard_by: ShardBy | None) -> list[int | None]:
     """The shard of each role: ``shard_by(role, shards)`` if given, else its place modulo ``shards``.
 
@@ -126,9 +131,14 @@ class LocalShards:
         return [host.checkpoint(folder, round_no, d, broadcasts, d.parts) for host, folder, d in pairs]
 
     async def parts(
-        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]
+        self,
+        fn: Callable[[list[Role]], Any],
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        meanwhile: Callable[[], None] = lambda: None,
     ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles, and its count of ready roles."""
+        """``fn`` of each shard's roles, and its count of ready roles (``meanwhile`` first: nothing runs alongside)."""
+        meanwhile()
         return [host.parts(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:

@@ -210,11 +210,17 @@ class RayShards:
         return results
 
     async def _each(
-        self, method: str, deliveries: list[Delivery], broadcasts: list[Message], *lead: Any, each: Any = None
+        self,
+        method: str,
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        *lead: Any,
+        each: Any = None,
+        meanwhile: Callable[[], None] = lambda: None,
     ) -> list[Any]:
         """Call ``method`` on every shard with its delivery (broadcasts put in the object store once); the answers.
 
-        ``each``, if given, holds a first argument per shard.
+        ``each``, if given, holds a first argument per shard; ``meanwhile()`` runs here while the shards work.
         """
         shared = self.ray.put(_packed(broadcasts))
         refs = []
@@ -222,6 +228,7 @@ class RayShards:
             packed, handles = _carried(delivery)
             first = () if each is None else (each[n],)
             refs.append(getattr(a, method).remote(*first, *lead, packed, shared, *handles))
+        meanwhile()
         return [await ref for ref in refs]
 
     async def checkpoint(
@@ -231,10 +238,14 @@ class RayShards:
         return await self._each("checkpoint", deliveries, broadcasts, round_no, each=folders)
 
     async def parts(
-        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]
+        self,
+        fn: Callable[[list[Role]], Any],
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        meanwhile: Callable[[], None] = lambda: None,
     ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles, and its count of ready roles."""
-        return await self._each("parts", deliveries, broadcasts, fn)
+        """``fn`` of each shard's roles, and its count of ready roles; ``meanwhile()`` runs while they compute."""
+        return await self._each("parts", deliveries, broadcasts, fn, meanwhile=meanwhile)
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
         """Each shard's roles, pickled."""

@@ -32,7 +32,7 @@ from metaroles.bus.rounds import run_roles
 from metaroles.core.exceptions import RunError
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.message import Message
-from metaroles.runs.backends import ShardBy, placement
+from metaroles.runs.backends import ShardBy, each_of, placement
 from metaroles.runs.parts import part_name
 from metaroles.runs.shards import DEAD, DRIVER, PINNED, Delivery, Entry, ShardSet, Stepped, _Seen, interned, targets
 from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
@@ -51,9 +51,7 @@ class ShardedRun:
 
     def __init__(self, env: Environment, shards: ShardSet, places: list[int | None]) -> None:
         """Drive ``env`` on ``shards``; ``places`` gives each role's shard (``None``: the driver)."""
-        self.env = env
-        self.shards = shards
-        self.places = places
+        self.env, self.shards, self.places = env, shards, places
         self.inboxes: list[list[Entry]] = [[] for _ in range(shards.count)]
         self.ready = [0] * shards.count
         self.held = [0] * shards.count
@@ -352,14 +350,16 @@ class ShardedRun:
         """The roles that run on the driver."""
         return [role for role, _ in self._pinned]
 
-    async def parts(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
-        """``fn`` of the roles of each shard, then of the driver's (for metrics computed where roles live)."""
+    async def measure(self, fns: list[Callable[[list[Role]], Any]], meanwhile: Callable[[], None]) -> dict[Any, Any]:
+        """Each of ``fns`` of each shard's roles (one call), then of the driver's; ``meanwhile`` runs as shards work."""
+        if not fns:
+            meanwhile()
+            return {}
         deliveries, broadcasts = self._take_deliveries()
-        remote = await self.shards.parts(fn, deliveries, broadcasts)
-        self.held = [0] * len(deliveries)
-        self.ready = [ready for _, ready in remote]
+        remote = await self.shards.parts(partial(each_of, fns), deliveries, broadcasts, meanwhile=meanwhile)
+        self.held, self.ready = [0] * len(deliveries), [ready for _, ready in remote]
         local = [r for r, p in zip(self.env._members, self.places, strict=True) if p is None]
-        return [*(part for part, _ in remote), fn(local)]
+        return {fn: [*(part[n] for part, _ in remote), fn(local)] for n, fn in enumerate(fns)}
 
     async def close(self) -> None:
         """Bring the roles back (unless a shard failed, or they :attr:`stay`: the checkpoint has them); stop shards."""

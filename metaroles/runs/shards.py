@@ -383,9 +383,9 @@ class ShardSet(Protocol):
         ...
 
     async def parts(
-        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]
+        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message], meanwhile: Any
     ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles after its delivery, and its count of ready roles."""
+        """``fn`` of each shard's roles after its delivery, and its ready roles; ``meanwhile()`` runs as they work."""
         ...
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:

@@ -323,11 +323,11 @@ class Team:
     async def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last."""
         try:
-            if self._log is not None:
-                self._log.round_done()
+            log = self._log.round_done if self._log is not None else lambda: None
+            if self.on_record is not None and self._sharded is not None:  # the log is written while shards measure
+                self._parts, log = await self._sharded.measure(self.metric_parts, log), lambda: None
+            log()
             if self.on_record is not None:
-                if self._sharded is not None:
-                    self._parts = {fn: await self._sharded.parts(fn) for fn in self.metric_parts}
                 self.on_record(self)
             writer = self._checkpoints
             if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
