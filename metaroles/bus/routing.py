@@ -69,7 +69,8 @@ class AddressBook:
     """
 
     CACHED = 65_536
-    """How many address sets :meth:`route` remembers before it starts again."""
+    """How many address sets :meth:`route` remembers before it starts again (or two per role, if more: a
+    society's every agent has its own set of neighbours, and forgetting them each round costs it the round)."""
 
     def __init__(self) -> None:
         """Create an empty book."""
@@ -119,7 +120,7 @@ class AddressBook:
             for address in send_to:
                 for role in self._index.get(address, ()):
                     found[role._env_index] = role
-            if len(self._merged) >= self.CACHED:
+            if len(self._merged) >= max(self.CACHED, 2 * len(self.members)):
                 self._merged.clear()
             merged = self._merged[send_to] = [found[i] for i in sorted(found)]
         return merged
