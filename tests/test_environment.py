@@ -434,3 +434,23 @@ async def test_a_saved_state_holds_each_history_message_once(tmp_path):
     assert again.roles["a"].rc.memory.storage[0] is again.history.storage[0], "one object, shared"
     with pytest.raises(InvalidValueError, match=r"load it with Environment\.load_state"):
         Role(name="a").load_state(next(r for r in saved.roles if r.name == "a"))
+
+
+def test_routing_remembers_each_roles_own_set_of_recipients_even_past_its_usual_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A society's every agent sends to its own neighbours: routing must not forget those sets each round."""
+    from metaroles.bus.routing import AddressBook
+
+    monkeypatch.setattr(AddressBook, "CACHED", 4)  # the usual bound, scaled down
+    env = Environment()
+    roles = [Role(name=f"a{i}") for i in range(10)]
+    for role in roles:
+        env.add_role(role)
+    sets = [frozenset({f"a{i}", f"a{(i + 1) % 10}"}) for i in range(10)]
+    first = [env._book.route(s) for s in sets]
+    assert [[r.name for r in got] for got in first] == [
+        sorted({f"a{i}", f"a{(i + 1) % 10}"}, key=lambda n: int(n[1:])) for i in range(10)
+    ]
+    again = [env._book.route(s) for s in sets]
+    assert all(a is b for a, b in zip(first, again, strict=True))  # remembered, not merged again
