@@ -52,6 +52,7 @@ from metaroles.messages.memory import ChatMemory, Memory
 from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue, PriorityMessageQueue
 from metaroles.runs.backends import LocalBackend
+from metaroles.runs.cast import Cast
 from metaroles.runs.ray_shards import RayBackend
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
@@ -70,6 +71,7 @@ __all__ = [
     "BaseTool",
     "Budget",
     "Bus",
+    "Cast",
     "ChatMemory",
     "ChatRole",
     "ConfigError",

@@ -17,13 +17,14 @@ import itertools
 import json
 import random
 import statistics
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from metaroles import LLM, Action, ActionResult, Message, Role, ScenarioPlan, Team, UserRequirement
+from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
 
 RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
 """Large societies log publishes and deliveries only, and checkpoint every 10 rounds."""
@@ -176,6 +177,33 @@ def social_graph(config: Config) -> Any:
     return nx.connected_watts_strogatz_graph(config.agents, max(degree, 2), config.rewire, seed=config.graph_seed)
 
 
+class Agents:
+    """The society's agents, the ``i``-th built from the graph alone (a :class:`Cast`: shards build their own).
+
+    The neighbours are kept flat (one array of numbers), so each shard gets a few megabytes, not the graph.
+    """
+
+    def __init__(self, config: Config, opinions: Sequence[float], neighbours: list[list[int]]) -> None:
+        """Build agents by ``config`` with these initial ``opinions`` and, per agent, its sorted ``neighbours``."""
+        self.config = config
+        self.opinions = array("d", opinions)
+        self.flat = array("q", (j for near in neighbours for j in near))
+        self.starts = array("q", itertools.accumulate((len(near) for near in neighbours), initial=0))
+
+    def __call__(self, i: int) -> Agent:
+        """The ``i``-th agent."""
+        config = self.config
+        return Agent(
+            name=f"a{i}",
+            neighbours=[f"a{j}" for j in self.flat[self.starts[i] : self.starts[i + 1]]],
+            opinion=self.opinions[i],
+            epsilon=config.epsilon,
+            llm_backed=i < config.llm_agents,
+            cluster_gap=config.cluster_gap,
+            block=(i, config.agents),
+        )
+
+
 def build(config: Config, llm: LLM) -> ScenarioPlan:
     """Place the agents on the graph; a broadcast asks everyone to state an opinion."""
     graph = social_graph(config)
@@ -183,19 +211,9 @@ def build(config: Config, llm: LLM) -> ScenarioPlan:
     opinions = config.opinions or [rng.random() for _ in range(config.agents)]
     if len(opinions) != config.agents:
         raise ValueError(f"opinions has {len(opinions)} values for {config.agents} agents; give one per agent")
+    neighbours = [sorted(graph.neighbors(i)) for i in range(config.agents)]
     team = Team(llm=llm)
-    team.hire(
-        Agent(
-            name=f"a{i}",
-            neighbours=[f"a{j}" for j in sorted(graph.neighbors(i))],
-            opinion=opinions[i],
-            epsilon=config.epsilon,
-            llm_backed=i < config.llm_agents,
-            cluster_gap=config.cluster_gap,
-            block=(i, config.agents),
-        )
-        for i in range(config.agents)
-    )
+    team.hire(Cast(config.agents, Agents(config, opinions, neighbours)))
     return ScenarioPlan(team=team, idea="State your opinion.", send_to="", n_round=config.rounds + 1)
 
 

@@ -223,3 +223,18 @@ class Budget(BaseModel):
         if self.max_tokens is not None and spend.tokens >= self.max_tokens:
             return f"{spend.tokens} tokens reached the budget of {self.max_tokens}"
         return None
+
+
+def budget_crossed(ledger: CostLedger, budget: Budget | None, role_budgets: dict[str, Budget]) -> str | None:
+    """Which budget the ledger's spending has crossed (the run's, then each role's, in order), if any."""
+    if budget is not None:
+        why = budget.crossed_by(Spend(calls=len(ledger.entries), tokens=ledger.total_tokens, cost=ledger.total_cost))
+        if why:
+            return f"run: {why}"
+    if role_budgets:
+        by_role = ledger.spend_by("role")
+        for name, each in role_budgets.items():
+            why = each.crossed_by(by_role.get(name, Spend()))
+            if why:
+                return f"role {name!r}: {why}"
+    return None

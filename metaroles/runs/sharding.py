@@ -17,8 +17,7 @@ roles' part of a checkpoint (``runs.parts``), and a run resumes on any number of
 from __future__ import annotations
 
 import pickle
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from functools import partial
 from operator import itemgetter
 from pathlib import Path
@@ -32,15 +31,20 @@ from metaroles.bus.rounds import run_roles
 from metaroles.core.exceptions import RunError
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.message import Message
-from metaroles.runs.backends import ShardBy, each_of, placement
+from metaroles.runs.backends import each_of
 from metaroles.runs.parts import part_name
 from metaroles.runs.shards import DEAD, DRIVER, PINNED, Delivery, Entry, ShardSet, Stepped, _Seen, interned, targets
 from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
 from metaroles.runs.standins import RemoteRole, _first, _remote_failure
 
-__all__ = ["RemoteRole", "ShardedRun", "sharded"]
+__all__ = ["RemoteRole", "ShardedRun"]
 
 # -- the driver's stand-ins ---------------------------------------------------------------------------
+
+
+def no_seat(role: Role) -> None:
+    """Every role is shipped as it is."""
+    return None
 
 
 class ShardedRun:
@@ -49,9 +53,14 @@ class ShardedRun:
     Use :func:`sharded` to open one; :meth:`run_round` replaces ``Environment.run_round``.
     """
 
-    def __init__(self, env: Environment, shards: ShardSet, places: list[int | None]) -> None:
-        """Drive ``env`` on ``shards``; ``places`` gives each role's shard (``None``: the driver)."""
-        self.env, self.shards, self.places = env, shards, places
+    def __init__(
+        self, env: Environment, shards: ShardSet, places: list[int | None], seat: Callable[[Role], Any] = no_seat
+    ) -> None:
+        """Drive ``env`` on ``shards``; ``places`` gives each role's shard (``None``: the driver).
+
+        ``seat(role)`` says how a shard builds ``role`` itself (``runs.cast``), or ``None``: it is shipped.
+        """
+        self.env, self.shards, self.places, self._seat = env, shards, places, seat
         self.inboxes: list[list[Entry]] = [[] for _ in range(shards.count)]
         self.ready = [0] * shards.count
         self.held = [0] * shards.count
@@ -81,13 +90,13 @@ class ShardedRun:
         return {role.name: place for role, place in zip(self.env._members, self.places, strict=True)}
 
     async def open(self) -> None:
-        """Ship every remote role to its shard and put stand-ins in their places."""
-        env, count = self.env, self.shards.count
-        parts: list[list[Role]] = [[] for _ in range(count)]
+        """Ship every remote role to its shard (or how to build it there) and put stand-ins in their places."""
+        env, count, seat = self.env, self.shards.count, self._seat
+        parts: list[list[Any]] = [[] for _ in range(count)]
         stand_ins: dict[int, Any] = {}
         for role, place in zip(list(env._members), self.places, strict=True):
             if place is not None:
-                parts[place].append(role)
+                parts[place].append(seat(role) or role)
                 stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place])
         history = env.history._store
         pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
@@ -378,22 +387,3 @@ class ShardedRun:
                     back[role._env_index] = role
             env.swap_roles(back)
             env.rebuild_ready()
-
-
-@asynccontextmanager
-async def sharded(env: Environment, shards: ShardSet, shard_by: ShardBy | None = None) -> AsyncIterator[ShardedRun]:
-    """Run ``env``'s roles on ``shards`` inside the block; they come back into ``env`` when it ends.
-
-    If the block raises, the roles stay where they were (a shard may be gone): the run's last
-    checkpoint is what a resume starts from.
-    """
-    run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by))
-    await run.open()
-    try:
-        yield run
-    except BaseException:
-        run.broken = True
-        with anyio.CancelScope(shield=True):
-            await run.close()
-        raise
-    await run.close()

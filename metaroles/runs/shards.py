@@ -175,14 +175,14 @@ class ShardHost:
         self.readdressed[role.name] = sorted(role.addresses)
 
     def load(self, data: bytes, addresses: Addresses) -> int:
-        """Host the roles ``dumps_roles`` pickled; return how many of them have buffered messages.
+        """Host the roles ``dumps_roles`` pickled (a ``runs.cast.Seat`` is built here); return how many are ready.
 
         A model with limits (``LimitedLLM``) keeps to this shard's share of them, so the cluster
         as a whole stays within what the user set.
         """
         env = self.env
         self.addresses = addresses
-        roles = loads_roles(data, env, known=self.known)
+        roles = [r if isinstance(r, Role) else r.build(env) for r in loads_roles(data, env, known=self.known)]
         env.adopt_roles(roles, total=self.total)
         shared: dict[int, Any] = {}
         for role in roles:

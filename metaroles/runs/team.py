@@ -15,18 +15,20 @@ from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import InvalidValueError, RoleFailed, RunError, UnknownRoleError
 from metaroles.core.schema import BROADCAST, to_addresses
-from metaroles.llm.ledger import Budget, CostLedger, Price, Spend, unpriced_warning
+from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, unpriced_warning
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
 from metaroles.runs import workspace
 from metaroles.runs.backends import Backend, ShardBy
+from metaroles.runs.cast import Cast
 from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.eventlog import EventLog, check_log, copy_events
 from metaroles.runs.final_state import refers_to_checkpoint, save_state
 from metaroles.runs.parts import write_driver
 from metaroles.runs.report import StopReason, TeamReport
 from metaroles.runs.restore import fresh_writer, restore_checkpoint
-from metaroles.runs.sharding import RemoteRole, ShardedRun, sharded
+from metaroles.runs.session import sharded
+from metaroles.runs.sharding import RemoteRole, ShardedRun
 from metaroles.runs.standins import check_home
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
@@ -100,6 +102,8 @@ class Team:
         self._sharded: ShardedRun | None = None
         self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
         self._stranded = False
+        self.casts: list[tuple[int, Cast]] = []
+        """The casts hired, by the place of their first role (shards build those roles themselves)."""
         self.bring_back = True
         """Whether a sharded run's roles come back here; ``False``: not if its ``state.json`` names its checkpoint."""
         if investment is not None:
@@ -110,8 +114,14 @@ class Team:
         """Every model call's cost, per role, action and model."""
         return self.env.ledger
 
-    def hire(self, roles: Iterable[Role]) -> None:
-        """Add ``roles`` to the environment; those without a model get the team's."""
+    def hire(self, roles: Iterable[Role] | Cast) -> None:
+        """Add ``roles`` to the environment; those without a model get the team's.
+
+        A :class:`~metaroles.runs.cast.Cast`'s roles are built here; on shards, again where each one runs.
+        """
+        if isinstance(roles, Cast):
+            self.casts.append((len(self.env._members), roles))
+            roles = roles.roles()
         for role in roles:
             if role.llm is None and self.llm is not None:
                 role.set_llm(self.llm)
@@ -153,20 +163,8 @@ class Team:
 
     def budget_crossed(self) -> str | None:
         """Which budget the spending so far has crossed, if any."""
-        ledger = self.env.ledger
-        self._warn_unpriced(ledger)
-        if self.budget is not None:
-            spent = Spend(calls=len(ledger.entries), tokens=ledger.total_tokens, cost=ledger.total_cost)
-            why = self.budget.crossed_by(spent)
-            if why:
-                return f"run: {why}"
-        if self.role_budgets:
-            by_role = ledger.spend_by("role")
-            for name, budget in self.role_budgets.items():
-                why = budget.crossed_by(by_role.get(name, Spend()))
-                if why:
-                    return f"role {name!r}: {why}"
-        return None
+        self._warn_unpriced(self.env.ledger)
+        return budget_crossed(self.env.ledger, self.budget, self.role_budgets)
 
     def _warn_unpriced(self, ledger: CostLedger) -> None:
         """Once per model: a money budget cannot see calls that cost nothing because no price is known."""
@@ -253,6 +251,7 @@ class Team:
             RunDirCorrupt: If the event log is damaged or lacks rounds the checkpoint holds.
         """
         restored = restore_checkpoint(Path(checkpoints), self.env)
+        self.casts = []  # restored roles are not as their casts built them: they travel
         if events is not None:
             check_log(Path(events), restored.round)  # before anything on disk changes
         if check is not None:
@@ -291,6 +290,7 @@ class Team:
         """
         writer = fresh_writer(Path(checkpoints))
         restored = restore_checkpoint(Path(parent), self.env, through_round=from_round)
+        self.casts = []  # restored roles are not as their casts built them: they travel
         if restored.round != from_round:
             warn(f"the parent has no checkpoint of round {from_round}; forking from {restored.round}", stacklevel=2)
         kept = workspace.recorded(Path(parent), restored.round) if self.workspace is not None else None
@@ -359,7 +359,7 @@ class Team:
                 return await self._rounds(n_round)
             try:
                 shard_by = self.backend.shard_by or self.shard_by
-                async with sharded(self.env, self.backend.shard_set(), shard_by) as run:
+                async with sharded(self.env, self.backend.shard_set(), shard_by, self.casts) as run:
                     self._sharded = run
                     run.news, run.turns = self._log is not None, self._log is not None and self._log.turns
                     try:

@@ -1,0 +1,43 @@
+"""Opening a sharded run around a Team's rounds, and closing it whatever happens.
+
+The roles go to their shards when the block starts — built there when a cast made them and nothing
+changed them yet (``runs.cast``), shipped otherwise — and come back (or stay) when it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+
+from metaroles.bus.environment import Environment
+from metaroles.runs.backends import ShardBy, placement
+from metaroles.runs.cast import Cast, seats
+from metaroles.runs.sharding import ShardedRun, no_seat
+from metaroles.runs.shards import ShardSet
+
+__all__ = ["sharded"]
+
+
+@asynccontextmanager
+async def sharded(
+    env: Environment, shards: ShardSet, shard_by: ShardBy | None = None, casts: Sequence[tuple[int, Cast]] = ()
+) -> AsyncIterator[ShardedRun]:
+    """Run ``env``'s roles on ``shards`` inside the block; they come back into ``env`` when it ends.
+
+    Roles of ``casts`` (``(first place, cast)``) not yet changed are built by their shards, not shipped.
+    If the block raises, the roles stay where they were (a shard may be gone): the run's last
+    checkpoint is what a resume starts from.
+    """
+    seat = seats(casts) if casts and env.round == 0 else no_seat
+    run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat)
+    await run.open()
+    try:
+        yield run
+    except BaseException:
+        run.broken = True
+        with anyio.CancelScope(shield=True):
+            await run.close()
+        raise
+    await run.close()
