@@ -3,9 +3,10 @@
     python bench/shard.py [--agents 100000] [--rounds 10] [--shards 2] [--idle 10000]
 
 Prints JSON. The society is rule-based (no model calls) and writes no run directory: this times
-the bus, the shipping of roles and the driver's merge, not the disk (``with_run_dir`` times the same run
-as ``metaroles run`` makes it, run directory and all). ``idle_round_ms`` is the
-driver's cost of a round in which 10,000 agents on 2 shards have nothing to do but one does.
+the bus, the start (the society hires its agents as a ``Cast``: each shard builds its own) and the
+driver's merge, not the disk (``with_run_dir`` times the same run as ``metaroles run`` makes it,
+run directory and all). ``idle_round_ms`` is the driver's cost of a round in which 10,000 agents on
+2 shards have nothing to do but one does.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
     async def open_(self: ShardedRun) -> None:
         t = time.perf_counter()
         await opened(self)
-        phases["ship_s"] = time.perf_counter() - t
+        phases["open_s"] = time.perf_counter() - t
 
     async def round_(self: ShardedRun) -> None:
         t = time.perf_counter()
@@ -96,8 +97,8 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
 async def with_run_dir(agents: int, rounds: int, shards: int) -> dict[str, Any]:
     """``metaroles run society`` as a user types it: one process vs K Ray shards, each writing its run directory.
 
-    Building the society is timed in both (on shards the roles then ship); at this size ``state.json``
-    names the last checkpoint, so the roles stay on their shards when the run ends.
+    Building the society is timed in both (on shards each shard then builds its own agents again); at
+    this size ``state.json`` names the last checkpoint, so the roles stay on their shards when the run ends.
     """
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:

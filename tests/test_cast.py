@@ -1,0 +1,105 @@
+"""A Cast: roles from one recipe, built in one process, and built again by their shards instead of shipped.
+
+Shards run in this process (``LocalBackend``): every build of the recipe lands in ``BUILT``, so a
+test sees who built what — the driver once per role, each shard once per role of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from metaroles import Action, ActionResult, Cast, Environment, Message, Role, Team, TestLLM
+from metaroles.core.exceptions import InvalidValueError, RunError
+from metaroles.runs.backends import LocalBackend
+
+BUILT: list[int] = []
+"""Every ``build(i)`` of :class:`Ring` in this process, in order."""
+
+
+class Say(Action):
+    """Say what the model answers to the news."""
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        return await self.aask(f"heard {len(history)}")
+
+
+class Ring:
+    """Member ``i`` of ``count`` speaks to member ``i + 1``; a copy keeps counting where it was pickled."""
+
+    def __init__(self, count: int, *, renumber: bool = False) -> None:
+        self.count, self.renumber, self.made = count, renumber, 0
+
+    def __call__(self, i: int) -> Role:
+        BUILT.append(i)
+        self.made += 1
+        name = f"m{self.made if self.renumber else i}"  # renumber: not the same role in another process
+        return Role(name=name, actions=[Say()], watch=[Say], send_to={f"m{(i + 1) % self.count}"})
+
+
+def ring_team(count: int, backend: object = None, **ring: bool) -> Team:
+    team = Team(env=Environment(seed=3), llm=TestLLM(), backend=backend)  # type: ignore[arg-type]
+    team.hire(Cast(count, Ring(count, **ring)))
+    return team
+
+
+def transcript(team: Team) -> list[tuple[str, str, str, str | None]]:
+    return [(m.id, m.sent_from, ",".join(sorted(m.send_to)), m.content) for m in team.env.history]
+
+
+async def test_a_cast_is_built_in_order_and_runs_like_the_roles_it_makes() -> None:
+    BUILT.clear()
+    team = ring_team(5)
+    assert BUILT == [0, 1, 2, 3, 4]
+    assert list(team.env.roles) == ["m0", "m1", "m2", "m3", "m4"]
+    plain = Team(env=Environment(seed=3), llm=TestLLM())
+    plain.hire(Ring(5)(i) for i in range(5))
+    for t in (team, plain):
+        await t.run(n_round=4, idea="go", send_to="m0")
+    assert transcript(team) == transcript(plain) and len(transcript(team)) == 5
+
+
+async def test_on_shards_each_shard_builds_its_own_roles_and_the_run_is_the_one_process_run() -> None:
+    one = ring_team(6)
+    await one.run(n_round=5, idea="go", send_to="m0")
+    BUILT.clear()
+    sharded = ring_team(6, LocalBackend(2))
+    assert BUILT == [0, 1, 2, 3, 4, 5]
+    await sharded.run(n_round=5, idea="go", send_to="m0")
+    assert sorted(BUILT) == sorted([*range(6), *range(6)])  # once here, once on its shard: never unpickled
+    assert transcript(sharded) == transcript(one)
+    assert [type(r) for r in sharded.env.roles.values()] == [Role] * 6  # they came back
+
+
+async def test_roles_changed_after_hiring_travel_as_they_are() -> None:
+    def changed(backend: object = None) -> Team:
+        team = ring_team(4, backend)
+        team.env.roles["m1"].rc.memory.add(Message("remembered", sent_from="m0", cause_by=Say))
+        team.env.roles["m2"].set_llm(TestLLM(seed=9))  # a new model travels with the seat
+        return team
+
+    one = changed()
+    await one.run(n_round=4, idea="go", send_to="m0")
+    BUILT.clear()
+    sharded = changed(LocalBackend(2))
+    await sharded.run(n_round=4, idea="go", send_to="m0")
+    assert sorted(BUILT) == [0, 0, 1, 2, 2, 3, 3]  # m1 (index 1) has a memory: shipped, not built again
+    assert transcript(sharded) == transcript(one)
+    assert [len(r.rc.memory) for r in sharded.env.roles.values()] == [len(r.rc.memory) for r in one.env.roles.values()]
+
+
+async def test_a_cast_that_builds_another_role_elsewhere_stops_the_run_saying_why() -> None:
+    team = ring_team(4, LocalBackend(2), renumber=True)
+    with pytest.raises(RunError, match=r"build\(\d\) made 'm\d+'.*must make the same role in every process"):
+        await team.run(n_round=2, idea="go", send_to="m1")
+
+
+def test_a_bad_cast_is_refused_naming_the_value() -> None:
+    with pytest.raises(InvalidValueError, match="count=-1"):
+        Cast(-1, Ring(1))
+    with pytest.raises(InvalidValueError, match="build='ring'"):
+        Cast(2, "ring")  # type: ignore[arg-type]
+    team = Team()
+    with pytest.raises(InvalidValueError, match=r"build\(0\) returned 'm0'"):
+        team.hire(Cast(1, lambda i: f"m{i}"))  # type: ignore[arg-type,return-value]
