@@ -57,16 +57,16 @@ class Seat:
 
     __slots__ = ("addresses", "buffer", "cast", "ids", "index", "llm", "name", "place")
 
-    def __init__(self, cast: Cast, index: int, role: Role, buffer: list[Message]) -> None:
-        """Stand for ``role``, the ``index``-th of ``cast``, whose buffer holds ``buffer``."""
-        self.cast, self.index, self.buffer = cast, index, buffer
-        self.name, self.addresses, self.place = role.name, role.addresses, role._env_index
-        self.ids, self.llm = role.ids, role.llm
+    def __init__(
+        self, cast: Cast, index: int, name: str, addresses: Any, place: int, ids: Any, llm: Any, buffer: list[Message]
+    ) -> None:
+        """Stand for the ``index``-th role of ``cast`` (``name`` on ``addresses``, at ``place``), holding ``buffer``."""
+        self.cast, self.index, self.name, self.addresses, self.place = cast, index, name, addresses, place
+        self.ids, self.llm, self.buffer = ids, llm, buffer
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as the fields (the cast is shared by every seat of a part: pickled once)."""
-        fields = (self.cast, self.index, self.name, self.addresses, self.place, self.ids, self.llm, self.buffer)
-        return _seat, fields
+        return Seat, (self.cast, self.index, self.name, self.addresses, self.place, self.ids, self.llm, self.buffer)
 
     def build(self, host: Any) -> Role:
         """The role, built here, attached to ``host`` at its place, holding what it had received.
@@ -90,15 +90,6 @@ class Seat:
         return role
 
 
-def _seat(
-    cast: Cast, index: int, name: str, addresses: Any, place: int, ids: Any, llm: Any, buffer: list[Message]
-) -> Seat:
-    seat = Seat.__new__(Seat)
-    seat.cast, seat.index, seat.name, seat.addresses, seat.place = cast, index, name, addresses, place
-    seat.ids, seat.llm, seat.buffer = ids, llm, buffer
-    return seat
-
-
 def seats(casts: Sequence[tuple[int, Cast]]) -> Callable[[Role], Seat | None]:
     """Given the casts a team hired (``(first place, cast)``), a role's seat if its shard may build it, else None.
 
@@ -117,6 +108,7 @@ def seats(casts: Sequence[tuple[int, Cast]]) -> Callable[[Role], Seat | None]:
             return None
         if type(role.rc.memory) is not Memory or len(role.rc.memory):
             return None
-        return Seat(cast, index, role, role.rc.msg_buffer.peek_all())
+        buffer = role.rc.msg_buffer.peek_all()
+        return Seat(cast, index, role.name, role.addresses, role._env_index, role.ids, role.llm, buffer)
 
     return seat

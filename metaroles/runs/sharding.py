@@ -1,8 +1,9 @@
 """One Environment's roles on several shards, run in lock-step so the run is the one-process run.
 
 The driver (the process that holds the Team) keeps the bus: the history, the address index, dead
-letters, events, the ledger, interventions and the roles pinned to it. Every other role is
-shipped to a shard when the run starts (``runs.shipping``) and the driver keeps a stand-in
+letters, events, the ledger, interventions and the roles pinned to it. Every other role goes to
+a shard when the run starts — built there if a cast made it (``runs.cast``), else shipped pickled
+(``runs.shipping``) — and the driver keeps a stand-in
 (:class:`RemoteRole`: name, addresses, place). A round is one call per shard (``runs.shards``):
 the shard delivers what reached it — what it kept for its own roles, the parts other shards sent
 it, the driver's own messages — merged by the publishing role's place, runs its ready roles, and
