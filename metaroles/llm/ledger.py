@@ -8,9 +8,10 @@ configured). The ledger is part of a run's saved state, so it survives resume.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from warnings import warn
 
 from pydantic import BaseModel, Field
 
@@ -223,6 +224,18 @@ class Budget(BaseModel):
         if self.max_tokens is not None and spend.tokens >= self.max_tokens:
             return f"{spend.tokens} tokens reached the budget of {self.max_tokens}"
         return None
+
+
+def warn_unpriced(ledger: CostLedger, since: int, budgets: Iterable[Budget | None], warned: set[str]) -> int:
+    """Warn once per model (``warned``) whose calls since entry ``since`` cost nothing for want of a price.
+
+    Only when one of ``budgets`` limits money, which such calls escape. Returns where the next check starts.
+    """
+    if any(b is not None and b.max_cost is not None for b in budgets):
+        for model in ledger.unpriced(since) - warned:
+            warned.add(model)
+            warn(unpriced_warning(model), stacklevel=3)
+    return len(ledger.entries)
 
 
 def budget_crossed(ledger: CostLedger, budget: Budget | None, role_budgets: dict[str, Budget]) -> str | None:

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.messages.message import Message
-from metaroles.runs.shards import Addresses, Delivery, ShardHost, ShardSet, Stepped
+from metaroles.runs.shards import ShardHost
+from metaroles.runs.shardset import Addresses, Delivery, ShardSet, Stepped
 
 __all__ = ["Backend", "LocalBackend", "LocalShards", "ShardBy", "check_shards", "placement"]
 
@@ -110,9 +111,17 @@ class LocalShards:
         return [host.load(blob, addresses) for host, blob in zip(self.hosts, blobs, strict=True)]
 
     async def step(
-        self, round_no: int, deliveries: list[Delivery | None], broadcasts: list[Message], *, trace: bool, news: bool
+        self,
+        round_no: int,
+        deliveries: list[Delivery | None],
+        broadcasts: list[Message],
+        *,
+        trace: bool,
+        news: bool,
+        meanwhile: Callable[[], None],
     ) -> list[Stepped | None]:
-        """Run the round on each shard in turn (the merge makes the order irrelevant)."""
+        """Run the round on each shard in turn (the merge makes the order irrelevant); ``meanwhile()`` first."""
+        meanwhile()
         results: list[Stepped | None] = []
         for host, delivery in zip(self.hosts, deliveries, strict=True):
             if delivery is None:
@@ -135,10 +144,8 @@ class LocalShards:
         fn: Callable[[list[Role]], Any],
         deliveries: list[Delivery],
         broadcasts: list[Message],
-        meanwhile: Callable[[], None] = lambda: None,
     ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles, and its count of ready roles (``meanwhile`` first: nothing runs alongside)."""
-        meanwhile()
+        """``fn`` of each shard's roles, and its count of ready roles."""
         return [host.parts(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:

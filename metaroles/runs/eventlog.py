@@ -183,6 +183,22 @@ def _rewrite(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path)
     write_atomic(timings_of(events), "".join(line + "\n" for line in timings))
 
 
+class Heard:
+    """A remote role's news as the log writes it: the ids, JSON-encoded and comma-separated (its shard encodes them).
+
+    A sharded run's driver gives its stand-ins this instead of the messages, which stay on the shards.
+    """
+
+    __slots__ = ("ids",)
+
+    def __init__(self, ids: str) -> None:
+        self.ids = ids
+
+    def __bool__(self) -> bool:
+        """Whether the role had any news."""
+        return bool(self.ids)
+
+
 class EventLog:
     """Writes one environment's events, a round at a time.
 
@@ -218,6 +234,9 @@ class EventLog:
         self.seq = kept[-1][0]["seq"] if kept else 0
         self._names: dict[str, str] = {}
         self._send_to: dict[frozenset[str], str] = {}
+        self._recipients: dict[int, tuple[Sequence[Role], str]] = {}
+        """The JSON of each list of recipients met (by the list: routing's own), while the address book stays."""
+        self._book: tuple[object, int] | None = None
         self.turns = turns
         self.folded = not turns if folded is None else folded
         if turns and env.trace is None:
@@ -296,9 +315,12 @@ class EventLog:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
         roles, targets = env.roles, self._send_to
+        if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
+            self._book, self._recipients = (env._book, env._book.version), {}
         for message, recipients in zip(messages, routed, strict=True):
             sender = roles.get(message.sent_from)
-            caused = ",".join([enc(m.id) for m in sender.rc.news]) if sender is not None else ""
+            news: Any = sender.rc.news if sender is not None else ()  # a stand-in's: Heard
+            caused = news.ids if type(news) is Heard else ",".join([enc(m.id) for m in news])
             send_to = targets.get(message.send_to)
             if send_to is None:
                 send_to = targets[message.send_to] = ",".join([name(a) for a in sorted(message.send_to)])
@@ -310,7 +332,7 @@ class EventLog:
                 f'"send_to":[{send_to}],"caused_by":[{caused}]'
             )
             if self.folded:
-                to = ",".join([names.get(r.name) or name(r.name) for r in recipients])
+                to = self._to(recipients)
                 add(f'{line},"to":[{to}]}}\n')
                 for _ in recipients:  # each delivery keeps its number: read_events gives it back as a deliver event
                     next(numbers)
@@ -319,6 +341,17 @@ class EventLog:
             for recipient in recipients:
                 who = names.get(recipient.name) or name(recipient.name)
                 add(f'{{"seq":{next(numbers)}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
+
+    def _to(self, recipients: Sequence[Role]) -> str:
+        """The names of ``recipients`` as JSON, remembered per list (routing hands out one per set of addresses)."""
+        known = self._recipients.get(id(recipients))
+        if known is None or known[0] is not recipients:
+            if len(self._recipients) >= 1 << 18:
+                self._recipients.clear()
+            names, name = self._names, self._name
+            text = ",".join([names.get(r.name) or name(r.name) for r in recipients])
+            known = self._recipients[id(recipients)] = (recipients, text)
+        return known[1]
 
     def _append(self, lines: list[str]) -> None:
         append_durably(self.path, "".join(lines))

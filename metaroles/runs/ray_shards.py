@@ -23,7 +23,8 @@ from metaroles.core.exceptions import ConfigError
 from metaroles.messages.message import Message
 from metaroles.runs.backends import ShardBy, check_shards
 from metaroles.runs.registry import USER_SCENARIO
-from metaroles.runs.shards import Addresses, Delivery, ShardHost, Stepped, StepResult
+from metaroles.runs.shards import ShardHost
+from metaroles.runs.shardset import Addresses, Delivery, Stepped, StepResult
 from metaroles.runs.shipping import paused_gc, quick
 
 
@@ -183,9 +184,16 @@ class RayShards:
         return [await ref for ref in refs]
 
     async def step(
-        self, round_no: int, deliveries: list[Delivery | None], broadcasts: list[Message], *, trace: bool, news: bool
+        self,
+        round_no: int,
+        deliveries: list[Delivery | None],
+        broadcasts: list[Message],
+        *,
+        trace: bool,
+        news: bool,
+        meanwhile: Callable[[], None],
     ) -> list[Stepped | None]:
-        """One ``step`` call per shard with something to do, all in flight at once.
+        """One ``step`` call per shard with something to do, all in flight at once; ``meanwhile()`` as they work.
 
         Each returns its result and, as separate objects, its parts for the other shards: the
         driver keeps only their handles and passes them to the next call of the shard they are for.
@@ -200,6 +208,7 @@ class RayShards:
             method = a.step.options(num_returns=self.count + 1)
             calls.append(method.remote(round_no, packed, shared, trace, news, *handles))
         self.calls += sum(refs is not None for refs in calls)
+        meanwhile()
         results: list[Stepped | None] = []
         for refs in calls:
             if refs is None:
@@ -216,11 +225,10 @@ class RayShards:
         broadcasts: list[Message],
         *lead: Any,
         each: Any = None,
-        meanwhile: Callable[[], None] = lambda: None,
     ) -> list[Any]:
         """Call ``method`` on every shard with its delivery (broadcasts put in the object store once); the answers.
 
-        ``each``, if given, holds a first argument per shard; ``meanwhile()`` runs here while the shards work.
+        ``each``, if given, holds a first argument per shard.
         """
         shared = self.ray.put(_packed(broadcasts))
         refs = []
@@ -228,7 +236,6 @@ class RayShards:
             packed, handles = _carried(delivery)
             first = () if each is None else (each[n],)
             refs.append(getattr(a, method).remote(*first, *lead, packed, shared, *handles))
-        meanwhile()
         return [await ref for ref in refs]
 
     async def checkpoint(
@@ -242,10 +249,9 @@ class RayShards:
         fn: Callable[[list[Role]], Any],
         deliveries: list[Delivery],
         broadcasts: list[Message],
-        meanwhile: Callable[[], None] = lambda: None,
     ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles, and its count of ready roles; ``meanwhile()`` runs while they compute."""
-        return await self._each("parts", deliveries, broadcasts, fn, meanwhile=meanwhile)
+        """``fn`` of each shard's roles, and its count of ready roles."""
+        return await self._each("parts", deliveries, broadcasts, fn)
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
         """Each shard's roles, pickled."""

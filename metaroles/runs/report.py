@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from metaroles.bus.environment import Environment
+    from metaroles.llm.ledger import Budget
 
 
 class StopReason(StrEnum):
@@ -29,6 +34,20 @@ class TeamReport(BaseModel):
     """The run's money budget, if any."""
     messages: int
     """Messages in the environment's history."""
+
+    @classmethod
+    def of(cls, env: Environment, rounds: int, reason: StopReason, *, detail: str, budget: Budget | None) -> TeamReport:
+        """The report of a run of ``env`` that ran ``rounds`` and stopped for ``reason``."""
+        ledger = env.ledger
+        return cls(
+            rounds=rounds,
+            stop_reason=reason,
+            detail=detail,
+            total_cost=ledger.total_cost,
+            total_tokens=ledger.total_tokens,
+            budget=budget.max_cost if budget is not None else None,
+            messages=len(env.history),
+        )
 
     def __str__(self) -> str:
         """One line for humans."""

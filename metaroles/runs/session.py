@@ -15,7 +15,7 @@ from metaroles.bus.environment import Environment
 from metaroles.runs.backends import ShardBy, placement
 from metaroles.runs.cast import Cast, seats
 from metaroles.runs.sharding import ShardedRun, no_seat
-from metaroles.runs.shards import ShardSet
+from metaroles.runs.shardset import ShardSet
 
 __all__ = ["sharded"]
 

@@ -25,16 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import run_roles
 from metaroles.core.exceptions import RunError
-from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.message import Message
 from metaroles.runs.backends import each_of
+from metaroles.runs.eventlog import Heard
 from metaroles.runs.parts import part_name
-from metaroles.runs.shards import DEAD, DRIVER, PINNED, Delivery, Entry, ShardSet, Stepped, _Seen, interned, targets
+from metaroles.runs.shards import DEAD, DRIVER, PINNED, interned, targets
+from metaroles.runs.shardset import Delivery, Entry, ShardSet, Stepped, shared_broadcasts
 from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
 from metaroles.runs.standins import RemoteRole, _first, _remote_failure
 
@@ -134,29 +136,9 @@ class ShardedRun:
         pending = any(self.inboxes) or any(self.held) or any(self.crossing) or any(self.ranked or ())
         return self.env.is_idle and not any(self.ready) and not pending
 
-    def _take_inboxes(self) -> tuple[list[list[Entry]], list[Message]]:
-        """This round's deliveries per shard; a broadcast once, shared by all."""
-        broadcasts: list[Message] = []
-        shared: dict[int, int] = {}
-        inboxes = []
-        for inbox in self.inboxes:
-            out: list[Entry] = []
-            for entry in inbox:
-                if type(entry) is Message and MESSAGE_ROUTE_TO_ALL in entry.send_to:
-                    number = shared.get(id(entry))
-                    if number is None:
-                        number = shared[id(entry)] = len(broadcasts)
-                        broadcasts.append(entry)
-                    out.append(number)
-                else:
-                    out.append(entry)
-            inboxes.append(out)
-            inbox.clear()
-        return inboxes, broadcasts
-
     def _take_deliveries(self) -> tuple[list[Delivery], list[Message]]:
         """What each shard is to deliver before its next round (or states, or roles); a broadcast once for all."""
-        inboxes, broadcasts = self._take_inboxes()
+        inboxes, broadcasts = shared_broadcasts(self.inboxes)
         addresses = (self.where, self._everyone) if self._moved else None
         ranked, crossing = self.ranked, self.crossing
         deliveries = [
@@ -172,29 +154,26 @@ class ShardedRun:
         self.ranked, self.crossing, self._moved = None, [[] for _ in inboxes], False
         return deliveries, broadcasts
 
-    async def run_round(self) -> None:
-        """Run one round on the driver and every shard; deliver as one process does (see the module)."""
+    async def run_round(self, later: Callable[[], None] = lambda: None) -> None:
+        """Run one round on the driver and every shard; deliver as one process does (see the module).
+
+        ``later`` (the rest of recording the last round: log, metrics, the driver's checkpoint file)
+        runs while the shards work, before the round changes anything here; if it fails, the run
+        stops and the shards' roles stay there (a resume starts from the last complete checkpoint).
+        """
         env = self.env
         if env._in_round:
             raise RunError(f"round {env.round} of this environment is still running; await it before starting another")
-        env.round += 1
-        env._clock.set(env.round)
-        if env.trace is not None:
-            env.trace = []
         deliveries, broadcasts = self._take_deliveries()
         busy = [d if (d or self.ready[n] or self.held[n]) else None for n, d in enumerate(deliveries)]
         self.held = [0] * len(deliveries)
-        ready = env._take_ready()
         failures: list[tuple[Any, Exception]] = []
         spent = env.ledger.mark()
-        env._in_round = True
         results: list[Stepped | None] = []
         try:
             async with anyio.create_task_group() as tg:
-                if ready:
-                    on_error = partial(env._fail, failures=failures)
-                    tg.start_soon(partial(run_roles, ready, env.round, concurrency=env.concurrency, on_error=on_error))
-                results = await self._step(busy, broadcasts)
+                begin = partial(self._begin, later, tg, failures)
+                results = await self._step(env.round + 1, busy, broadcasts, begin)
         except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
             raise _first(group) from None
         finally:
@@ -207,18 +186,47 @@ class ShardedRun:
         env._raise_failures(failures)
         env._raise_undelivered()
 
-    async def _step(self, busy: list[Delivery | None], broadcasts: list[Message]) -> list[Stepped | None]:
+    def _begin(self, later: Callable[[], None], tg: TaskGroup, failures: list[tuple[Any, Exception]]) -> None:
+        """The driver's side of a round, once the shards have theirs: ``later()``, then its own roles' turns."""
         env = self.env
+        later()
+        env.round += 1
+        env._clock.set(env.round)
+        if env.trace is not None:
+            env.trace = []
+        ready, env._in_round = env._take_ready(), True
+        if ready:
+            on_error = partial(env._fail, failures=failures)
+            tg.start_soon(partial(run_roles, ready, env.round, concurrency=env.concurrency, on_error=on_error))
+
+    async def _step(
+        self, round_no: int, busy: list[Delivery | None], broadcasts: list[Message], begin: Callable[[], None]
+    ) -> list[Stepped | None]:
+        """The shards' results of round ``round_no``; ``begin()`` runs while they work (its error is its own)."""
+        failed: list[BaseException] = []
+
+        def meanwhile() -> None:
+            try:
+                begin()
+            except BaseException as exc:  # raised below, once the shards' calls are answered
+                failed.append(exc)
+
+        trace = self.env.trace is not None and self.turns  # a checkpoint's trace is of no use here: shards write parts
         try:
-            trace = env.trace is not None and self.turns  # a checkpoint's trace is of no use here: shards write parts
-            return await self.shards.step(env.round, busy, broadcasts, trace=trace, news=trace or self.news)
+            results = await self.shards.step(
+                round_no, busy, broadcasts, trace=trace, news=trace or self.news, meanwhile=meanwhile
+            )
         except Exception as exc:
             self.broken = True
             first_line = (str(exc).strip().splitlines() or [""])[0][:200]
             raise RunError(
-                f"a shard failed in round {env.round} ({type(exc).__name__}: {first_line}); the run stops at its "
+                f"a shard failed in round {round_no} ({type(exc).__name__}: {first_line}); the run stops at its "
                 "last checkpoint — resume it (metaroles resume DIR)"
             ) from exc
+        if failed:
+            self.broken = True  # the shards ran a round the driver did not take in: their roles stay there
+            raise failed[0]
+        return results
 
     def _deliver(self, results: list[Stepped | None], moved: bool) -> None:
         """Deliver the round: left to the shards' own routing, unless an address changed or interventions decide."""
@@ -337,7 +345,7 @@ class ShardedRun:
                 moved = True
             for name, ids in result.news.items():
                 stand_in = roles[name]
-                stand_in.rc.news = [_Seen(i) for i in ids]
+                stand_in.rc.news = Heard(ids)
                 self._spoke.append(stand_in)
         if moved:
             self._index_addresses()
@@ -360,13 +368,12 @@ class ShardedRun:
         """The roles that run on the driver."""
         return [role for role, _ in self._pinned]
 
-    async def measure(self, fns: list[Callable[[list[Role]], Any]], meanwhile: Callable[[], None]) -> dict[Any, Any]:
-        """Each of ``fns`` of each shard's roles (one call), then of the driver's; ``meanwhile`` runs as shards work."""
+    async def measure(self, fns: list[Callable[[list[Role]], Any]]) -> dict[Any, Any]:
+        """Each of ``fns`` of each shard's roles (one call), then of the driver's."""
         if not fns:
-            meanwhile()
             return {}
         deliveries, broadcasts = self._take_deliveries()
-        remote = await self.shards.parts(partial(each_of, fns), deliveries, broadcasts, meanwhile=meanwhile)
+        remote = await self.shards.parts(partial(each_of, fns), deliveries, broadcasts)
         self.held, self.ready = [0] * len(deliveries), [ready for _, ready in remote]
         local = [r for r, p in zip(self.env._members, self.places, strict=True) if p is None]
         return {fn: [*(part[n] for part, _ in remote), fn(local)] for n, fn in enumerate(fns)}

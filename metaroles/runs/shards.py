@@ -15,26 +15,21 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
+from json.encoder import encode_basestring
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import run_roles
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
-from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
 from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.parts import part_writer
+from metaroles.runs.shardset import Addresses, Delivery, Entry, Step, StepResult
 from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
-
-Entry = Message | int | tuple[Message, str]
-"""What a shard delivers: a message to route, the index of a shared broadcast, or a message for one role."""
-
-Step = tuple[str, str, Any, int]
 
 DRIVER = -1
 """Where a role pinned to the driver lives (in the address map)."""
@@ -44,9 +39,6 @@ DEAD, PINNED = 1, 2
 
 _MAX_REMEMBERED = 1 << 18
 """Sets of recipients whose shards a shard remembers at most (then it starts afresh)."""
-
-Addresses = tuple[dict[str, tuple[int, ...]], tuple[int, ...]]
-"""The address map (address → the shards whose roles receive on it) and every shard that hosts a role."""
 
 
 def targets(send_to: frozenset[str] | set[str], addresses: Addresses) -> tuple[int, ...] | set[int]:
@@ -75,7 +67,7 @@ def interned(entries: Iterable[tuple[Any, ...]], sets: dict[frozenset[str], froz
 
 
 class _Seen:
-    """A message known by id only (the news of a remote sender, for the event log)."""
+    """A message known by id only (what a remote turn observed, for the event log's turn events)."""
 
     __slots__ = ("id",)
 
@@ -93,51 +85,6 @@ class _ActionRef:
 
 
 # -- a shard -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Delivery:
-    """What reached a shard since its last round, delivered before its next one (or its states, or its roles)."""
-
-    inbox: list[Entry] = field(default_factory=list)
-    """What the driver routed, in order: between rounds, and the whole last round when ``ranked`` is None."""
-    ranked: list[tuple[int, Message]] | None = None
-    """The last round was routed by the shards: the driver's own messages for this one, ``(rank, message)``.
-    ``None``: the driver routed it all (an address changed, or interventions decide): drop what is held."""
-    sources: list[int] = field(default_factory=list)
-    """The shards whose last outbox has a part for this one, in shard order."""
-    parts: list[Any] = field(default_factory=list)
-    """Those parts (pickled ``(rank, message)`` lists, or handles to them that the carrier resolves)."""
-    addresses: Addresses | None = None
-    """The address map, when it changed."""
-
-    def __bool__(self) -> bool:
-        """Whether there is anything to deliver."""
-        return bool(self.inbox or self.ranked or self.sources or self.addresses)
-
-
-@dataclass
-class StepResult:
-    """What a shard returns for a round."""
-
-    outbox: list[tuple[int, Message, int]]
-    """What its roles published, ``(rank, message, flag)`` in delivery order (flags: ``DEAD``, ``PINNED``)."""
-    trace: list[Step] = field(default_factory=list)
-    ledger: list[LedgerEntry] = field(default_factory=list)
-    failures: list[tuple[int, str, str, str]] = field(default_factory=list)
-    """``(place, exception type, str, repr)`` of each turn that raised."""
-    news: dict[str, list[str]] = field(default_factory=dict)
-    """The news ids of each role that published (the event log's ``caused_by``)."""
-    ready: int = 0
-    """Roles with buffered messages after the round (before its deliveries)."""
-    held: int = 0
-    """Messages kept here for this shard's own roles (delivered before the next round)."""
-    crossing: list[int] = field(default_factory=list)
-    """How many messages go to each shard's part."""
-    readdressed: dict[str, list[str]] = field(default_factory=dict)
-    """The new addresses of roles that changed theirs in the round."""
-    busy_s: float = 0.0
-    """How long the shard worked on the round (delivering and running turns), for diagnostics."""
 
 
 class ShardHost:
@@ -311,12 +258,12 @@ class ShardHost:
             outbox.append((rank, message, flag))
         return outbox, crossing
 
-    def _news(self, outbox: list[tuple[int, Message, int]]) -> dict[str, list[str]]:
-        roles, news = self.env.roles, {}
+    def _news(self, outbox: list[tuple[int, Message, int]]) -> dict[str, str]:
+        roles, news, enc = self.env.roles, {}, encode_basestring
         for _, message, _ in outbox:
             sender = roles.get(message.sent_from)
             if sender is not None and sender.name not in news:
-                news[sender.name] = [m.id for m in sender.rc.news]
+                news[sender.name] = ",".join([enc(m.id) for m in sender.rc.news])
         return news
 
     def checkpoint(
@@ -353,45 +300,3 @@ def _portable(step: Step) -> Step:
     if kind == "think":
         return kind, name, None if detail is None else _ActionRef(detail._action_id), remembered
     return step
-
-
-# -- carrying calls ----------------------------------------------------------------------------------
-
-Stepped = tuple[StepResult, list[Any]]
-"""A shard's result of a round and, per shard, a handle to its part (``None``: nothing for that shard)."""
-
-
-class ShardSet(Protocol):
-    """The shards of one run and the calls the driver makes to them (each one batched call per shard)."""
-
-    count: int
-
-    async def load(self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
-        """Start the shards with their roles (one blob each, taken as it comes); return each one's ready roles."""
-        ...
-
-    async def step(
-        self, round_no: int, deliveries: list[Delivery | None], broadcasts: list[Message], *, trace: bool, news: bool
-    ) -> list[Stepped | None]:
-        """Run a round on every shard that has something to do (``None`` for the others)."""
-        ...
-
-    async def checkpoint(
-        self, folders: list[str], round_no: int, deliveries: list[Delivery], broadcasts: list[Message]
-    ) -> list[int]:
-        """Each shard writes its part of the round's checkpoint into its folder after its delivery; the ready counts."""
-        ...
-
-    async def parts(
-        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message], meanwhile: Any
-    ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles after its delivery, and its ready roles; ``meanwhile()`` runs as they work."""
-        ...
-
-    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
-        """Each shard's roles, pickled, after its delivery; the shards are done."""
-        ...
-
-    async def close(self) -> None:
-        """Stop the shards (after a failure: nothing is given back)."""
-        ...

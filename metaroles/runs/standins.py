@@ -8,7 +8,7 @@ from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import RunError
 from metaroles.messages.message import Message
-from metaroles.runs.shards import Entry
+from metaroles.runs.shardset import Entry
 
 
 class _Forward:
@@ -35,7 +35,7 @@ class _RemoteContext:
     def __init__(self, inbox: list[Entry], watch: frozenset[str]) -> None:
         self.memory = None  # on the shard
         self.msg_buffer = _Forward(inbox)
-        self.news: list[Any] = []
+        self.news: Any = []  # what it saw before it last spoke (``eventlog.Heard``), for the log
         self.watch = watch
 
 

@@ -7,26 +7,27 @@ reports why; the environment's state stays intact and can be saved at any point.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
-from warnings import warn
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import InvalidValueError, RoleFailed, RunError, UnknownRoleError
 from metaroles.core.schema import BROADCAST, to_addresses
-from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, unpriced_warning
+from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, warn_unpriced
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
 from metaroles.runs import workspace
 from metaroles.runs.backends import Backend, ShardBy
 from metaroles.runs.cast import Cast
 from metaroles.runs.checkpoint import CheckpointWriter
-from metaroles.runs.eventlog import EventLog, check_log, copy_events
+from metaroles.runs.continuing import forked, resumed
+from metaroles.runs.eventlog import EventLog
 from metaroles.runs.final_state import refers_to_checkpoint, save_state
 from metaroles.runs.parts import write_driver
 from metaroles.runs.report import StopReason, TeamReport
-from metaroles.runs.restore import fresh_writer, restore_checkpoint
+from metaroles.runs.restore import fresh_writer
 from metaroles.runs.session import sharded
 from metaroles.runs.sharding import RemoteRole, ShardedRun
 from metaroles.runs.standins import check_home
@@ -100,6 +101,7 @@ class Team:
         self.metric_parts: list[Callable[[list[Role]], Any]] = []
         """Functions of a list of roles that round metrics combine (:meth:`gathered`); on shards, run where they are."""
         self._sharded: ShardedRun | None = None
+        self._later: Callable[[], None] = self._nothing
         self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
         self._stranded = False
         self.casts: list[tuple[int, Cast]] = []
@@ -162,17 +164,10 @@ class Team:
         )
 
     def budget_crossed(self) -> str | None:
-        """Which budget the spending so far has crossed, if any."""
-        self._warn_unpriced(self.env.ledger)
-        return budget_crossed(self.env.ledger, self.budget, self.role_budgets)
-
-    def _warn_unpriced(self, ledger: CostLedger) -> None:
-        """Once per model: a money budget cannot see calls that cost nothing because no price is known."""
-        since, self._checked_entries = self._checked_entries, len(ledger.entries)
-        if any(b is not None and b.max_cost is not None for b in (self.budget, *self.role_budgets.values())):
-            for model in ledger.unpriced(since) - self._unpriced:
-                self._unpriced.add(model)
-                warn(unpriced_warning(model), stacklevel=3)
+        """Which budget the spending so far has crossed, if any (a money budget blind to a model warns, once)."""
+        budgets, ledger = (self.budget, *self.role_budgets.values()), self.env.ledger
+        self._checked_entries = warn_unpriced(ledger, self._checked_entries, budgets, self._unpriced)
+        return budget_crossed(ledger, self.budget, self.role_budgets)
 
     async def run(
         self,
@@ -216,7 +211,8 @@ class Team:
             writer, self._checkpoints = self._checkpoints, None
             if save_to is not None and not self._stranded:  # a lost shard took roles: the checkpoint stands
                 save_state(self.env, Path(save_to), None if self._failed else writer)
-        return self._report(rounds, reason)
+        detail = self.budget_crossed() or "" if reason is StopReason.BUDGET else ""
+        return TeamReport.of(self.env, rounds, reason, detail=detail, budget=self.budget)
 
     def _check(self, n_round: int) -> None:
         if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
@@ -250,19 +246,8 @@ class Team:
             ConfigError: If the folder holds no readable checkpoint.
             RunDirCorrupt: If the event log is damaged or lacks rounds the checkpoint holds.
         """
-        restored = restore_checkpoint(Path(checkpoints), self.env)
+        self._checkpoints, self._kept = resumed(self.env, checkpoints, events=events, check=check, files=self.workspace)
         self.casts = []  # restored roles are not as their casts built them: they travel
-        if events is not None:
-            check_log(Path(events), restored.round)  # before anything on disk changes
-        if check is not None:
-            check(restored.round)
-        kept = workspace.recorded(Path(checkpoints), restored.round) if self.workspace is not None else None
-        self._checkpoints = CheckpointWriter(Path(checkpoints), restored=restored)
-        if self.workspace is not None and kept is not None:
-            workspace.write_files(self.workspace, Path(checkpoints), kept)  # not what a killed round half wrote
-            workspace.drop_after(Path(checkpoints), restored.round)
-        self._kept = kept
-        self._checkpoints.continue_after(self.env, restored)
         return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
 
     async def fork(
@@ -288,69 +273,79 @@ class Team:
             ConfigError: If the parent has no readable checkpoint up to ``from_round``, or
                 ``checkpoints`` already holds a run.
         """
-        writer = fresh_writer(Path(checkpoints))
-        restored = restore_checkpoint(Path(parent), self.env, through_round=from_round)
-        self.casts = []  # restored roles are not as their casts built them: they travel
-        if restored.round != from_round:
-            warn(f"the parent has no checkpoint of round {from_round}; forking from {restored.round}", stacklevel=2)
-        kept = workspace.recorded(Path(parent), restored.round) if self.workspace is not None else None
-        if events is not None and parent_events is not None:
-            copy_events(Path(parent_events), Path(events), through_round=restored.round)
-        if self.workspace is not None and kept is not None:
-            workspace.write_files(self.workspace, Path(parent), kept)  # the parent's files at the fork round
+        self._checkpoints = forked(
+            self.env, parent, from_round, checkpoints, events=events, parent_events=parent_events, files=self.workspace
+        )
         self._kept = None
-        self._checkpoints = writer
+        self.casts = []  # restored roles are not as their casts built them: they travel
         return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
 
     async def _final_checkpoint(self) -> None:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
-        writer = self._checkpoints
+        writer, run = self._checkpoints, self._sharded
         if writer is not None and writer.round != self.env.round and not self._failed and not self._stranded:
-            await self._commit(writer)  # on shards: before the roles come back, each shard writes its part
+            self._keep_files(writer)
+            if run is None:
+                writer.write(self.env)
+            else:  # before the roles come back, each shard writes its part; the driver's file completes the round
+                write_driver(writer, self.env, run.pinned, await run.checkpoint(writer.folder))
 
     def _keep_files(self, writer: CheckpointWriter) -> None:
         if self.workspace is not None:
             self._kept = workspace.keep(self.workspace, writer.folder, self.env.round, self._kept)
 
-    async def _commit(self, writer: CheckpointWriter) -> None:
-        """Write the checkpoint of the current round, the workspace's files kept first."""
-        self._keep_files(writer)
-        if self._sharded is None:
-            writer.write(self.env)
-        else:  # each shard writes its roles' part, then the driver's file completes the round
-            write_driver(writer, self.env, self._sharded.pinned, await self._sharded.checkpoint(writer.folder))
-
     async def _checkpoint(self) -> None:
-        """Commit the round: its events, then its record (metrics), then the checkpoint, last."""
+        """Commit the round: its events, then its record (metrics), then the checkpoint, last.
+
+        On shards, what needs the shards (metric parts, checkpoint parts) is done now, and the rest
+        while they run the next round (``ShardedRun.run_round``'s ``later``), in the same order.
+        """
+        run, writer, parts = self._sharded, self._checkpoints, None
+        due = writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None)
         try:
-            log = self._log.round_done if self._log is not None else lambda: None
-            if self.on_record is not None and self._sharded is not None:  # the log is written while shards measure
-                self._parts, log = await self._sharded.measure(self.metric_parts, log), lambda: None
-            log()
-            if self.on_record is not None:
-                self.on_record(self)
-            writer = self._checkpoints
-            if writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None):
-                await self._commit(writer)
-            elif writer is not None and self._sharded is None:
-                writer.note(self.env)  # the round's turns and deliveries: the next delta replays them
+            if run is not None and self.on_record is not None:
+                self._parts = await run.measure(self.metric_parts)
+            if run is not None and writer is not None and due:
+                self._keep_files(writer)  # as the round left them: the next one may change them
+                parts = await run.checkpoint(writer.folder)
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
+            raise
+        later = partial(self._record, writer if due else None, parts, run.pinned if run is not None else [])
+        if run is None:
+            later()
+        else:
+            self._later = later
+
+    def _record(self, writer: CheckpointWriter | None, parts: list[str] | None, pinned: list[Role]) -> None:
+        """Log the round, then its metrics, then write its checkpoint (``writer``: one is due) and tell ``on_round``."""
+        env = self.env
+        try:
+            if self._log is not None:
+                self._log.round_done()
+            if self.on_record is not None:
+                self.on_record(self)
+            if writer is not None and parts is not None:  # last, the driver's file completes the round
+                write_driver(writer, env, pinned, parts)
+            elif writer is not None:
+                self._keep_files(writer)
+                writer.write(env)
+            elif self._checkpoints is not None and self._sharded is None:
+                self._checkpoints.note(env)  # the round's turns and deliveries: the next delta replays them
+        except BaseException:
+            self._failed = True
             raise
         if self.on_round is not None:
             self.on_round(self)
 
-    def _report(self, rounds: int, reason: StopReason) -> TeamReport:
-        ledger = self.env.ledger
-        return TeamReport(
-            rounds=rounds,
-            stop_reason=reason,
-            detail=self.budget_crossed() or "" if reason is StopReason.BUDGET else "",
-            total_cost=ledger.total_cost,
-            total_tokens=ledger.total_tokens,
-            budget=self.budget.max_cost if self.budget is not None else None,
-            messages=len(self.env.history),
-        )
+    def _take_later(self) -> Callable[[], None]:
+        """What is left of recording the last sharded round (run while the shards run the next one)."""
+        later, self._later = self._later, self._nothing
+        return later
+
+    @staticmethod
+    def _nothing() -> None:
+        """Nothing is left to record."""
 
     async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
         self._stranded = False
@@ -364,28 +359,27 @@ class Team:
                     run.news, run.turns = self._log is not None, self._log is not None and self._log.turns
                     try:
                         done = await self._rounds(n_round)
+                        self._take_later()()
                         await self._final_checkpoint()
                         run.stay = not self.bring_back and refers_to_checkpoint(self.env, self._checkpoints)
                         return done
                     finally:
+                        self._take_later()()  # the round before a failure was complete: its recording too
                         self._sharded, self._parts = None, {}
                         self._stranded = run.broken
             except BaseException:
                 self._stranded = self._stranded or any(isinstance(r, RemoteRole) for r in self.env._members)
                 raise
 
-    def _idle(self) -> bool:
-        return self._sharded.is_idle if self._sharded is not None else self.env.is_idle
-
     async def _rounds(self, n_round: int) -> tuple[int, StopReason]:
         rounds = 0
         while rounds < n_round:
-            if self._idle():
+            if (self._sharded or self.env).is_idle:
                 return rounds, StopReason.IDLE
             if self.budget_crossed():
                 return rounds, StopReason.BUDGET
             try:
-                await (self.env.run_round() if self._sharded is None else self._sharded.run_round())
+                await (self.env.run_round() if self._sharded is None else self._sharded.run_round(self._take_later()))
             except BaseException as exc:
                 self._failed = True  # the round's state is not whole: its checkpoint is never written
                 if isinstance(exc, RoleFailed) and self._log is not None:
@@ -393,7 +387,7 @@ class Team:
                 raise
             await self._checkpoint()
             rounds += 1
-        if self._idle():
+        if (self._sharded or self.env).is_idle:
             return rounds, StopReason.IDLE
         if self.budget_crossed():
             return rounds, StopReason.BUDGET
