@@ -12,6 +12,7 @@ run directory and all). ``idle_round_ms`` is the driver's cost of a round in whi
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import pickle
 import resource
@@ -24,6 +25,7 @@ from typing import Any
 import anyio
 
 from metaroles import LocalBackend, RayBackend, TestLLM
+from metaroles.cli.common import settle_heap
 from metaroles.runs.backends import LocalShards
 from metaroles.runs.config import RunOptions
 from metaroles.runs.ray_shards import RayShards, ensure_ray
@@ -99,20 +101,26 @@ async def with_run_dir(agents: int, rounds: int, shards: int) -> dict[str, Any]:
 
     Building the society is timed in both (on shards each shard then builds its own agents again); at
     this size ``state.json`` names the last checkpoint, so the roles stay on their shards when the run ends.
+    After each round the heap is settled as the CLI does it (``settle_heap``), in both runs.
     """
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         for label, backend in (("one_process_s", None), ("sharded_s", RayBackend(shards))):
             run_dir = Path(folder) / label
             start = time.perf_counter()
-            await run_scenario(
-                "society",
-                llm=TestLLM(),
-                options={"agents": agents, "rounds": rounds - 1},
-                out_dir=run_dir,
-                run=RunOptions(seed=0, backend=backend),
-            )
+            try:
+                await run_scenario(
+                    "society",
+                    llm=TestLLM(),
+                    options={"agents": agents, "rounds": rounds - 1},
+                    out_dir=run_dir,
+                    run=RunOptions(seed=0, backend=backend),
+                    on_round=lambda team: settle_heap(),
+                )
+            finally:
+                gc.unfreeze()
             out[label] = round(time.perf_counter() - start, 2)
+            gc.collect()
             out[label.replace("_s", "_mb")] = round(
                 sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file()) / 1e6
             )

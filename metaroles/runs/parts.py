@@ -43,6 +43,17 @@ def part_writer(folder: Path, known: Mapping[str, Message]) -> CheckpointWriter:
     return CheckpointWriter(folder, replay=False, known=known)
 
 
+def note_driver(writer: CheckpointWriter, env: Environment) -> None:
+    """Give the messages the history grew by since the last note their rows (a sharded round the driver does not write).
+
+    They are encoded now, while the shards run the next round, not all at once when a checkpoint is due.
+    """
+    history = env.history
+    if len(history) > writer._noted_history:
+        writer._rows_of(history._items[writer._noted_history :], writer._pending_rows)
+    writer._noted_history = len(history)
+
+
 def write_driver(writer: CheckpointWriter, env: Environment, roles: list[Role], shards: list[str]) -> Path:
     """Write the driver's file of ``env``'s round: the environment, its own ``roles`` and the shards' parts.
 

@@ -25,7 +25,7 @@ from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.continuing import forked, resumed
 from metaroles.runs.eventlog import EventLog
 from metaroles.runs.final_state import refers_to_checkpoint, save_state
-from metaroles.runs.parts import write_driver
+from metaroles.runs.parts import note_driver, write_driver
 from metaroles.runs.report import StopReason, TeamReport
 from metaroles.runs.restore import fresh_writer
 from metaroles.runs.session import sharded
@@ -332,6 +332,8 @@ class Team:
                 writer.write(env)
             elif self._checkpoints is not None and self._sharded is None:
                 self._checkpoints.note(env)  # the round's turns and deliveries: the next delta replays them
+            elif self._checkpoints is not None:
+                note_driver(self._checkpoints, env)
         except BaseException:
             self._failed = True
             raise

@@ -1,0 +1,122 @@
+"""A sharded round is recorded while the shards run the next one, in the one-process order, and a
+failure while recording it loses nothing a checkpoint claimed (``LocalBackend``: the shards' code in
+this process; ``test_ray_shards.py`` runs the same scenarios on real Ray actors)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metaroles import Team, TestLLM
+from metaroles.messages.message import Message
+from metaroles.runs.backends import LocalBackend, LocalShards
+from metaroles.runs.config import RunOptions
+from metaroles.runs.scenario import resume_scenario, run_scenario
+from metaroles.runs.shardset import Delivery
+
+SEED = 5
+SOCIETY: dict[str, object] = {"agents": 200, "rounds": 5, "llm_agents": 3}
+RUN_FILES = ("events.jsonl", "transcript.md", "state.json", "metrics.jsonl", "report.json", "ledger.json")
+
+
+def run_files(run_dir: Path) -> dict[str, bytes]:
+    return {name: (run_dir / name).read_bytes() for name in RUN_FILES if (run_dir / name).exists()}
+
+
+def recorded(run_dir: Path, round_no: int) -> tuple[bool, bool, bool]:
+    """Whether round ``round_no``'s events, its metrics row and its checkpoint are on disk."""
+    events = (run_dir / "events.jsonl").read_text()
+    metrics = (run_dir / "metrics.jsonl").read_text() if (run_dir / "metrics.jsonl").exists() else ""
+    return (
+        f'"round":{round_no},"kind":"round_end"' in events,
+        f'{{"round": {round_no},' in metrics,
+        (run_dir / "checkpoints" / f"round-{round_no:04d}.json").exists(),
+    )
+
+
+class WatchedShards(LocalShards):
+    """In-process shards that note, for each round they run, what of the round before was on disk."""
+
+    def __init__(self, count: int, run_dir: Path, seen: list[tuple[int, Any, Any]]) -> None:
+        super().__init__(count)
+        self.run_dir, self.seen = run_dir, seen
+
+    async def step(
+        self,
+        round_no: int,
+        deliveries: list[Delivery | None],
+        broadcasts: list[Message],
+        *,
+        trace: bool,
+        news: bool,
+        meanwhile: Callable[[], None],
+    ) -> Any:
+        def watched() -> None:
+            before = recorded(self.run_dir, round_no - 1)
+            meanwhile()
+            self.seen.append((round_no, before, recorded(self.run_dir, round_no - 1)))
+
+        return await super().step(round_no, deliveries, broadcasts, trace=trace, news=news, meanwhile=watched)
+
+
+class WatchedBackend(LocalBackend):
+    def __init__(self, shards: int, run_dir: Path) -> None:
+        super().__init__(shards)
+        self.run_dir = run_dir
+        self.seen: list[tuple[int, Any, Any]] = []
+
+    def shard_set(self) -> WatchedShards:
+        return WatchedShards(self.shards, self.run_dir, self.seen)
+
+
+async def society(out: Path, backend: Any = None, on_round: Callable[[Team], None] | None = None) -> Team:
+    _, team = await run_scenario(
+        "society",
+        llm=TestLLM(),
+        options=SOCIETY,
+        out_dir=out,
+        run=RunOptions(seed=SEED, backend=backend, checkpoint_every=1),
+        on_round=on_round,
+    )
+    return team
+
+
+async def test_a_sharded_round_is_logged_measured_and_checkpointed_while_the_shards_run_the_next(
+    tmp_path: Path,
+) -> None:
+    await society(tmp_path / "one")
+    backend = WatchedBackend(2, tmp_path / "sharded")
+    team = await society(tmp_path / "sharded", backend)
+    rounds = team.env.round
+    assert [n for n, _, _ in backend.seen] == list(range(1, rounds + 1))
+    for round_no, before, after in backend.seen[1:]:  # round 0 (the idea) is recorded before the shards start
+        assert before == (False, False, False), round_no  # the shards got round N before N-1 was written ...
+        assert after == (True, True, True), round_no  # ... and it was written, in full, before they answered
+    assert recorded(tmp_path / "sharded", rounds) == (True, True, True)  # the last round, once the run stopped
+    assert run_files(tmp_path / "sharded") == run_files(tmp_path / "one")
+
+
+async def test_a_failure_while_recording_a_sharded_round_stops_the_run_at_the_checkpoint_before_it(
+    tmp_path: Path,
+) -> None:
+    await society(tmp_path / "one")
+
+    def full_disk_at_round_3(team: Team) -> None:
+        def full(team: Team) -> None:
+            raise OSError(28, "No space left on device")
+
+        if team.env.round == 2:  # told of round 2 while the shards run round 3: its metrics will not go out
+            team.on_record = full
+
+    cut = tmp_path / "cut"
+    with pytest.raises(OSError, match="No space left"):
+        await society(cut, LocalBackend(2), on_round=full_disk_at_round_3)
+    assert recorded(cut, 2) == (True, True, True)
+    assert recorded(cut, 3) == (True, False, False)  # its events went out; its metrics and checkpoint did not
+    assert not (cut / "state.json").exists()  # the shards were a round ahead: the checkpoint of round 2 stands
+    _, team = await resume_scenario(cut, llm=TestLLM(), backend=LocalBackend(3))
+    assert team.env.round > 3
+    assert run_files(cut) == run_files(tmp_path / "one")
