@@ -68,9 +68,9 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
         await opened(self)
         phases["open_s"] = time.perf_counter() - t
 
-    async def round_(self: ShardedRun) -> None:
+    async def round_(self: ShardedRun, *later: Any) -> None:
         t = time.perf_counter()
-        await stepped(self)
+        await stepped(self, *later)
         phases["rounds_s"] = phases.get("rounds_s", 0.0) + time.perf_counter() - t
 
     async def close_(self: ShardedRun) -> None:
@@ -171,9 +171,9 @@ async def idle_round(agents: int, shards: int, repeats: int = 20) -> float:
     times: list[float] = []
     original = ShardedRun.run_round
 
-    async def timed(self: ShardedRun) -> None:
+    async def timed(self: ShardedRun, *later: Any) -> None:
         t = time.perf_counter()
-        await original(self)
+        await original(self, *later)
         times.append(time.perf_counter() - t)
         with self.env.id_scope():
             message = Message("ping", sent_from="Human", send_to={"a0"})
