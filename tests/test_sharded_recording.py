@@ -4,6 +4,7 @@ this process; ``test_ray_shards.py`` runs the same scenarios on real Ray actors)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,4 +120,30 @@ async def test_a_failure_while_recording_a_sharded_round_stops_the_run_at_the_ch
     assert not (cut / "state.json").exists()  # the shards were a round ahead: the checkpoint of round 2 stands
     _, team = await resume_scenario(cut, llm=TestLLM(), backend=LocalBackend(3))
     assert team.env.round > 3
+    assert run_files(cut) == run_files(tmp_path / "one")
+
+
+async def test_rows_noted_past_the_last_checkpoint_are_cut_when_a_sharded_run_resumes(tmp_path: Path) -> None:
+    await society(tmp_path / "one")
+
+    def cut_at_round_5(team: Team) -> None:
+        if team.env.round == 5:
+            raise RuntimeError("the driver's machine went away")
+
+    cut = tmp_path / "cut"
+    with pytest.raises(RuntimeError, match="went away"):
+        await run_scenario(
+            "society",
+            llm=TestLLM(),
+            options=SOCIETY,
+            out_dir=cut,
+            run=RunOptions(seed=SEED, backend=LocalBackend(2), checkpoint_every=3),
+            on_round=cut_at_round_5,
+        )
+    checkpoints = cut / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("round-*.json")) == ["round-0000.json", "round-0003.json"]
+    table = (checkpoints / "messages.jsonl").read_text().splitlines()
+    claimed = json.loads((checkpoints / "round-0003.json").read_text())["rows"]
+    assert len(table) > claimed  # rounds 4 and 5 went into the table while the shards ran on
+    await resume_scenario(cut, llm=TestLLM(), backend=LocalBackend(2))
     assert run_files(cut) == run_files(tmp_path / "one")

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
+from metaroles.core.files import append_durably
 from metaroles.messages.message import Message
-from metaroles.runs.checkpoint import SHARDED, CheckpointWriter
+from metaroles.runs.checkpoint import MESSAGES, SHARDED, CheckpointWriter
 
 PARTS = "parts"
 """The folder, inside the run's checkpoints, of the shards' parts."""
@@ -46,12 +47,16 @@ def part_writer(folder: Path, known: Mapping[str, Message]) -> CheckpointWriter:
 def note_driver(writer: CheckpointWriter, env: Environment) -> None:
     """Give the messages the history grew by since the last note their rows (a sharded round the driver does not write).
 
-    They are encoded now, while the shards run the next round, not all at once when a checkpoint is due.
+    They are encoded and appended to the message table now, while the shards run the next round,
+    not all at once when a checkpoint is due (rows past the last checkpoint's are cut on resume).
     """
-    history = env.history
+    history, pending = env.history, writer._pending_rows
     if len(history) > writer._noted_history:
-        writer._rows_of(history._items[writer._noted_history :], writer._pending_rows)
+        writer._rows_of(history._items[writer._noted_history :], pending)
     writer._noted_history = len(history)
+    if pending:
+        append_durably(writer.folder / MESSAGES, "".join(pending))
+        pending.clear()
 
 
 def write_driver(writer: CheckpointWriter, env: Environment, roles: list[Role], shards: list[str]) -> Path:
