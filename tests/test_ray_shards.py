@@ -183,3 +183,33 @@ async def test_a_scenario_from_a_file_runs_on_ray_shards_as_in_one_process(ray_a
         )
     assert run_files(tmp_path / "ray") == run_files(tmp_path / "one")
     assert "scores [" in (tmp_path / "ray" / "transcript.md").read_text()
+
+
+async def test_a_failure_while_recording_a_round_on_ray_shards_stops_at_the_checkpoint_before_it(
+    ray_address: str, tmp_path: Path
+) -> None:
+    options = {"agents": 300, "rounds": 5, "llm_agents": 0}
+    await scenario_run("society", tmp_path / "one", **options)
+
+    def full_disk_at_round_3(team: Any) -> None:
+        def full(team: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        if team.env.round == 2:  # told of round 2 while the shards run round 3: round 3's metrics fail
+            team.on_record = full
+
+    cut = tmp_path / "cut"
+    with pytest.raises(OSError, match="No space left"):
+        await run_scenario(
+            "society",
+            llm=TestLLM(),
+            options={**SCENARIOS["society"], **options},
+            out_dir=cut,
+            run=RunOptions(seed=SEED, backend=RayBackend(2, address=ray_address), checkpoint_every=1),
+            on_round=full_disk_at_round_3,
+        )
+    assert (cut / "checkpoints" / "round-0002.json").exists()
+    assert not (cut / "checkpoints" / "round-0003.json").exists()
+    assert not (cut / "state.json").exists()
+    await resume_scenario(cut, llm=TestLLM(), backend=RayBackend(3, address=ray_address))
+    assert run_files(cut) == run_files(tmp_path / "one")
