@@ -17,14 +17,9 @@ from metaroles.runs.backends import LocalBackend, LocalShards
 from metaroles.runs.config import RunOptions
 from metaroles.runs.scenario import resume_scenario, run_scenario
 from metaroles.runs.shardset import Delivery
+from tests.test_sharding import SEED, run_files
 
-SEED = 5
 SOCIETY: dict[str, object] = {"agents": 200, "rounds": 5, "llm_agents": 3}
-RUN_FILES = ("events.jsonl", "transcript.md", "state.json", "metrics.jsonl", "report.json", "ledger.json")
-
-
-def run_files(run_dir: Path) -> dict[str, bytes]:
-    return {name: (run_dir / name).read_bytes() for name in RUN_FILES if (run_dir / name).exists()}
 
 
 def recorded(run_dir: Path, round_no: int) -> tuple[bool, bool, bool]:
