@@ -115,7 +115,7 @@ async def with_run_dir(agents: int, rounds: int, shards: int) -> dict[str, Any]:
                     options={"agents": agents, "rounds": rounds - 1},
                     out_dir=run_dir,
                     run=RunOptions(seed=0, backend=backend),
-                    on_round=lambda team: settle_heap(),
+                    on_progress=lambda team: settle_heap(),
                 )
             finally:
                 gc.unfreeze()

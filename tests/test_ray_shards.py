@@ -206,7 +206,7 @@ async def test_a_failure_while_recording_a_round_on_ray_shards_stops_at_the_chec
             options={**SCENARIOS["society"], **options},
             out_dir=cut,
             run=RunOptions(seed=SEED, backend=RayBackend(2, address=ray_address), checkpoint_every=1),
-            on_round=full_disk_at_round_3,
+            on_progress=full_disk_at_round_3,
         )
     assert (cut / "checkpoints" / "round-0002.json").exists()
     assert not (cut / "checkpoints" / "round-0003.json").exists()

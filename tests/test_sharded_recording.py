@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from metaroles import Team, TestLLM
+from metaroles.bus.action import UserRequirement
 from metaroles.messages.message import Message
 from metaroles.runs.backends import LocalBackend, LocalShards
 from metaroles.runs.config import RunOptions
@@ -68,14 +69,14 @@ class WatchedBackend(LocalBackend):
         return WatchedShards(self.shards, self.run_dir, self.seen)
 
 
-async def society(out: Path, backend: Any = None, on_round: Callable[[Team], None] | None = None) -> Team:
+async def society(out: Path, backend: Any = None, on_progress: Callable[[Team], None] | None = None) -> Team:
     _, team = await run_scenario(
         "society",
         llm=TestLLM(),
         options=SOCIETY,
         out_dir=out,
         run=RunOptions(seed=SEED, backend=backend, checkpoint_every=1),
-        on_round=on_round,
+        on_progress=on_progress,  # only looks (a progress display): on shards it runs behind the next round
     )
     return team
 
@@ -109,7 +110,7 @@ async def test_a_failure_while_recording_a_sharded_round_stops_the_run_at_the_ch
 
     cut = tmp_path / "cut"
     with pytest.raises(OSError, match="No space left"):
-        await society(cut, LocalBackend(2), on_round=full_disk_at_round_3)
+        await society(cut, LocalBackend(2), on_progress=full_disk_at_round_3)
     assert recorded(cut, 2) == (True, True, True)
     assert recorded(cut, 3) == (True, False, False)  # its events went out; its metrics and checkpoint did not
     assert not (cut / "state.json").exists()  # the shards were a round ahead: the checkpoint of round 2 stands
@@ -133,7 +134,7 @@ async def test_rows_noted_past_the_last_checkpoint_are_cut_when_a_sharded_run_re
             options=SOCIETY,
             out_dir=cut,
             run=RunOptions(seed=SEED, backend=LocalBackend(2), checkpoint_every=3),
-            on_round=cut_at_round_5,
+            on_progress=cut_at_round_5,
         )
     checkpoints = cut / "checkpoints"
     assert sorted(p.name for p in checkpoints.glob("round-*.json")) == ["round-0000.json", "round-0003.json"]
@@ -142,3 +143,39 @@ async def test_rows_noted_past_the_last_checkpoint_are_cut_when_a_sharded_run_re
     assert len(table) > claimed  # rounds 4 and 5 went into the table while the shards ran on
     await resume_scenario(cut, llm=TestLLM(), backend=LocalBackend(2))
     assert run_files(cut) == run_files(tmp_path / "one")
+
+
+async def test_a_message_published_between_sharded_rounds_reaches_its_role_as_in_one_process(tmp_path: Path) -> None:
+    def interject(team: Team) -> None:  # a human in the loop: after round 1, a word to the pro side
+        if team.env.round == 1:
+            pro = next(iter(team.env.roles))
+            with team.env.id_scope():
+                message = Message("Mind the costs.", sent_from="Human", send_to={pro}, cause_by=UserRequirement)
+            team.env.publish_message(message)
+
+    for name, backend in (("one", None), ("sharded", LocalBackend(2))):
+        await run_scenario(
+            "debate",
+            llm=TestLLM(),
+            options={},
+            out_dir=tmp_path / name,
+            run=RunOptions(seed=SEED, backend=backend),
+            on_round=interject,
+        )
+    events = (tmp_path / "one" / "events.jsonl").read_text()
+    assert "Human" in events.split('"kind":"round_start"')[3]  # published between rounds 1 and 2
+    assert run_files(tmp_path / "sharded") == run_files(tmp_path / "one")
+
+
+async def test_with_on_round_set_a_sharded_round_is_recorded_before_the_next_starts(tmp_path: Path) -> None:
+    backend = WatchedBackend(2, tmp_path / "sharded")
+    _, team = await run_scenario(
+        "society",
+        llm=TestLLM(),
+        options=SOCIETY,
+        out_dir=tmp_path / "sharded",
+        run=RunOptions(seed=SEED, backend=backend, checkpoint_every=1),
+        on_round=lambda team: None,  # it may publish: what it publishes must reach the next round
+    )
+    assert len(backend.seen) == team.env.round
+    assert all(before == (True, True, True) for _, before, _ in backend.seen)

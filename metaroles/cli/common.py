@@ -182,7 +182,7 @@ def run_dir_at(path: Path) -> Path:
 
 
 class Live:
-    """A rich progress bar over rounds, with messages, tokens and cost, fed by ``Team.on_round``."""
+    """A rich progress bar over rounds, with messages, tokens and cost, fed by ``Team.on_progress``."""
 
     def __init__(self, total: int, *, enabled: bool) -> None:
         self.progress = Progress(

@@ -127,7 +127,7 @@ def run(
             out_dir=run_dir,
             manifest=manifest,
             run=run_options,
-            on_round=live,
+            on_progress=live,
         ),
         run_options.rounds or 0,
         quiet=quiet,
@@ -175,7 +175,7 @@ def resume(
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     quiet = quiet or manifest.get("quiet") is True
     report, team = execute(
-        lambda live: resume_scenario(run_dir, llm=llm, role_llms=role_llms, on_round=live, backend=chosen),
+        lambda live: resume_scenario(run_dir, llm=llm, role_llms=role_llms, on_progress=live, backend=chosen),
         manifest["n_round"],
         quiet=quiet,
         run_dir=run_dir,
@@ -226,7 +226,7 @@ def fork(
             role_llms=role_llms,
             idea=idea,
             manifest={"execution": execution_record(chosen), **({"role_llms": specs} if specs else {})},
-            on_round=live,
+            on_progress=live,
             backend=chosen,
         )
 

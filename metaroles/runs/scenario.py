@@ -70,6 +70,7 @@ async def run_scenario(
     manifest: dict[str, Any] | None = None,
     run: RunOptions | None = None,
     on_round: Callable[[Team], None] | None = None,
+    on_progress: Callable[[Team], None] | None = None,
 ) -> tuple[TeamReport, Team]:
     """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
 
@@ -83,7 +84,7 @@ async def run_scenario(
     module = load_scenario(name)
     config, recorded = _configured(module, options, out_dir)
     plan = _plan(module, config, llm, run)
-    plan.team.on_round, plan.team.on_record = on_round, _metrics(module, out_dir)
+    plan.team.on_round, plan.team.on_progress, plan.team.on_record = on_round, on_progress, _metrics(module, out_dir)
     if out_dir is None:
         with _observed(run, plan.team, name, out_dir):
             report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
@@ -248,6 +249,7 @@ async def resume_scenario(
     llm: LLM,
     role_llms: dict[str, LLM] | None = None,
     on_round: Callable[[Team], None] | None = None,
+    on_progress: Callable[[Team], None] | None = None,
     backend: Any = None,
 ) -> tuple[TeamReport, Team]:
     """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint.
@@ -259,7 +261,8 @@ async def resume_scenario(
     manifest = read_manifest(run_dir)
     plan = _rebuild(manifest, llm, run_dir, backend=backend)
     _give_models(plan.team, role_llms or {})
-    plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(manifest["scenario"]), run_dir)
+    plan.team.on_round, plan.team.on_progress = on_round, on_progress
+    plan.team.on_record = _metrics(load_scenario(manifest["scenario"]), run_dir)
     parent = manifest.get("parent")
     _sweep(run_dir)
     if not any((run_dir / CHECKPOINTS).glob("round-*.json")):  # killed before its first checkpoint
@@ -311,6 +314,7 @@ async def fork_scenario(
     idea: str = "",
     manifest: dict[str, Any] | None = None,
     on_round: Callable[[Team], None] | None = None,
+    on_progress: Callable[[Team], None] | None = None,
     backend: Any = None,
 ) -> tuple[TeamReport, Team]:
     """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
@@ -325,7 +329,8 @@ async def fork_scenario(
     changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
     plan = _rebuild(record, llm, out_dir, changes, backend)
     _give_models(plan.team, role_llms or {})
-    plan.team.on_round, plan.team.on_record = on_round, _metrics(load_scenario(record["scenario"]), out_dir)
+    plan.team.on_round, plan.team.on_progress = on_round, on_progress
+    plan.team.on_record = _metrics(load_scenario(record["scenario"]), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
     child |= provenance()

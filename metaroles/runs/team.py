@@ -81,17 +81,18 @@ class Team:
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
         if prices:
             self.env.ledger.prices.update(prices)
-        self._checked_entries = 0
-        self._unpriced: set[str] = set()
+        self._checked_entries, self._unpriced = 0, set[str]()
         self._checkpoints: CheckpointWriter | None = None
         self._log: EventLog | None = None
         self.last_round: int | None = None
         """The round the current run stops at, at the latest (for progress displays)."""
         self.on_round: Callable[[Team], None] | None = None
-        """Called after every round is logged and checkpointed (and after the idea is published)."""
+        """Called after each round is logged and checkpointed (and after the idea), before the next; it may publish."""
+        self.on_progress: Callable[[Team], None] | None = None
+        """Called after every round is recorded, only to look (on shards, maybe while the next round runs)."""
         self.on_record: Callable[[Team], None] | None = None
-        """Called after a round's events are logged, before its checkpoint (a kill between: resume rewrites it)."""
-        self._failed = False
+        """Called after a round's events are logged, before its checkpoint; only records (as ``on_progress``)."""
+        self._failed = self._stranded = False
         self.workspace: Path | None = None
         """The folder the roles' actions write files into, if any: kept with every checkpoint (see ``workspace``)."""
         self._kept: workspace.Files | None = None
@@ -103,7 +104,6 @@ class Team:
         self._sharded: ShardedRun | None = None
         self._later: Callable[[], None] = self._nothing
         self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
-        self._stranded = False
         self.casts: list[tuple[int, Cast]] = []
         """The casts hired, by the place of their first role (shards build those roles themselves)."""
         self.bring_back = True
@@ -298,7 +298,8 @@ class Team:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last.
 
         On shards, what needs the shards (metric parts, checkpoint parts) is done now, and the rest
-        while they run the next round (``ShardedRun.run_round``'s ``later``), in the same order.
+        while they run the next round (``ShardedRun.run_round``'s ``later``), in the same order —
+        unless :attr:`on_round` is set: what it publishes must reach the next round's roles.
         """
         run, writer, parts = self._sharded, self._checkpoints, None
         due = writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None)
@@ -312,7 +313,7 @@ class Team:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise
         later = partial(self._record, writer if due else None, parts, run.pinned if run is not None else [])
-        if run is None:
+        if run is None or self.on_round is not None:  # what on_round publishes reaches the next round's roles
             later()
         else:
             self._later = later
@@ -337,6 +338,8 @@ class Team:
         except BaseException:
             self._failed = True
             raise
+        if self.on_progress is not None:
+            self.on_progress(self)
         if self.on_round is not None:
             self.on_round(self)
 
@@ -346,8 +349,7 @@ class Team:
         return later
 
     @staticmethod
-    def _nothing() -> None:
-        """Nothing is left to record."""
+    def _nothing() -> None: ...
 
     async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
         self._stranded = False
