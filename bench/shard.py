@@ -1,6 +1,6 @@
 """Sharded society vs one process: wall time, peak memory per process, bytes crossing shards per round.
 
-    python bench/shard.py [--agents 100000] [--rounds 10] [--shards 2] [--idle 10000]
+    python bench/shard.py [--agents 100000] [--rounds 10] [--shards 2] [--idle 10000] [--with-run-dir-only]
 
 Prints JSON. The society is rule-based (no model calls) and writes no run directory: this times
 the bus, the start (the society hires its agents as a ``Cast``: each shard builds its own) and the
@@ -195,9 +195,14 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--idle", type=int, default=10_000)
+    parser.add_argument("--with-run-dir-only", action="store_true", help="time with_run_dir alone, in this process")
     args = parser.parse_args()
     ensure_ray(num_cpus=max(2, args.shards))
     report: dict[str, Any] = {"agents": args.agents, "rounds": args.rounds, "shards": args.shards}
+    if args.with_run_dir_only:  # a fresh process: no earlier run's heap in the way
+        report["with_run_dir"] = await with_run_dir(args.agents, args.rounds, args.shards)
+        print(json.dumps(report, indent=1))
+        return
     report["one_process"] = await one_process(args.agents, args.rounds)
     report["one_process"]["peak_mib"] = round(peak_kib() / 1024)
     report["sharded"] = await sharded(args.agents, args.rounds, args.shards)
