@@ -7,6 +7,7 @@ HEAVY = (
     "llama_index",
     "ray",
     "opentelemetry",
+    "zstandard",
     "torch",
     "redis",
     "networkx",

@@ -15,7 +15,7 @@ from metaroles.core.text import printable
 from metaroles.runs.diff import RunDiff, diff_runs, run_messages
 from metaroles.runs.eventlog import read_events
 from metaroles.runs.registry import PLUGIN_KINDS, known_scenarios, plugins
-from metaroles.runs.rundir import EVENTS, read_manifest
+from metaroles.runs.rundir import events_file, read_manifest
 from metaroles.runs.spans import SPANS, events_from_spans, read_spans
 
 
@@ -35,12 +35,12 @@ def graph(
     from metaroles.flow import page as flowhtml
     from metaroles.flow import plot as flowplot
 
-    source = SPANS if from_spans else EVENTS
+    source = SPANS if from_spans else events_file(run_dir_at(run_dir)).name
     if not (run_dir_at(run_dir) / source).is_file():
         hint = "run it with --otel" if from_spans else "pass a run directory `metaroles run` wrote"
         raise fail(f"{str(run_dir)!r} has no {source}; {hint}")
     with reported():
-        events = events_from_spans(read_spans(run_dir / SPANS)) if from_spans else read_events(run_dir / EVENTS)
+        events = events_from_spans(read_spans(run_dir / SPANS)) if from_spans else read_events(events_file(run_dir))
         texts = {m.id: m.text for m in run_messages(run_dir)} if format_ is Format.html else {}
     title = _title(run_dir)
     if format_ in (Format.mermaid, Format.json) and out is None:

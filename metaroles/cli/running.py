@@ -24,6 +24,7 @@ from metaroles.cli.common import (
     resolve,
     run_dir_at,
 )
+from metaroles.core.files import zstandard
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.runs.config import RunOptions, read_config_file
 from metaroles.runs.registry import load_scenario
@@ -31,6 +32,14 @@ from metaroles.runs.rundir import new_run_dir, read_manifest, scenario_label
 from metaroles.runs.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
 from metaroles.runs.team import Team
 from metaroles.runs.telemetry import require_otel
+
+
+def _check_extras(*, otel: bool, zstd: bool) -> None:
+    """Refuse an option whose extra is not installed, saying what to install."""
+    if otel:
+        require_otel()
+    if zstd:
+        zstandard()
 
 
 @app.command()
@@ -93,10 +102,12 @@ def run(
     otel: Annotated[
         bool, typer.Option("--otel", help="trace the run with OpenTelemetry (OTEL_* variables; else spans.jsonl)")
     ] = False,
+    zstd: Annotated[
+        bool, typer.Option("--zstd", help="write the event log compressed, events.jsonl.zst (a zstd frame per round)")
+    ] = False,
 ) -> None:
     """Run a scenario and write its run directory."""
-    if otel:
-        require_otel()  # before anything is loaded or written
+    _check_extras(otel=otel, zstd=zstd)  # before anything is loaded or written
     name, options, settings = _read_target(target, set_ or [])
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
@@ -116,6 +127,7 @@ def run(
         backend=backend_from(backend, shards, ray_address),
         otel=otel,
         transcript=transcript,
+        zstd=zstd,
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both

@@ -4,16 +4,25 @@ A crash (even SIGKILL) leaves either the old file or the new one, never half of 
 returns only once the text is on disk. Each write passes named points (``replace:NAME`` before
 the rename, ``append:NAME`` before an append); ``fault_hook``, ``None`` outside the fault tests,
 is called there so a test can kill the process at that exact instant.
+
+A file whose name ends in ``.zst`` is zstd-compressed (the ``zstd`` extra): an append adds one
+frame, a replacement writes one, and reading joins the frames — a torn last frame, a crash
+mid-append, is left out as a torn last line is. ``zstandard`` is imported only then.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from metaroles.core.exceptions import RunDirCorrupt
+from metaroles.core.exceptions import ConfigError, RunDirCorrupt
+
+ZSTD = ".zst"
+"""The suffix of a zstd-compressed file."""
 
 fault_hook: Callable[[str], None] | None = None
 """Tests only: called with the name of each write point reached (see the module docstring)."""
@@ -25,13 +34,72 @@ def reached(point: str) -> None:
         fault_hook(point)
 
 
+def zstandard() -> Any:
+    """The ``zstandard`` module (the ``zstd`` extra).
+
+    Raises:
+        ConfigError: If it is not installed, saying how to install it.
+    """
+    try:
+        import zstandard
+    except ImportError:
+        raise ConfigError("a compressed event log (.zst) needs the zstd extra: pip install 'metaroles[zstd]'") from None
+    return zstandard
+
+
+def encoded(path: Path, text: str | bytes) -> bytes:
+    """``text`` as ``path`` stores it: UTF-8, compressed as one zstd frame if its name ends in ``.zst``."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if path.suffix != ZSTD:
+        return data
+    return bytes(zstandard().ZstdCompressor(level=3, write_content_size=True).compress(data))
+
+
+def read_bytes(path: Path) -> bytes:
+    """The bytes of ``path``, its frames joined if compressed (a torn last frame left out).
+
+    Raises:
+        RunDirCorrupt: If compressed data is damaged (not a torn tail).
+    """
+    data = path.read_bytes()
+    if path.suffix != ZSTD:
+        return data
+    zstd = zstandard()
+    decompressor, out, at = zstd.ZstdDecompressor(), [], 0
+    while data:
+        frame = decompressor.decompressobj()
+        try:
+            out.append(frame.decompress(data))
+        except zstd.ZstdError as exc:
+            raise RunDirCorrupt(f"{path}: the compressed data is damaged after byte {at} ({exc})") from None
+        if not frame.eof:
+            break  # a frame cut short: a crash mid-append
+        at += len(data) - len(frame.unused_data)
+        data = frame.unused_data
+    return b"".join(out)
+
+
+def iter_lines(path: Path) -> Iterator[bytes]:
+    """The lines of ``path`` as bytes, one at a time (a compressed file is read as a stream)."""
+    with path.open("rb") as handle:
+        if path.suffix != ZSTD:
+            yield from handle
+            return
+        zstd = zstandard()
+        reader = io.BufferedReader(zstd.ZstdDecompressor().stream_reader(handle, read_across_frames=True))
+        try:
+            yield from reader
+        except zstd.ZstdError as exc:
+            raise RunDirCorrupt(f"{path}: the compressed data is damaged ({exc})") from None
+
+
 def read_text(path: Path) -> str:
-    """The UTF-8 text of a run-directory file.
+    """The UTF-8 text of a run-directory file (decompressed if its name ends in ``.zst``).
 
     Raises:
         RunDirCorrupt: Naming the file and the first line that is not UTF-8.
     """
-    data = path.read_bytes()
+    data = read_bytes(path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -49,12 +117,15 @@ def sync_dir(folder: Path) -> None:
 
 
 def write_atomic(path: Path, text: str | bytes) -> Path:
-    """Replace ``path`` with ``text`` (UTF-8) or bytes: temp file, fsync, rename, fsync of the directory."""
+    """Replace ``path`` with ``text`` (UTF-8) or bytes: temp file, fsync, rename, fsync of the directory.
+
+    A ``.zst`` file gets them compressed, as one frame.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8") if isinstance(text, str) else text)
+            handle.write(encoded(path, text))
             handle.flush()
             os.fsync(handle.fileno())
         reached(f"replace:{path.name}")
@@ -67,10 +138,11 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
 
 
 def append_durably(path: Path, text: str) -> None:
-    """Append ``text`` to ``path`` and fsync it."""
+    """Append ``text`` to ``path`` and fsync it (to a ``.zst`` file: as one more frame)."""
     reached(f"append:{path.name}")
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(text)
+    data = encoded(path, text)
+    with path.open("ab") as handle:
+        handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
 

@@ -16,7 +16,7 @@ from metaroles.messages.render import readable
 from metaroles.runs.eventlog import Event, publish_rounds, read_events
 from metaroles.runs.final_state import referenced_checkpoint
 from metaroles.runs.restore import checkpoint_history
-from metaroles.runs.rundir import CHECKPOINTS, EVENTS, STATE
+from metaroles.runs.rundir import CHECKPOINTS, STATE, events_file
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ def run_messages(run_dir: Path) -> list[RunMessage]:
         ConfigError: If ``run_dir`` holds neither.
     """
     history = _history(run_dir)
-    rounds = publish_rounds(run_dir / EVENTS)
+    rounds = publish_rounds(events_file(run_dir))
     return [
         RunMessage(
             round=rounds.get(m.id, 0),
@@ -110,7 +110,7 @@ def diff_runs(a: Path, b: Path) -> RunDiff:
     same model answers have equal logs, line for line.
     """
     left, right = run_messages(a), run_messages(b)
-    events_common, event_difference = _diff_events(read_events(a / EVENTS), read_events(b / EVENTS))
+    events_common, event_difference = _diff_events(read_events(events_file(a)), read_events(events_file(b)))
     common = _common_prefix(left, right, _same)
     if common == len(left) == len(right):
         return RunDiff(None, common, [], events_common, event_difference)

@@ -9,6 +9,8 @@ recipients in delivery order, numbered right after it) instead of a line per del
 of the size — and :func:`read_events` gives them back as ``deliver`` events, so every reader
 sees one stream whichever way it was written. On resume
 the log is cut back to the checkpoint's round, and a torn last line is dropped with a warning.
+Big runs may keep it compressed (``events.jsonl.zst``, ``core.files``): each round's append is one
+zstd frame, and every reader here (and pandas) reads the same lines.
 
 The log is a function of the run (seed and model answers), byte for byte. What the clock measured,
 each model call's latency, goes beside it into ``timings.jsonl`` (the ``seq`` of its ``llm_call``
@@ -28,7 +30,7 @@ from warnings import warn
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import RunDirCorrupt
-from metaroles.core.files import append_durably, read_text, write_atomic
+from metaroles.core.files import append_durably, iter_lines, read_text, write_atomic
 from metaroles.messages.message import Message
 
 Event = dict[str, Any]
@@ -137,18 +139,17 @@ def publish_rounds(path: Path) -> dict[str, int]:
     if not path.exists():
         return {}
     rounds: dict[str, int] = {}
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if b'"publish"' not in raw:
-                continue
-            try:
-                event = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                raise RunDirCorrupt(f"{path}: line {number} is not UTF-8 text; the file is damaged") from None
-            except json.JSONDecodeError:
-                continue  # a torn last line (read_events warns about it)
-            if isinstance(event, dict) and event.get("kind") == "publish" and isinstance(event.get("round"), int):
-                rounds[str(event.get("message_id"))] = event["round"]
+    for number, raw in enumerate(iter_lines(path), start=1):
+        if b'"publish"' not in raw:
+            continue
+        try:
+            event = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise RunDirCorrupt(f"{path}: line {number} is not UTF-8 text; the file is damaged") from None
+        except json.JSONDecodeError:
+            continue  # a torn last line (read_events warns about it)
+        if isinstance(event, dict) and event.get("kind") == "publish" and isinstance(event.get("round"), int):
+            rounds[str(event.get("message_id"))] = event["round"]
     return rounds
 
 

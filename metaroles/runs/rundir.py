@@ -2,7 +2,8 @@
 
 A run directory holds ``manifest.json`` (what to rebuild the run from, and what produced it:
 versions, git revision, the time; the only file that may differ between two runs of one seed),
-``events.jsonl`` and ``timings.jsonl``, ``checkpoints/``, ``metrics.jsonl`` (when the scenario
+``events.jsonl`` (or, asked for, ``events.jsonl.zst``: the same lines compressed, a zstd frame per round)
+and ``timings.jsonl``, ``checkpoints/``, ``metrics.jsonl`` (when the scenario
 measures rounds), and at the end ``transcript.md``, ``state.json``, ``report.json`` and
 ``ledger.json``.
 """
@@ -23,7 +24,7 @@ from typing import Any
 
 from metaroles.agents import isolation
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
-from metaroles.core.files import write_atomic
+from metaroles.core.files import ZSTD, write_atomic
 from metaroles.messages.message import Message
 from metaroles.messages.render import readable
 from metaroles.runs.eventlog import publish_rounds
@@ -32,11 +33,24 @@ from metaroles.runs.team import Team, TeamReport
 MANIFEST = "manifest.json"
 CHECKPOINTS = "checkpoints"
 EVENTS = "events.jsonl"
+EVENTS_ZST = EVENTS + ZSTD
+"""The event log compressed (``metaroles run --zstd``); the manifest's ``events`` names the run's."""
 STATE = "state.json"
 TRANSCRIPT = "transcript.md"
 TRANSCRIPT_LIMIT = 10_000
 """A run of more messages writes no ``transcript.md`` unless asked (``--transcript``); ``metaroles show`` prints it."""
 METRICS = "metrics.jsonl"
+
+
+def events_file(run_dir: Path, manifest: dict[str, Any] | None = None) -> Path:
+    """The event log of the run in ``run_dir``: the one its manifest names, else the one the folder holds."""
+    named = (manifest or {}).get("events")
+    if named == EVENTS_ZST:
+        return run_dir / EVENTS_ZST
+    if named == EVENTS:
+        return run_dir / EVENTS
+    plain = run_dir / EVENTS
+    return run_dir / EVENTS_ZST if not plain.exists() and (run_dir / EVENTS_ZST).exists() else plain
 
 
 def format_message(message: Message) -> str:
@@ -151,7 +165,7 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[
     env = team.env
     wanted = manifest.get("transcript")
     if wanted or (wanted is None and len(env.history) <= TRANSCRIPT_LIMIT):
-        rounds = publish_rounds(out_dir / EVENTS)
+        rounds = publish_rounds(events_file(out_dir, manifest))
         title = str(manifest.get("scenario", "run"))  # not the folder's name: that belongs in the manifest only
         write_atomic(out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds))
     whole = report.model_copy(update={"rounds": env.round})  # the run's rounds, not this call's (a resume runs fewer)

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
-from metaroles.core.files import append_durably, write_atomic
+from metaroles.core.files import append_durably, write_atomic, zstandard
 from metaroles.llm.ledger import Price
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import describe_llm
@@ -23,8 +23,10 @@ from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.rundir import (
     CHECKPOINTS,
     EVENTS,
+    EVENTS_ZST,
     METRICS,
     STATE,
+    events_file,
     provenance,
     read_manifest,
     scenario_label,
@@ -89,6 +91,8 @@ async def run_scenario(
         with _observed(run, plan.team, name, out_dir):
             report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
         return report, plan.team
+    if run.zstd:
+        zstandard()  # the extra is there before anything is written
     record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
     _sweep(out_dir)
     write_manifest(out_dir, record)
@@ -99,7 +103,7 @@ async def run_scenario(
             send_to=plan.send_to,
             save_to=out_dir / STATE,
             checkpoints=out_dir / CHECKPOINTS,
-            events=out_dir / EVENTS,
+            events=events_file(out_dir, record),
         )
     write_run_dir(out_dir, plan.team, report, record)
     return report, plan.team
@@ -128,6 +132,7 @@ def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run:
         "checkpoint_every": plan.team.checkpoint_every,
         "log_turns": plan.team.log_turns,
         "transcript": run.transcript,
+        "events": EVENTS_ZST if run.zstd else EVENTS,
     }
 
 
@@ -161,7 +166,8 @@ def _metrics_check(module: ModuleType, run_dir: Path) -> Callable[[int], None] |
 
     def check(through_round: int) -> None:
         have = {row["round"] for row, _ in read_metrics(run_dir / METRICS)}
-        ended = {e["round"] for e, _ in read_jsonl(run_dir / EVENTS, _metric_row) if e.get("kind") == "round_end"}
+        log = read_jsonl(events_file(run_dir), _metric_row)
+        ended = {e["round"] for e, _ in log if e.get("kind") == "round_end"}
         missing = sorted(r for r in ended - have if r <= through_round)
         if missing:
             raise RunDirCorrupt(
@@ -267,7 +273,7 @@ async def resume_scenario(
     _sweep(run_dir)
     if not any((run_dir / CHECKPOINTS).glob("round-*.json")):  # killed before its first checkpoint
         if isinstance(parent, dict):
-            report = await _branch(plan, Path(parent["run_dir"]), parent["from_round"], run_dir, parent["idea"])
+            report = await _branch(plan, Path(parent["run_dir"]), parent["from_round"], run_dir, manifest)
         else:
             report = await _start_over(plan, run_dir, manifest)
     else:
@@ -275,7 +281,7 @@ async def resume_scenario(
             run_dir / CHECKPOINTS,
             plan.n_round,
             save_to=run_dir / STATE,
-            events=run_dir / EVENTS,
+            events=events_file(run_dir, manifest),
             check=_metrics_check(load_scenario(manifest["scenario"]), run_dir),
         )
     write_run_dir(run_dir, plan.team, report, manifest)
@@ -291,7 +297,7 @@ def _sweep(run_dir: Path) -> None:
 
 async def _start_over(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any]) -> TeamReport:
     """Run again from the manifest: nothing before the first checkpoint can be continued."""
-    for name in (EVENTS, TIMINGS, METRICS):
+    for name in (EVENTS, EVENTS_ZST, TIMINGS, METRICS):
         (run_dir / name).unlink(missing_ok=True)
     return await plan.team.run(
         n_round=plan.n_round,
@@ -299,7 +305,7 @@ async def _start_over(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any
         send_to=plan.send_to,
         save_to=run_dir / STATE,
         checkpoints=run_dir / CHECKPOINTS,
-        events=run_dir / EVENTS,
+        events=events_file(run_dir, manifest),
     )
 
 
@@ -336,14 +342,16 @@ async def fork_scenario(
     child |= provenance()
     _sweep(out_dir)
     write_manifest(out_dir, child := {**child, "parent": parent_record})
-    report = await _branch(plan, parent, from_round, out_dir, idea)
+    report = await _branch(plan, parent, from_round, out_dir, child)
     write_run_dir(out_dir, plan.team, report, child)
     return report, plan.team
 
 
-async def _branch(plan: ScenarioPlan, parent: Path, from_round: int, out_dir: Path, idea: str) -> TeamReport:
-    """Run a fork from its parent's checkpoint (again, if it was killed before its first checkpoint)."""
-    for name in (EVENTS, TIMINGS):
+async def _branch(
+    plan: ScenarioPlan, parent: Path, from_round: int, out_dir: Path, child: dict[str, Any]
+) -> TeamReport:
+    """Run a fork (``child``: its manifest) from its parent's checkpoint (again, if killed before its first)."""
+    for name in (EVENTS, EVENTS_ZST, TIMINGS):
         (out_dir / name).unlink(missing_ok=True)
     if (parent / METRICS).is_file():  # the child's first round cuts it back to the rounds before the fork
         write_atomic(out_dir / METRICS, "".join(line + "\n" for _, line in read_metrics(parent / METRICS)))
@@ -352,9 +360,9 @@ async def _branch(plan: ScenarioPlan, parent: Path, from_round: int, out_dir: Pa
         from_round,
         plan.n_round,
         checkpoints=out_dir / CHECKPOINTS,
-        events=out_dir / EVENTS,
-        parent_events=parent / EVENTS,
-        idea=idea,
+        events=events_file(out_dir, child),
+        parent_events=events_file(parent),
+        idea=child["parent"]["idea"],
         save_to=out_dir / STATE,
     )
 
