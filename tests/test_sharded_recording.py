@@ -179,3 +179,72 @@ async def test_with_on_round_set_a_sharded_round_is_recorded_before_the_next_sta
     )
     assert len(backend.seen) == team.env.round
     assert all(before == (True, True, True) for _, before, _ in backend.seen)
+
+
+class HistoryWatch(LocalShards):
+    """In-process shards that note, for each round they run, the driver's history before and after ``meanwhile``."""
+
+    def __init__(self, count: int, history: Any, seen: list[tuple[int, int, int]]) -> None:
+        super().__init__(count)
+        self.history, self.seen = history, seen
+
+    async def step(self, round_no: int, *args: Any, meanwhile: Callable[[], None], **kwargs: Any) -> Any:
+        def watched() -> None:
+            before = len(self.history)
+            meanwhile()
+            self.seen.append((round_no, before, len(self.history)))
+
+        return await super().step(round_no, *args, meanwhile=watched, **kwargs)
+
+
+class HistoryBackend(LocalBackend):
+    def __init__(self, shards: int, history: Any) -> None:
+        super().__init__(shards)
+        self.history, self.seen = history, list[tuple[int, int, int]]()
+
+    def shard_set(self) -> HistoryWatch:
+        return HistoryWatch(self.shards, self.history, self.seen)
+
+
+async def history_by_round(name: str, options: dict[str, Any], shards: int) -> tuple[list[list[Message]], Any, Team]:
+    """Each round's messages of a one-process run, and the watch of the same run on ``shards`` in-process shards."""
+    from metaroles.runs.registry import load_scenario
+
+    module = load_scenario(name)
+    plans = [module.build(module.Config(**options), TestLLM()) for _ in range(2)]
+    ends: list[int] = []
+    plans[0].team.on_progress = lambda team: ends.append(len(team.env.history))
+    backend = HistoryBackend(shards, plans[1].team.env.history)
+    for plan, with_backend in zip(plans, (None, backend), strict=True):
+        plan.team.env.reseed(SEED)
+        plan.team.metric_parts = list(getattr(module, "METRIC_PARTS", ()))
+        plan.team.shard_by = getattr(module, "shard_by", None)
+        plan.team.backend = with_backend
+        await plan.team.run(plan.n_round, idea=plan.idea)
+    history = list(plans[0].team.env.history)
+    rounds = [history[start:end] for start, end in zip([0, *ends], ends, strict=False)]
+    assert [m.id for m in plans[1].team.env.history] == [m.id for m in history], "the same history in the end"
+    return rounds, backend.seen, plans[1].team
+
+
+async def test_a_rounds_history_is_taken_in_while_the_shards_run_the_next() -> None:
+    rounds, seen, _ = await history_by_round("society", {"agents": 200, "rounds": 4}, shards=2)
+    ends = [sum(len(r) for r in rounds[: n + 1]) for n in range(len(rounds))]
+    assert [s[0] for s in seen] == list(range(1, len(seen) + 1))
+    for round_no, before, after in seen:
+        assert after == ends[round_no - 1], "the round before is whole once the driver's side of this one starts"
+        if round_no >= 2:  # the society never writes to the driver's roles: round N-1 came in while round N ran
+            assert before == ends[round_no - 2] < after
+
+
+async def test_a_round_that_reaches_the_drivers_roles_is_taken_in_before_the_next_starts() -> None:
+    rounds, seen, team = await history_by_round("werewolf", {}, shards=2)
+    pinned = team.env.roles["Moderator"].addresses
+    ends = [sum(len(r) for r in rounds[: n + 1]) for n in range(len(rounds))]
+    answered = 0
+    for round_no, before, after in seen:
+        assert after == ends[round_no - 1]
+        if any(m.send_to & pinned for m in rounds[round_no - 1]):
+            assert before == after, f"round {round_no - 1} wrote to the moderator: taken in before round {round_no}"
+            answered += 1
+    assert answered >= 3, "players answer the moderator, round after round"

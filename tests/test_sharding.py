@@ -294,6 +294,7 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
     async def both() -> tuple[dict[str, Any], dict[str, Any]]:
         one, driver = build(spec), build(spec)
         run = ShardedRun(driver, LocalShards(shards), places)
+        run.behind = data.draw(st.booleans())  # the history taken in while the next round runs, or at once
         await run.open()
         for env in (one, driver):
             for number, target in enumerate(publishes):

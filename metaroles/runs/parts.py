@@ -59,6 +59,18 @@ def note_driver(writer: CheckpointWriter, env: Environment) -> None:
         pending.clear()
 
 
+def note_round(writer: CheckpointWriter, env: Environment, *, sharded: bool) -> None:
+    """Take in a round that gets no checkpoint file.
+
+    In one process: its turns and deliveries, which the next delta replays; on a sharded run's
+    driver: the history's new rows (:func:`note_driver`).
+    """
+    if sharded:
+        note_driver(writer, env)
+    else:
+        writer.note(env)
+
+
 def write_driver(writer: CheckpointWriter, env: Environment, roles: list[Role], shards: list[str]) -> Path:
     """Write the driver's file of ``env``'s round: the environment, its own ``roles`` and the shards' parts.
 

@@ -99,6 +99,11 @@ def _pickler() -> Any:
     return quick(cloudpickle.Pickler)
 
 
+def _opened(ray: Any, ref: Any) -> Any:
+    """The object behind ``ref`` (ready: its call has answered), unpacked."""
+    return _unpacked(ray.get(ref))
+
+
 def _unpacked(data: bytes) -> Any:
     """What :func:`_packed` pickled (no garbage collection meanwhile: a round is many objects, no cycles)."""
     with paused_gc():
@@ -127,7 +132,9 @@ class _Actor:
         result, crossing = await self.host.step(
             round_no, _unpacked(delivery), _unpacked(broadcasts), parts, trace=trace, news=news
         )
-        packed = (_packed(result), *(_packed(part) if part else None for part in crossing))
+        heavy = (result.outbox, result.news)  # apart: the driver takes them in when it needs them
+        result.outbox, result.news = [], {}
+        packed = (_packed(result), _packed(heavy), *(_packed(part) if part else None for part in crossing))
         gc.freeze()  # what the roles now remember stays: later collections skip it
         return packed
 
@@ -195,8 +202,9 @@ class RayShards:
     ) -> list[Stepped | None]:
         """One ``step`` call per shard with something to do, all in flight at once; ``meanwhile()`` as they work.
 
-        Each returns its result and, as separate objects, its parts for the other shards: the
-        driver keeps only their handles and passes them to the next call of the shard they are for.
+        Each returns its result and, as separate objects, its outbox and news (the driver takes them
+        in when it needs them: ``StepResult.open``) and its parts for the other shards: the driver
+        keeps only their handles and passes them to the next call of the shard they are for.
         """
         shared = self.ray.put(_packed(broadcasts))  # once, whatever the number of shards
         calls: list[Any] = []
@@ -205,7 +213,7 @@ class RayShards:
                 calls.append(None)
                 continue
             packed, handles = _carried(delivery)
-            method = a.step.options(num_returns=self.count + 1)
+            method = a.step.options(num_returns=self.count + 2)
             calls.append(method.remote(round_no, packed, shared, trace, news, *handles))
         self.calls += sum(refs is not None for refs in calls)
         meanwhile()
@@ -215,7 +223,8 @@ class RayShards:
                 results.append(None)
                 continue
             result: StepResult = _unpacked(await refs[0])
-            results.append((result, [ref if n else None for ref, n in zip(refs[1:], result.crossing, strict=True)]))
+            result.sealed = functools.partial(_opened, self.ray, refs[1])
+            results.append((result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)]))
         return results
 
     async def _each(

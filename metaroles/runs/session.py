@@ -22,16 +22,23 @@ __all__ = ["sharded"]
 
 @asynccontextmanager
 async def sharded(
-    env: Environment, shards: ShardSet, shard_by: ShardBy | None = None, casts: Sequence[tuple[int, Cast]] = ()
+    env: Environment,
+    shards: ShardSet,
+    shard_by: ShardBy | None = None,
+    casts: Sequence[tuple[int, Cast]] = (),
+    *,
+    behind: bool = False,
 ) -> AsyncIterator[ShardedRun]:
     """Run ``env``'s roles on ``shards`` inside the block; they come back into ``env`` when it ends.
 
     Roles of ``casts`` (``(first place, cast)``) not yet changed are built by their shards, not shipped.
     If the block raises, the roles stay where they were (a shard may be gone): the run's last
-    checkpoint is what a resume starts from.
+    checkpoint is what a resume starts from. ``behind``: see :attr:`ShardedRun.behind` (a Team
+    takes each round's history in before it reads it).
     """
     seat = seats(casts) if casts and env.round == 0 else no_seat
     run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat)
+    run.behind = behind
     await run.open()
     try:
         yield run

@@ -20,7 +20,6 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterator
 from functools import partial
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,9 @@ from metaroles.core.exceptions import RunError
 from metaroles.messages.message import Message
 from metaroles.runs.backends import each_of
 from metaroles.runs.eventlog import Heard
+from metaroles.runs.merging import Flagged, own_messages, route_all, take_in
 from metaroles.runs.parts import part_name
-from metaroles.runs.shards import DEAD, DRIVER, PINNED, interned, targets
+from metaroles.runs.shards import DRIVER, interned
 from metaroles.runs.shardset import Delivery, Entry, ShardSet, Stepped, shared_broadcasts
 from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
 from metaroles.runs.standins import RemoteRole, _first, _remote_failure
@@ -86,6 +86,9 @@ class ShardedRun:
         """The round this sharded stretch of the run started from (it names the checkpoint parts)."""
         self.stay = False
         """Leave the roles on their shards when the run ends (its last checkpoint holds them all)."""
+        self.behind = False
+        """Take a round's outboxes into the history while the shards run the next (:meth:`settle` catches up)."""
+        self._unmerged: tuple[list[Flagged], list[Stepped | None]] | None = None
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -189,6 +192,7 @@ class ShardedRun:
     def _begin(self, later: Callable[[], None], tg: TaskGroup, failures: list[tuple[Any, Exception]]) -> None:
         """The driver's side of a round, once the shards have theirs: ``later()``, then its own roles' turns."""
         env = self.env
+        self.settle()
         later()
         env.round += 1
         env._clock.set(env.round)
@@ -237,96 +241,65 @@ class ShardedRun:
         if not moved and not env.interventions:
             self._record(results)
             return
+        self._hear(results)
         for stepped in results:  # the shards' routing may be stale: the driver routes it all, as it would alone
             if stepped is not None:
                 env._pending.extend((rank, message) for rank, message, _ in stepped[0].outbox)
         if env.interventions:
             env._flush()  # hooks decide per recipient: the bus routes to stand-ins one by one
         else:
-            self._flush()
+            route_all(env, self.inboxes, (self.where, self._everyone))
 
     def _record(self, results: list[Stepped | None]) -> None:
-        """The round as the shards routed it: the history, dead letters, the driver's roles' deliveries."""
-        env = self.env
-        merged = self._own()
+        """The round as the shards routed it: what each shard holds and sends, then the history (maybe behind)."""
+        own, self.ranked = own_messages(self.env, (self.where, self._everyone), self.shards.count)
+        flagged = any(flag for _, _, flag in own)
         for source, stepped in enumerate(results):
             if stepped is None:
                 continue
             result, handles = stepped
-            interned(result.outbox, self._sets)
-            merged += result.outbox
+            flagged = flagged or result.flagged > 0
             self.held[source] = result.held
             for shard, handle in enumerate(handles):
                 if handle is not None:
                     self.crossing[shard].append((source, handle))
-        merged.sort(key=itemgetter(0))
-        remember = env.history.add
-        for _, message, flag in merged:
-            remember(message)
-            if flag == DEAD:
-                env._dead_letter(message)
-            elif flag == PINNED:
-                self._to_pinned(message)
+        self._unmerged = (own, results)
+        if flagged or not self.behind:  # a dead letter or a delivery to the driver's roles: the next round needs it
+            self.settle()
 
-    def _to_pinned(self, message: Message) -> None:
-        """Deliver ``message`` to its recipients among the driver's own roles (stand-ins are the shards' part)."""
-        env = self.env
-        for role in env._book.route(message.send_to):
-            if not isinstance(role, RemoteRole) and role.rc.msg_buffer.push(message):
-                env.mark_ready(role)
+    def settle(self) -> None:
+        """Take the last round's outboxes into the history: messages, dead letters, the driver's roles' deliveries.
 
-    def _own(self) -> list[tuple[int, Message, int]]:
-        """The driver's own messages of the round, flagged; each shard gets its share with their rank.
-
-        A shard merges them with what it holds and what other shards sent it, in the driver's order.
+        With :attr:`behind`, a round without either is taken in while the shards run the next one
+        (``run_round``'s ``later`` and everything that reads the history come after this).
         """
-        env = self.env
-        pending, env._pending = env._pending, []
-        pending.sort(key=itemgetter(0))
-        addresses = (self.where, self._everyone)
-        ranked: list[list[tuple[int, Message]]] = [[] for _ in range(self.shards.count)]
-        own: list[tuple[int, Message, int]] = []
-        for rank, message in pending:
-            shards = targets(message.send_to, addresses)
-            flag = 0 if shards else DEAD
-            for shard in shards:
-                if shard == DRIVER:
-                    flag = PINNED
-                else:
-                    ranked[shard].append((rank, message))
-            own.append((rank, message, flag))
-        self.ranked = ranked
-        return own
+        if self._unmerged is None:
+            return
+        (merged, results), self._unmerged = self._unmerged, None
+        self._hear(results)
+        for stepped in results:
+            if stepped is not None:
+                interned(stepped[0].outbox, self._sets)
+                merged += stepped[0].outbox
+        take_in(self.env, merged)
 
-    def _flush(self) -> None:
-        """Deliver the round's messages as ``Environment._flush`` does, routing to shards, not to each stand-in.
-
-        A message goes once into the inbox of every shard that has a recipient (the shard's own
-        index finds which of its roles); the driver's own roles get theirs here. The cost is per
-        address, not per recipient.
-        """
-        env = self.env
-        pending, env._pending = env._pending, []
-        pending.sort(key=itemgetter(0))
-        remember, inboxes, addresses = env.history.add, self.inboxes, (self.where, self._everyone)
-        for _, message in pending:
-            remember(message)
-            shards = targets(message.send_to, addresses)
-            if not shards:
-                env._dead_letter(message)
+    def _hear(self, results: list[Stepped | None]) -> None:
+        """Take in the shards' outboxes and each sender's news (the log's ``caused_by``) of the last round."""
+        for stand_in in self._spoke:
+            stand_in.rc.news = []
+        self._spoke = []
+        roles: dict[str, Any] = self.env.roles
+        for stepped in results:
+            if stepped is None:
                 continue
-            for shard in shards:
-                if shard == DRIVER:
-                    self._to_pinned(message)
-                else:
-                    inboxes[shard].append(message)
+            for name, ids in stepped[0].open().news.items():
+                stand_in = roles[name]
+                stand_in.rc.news = Heard(ids)
+                self._spoke.append(stand_in)
 
     def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
         """Take in the shards' results (ledger, failures, trace, news, addresses); whether an address changed."""
         env = self.env
-        for stand_in in self._spoke:
-            stand_in.rc.news = []
-        self._spoke = []
         members, trace, moved = env._members, env.trace, False
         roles: dict[str, Any] = env.roles
         for shard, stepped in enumerate(results):
@@ -343,10 +316,6 @@ class ShardedRun:
                 roles[name].addresses = frozenset(addresses)
                 env.reindex(roles[name])
                 moved = True
-            for name, ids in result.news.items():
-                stand_in = roles[name]
-                stand_in.rc.news = Heard(ids)
-                self._spoke.append(stand_in)
         if moved:
             self._index_addresses()
         return moved
@@ -381,6 +350,8 @@ class ShardedRun:
     async def close(self) -> None:
         """Bring the roles back (unless a shard failed, or they :attr:`stay`: the checkpoint has them); stop shards."""
         env = self.env
+        if not self.broken:
+            self.settle()
         if self.broken or self.stay:
             await self.shards.close()
             return

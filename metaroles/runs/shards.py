@@ -213,9 +213,10 @@ class ShardHost:
             env._in_round = False
         calls = env.ledger.entries[spent:]
         del env.ledger.entries[spent:]
-        outbox, crossing = self._route()
+        outbox, crossing, flagged = self._route()
         result = StepResult(
             outbox=outbox,
+            flagged=flagged,
             ledger=calls,
             failures=[(role._env_index, type(exc).__name__, str(exc), repr(exc)) for role, exc in failures],
             ready=len(env._ready),
@@ -231,13 +232,16 @@ class ShardHost:
             result.news = self._news(outbox)
         return result, crossing
 
-    def _route(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message]]]]:
-        """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard."""
+    def _route(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message]]], int]:
+        """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard.
+
+        Also returns how many entries are flagged (the driver merges a round without any behind the next).
+        """
         pending, self.env._pending = self.env._pending, []
         pending.sort(key=itemgetter(0))
         addresses, number, held, known, historic = self.addresses, self.number, self.held, self._targets, self.known
         crossing: list[list[tuple[int, Message]]] = [[] for _ in range(self.shards)]
-        outbox = []
+        outbox, flagged = [], 0
         for rank, message in pending:
             historic[message.id] = message  # the driver's history will hold it
             flag = 0
@@ -256,7 +260,8 @@ class ShardHost:
                 else:
                     crossing[shard].append((rank, message))
             outbox.append((rank, message, flag))
-        return outbox, crossing
+            flagged += flag != 0
+        return outbox, crossing, flagged
 
     def _news(self, outbox: list[tuple[int, Message, int]]) -> dict[str, str]:
         roles, news, enc = self.env.roles, {}, encode_basestring

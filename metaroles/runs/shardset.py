@@ -69,6 +69,17 @@ class StepResult:
     """The new addresses of roles that changed theirs in the round."""
     busy_s: float = 0.0
     """How long the shard worked on the round (delivering and running turns), for diagnostics."""
+    flagged: int = 0
+    """Entries of the outbox with a flag (dead letters, deliveries to roles on the driver)."""
+    sealed: Callable[[], tuple[list[tuple[int, Message, int]], dict[str, str]]] | None = None
+    """When the outbox and news travel apart (on Ray): how to get them, once the driver needs them."""
+
+    def open(self) -> StepResult:
+        """Take in the outbox and news if they travelled apart (``sealed``); this result."""
+        if self.sealed is not None:
+            self.outbox, self.news = self.sealed()
+            self.sealed = None
+        return self
 
 
 Stepped = tuple[StepResult, list[Any]]

@@ -25,7 +25,7 @@ from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.continuing import forked, resumed
 from metaroles.runs.eventlog import EventLog
 from metaroles.runs.final_state import refers_to_checkpoint, save_state
-from metaroles.runs.parts import note_driver, write_driver
+from metaroles.runs.parts import note_round, write_driver
 from metaroles.runs.report import StopReason, TeamReport
 from metaroles.runs.restore import fresh_writer
 from metaroles.runs.session import sharded
@@ -322,6 +322,8 @@ class Team:
         """Log the round, then its metrics, then write its checkpoint (``writer``: one is due) and tell ``on_round``."""
         env = self.env
         try:
+            if self._sharded is not None:  # the round's outboxes, if still behind: the history must be whole
+                self._sharded.settle()
             if self._log is not None:
                 self._log.round_done()
             if self.on_record is not None:
@@ -331,10 +333,8 @@ class Team:
             elif writer is not None:
                 self._keep_files(writer)
                 writer.write(env)
-            elif self._checkpoints is not None and self._sharded is None:
-                self._checkpoints.note(env)  # the round's turns and deliveries: the next delta replays them
             elif self._checkpoints is not None:
-                note_driver(self._checkpoints, env)
+                note_round(self._checkpoints, env, sharded=self._sharded is not None)
         except BaseException:
             self._failed = True
             raise
@@ -358,7 +358,7 @@ class Team:
                 return await self._rounds(n_round)
             try:
                 shard_by = self.backend.shard_by or self.shard_by
-                async with sharded(self.env, self.backend.shard_set(), shard_by, self.casts) as run:
+                async with sharded(self.env, self.backend.shard_set(), shard_by, self.casts, behind=True) as run:
                     self._sharded = run
                     run.news, run.turns = self._log is not None, self._log is not None and self._log.turns
                     try:
