@@ -136,14 +136,15 @@ async def test_each_shard_checkpoints_its_own_roles_and_any_round_restores_as_on
     checkpoints = tmp_path / "sharded" / "checkpoints"
     parts = sorted(p.name for p in (checkpoints / "parts").iterdir())
     assert parts == ["0000-0", "0000-1"]
-    driver = [json.loads(p.read_text()) for p in sorted(checkpoints.glob("round-*.json"))[1:]]
+    driver = [json.loads(p.read_text()) for p in sorted(checkpoints.glob("round-*.json"))]  # round 0 (the idea) too
     assert all(record["parts"] == [f"parts/{part}" for part in parts] for record in driver)
     assert all("history_add" in record for record in driver if record["kind"] == "delta")
     for part in parts:
         records = [json.loads(p.read_text()) for p in sorted((checkpoints / "parts" / part).glob("round-*.json"))]
         assert [r["kind"] for r in records] == ["full"] + ["delta"] * (len(records) - 1)  # what changed, not all
         assert all(line.startswith('{"ref":') for line in (checkpoints / "parts" / part / "messages.jsonl").open())
-    for round_no in range(1, len(driver) + 1):  # every round, restored in one process from either run, is the same
+    assert [record["round"] for record in driver] == list(range(len(driver)))
+    for round_no in range(len(driver)):  # every round, restored in one process from either run, is the same
         one = restored_state(tmp_path / "one" / "checkpoints", round_no, tmp_path / "a.json")
         assert restored_state(checkpoints, round_no, tmp_path / "b.json") == one
 

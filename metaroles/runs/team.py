@@ -92,7 +92,7 @@ class Team:
         """Called after every round is recorded, only to look (on shards, maybe while the next round runs)."""
         self.on_record: Callable[[Team], None] | None = None
         """Called after a round's events are logged, before its checkpoint; only records (as ``on_progress``)."""
-        self._failed = self._stranded = False
+        self._failed = self._stranded = self._idea_due = False
         self.workspace: Path | None = None
         """The folder the roles' actions write files into, if any: kept with every checkpoint (see ``workspace``)."""
         self._kept: workspace.Files | None = None
@@ -182,11 +182,10 @@ class Team:
         """Publish ``idea`` (if any), then run up to ``n_round`` rounds.
 
         Stops early when every role is idle or a budget is crossed; both are clean stops. With
-        ``save_to``, the environment's state is written there when the run stops, whether it
-        stopped cleanly or because a role failed, so no run is lost. With ``checkpoints`` (a
-        folder), the state is also written there at the end of every round
-        (``round-NNNN.json``, atomically), so that :meth:`resume` can continue after a crash. With
-        ``events`` (a file), each round's events are appended to it first (see ``eventlog``).
+        ``save_to``, the state is written there when the run stops, cleanly or because a role
+        failed. With ``checkpoints`` (a folder), also at the end of every round (``round-NNNN.json``,
+        atomically; on shards, once they hold their roles), so :meth:`resume` can continue after a
+        crash. With ``events`` (a file), each round's events are appended to it first.
 
         Raises:
             UnknownRoleError: If a role budget names a role that was not hired.
@@ -202,7 +201,7 @@ class Team:
         try:
             if idea:
                 self.run_project(idea, send_to)
-                await self._checkpoint()
+                self._idea_due = True  # committed as a round of its own once the roles are where they run
             try:
                 rounds, reason = await self._run_rounds(n_round)
             finally:  # a clean stop is checkpointed; a failed round is not, so resume runs it again
@@ -376,6 +375,9 @@ class Team:
                 raise
 
     async def _rounds(self, n_round: int) -> tuple[int, StopReason]:
+        if self._idea_due:
+            self._idea_due = False
+            await self._checkpoint()
         rounds = 0
         while rounds < n_round:
             if (self._sharded or self.env).is_idle:
