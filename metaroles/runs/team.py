@@ -30,6 +30,7 @@ from metaroles.runs.report import StopReason, TeamReport
 from metaroles.runs.restore import fresh_writer
 from metaroles.runs.session import sharded
 from metaroles.runs.sharding import RemoteRole, ShardedRun
+from metaroles.runs.shipping import paused_gc
 from metaroles.runs.standins import check_home
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
@@ -79,8 +80,7 @@ class Team:
         self.llm = llm
         self.budget = budget
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
-        if prices:
-            self.env.ledger.prices.update(prices)
+        self.env.ledger.prices.update(prices or {})
         self._checked_entries, self._unpriced = 0, set[str]()
         self._checkpoints: CheckpointWriter | None = None
         self._log: EventLog | None = None
@@ -124,17 +124,17 @@ class Team:
         if isinstance(roles, Cast):
             self.casts.append((len(self.env._members), roles))
             roles = roles.roles()
-        for role in roles:
-            if role.llm is None and self.llm is not None:
-                role.set_llm(self.llm)
-            self.env.add_role(role)
+        with paused_gc():  # new objects, no garbage: collections would walk every role built so far
+            for role in roles:
+                if role.llm is None and self.llm is not None:
+                    role.set_llm(self.llm)
+                self.env.add_role(role)
 
     def invest(self, investment: float) -> None:
         """Set the run's money budget: the run stops cleanly once the ledger's total cost reaches it."""
         if isinstance(investment, bool) or not isinstance(investment, int | float) or investment <= 0:
             raise InvalidValueError(f"investment={investment!r} must be a positive number, e.g. invest(3.0)")
-        tokens = self.budget.max_tokens if self.budget is not None else None
-        self.budget = Budget(max_cost=float(investment), max_tokens=tokens)
+        self.budget = Budget(max_cost=float(investment), max_tokens=self.budget and self.budget.max_tokens)
 
     def run_project(self, idea: str, send_to: object = "") -> Message:
         """Publish ``idea`` as a user requirement to ``send_to`` (every role when empty)."""
