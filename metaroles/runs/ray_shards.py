@@ -22,6 +22,7 @@ from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError
 from metaroles.messages.message import Message
 from metaroles.runs.backends import ShardBy, check_shards
+from metaroles.runs.crossing import OutboxReader, OutboxWriter
 from metaroles.runs.registry import USER_SCENARIO
 from metaroles.runs.shards import ShardHost
 from metaroles.runs.shardset import Addresses, Delivery, Stepped, StepResult
@@ -99,9 +100,11 @@ def _pickler() -> Any:
     return quick(cloudpickle.Pickler)
 
 
-def _opened(ray: Any, ref: Any) -> Any:
-    """The object behind ``ref`` (ready: its call has answered), unpacked."""
-    return _unpacked(ray.get(ref))
+def _opened(ray: Any, ref: Any, reader: OutboxReader) -> tuple[Any, dict[str, str]]:
+    """The outbox and news behind ``ref`` (ready: its call has answered), read by the shard's ``reader``."""
+    columns, news = _unpacked(ray.get(ref))
+    with paused_gc():
+        return reader.outbox(columns), news
 
 
 def _unpacked(data: bytes) -> Any:
@@ -119,6 +122,7 @@ class _Actor:
 
     def __init__(self, total: int, concurrency: int, shards: int, number: int) -> None:
         self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number)
+        self.outboxes = OutboxWriter()
 
     async def load(self, blob: bytes, addresses: bytes) -> int:
         with paused_gc():
@@ -132,7 +136,7 @@ class _Actor:
         result, crossing = await self.host.step(
             round_no, _unpacked(delivery), _unpacked(broadcasts), parts, trace=trace, news=news
         )
-        heavy = (result.outbox, result.news)  # apart: the driver takes them in when it needs them
+        heavy = (self.outboxes.columns(result.outbox), result.news)  # apart: the driver takes them in when it needs
         result.outbox, result.news = [], {}
         packed = (_packed(result), _packed(heavy), *(_packed(part) if part else None for part in crossing))
         gc.freeze()  # what the roles now remember stays: later collections skip it
@@ -171,6 +175,8 @@ class RayShards:
         self.backend = backend
         self.count = backend.shards
         self.actors: list[Any] = []
+        self.readers: list[OutboxReader] = []
+        """Per shard, what reads its outboxes (the sets of recipients it sent so far)."""
         self.calls = 0
         """Calls made to shards so far (at most one per shard per round, and one to start and end)."""
         self.ray = ensure_ray(backend.address, **backend.init)
@@ -186,6 +192,7 @@ class RayShards:
         """Start one actor per shard and give each its roles (a shard loads its part while the next is pickled)."""
         actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
         self.actors = [actor.remote(total, concurrency, self.count, n) for n in range(self.count)]
+        self.readers = [OutboxReader() for _ in range(self.count)]
         shared = self.ray.put(_packed(addresses))
         refs = [a.load.remote(blob, shared) for a, blob in zip(self.actors, blobs, strict=True)]
         return [await ref for ref in refs]
@@ -218,12 +225,12 @@ class RayShards:
         self.calls += sum(refs is not None for refs in calls)
         meanwhile()
         results: list[Stepped | None] = []
-        for refs in calls:
+        for refs, reader in zip(calls, self.readers, strict=True):
             if refs is None:
                 results.append(None)
                 continue
             result: StepResult = _unpacked(await refs[0])
-            result.sealed = functools.partial(_opened, self.ray, refs[1])
+            result.sealed = functools.partial(_opened, self.ray, refs[1], reader)
             results.append((result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)]))
         return results
 

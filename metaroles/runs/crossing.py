@@ -1,0 +1,99 @@
+"""A round's outbox as it crosses from a shard to the driver: columns of fields, each set of recipients once.
+
+The driver needs every message a shard's roles publish (for the history and the log). Pickled as
+objects, each message carries its own set of recipients — a society agent writes to the same
+neighbours round after round — and pickling and unpickling those sets was most of what crossing
+cost. An :class:`OutboxWriter` (on the shard) turns an outbox into columns and numbers each set of
+recipients the first time it sends it; the driver's :class:`OutboxReader` for that shard keeps the
+sets by number and rebuilds the messages (values that were valid when they left). A message with
+more than the routing fields (a structured answer, tool calls, metadata), or of a subclass of
+``Message``, travels whole. Batches are read in the order they were written (checked).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metaroles.core.exceptions import RunError
+from metaroles.messages.fields import ROLE_VALUES, ROLES
+from metaroles.messages.message import Message
+from metaroles.runs.replayable import plain
+
+Outbox = list[tuple[int, Message, int]]
+"""``(rank, message, flag)`` in delivery order (``runs.shards``)."""
+
+
+class OutboxWriter:
+    """A shard's side: its outboxes as columns, each set of recipients numbered and sent once."""
+
+    def __init__(self) -> None:
+        """Start with no set sent."""
+        self._sets: dict[frozenset[str], int] = {}
+        self._batches = 0
+
+    def columns(self, outbox: Outbox) -> tuple[Any, ...]:
+        """``outbox`` as columns (what :meth:`OutboxReader.outbox` rebuilds it from)."""
+        sets, new = self._sets, []
+        ranks: list[int] = []
+        flags: list[int] = []
+        tos: list[int] = []
+        ids, contents, roles, causes, senders = [], [], [], [], []
+        whole: dict[int, Message] = {}
+        for rank, message, flag in outbox:
+            ranks.append(rank)
+            flags.append(flag)
+            if type(message) is not Message or not plain(message):
+                whole[len(tos)] = message
+                tos.append(-1)
+                continue
+            number = sets.get(message._send_to)
+            if number is None:
+                number = sets[message._send_to] = len(sets)
+                new.append(message._send_to)
+            tos.append(number)
+            ids.append(message.id)
+            contents.append(message.content)
+            roles.append(ROLE_VALUES[message._role])
+            causes.append(message._cause_by)
+            senders.append(message.sent_from)
+        self._batches += 1
+        return self._batches, new, ranks, flags, tos, ids, contents, roles, causes, senders, whole
+
+
+class OutboxReader:
+    """The driver's side for one shard: the sets of recipients it sent, by number; its outboxes rebuilt."""
+
+    def __init__(self) -> None:
+        """Know no set yet."""
+        self._sets: list[frozenset[str]] = []
+        self._batches = 0
+
+    def outbox(self, columns: tuple[Any, ...]) -> Outbox:
+        """The outbox :meth:`OutboxWriter.columns` wrote.
+
+        Raises:
+            RunError: If a batch is read out of order (its sets of recipients would be misnumbered).
+        """
+        batch, new, ranks, flags, tos, ids, contents, roles, causes, senders, whole = columns
+        if batch != self._batches + 1:
+            raise RunError(f"outbox {batch} of a shard arrived after {self._batches}: the batches are read in order")
+        self._batches = batch
+        sets = self._sets
+        sets.extend(new)
+        fields = iter(zip(ids, contents, roles, causes, senders, strict=True))
+        make, out = Message.__new__, []
+        for position, (rank, flag, to) in enumerate(zip(ranks, flags, tos, strict=True)):
+            if to < 0:
+                out.append((rank, whole[position], flag))
+                continue
+            message = make(Message)
+            message.id, message.content, role, message._cause_by, message.sent_from = next(fields)
+            message.instruct_content, message._role, message._send_to, message._metadata = (
+                None,
+                ROLES[role],
+                sets[to],
+                None,
+            )
+            message.tool_calls = message.tool_call_id = message.name = message.base64_image = None
+            out.append((rank, message, flag))
+        return out

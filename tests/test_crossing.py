@@ -1,0 +1,70 @@
+"""A shard's outboxes cross to the driver as columns, each set of recipients sent once, and come back equal."""
+
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from metaroles import Message
+from metaroles.core.exceptions import RunError
+from metaroles.messages.fields import pickled_values
+from metaroles.runs.crossing import OutboxReader, OutboxWriter
+
+
+class Verdict(BaseModel):
+    winner: str
+
+
+NAMES = st.sampled_from(["a0", "a1", "a2", "a3", "Judge", "<all>"])
+MESSAGES = st.builds(
+    lambda content, sender, to, role, odd: Message(
+        content,
+        sent_from=sender,
+        send_to=to,
+        role=role,
+        cause_by="scenarios.society.Speak",
+        **({"instruct_content": Verdict(winner=sender)} if odd == 1 else {"metadata": {"k": 1}} if odd == 2 else {}),
+    ),
+    content=st.text(max_size=20),
+    sender=NAMES,
+    to=st.frozensets(NAMES, min_size=1, max_size=3),
+    role=st.sampled_from(["user", "assistant", "system"]),
+    odd=st.sampled_from([0, 0, 0, 1, 2]),
+)
+OUTBOX = st.lists(st.tuples(st.integers(0, 10**6), MESSAGES, st.sampled_from([0, 1, 2])), max_size=12)
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches=st.lists(OUTBOX, min_size=1, max_size=4))
+def test_outboxes_cross_equal_in_order_and_each_set_of_recipients_once(batches):
+    writer, reader = OutboxWriter(), OutboxReader()
+    sent_sets: list[frozenset[str]] = []
+    for outbox in batches:
+        columns = pickle.loads(pickle.dumps(writer.columns(outbox), 5))  # as it crosses
+        sent_sets += columns[1]
+        back = reader.outbox(columns)
+        assert [(r, f) for r, _, f in back] == [(r, f) for r, _, f in outbox]
+        assert [pickled_values(m) for _, m, _ in back] == [pickled_values(m) for _, m, _ in outbox]
+        assert [m.instruct_content for _, m, _ in back] == [m.instruct_content for _, m, _ in outbox]
+    assert len(sent_sets) == len(set(sent_sets)), "a set of recipients is sent once, whatever the rounds"
+    plain = [m for outbox in batches for _, m, _ in outbox if m.instruct_content is None and not m._metadata]
+    assert {m._send_to for m in plain} == set(sent_sets)
+
+
+def test_the_same_recipients_become_one_object_on_the_driver():
+    writer, reader = OutboxWriter(), OutboxReader()
+    rounds = [[(n, Message(f"r{r}", sent_from="a0", send_to={"a1", "a2"}), 0)] for n, r in enumerate(range(3))]
+    back = [reader.outbox(pickle.loads(pickle.dumps(writer.columns(o)))) for o in rounds]
+    assert back[0][0][1]._send_to is back[2][0][1]._send_to
+    assert back[2][0][1].send_to == frozenset({"a1", "a2"}) and back[2][0][1].content == "r2"
+
+
+def test_a_batch_read_out_of_order_is_refused():
+    writer, reader = OutboxWriter(), OutboxReader()
+    first = writer.columns([(0, Message("x", sent_from="a0", send_to={"a1"}), 0)])
+    second = writer.columns([(1, Message("y", sent_from="a1", send_to={"a2"}), 0)])
+    with pytest.raises(RunError, match="outbox 2 of a shard arrived after 0"):
+        reader.outbox(second)
+    assert reader.outbox(first)[0][1].content == "x"
