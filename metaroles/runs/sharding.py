@@ -233,8 +233,16 @@ class ShardedRun:
         return results
 
     def _deliver(self, results: list[Stepped | None], moved: bool) -> None:
-        """Deliver the round: left to the shards' own routing, unless an address changed or interventions decide."""
+        """Deliver the round: left to the shards' own routing, unless an address changed or interventions decide.
+
+        Either way each shard gets the parts other shards' outboxes hold for it (it drops them when
+        the driver routed the round, but reads them: they number the sets of recipients it is sent).
+        """
         env = self.env
+        for source, stepped in enumerate(results):
+            for shard, handle in enumerate(() if stepped is None else stepped[1]):
+                if handle is not None:
+                    self.crossing[shard].append((source, handle))
         if any(role.addresses is not seen for role, seen in self._pinned):
             self._index_addresses()
             moved = True
@@ -255,14 +263,9 @@ class ShardedRun:
         own, self.ranked = own_messages(self.env, (self.where, self._everyone), self.shards.count)
         flagged = any(flag for _, _, flag in own)
         for source, stepped in enumerate(results):
-            if stepped is None:
-                continue
-            result, handles = stepped
-            flagged = flagged or result.flagged > 0
-            self.held[source] = result.held
-            for shard, handle in enumerate(handles):
-                if handle is not None:
-                    self.crossing[shard].append((source, handle))
+            if stepped is not None:
+                flagged = flagged or stepped[0].flagged > 0
+                self.held[source] = stepped[0].held
         self._unmerged = (own, results)
         if flagged or not self.behind:  # a dead letter or a delivery to the driver's roles: the next round needs it
             self.settle()

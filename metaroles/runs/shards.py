@@ -27,6 +27,7 @@ from metaroles.bus.rounds import run_roles
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.message import Message
 from metaroles.runs.checkpoint import CheckpointWriter
+from metaroles.runs.crossing import OutboxReader, OutboxWriter
 from metaroles.runs.parts import part_writer
 from metaroles.runs.shardset import Addresses, Delivery, Entry, Step, StepResult
 from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
@@ -115,6 +116,9 @@ class ShardHost:
         """Messages the driver's history holds, by id (they go back by id)."""
         self.writer: CheckpointWriter | None = None
         """This shard's writer of its checkpoint parts."""
+        self._out = [OutboxWriter() for _ in range(shards)]
+        self._in = [OutboxReader() for _ in range(shards)]
+        """Per other shard, the parts sent to it and read from it (``runs.crossing``: recipients sent once)."""
 
     def _reindexed(self, role: Role) -> None:
         """A role here changed its addresses: index them, and tell the driver with the round's result."""
@@ -146,22 +150,23 @@ class ShardHost:
             self.addresses = delivery.addresses
             self._targets = {}
         held, self.held = self.held, []
-        if delivery.ranked is not None:
-            sources = iter(zip(delivery.sources, parts, strict=True))
-            source, part = next(sources, (None, b""))
-            flush = list(delivery.ranked)
+        crossed: dict[int, list[tuple[int, Message, int]]] = {}
+        for source, part in zip(delivery.sources, parts, strict=True):
+            crossed.setdefault(source, []).extend(self._crossed(source, part))
+        if delivery.ranked is not None:  # else the driver routed the round: what was held or crossed is dropped
+            flush: list[tuple[Any, ...]] = list(delivery.ranked)
             for shard in range(self.shards):  # the driver's first, then each shard's: as the driver merges
-                if shard == self.number:
-                    flush += held
-                elif shard == source:
-                    with paused_gc():
-                        crossed = pickle.loads(part)
-                    interned(crossed, self._sets)
-                    flush += crossed
-                    source, part = next(sources, (None, b""))
+                flush += held if shard == self.number else crossed.get(shard, ())
             flush.sort(key=itemgetter(0))
-            self.deliver([message for _, message in flush], ())
+            self.deliver([entry[1] for entry in flush], ())
         self.deliver(delivery.inbox, broadcasts)
+
+    def _crossed(self, source: int, part: bytes) -> list[tuple[int, Message, int]]:
+        """The part of ``source``'s outbox for this shard (read even when dropped: the numbering of its sets)."""
+        with paused_gc():
+            crossed = self._in[source].outbox(pickle.loads(part))
+        interned(crossed, self._sets)
+        return crossed
 
     def deliver(self, inbox: Sequence[Entry], broadcasts: Sequence[Message]) -> None:
         """Put messages into the buffers of this shard's recipients, in order."""
@@ -190,10 +195,11 @@ class ShardHost:
         *,
         trace: bool,
         news: bool,
-    ) -> tuple[StepResult, list[list[tuple[int, Message]]]]:
+    ) -> tuple[StepResult, list[tuple[Any, ...] | None]]:
         """Deliver, then run round ``round_no``'s turns of this shard's ready roles; route what they published.
 
-        Returns the result for the driver and, per shard, the part of the outbox for its roles.
+        Returns the result for the driver and, per shard, the part of the outbox for its roles (as
+        ``runs.crossing`` columns; ``None``: nothing for that shard).
         """
         started = time.perf_counter()
         self.take(delivery, broadcasts, parts)
@@ -226,13 +232,12 @@ class ShardHost:
             busy_s=time.perf_counter() - started,
         )
         self.readdressed = {}
-        if env.trace:
-            result.trace = [_portable(step) for step in env.trace]
+        result.trace = [_portable(step) for step in env.trace or ()]
         if news:
             result.news = self._news(outbox)
-        return result, crossing
+        return result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)]
 
-    def _route(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message]]], int]:
+    def _route(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
         """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard.
 
         Also returns how many entries are flagged (the driver merges a round without any behind the next).
@@ -240,7 +245,7 @@ class ShardHost:
         pending, self.env._pending = self.env._pending, []
         pending.sort(key=itemgetter(0))
         addresses, number, held, known, historic = self.addresses, self.number, self.held, self._targets, self.known
-        crossing: list[list[tuple[int, Message]]] = [[] for _ in range(self.shards)]
+        crossing: list[list[tuple[int, Message, int]]] = [[] for _ in range(self.shards)]
         outbox, flagged = [], 0
         for rank, message in pending:
             historic[message.id] = message  # the driver's history will hold it
@@ -258,7 +263,7 @@ class ShardHost:
                 elif shard == DRIVER:
                     flag = PINNED
                 else:
-                    crossing[shard].append((rank, message))
+                    crossing[shard].append((rank, message, 0))
             outbox.append((rank, message, flag))
             flagged += flag != 0
         return outbox, crossing, flagged
