@@ -28,10 +28,12 @@ from metaroles import LocalBackend, RayBackend, TestLLM
 from metaroles.cli.common import settle_heap
 from metaroles.runs.backends import LocalShards
 from metaroles.runs.config import RunOptions
+from metaroles.runs.crossing import OutboxWriter
 from metaroles.runs.ray_shards import RayShards, ensure_ray
 from metaroles.runs.registry import load_scenario
 from metaroles.runs.scenario import run_scenario
 from metaroles.runs.sharding import ShardedRun
+from metaroles.runs.shardset import StepResult
 
 
 def plan(agents: int, rounds: int) -> Any:
@@ -136,6 +138,11 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
     up: list[int] = []
     across: list[int] = []
     original = LocalShards.step
+    outboxes = [OutboxWriter() for _ in range(shards)]  # as a Ray shard sends its outbox: columns, recipients once
+
+    def sent(shard: int, result: StepResult) -> int:
+        heavy = (outboxes[shard].columns(result.outbox), result.news)
+        return len(pickle.dumps(replace(result, outbox=[], news={}), 5)) + len(pickle.dumps(heavy, 5))
 
     async def step(self: LocalShards, round_no: int, deliveries: Any, broadcasts: Any, **kw: Any) -> Any:
         down.append(
@@ -143,7 +150,7 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
             + len(pickle.dumps(broadcasts, 5))
         )
         results = await original(self, round_no, deliveries, broadcasts, **kw)
-        up.append(sum(len(pickle.dumps(r[0], 5)) for r in results if r is not None))
+        up.append(sum(sent(n, r[0]) for n, r in enumerate(results) if r is not None))
         across.append(sum(len(h) for r in results if r is not None for h in r[1] if h is not None))
         return results
 
