@@ -17,7 +17,6 @@ from metaroles.messages.message import Message
 from metaroles.runs.backends import LocalBackend, LocalShards
 from metaroles.runs.config import RunOptions
 from metaroles.runs.scenario import resume_scenario, run_scenario
-from metaroles.runs.shardset import Delivery
 from tests.test_sharding import SEED, run_files
 
 SOCIETY: dict[str, object] = {"agents": 200, "rounds": 5, "llm_agents": 3}
@@ -41,22 +40,13 @@ class WatchedShards(LocalShards):
         super().__init__(count)
         self.run_dir, self.seen = run_dir, seen
 
-    async def step(
-        self,
-        round_no: int,
-        deliveries: list[Delivery | None],
-        broadcasts: list[Message],
-        *,
-        trace: bool,
-        news: bool,
-        meanwhile: Callable[[], None],
-    ) -> Any:
+    async def step(self, round_no: int, *args: Any, meanwhile: Callable[[], None], **kwargs: Any) -> Any:
         def watched() -> None:
             before = recorded(self.run_dir, round_no - 1)
             meanwhile()
             self.seen.append((round_no, before, recorded(self.run_dir, round_no - 1)))
 
-        return await super().step(round_no, deliveries, broadcasts, trace=trace, news=news, meanwhile=watched)
+        return await super().step(round_no, *args, meanwhile=watched, **kwargs)
 
 
 class WatchedBackend(LocalBackend):

@@ -15,12 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from metaroles.core.exceptions import RunError
-from metaroles.messages.fields import ROLE_VALUES, ROLES
+from metaroles.messages.fields import ROLE_VALUES, unpickled
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import plain
 
 Outbox = list[tuple[int, Message, int]]
 """``(rank, message, flag)`` in delivery order (``runs.shards``)."""
+
+_NO_EXTRAS = (None, None, None, None, None)
+"""What a message with only the routing fields has past them (metadata, tool calls, ... as ``pickled_values``)."""
 
 
 class OutboxWriter:
@@ -81,19 +84,12 @@ class OutboxReader:
         sets = self._sets
         sets.extend(new)
         fields = iter(zip(ids, contents, roles, causes, senders, strict=True))
-        make, out = Message.__new__, []
+        out: Outbox = []
         for position, (rank, flag, to) in enumerate(zip(ranks, flags, tos, strict=True)):
             if to < 0:
                 out.append((rank, whole[position], flag))
                 continue
-            message = make(Message)
-            message.id, message.content, role, message._cause_by, message.sent_from = next(fields)
-            message.instruct_content, message._role, message._send_to, message._metadata = (
-                None,
-                ROLES[role],
-                sets[to],
-                None,
-            )
-            message.tool_calls = message.tool_call_id = message.name = message.base64_image = None
+            id_, content, role, cause_by, sent_from = next(fields)
+            message = unpickled(Message, id_, content, None, role, cause_by, sent_from, sets[to], *_NO_EXTRAS)
             out.append((rank, message, flag))
         return out
