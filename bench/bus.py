@@ -297,14 +297,19 @@ def idle_role_bytes(roles: int) -> float:
 
 
 def per_round(env: Environment, rounds: int, edge: int = 20) -> tuple[float, float]:
-    """Mean seconds per round over rounds 1..edge and over the last ``edge`` rounds of ``rounds``."""
+    """Mean seconds per round over rounds 1..edge and over the last ``edge`` rounds of ``rounds``.
+
+    The rounds run in one session, as ``env.run`` and ``Team.run`` run them (workers kept, the heap
+    settled after each round: ``core.heap``).
+    """
 
     async def go() -> list[float]:
         times = []
-        for _ in range(rounds):
-            begin = time.perf_counter()
-            await env.run_round()
-            times.append(time.perf_counter() - begin)
+        async with env.session():
+            for _ in range(rounds):
+                begin = time.perf_counter()
+                await env.run_round()
+                times.append(time.perf_counter() - begin)
         return times
 
     times = anyio.run(go)

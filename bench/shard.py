@@ -25,7 +25,6 @@ from typing import Any
 import anyio
 
 from metaroles import LocalBackend, RayBackend, TestLLM
-from metaroles.cli.common import settle_heap
 from metaroles.runs.backends import LocalShards
 from metaroles.runs.config import RunOptions
 from metaroles.runs.crossing import OutboxWriter
@@ -103,24 +102,20 @@ async def with_run_dir(agents: int, rounds: int, shards: int) -> dict[str, Any]:
 
     Building the society is timed in both (on shards each shard then builds its own agents again); at
     this size ``state.json`` names the last checkpoint, so the roles stay on their shards when the run ends.
-    After each round the heap is settled as the CLI does it (``settle_heap``), in both runs.
+    Each round settles the heap (``core.heap``: a run's session does it), in both runs.
     """
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         for label, backend in (("one_process_s", None), ("sharded_s", RayBackend(shards))):
             run_dir = Path(folder) / label
             start = time.perf_counter()
-            try:
-                await run_scenario(
-                    "society",
-                    llm=TestLLM(),
-                    options={"agents": agents, "rounds": rounds - 1},
-                    out_dir=run_dir,
-                    run=RunOptions(seed=0, backend=backend),
-                    on_progress=lambda team: settle_heap(),
-                )
-            finally:
-                gc.unfreeze()
+            await run_scenario(
+                "society",
+                llm=TestLLM(),
+                options={"agents": agents, "rounds": rounds - 1},
+                out_dir=run_dir,
+                run=RunOptions(seed=0, backend=backend),
+            )
             out[label] = round(time.perf_counter() - start, 2)
             gc.collect()
             out[label.replace("_s", "_mb")] = round(

@@ -38,6 +38,7 @@ from metaroles.core.exceptions import (
     UnknownRoleError,
 )
 from metaroles.core.files import write_atomic
+from metaroles.core.heap import SettledHeap
 from metaroles.core.ids import Clock, IdScope, id_scope, run_key
 from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
@@ -85,6 +86,8 @@ class Environment(Bus):
         self._ids = IdScope(self.id_key, 0)
         self._clock = Clock()
         self._pool: WorkerPool | None = None
+        self._heap: SettledHeap | None = None
+        """Within a session, what settles the heap after each round (``core.heap``)."""
         self.observer: TurnObserver | None = None
         """Sees each round and turn while it runs (OpenTelemetry: ``runs.telemetry.traced``); off when ``None``."""
 
@@ -121,20 +124,24 @@ class Environment(Bus):
         """Keep worker tasks alive across the rounds run inside (``run`` and ``Team.run`` open one).
 
         Without a session each round starts its own tasks; within one, rounds wake parked
-        workers. Leaving the session stops the workers; no task outlives it.
+        workers. Leaving the session stops the workers; no task outlives it. Each round of a
+        session ends by settling the heap (``core.heap``): what survived it leaves the garbage
+        collector's full passes until the session ends, so late rounds of a long run cost what
+        early ones do.
         """
         if self._pool is not None:
             yield
             return
         error: Exception | None = None
         async with anyio.create_task_group() as tg:
-            self._pool = WorkerPool(tg, self.concurrency)
+            self._pool, self._heap = WorkerPool(tg, self.concurrency), SettledHeap()
             try:
                 yield
             except Exception as exc:  # re-raised as is once the workers are gone, not in a group
                 error = exc
             finally:
-                self._pool = None
+                self._heap.release()
+                self._pool = self._heap = None
                 tg.cancel_scope.cancel()
         if error is not None:
             raise error
@@ -177,8 +184,14 @@ class Environment(Bus):
             self._flush()
             if observer is not None:
                 observer.round_end(self, failures)
+            self.settle_heap()
         self._raise_failures(failures)
         self._raise_undelivered()
+
+    def settle_heap(self) -> None:
+        """Within a session, take what survived the round out of the collector's full passes (``core.heap``)."""
+        if self._heap is not None:
+            self._heap.settle()
 
     def _new_records(self) -> None:
         """Start the round's trace and routes, where someone keeps them."""

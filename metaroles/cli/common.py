@@ -8,7 +8,6 @@ to stdout and the live progress display to stderr, so ``metaroles run x > out.tx
 from __future__ import annotations
 
 import errno
-import gc
 import json
 import math
 import os
@@ -209,32 +208,14 @@ class Live:
         self.progress.update(self.task, completed=env.round, total=max(total or 0, env.round), stats=stats)
 
 
-def settle_heap() -> None:
-    """Take what survived the round out of the garbage collector's full passes (the CLI's own process only).
-
-    A run keeps nearly everything it makes (the history, the memories), and each full collection
-    would walk all of it again: at a million messages that is a quarter of the run. The young
-    generations are collected first, so only live objects are frozen; :func:`execute` unfreezes.
-    """
-    gc.collect(1)
-    gc.freeze()
-
-
 def execute(
     work: Callable[[Callable[[Team], None]], Any], total: int, *, quiet: bool, run_dir: Path | None = None
 ) -> tuple[TeamReport, Team]:
     """Run ``work`` under the progress display; errors become one line and an exit code (see :func:`reported`)."""
     live = Live(total, enabled=not quiet and err.is_terminal)
 
-    def after_round(team: Team) -> None:
-        settle_heap()
-        live(team)
-
-    try:
-        with reported(run_dir), live.progress:
-            report, team = anyio.run(lambda: work(after_round))
-    finally:
-        gc.unfreeze()
+    with reported(run_dir), live.progress:  # the run's session settles the heap after each round (core.heap)
+        report, team = anyio.run(lambda: work(live))
     return report, team
 
 

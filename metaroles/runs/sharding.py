@@ -186,6 +186,7 @@ class ShardedRun:
             env._order_trace()
             env._settle(failures, spent)
             self._deliver(results, moved)
+        env.settle_heap()
         env._raise_failures(failures)
         env._raise_undelivered()
 

@@ -1,0 +1,116 @@
+"""The heap settled after each round of a session (``core.heap``): frozen within, given back at its end."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from metaroles import Action, Environment, Message, Role, Team, UserRequirement
+from metaroles.core.heap import SettledHeap
+
+
+class Cycle:
+    """A reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+class Note(Action):
+    """Records, each turn, how many objects are frozen; keeps a cycle for one round, then drops it."""
+
+    def __init__(self, seen: list[int], refs: list[weakref.ref[Cycle]]) -> None:
+        super().__init__()
+        self.seen, self.refs = seen, refs
+        self.kept: Cycle | None = None
+
+    async def run(self, history: Sequence[Message]) -> str:
+        self.seen.append(gc.get_freeze_count())
+        if self.kept is None and not self.refs:
+            self.kept = Cycle()  # survives round 1, so that round's settling freezes it
+            self.refs.append(weakref.ref(self.kept))
+        else:
+            self.kept = None  # (round 3) garbage now, but frozen: collected once the session gives it back
+        return "noted"
+
+
+def pair(seen: list[int], refs: list[weakref.ref[Cycle]]) -> list[Role]:
+    """``a`` and ``b`` answering each other, one turn per round: a, b, a, ..."""
+    return [
+        Role(name=name, actions=[Note(seen, refs)], watch=[UserRequirement, Note], send_to=other)
+        for name, other in (("a", "b"), ("b", "a"))
+    ]
+
+
+def noting_env(seen: list[int], refs: list[weakref.ref[Cycle]]) -> Environment:
+    env = Environment(seed=0)
+    env.add_roles(pair(seen, refs))
+    env.publish_message(Message("go", send_to="a"))
+    return env
+
+
+@pytest.fixture
+def clean_heap() -> Iterator[None]:
+    """Each test starts with nothing frozen and the collector on, and leaves it so."""
+    gc.unfreeze()
+    enabled = gc.isenabled()
+    gc.enable()
+    yield
+    gc.unfreeze()
+    if not enabled:
+        gc.disable()
+
+
+@pytest.mark.usefixtures("clean_heap")
+async def test_a_session_freezes_what_survives_each_round_and_gives_it_back() -> None:
+    seen: list[int] = []
+    refs: list[weakref.ref[Cycle]] = []
+    await noting_env(seen, refs).run(3)
+    assert seen[0] == 0  # nothing settled before the first round ended
+    assert seen[1] > 0 and seen[2] >= seen[1]  # each later round starts on a settled heap
+    assert gc.get_freeze_count() == 0  # the session gave it all back
+    assert refs[0]() is not None  # the cycle dropped in round 2 was frozen: not yet collected
+    gc.collect()
+    assert refs[0]() is None  # and is collected now: settling loses nothing
+
+
+@pytest.mark.usefixtures("clean_heap")
+async def test_rounds_outside_a_session_leave_the_heap_alone() -> None:
+    seen: list[int] = []
+    env = noting_env(seen, [])
+    await env.run_round()
+    await env.run_round()
+    assert seen == [0, 0]
+
+
+@pytest.mark.usefixtures("clean_heap")
+async def test_a_heap_someone_else_froze_stays_frozen() -> None:
+    sentinel: list[object] = []
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    seen: list[int] = []
+    await noting_env(seen, []).run(2)
+    assert max(seen) <= frozen  # not this session's to settle: nothing more was frozen
+    assert not any(o is sentinel for o in gc.get_objects())  # nor to unfreeze: still out of the generations
+
+
+@pytest.mark.usefixtures("clean_heap")
+async def test_with_the_collector_off_nothing_is_frozen() -> None:
+    gc.disable()
+    seen: list[int] = []
+    await noting_env(seen, []).run(2)
+    assert seen == [0, 0]
+    assert not SettledHeap().owned
+
+
+@pytest.mark.usefixtures("clean_heap")
+async def test_a_team_run_settles_and_gives_back_too() -> None:
+    seen: list[int] = []
+    team = Team(env=Environment(seed=0))
+    team.hire(pair(seen, []))
+    await team.run(n_round=3, idea="go", send_to="a")
+    assert seen[0] == 0 and seen[1] > 0
+    assert gc.get_freeze_count() == 0
