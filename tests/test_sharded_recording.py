@@ -34,29 +34,36 @@ def recorded(run_dir: Path, round_no: int) -> tuple[bool, bool, bool]:
 
 
 class WatchedShards(LocalShards):
-    """In-process shards that note, for each round they run, what of the round before was on disk."""
+    """In-process shards that note, for each round they run, ``probe(round)`` before and after ``meanwhile``."""
 
-    def __init__(self, count: int, run_dir: Path, seen: list[tuple[int, Any, Any]]) -> None:
+    def __init__(self, count: int, probe: Callable[[int], Any], seen: list[tuple[int, Any, Any]]) -> None:
         super().__init__(count)
-        self.run_dir, self.seen = run_dir, seen
+        self.probe, self.seen = probe, seen
 
     async def step(self, round_no: int, *args: Any, meanwhile: Callable[[], None], **kwargs: Any) -> Any:
         def watched() -> None:
-            before = recorded(self.run_dir, round_no - 1)
+            before = self.probe(round_no)
             meanwhile()
-            self.seen.append((round_no, before, recorded(self.run_dir, round_no - 1)))
+            self.seen.append((round_no, before, self.probe(round_no)))
 
         return await super().step(round_no, *args, meanwhile=watched, **kwargs)
 
 
 class WatchedBackend(LocalBackend):
-    def __init__(self, shards: int, run_dir: Path) -> None:
+    """In-process shards watched by ``probe`` (see :class:`WatchedShards`); ``seen`` collects what it saw."""
+
+    def __init__(self, shards: int, probe: Callable[[int], Any]) -> None:
         super().__init__(shards)
-        self.run_dir = run_dir
+        self.probe = probe
         self.seen: list[tuple[int, Any, Any]] = []
 
     def shard_set(self) -> WatchedShards:
-        return WatchedShards(self.shards, self.run_dir, self.seen)
+        return WatchedShards(self.shards, self.probe, self.seen)
+
+
+def on_disk(run_dir: Path) -> Callable[[int], tuple[bool, bool, bool]]:
+    """A probe: what of the round before is recorded in ``run_dir``."""
+    return lambda round_no: recorded(run_dir, round_no - 1)
 
 
 async def society(out: Path, backend: Any = None, on_progress: Callable[[Team], None] | None = None) -> Team:
@@ -75,7 +82,7 @@ async def test_a_sharded_round_is_logged_measured_and_checkpointed_while_the_sha
     tmp_path: Path,
 ) -> None:
     await society(tmp_path / "one")
-    backend = WatchedBackend(2, tmp_path / "sharded")
+    backend = WatchedBackend(2, on_disk(tmp_path / "sharded"))
     team = await society(tmp_path / "sharded", backend)
     rounds = team.env.round
     assert [n for n, _, _ in backend.seen] == list(range(1, rounds + 1))
@@ -158,7 +165,7 @@ async def test_a_message_published_between_sharded_rounds_reaches_its_role_as_in
 
 
 async def test_with_on_round_set_a_sharded_round_is_recorded_before_the_next_starts(tmp_path: Path) -> None:
-    backend = WatchedBackend(2, tmp_path / "sharded")
+    backend = WatchedBackend(2, on_disk(tmp_path / "sharded"))
     _, team = await run_scenario(
         "society",
         llm=TestLLM(),
@@ -171,31 +178,6 @@ async def test_with_on_round_set_a_sharded_round_is_recorded_before_the_next_sta
     assert all(before == (True, True, True) for _, before, _ in backend.seen)
 
 
-class HistoryWatch(LocalShards):
-    """In-process shards that note, for each round they run, the driver's history before and after ``meanwhile``."""
-
-    def __init__(self, count: int, history: Any, seen: list[tuple[int, int, int]]) -> None:
-        super().__init__(count)
-        self.history, self.seen = history, seen
-
-    async def step(self, round_no: int, *args: Any, meanwhile: Callable[[], None], **kwargs: Any) -> Any:
-        def watched() -> None:
-            before = len(self.history)
-            meanwhile()
-            self.seen.append((round_no, before, len(self.history)))
-
-        return await super().step(round_no, *args, meanwhile=watched, **kwargs)
-
-
-class HistoryBackend(LocalBackend):
-    def __init__(self, shards: int, history: Any) -> None:
-        super().__init__(shards)
-        self.history, self.seen = history, list[tuple[int, int, int]]()
-
-    def shard_set(self) -> HistoryWatch:
-        return HistoryWatch(self.shards, self.history, self.seen)
-
-
 async def history_by_round(name: str, options: dict[str, Any], shards: int) -> tuple[list[list[Message]], Any, Team]:
     """Each round's messages of a one-process run, and the watch of the same run on ``shards`` in-process shards."""
     from metaroles.runs.registry import load_scenario
@@ -204,7 +186,8 @@ async def history_by_round(name: str, options: dict[str, Any], shards: int) -> t
     plans = [module.build(module.Config(**options), TestLLM()) for _ in range(2)]
     ends: list[int] = []
     plans[0].team.on_progress = lambda team: ends.append(len(team.env.history))
-    backend = HistoryBackend(shards, plans[1].team.env.history)
+    history = plans[1].team.env.history
+    backend = WatchedBackend(shards, lambda round_no: len(history))
     for plan, with_backend in zip(plans, (None, backend), strict=True):
         plan.team.env.reseed(SEED)
         plan.team.metric_parts = list(getattr(module, "METRIC_PARTS", ()))
