@@ -15,6 +15,7 @@ from warnings import warn
 
 from pydantic import BaseModel, Field
 
+from metaroles.core.exceptions import UnknownRoleError
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 
 
@@ -251,3 +252,15 @@ def budget_crossed(ledger: CostLedger, budget: Budget | None, role_budgets: dict
             if why:
                 return f"role {name!r}: {why}"
     return None
+
+
+def check_role_budgets(role_budgets: Mapping[str, Budget], hired: Iterable[str]) -> None:
+    """Refuse role budgets for roles that were not hired, naming them and those that were.
+
+    Raises:
+        UnknownRoleError: If a role budget names a role not among ``hired``.
+    """
+    names = set(hired)
+    unknown = sorted(set(role_budgets) - names)
+    if unknown:
+        raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(names)}")

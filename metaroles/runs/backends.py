@@ -133,9 +133,16 @@ class LocalShards:
         return results
 
     async def checkpoint(
-        self, folders: list[str], round_no: int, deliveries: list[Delivery], broadcasts: list[Message]
+        self,
+        folders: list[str],
+        round_no: int,
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        *,
+        meanwhile: Callable[[], None],
     ) -> list[int]:
-        """Each shard writes its part of the round's checkpoint; the ready counts."""
+        """Each shard writes its part of the round's checkpoint; the ready counts (``meanwhile()`` first)."""
+        meanwhile()
         pairs = zip(self.hosts, folders, deliveries, strict=True)
         return [host.checkpoint(folder, round_no, d, broadcasts, d.parts) for host, folder, d in pairs]
 
@@ -144,8 +151,11 @@ class LocalShards:
         fn: Callable[[list[Role]], Any],
         deliveries: list[Delivery],
         broadcasts: list[Message],
+        *,
+        meanwhile: Callable[[], None],
     ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles, and its count of ready roles."""
+        """``fn`` of each shard's roles, and its count of ready roles (``meanwhile()`` first)."""
+        meanwhile()
         return [host.parts(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:

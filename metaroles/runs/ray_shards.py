@@ -241,10 +241,11 @@ class RayShards:
         broadcasts: list[Message],
         *lead: Any,
         each: Any = None,
+        meanwhile: Callable[[], None] = lambda: None,
     ) -> list[Any]:
         """Call ``method`` on every shard with its delivery (broadcasts put in the object store once); the answers.
 
-        ``each``, if given, holds a first argument per shard.
+        ``each``, if given, holds a first argument per shard; ``meanwhile()`` runs once the calls are made.
         """
         shared = self.ray.put(_packed(broadcasts))
         refs = []
@@ -252,22 +253,31 @@ class RayShards:
             packed, handles = _carried(delivery)
             first = () if each is None else (each[n],)
             refs.append(getattr(a, method).remote(*first, *lead, packed, shared, *handles))
+        meanwhile()
         return [await ref for ref in refs]
 
     async def checkpoint(
-        self, folders: list[str], round_no: int, deliveries: list[Delivery], broadcasts: list[Message]
+        self,
+        folders: list[str],
+        round_no: int,
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        *,
+        meanwhile: Callable[[], None],
     ) -> list[int]:
         """Each shard writes its part of the round's checkpoint; the ready counts."""
-        return await self._each("checkpoint", deliveries, broadcasts, round_no, each=folders)
+        return await self._each("checkpoint", deliveries, broadcasts, round_no, each=folders, meanwhile=meanwhile)
 
     async def parts(
         self,
         fn: Callable[[list[Role]], Any],
         deliveries: list[Delivery],
         broadcasts: list[Message],
+        *,
+        meanwhile: Callable[[], None],
     ) -> list[tuple[Any, int]]:
         """``fn`` of each shard's roles, and its count of ready roles."""
-        return await self._each("parts", deliveries, broadcasts, fn)
+        return await self._each("parts", deliveries, broadcasts, fn, meanwhile=meanwhile)
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
         """Each shard's roles, pickled."""

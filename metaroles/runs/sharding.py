@@ -50,6 +50,9 @@ def no_seat(role: Role) -> None:
     return None
 
 
+def _nothing() -> None: ...
+
+
 class ShardedRun:
     """The driver's side of a sharded run: an Environment whose remote roles are stand-ins.
 
@@ -89,6 +92,8 @@ class ShardedRun:
         self.behind = False
         """Take a round's outboxes into the history while the shards run the next (:meth:`settle` catches up)."""
         self._unmerged: tuple[list[Flagged], list[Stepped | None]] | None = None
+        self.later: Callable[[], None] = _nothing
+        """The rest of recording the last round (a Team's), run while the shards run the next: :meth:`take_later`."""
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -100,10 +105,11 @@ class ShardedRun:
         env, count, seat = self.env, self.shards.count, self._seat
         parts: list[list[Any]] = [[] for _ in range(count)]
         stand_ins: dict[int, Any] = {}
-        for role, place in zip(list(env._members), self.places, strict=True):
-            if place is not None:
-                parts[place].append(seat(role) or role)
-                stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place])
+        with paused_gc():  # a stand-in and a seat per role, no cycles: collections would scan every role
+            for role, place in zip(list(env._members), self.places, strict=True):
+                if place is not None:
+                    parts[place].append(seat(role) or role)
+                    stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place])
         history = env.history._store
         pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
 
@@ -157,10 +163,16 @@ class ShardedRun:
         self.ranked, self.crossing, self._moved = None, [[] for _ in inboxes], False
         return deliveries, broadcasts
 
-    async def run_round(self, later: Callable[[], None] = lambda: None) -> None:
+    def take_later(self) -> Callable[[], None]:
+        """:attr:`later`, handed over once (it is the nothing to do after that)."""
+        later, self.later = self.later, _nothing
+        return later
+
+    async def run_round(self, later: Callable[[], None] | None = None) -> None:
         """Run one round on the driver and every shard; deliver as one process does (see the module).
 
-        ``later`` (the rest of recording the last round: log, metrics, the driver's checkpoint file)
+        ``later`` (the rest of recording the last round: log, metrics, the driver's checkpoint file; by
+        default :meth:`take_later`)
         runs while the shards work, before the round changes anything here; if it fails, the run
         stops and the shards' roles stay there (a resume starts from the last complete checkpoint).
         """
@@ -175,7 +187,7 @@ class ShardedRun:
         results: list[Stepped | None] = []
         try:
             async with anyio.create_task_group() as tg:
-                begin = partial(self._begin, later, tg, failures)
+                begin = partial(self._begin, self.take_later() if later is None else later, tg, failures)
                 results = await self._step(env.round + 1, busy, broadcasts, begin)
         except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
             raise _first(group) from None
@@ -293,13 +305,15 @@ class ShardedRun:
             stand_in.rc.news = []
         self._spoke = []
         roles: dict[str, Any] = self.env.roles
-        for stepped in results:
-            if stepped is None:
-                continue
-            for name, ids in stepped[0].open().news.items():
-                stand_in = roles[name]
-                stand_in.rc.news = Heard(ids)
-                self._spoke.append(stand_in)
+        spoke = self._spoke.append
+        with paused_gc():  # a record per sender, no cycles
+            for stepped in results:
+                if stepped is None:
+                    continue
+                for name, ids in stepped[0].open().news.items():
+                    stand_in = roles[name]
+                    stand_in.rc.news = Heard(ids)
+                    spoke(stand_in)
 
     def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
         """Take in the shards' results (ledger, failures, trace, news, addresses); whether an address changed."""
@@ -324,15 +338,16 @@ class ShardedRun:
             self._index_addresses()
         return moved
 
-    async def checkpoint(self, folder: Path) -> list[str]:
+    async def checkpoint(self, folder: Path, meanwhile: Callable[[], None] = lambda: None) -> list[str]:
         """Have every shard write its roles' part of this round's checkpoint (after the round's deliveries).
 
         Returns the parts' folders, relative to ``folder`` (``runs.parts``): the driver's file names them.
+        ``meanwhile()`` runs while the shards write.
         """
         deliveries, broadcasts = self._take_deliveries()
         names = [part_name(self.segment, shard) for shard in range(self.shards.count)]
         folders = [str(folder / name) for name in names]
-        self.ready = await self.shards.checkpoint(folders, self.env.round, deliveries, broadcasts)
+        self.ready = await self.shards.checkpoint(folders, self.env.round, deliveries, broadcasts, meanwhile=meanwhile)
         self.held = [0] * len(deliveries)
         return names
 
@@ -341,12 +356,15 @@ class ShardedRun:
         """The roles that run on the driver."""
         return [role for role, _ in self._pinned]
 
-    async def measure(self, fns: list[Callable[[list[Role]], Any]]) -> dict[Any, Any]:
-        """Each of ``fns`` of each shard's roles (one call), then of the driver's."""
+    async def measure(
+        self, fns: list[Callable[[list[Role]], Any]], meanwhile: Callable[[], None] = lambda: None
+    ) -> dict[Any, Any]:
+        """Each of ``fns`` of each shard's roles (one call; ``meanwhile()`` as they work), then of the driver's."""
         if not fns:
+            meanwhile()
             return {}
         deliveries, broadcasts = self._take_deliveries()
-        remote = await self.shards.parts(partial(each_of, fns), deliveries, broadcasts)
+        remote = await self.shards.parts(partial(each_of, fns), deliveries, broadcasts, meanwhile=meanwhile)
         self.held, self.ready = [0] * len(deliveries), [ready for _, ready in remote]
         local = [r for r, p in zip(self.env._members, self.places, strict=True) if p is None]
         return {fn: [*(part[n] for part, _ in remote), fn(local)] for n, fn in enumerate(fns)}

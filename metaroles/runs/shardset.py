@@ -112,15 +112,29 @@ class ShardSet(Protocol):
         ...
 
     async def checkpoint(
-        self, folders: list[str], round_no: int, deliveries: list[Delivery], broadcasts: list[Message]
+        self,
+        folders: list[str],
+        round_no: int,
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        *,
+        meanwhile: Callable[[], None],
     ) -> list[int]:
-        """Each shard writes its part of the round's checkpoint into its folder after its delivery; the ready counts."""
+        """Each shard writes its part of the round's checkpoint into its folder after its delivery; the ready counts.
+
+        ``meanwhile()`` runs here once, while the shards write.
+        """
         ...
 
     async def parts(
-        self, fn: Callable[[list[Role]], Any], deliveries: list[Delivery], broadcasts: list[Message]
+        self,
+        fn: Callable[[list[Role]], Any],
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        *,
+        meanwhile: Callable[[], None],
     ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles after its delivery, and its ready roles."""
+        """``fn`` of each shard's roles after its delivery, and its ready roles; ``meanwhile()`` as they work."""
         ...
 
     async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:

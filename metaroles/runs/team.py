@@ -13,9 +13,9 @@ from typing import Any
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
-from metaroles.core.exceptions import InvalidValueError, RoleFailed, RunError, UnknownRoleError
+from metaroles.core.exceptions import InvalidValueError, RoleFailed, RunError
 from metaroles.core.schema import BROADCAST, to_addresses
-from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, warn_unpriced
+from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, check_role_budgets, warn_unpriced
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
 from metaroles.runs import workspace
@@ -102,7 +102,6 @@ class Team:
         self.metric_parts: list[Callable[[list[Role]], Any]] = []
         """Functions of a list of roles that round metrics combine (:meth:`gathered`); on shards, run where they are."""
         self._sharded: ShardedRun | None = None
-        self._later: Callable[[], None] = self._nothing
         self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
         self.casts: list[tuple[int, Cast]] = []
         """The casts hired, by the place of their first role (shards build those roles themselves)."""
@@ -217,9 +216,7 @@ class Team:
         if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
             raise InvalidValueError(f"n_round={n_round!r} must be a non-negative integer")
         check_home(self.env)
-        unknown = sorted(set(self.role_budgets) - set(self.env.roles))
-        if unknown:
-            raise UnknownRoleError(f"role_budgets name {unknown}, who were not hired; hired: {sorted(self.env.roles)}")
+        check_role_budgets(self.role_budgets, self.env.roles)
 
     async def resume(
         self,
@@ -296,35 +293,46 @@ class Team:
     async def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last.
 
-        On shards, what needs the shards (metric parts, checkpoint parts) is done now, and the rest
-        while they run the next round (``ShardedRun.run_round``'s ``later``), in the same order —
-        unless :attr:`on_round` is set: what it publishes must reach the next round's roles.
+        On shards, what needs the shards (metric parts, checkpoint parts) is done now, the log while
+        they work, and the rest while they run the next round (``ShardedRun.later``), in the same
+        order — unless :attr:`on_round` is set: what it publishes must reach the next round's roles.
         """
         run, writer, parts = self._sharded, self._checkpoints, None
         due = writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None)
+        logged: list[bool] = []  # whether the round's events are logged (once: while the shards work, or later)
+        early = partial(self._log_round, logged)
         try:
             if run is not None and self.on_record is not None:
-                self._parts = await run.measure(self.metric_parts)
+                self._parts = await run.measure(self.metric_parts, early)
             if run is not None and writer is not None and due:
                 self._keep_files(writer)  # as the round left them: the next one may change them
-                parts = await run.checkpoint(writer.folder)
+                parts = await run.checkpoint(writer.folder, early)
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise
-        later = partial(self._record, writer if due else None, parts, run.pinned if run is not None else [])
+        later = partial(self._record, writer if due else None, parts, run.pinned if run else [], logged)
         if run is None or self.on_round is not None:  # what on_round publishes reaches the next round's roles
             later()
         else:
-            self._later = later
+            run.later = later
 
-    def _record(self, writer: CheckpointWriter | None, parts: list[str] | None, pinned: list[Role]) -> None:
-        """Log the round, then its metrics, then write its checkpoint (``writer``: one is due) and tell ``on_round``."""
+    def _log_round(self, logged: list[bool]) -> None:
+        """Log the round's events, unless ``logged`` says they are; on shards, the history first made whole."""
+        if logged:
+            return
+        logged.append(True)
+        if self._sharded is not None:  # the round's outboxes, if still behind
+            self._sharded.settle()
+        if self._log is not None:
+            self._log.round_done()
+
+    def _record(
+        self, writer: CheckpointWriter | None, parts: list[str] | None, pinned: list[Role], logged: list[bool]
+    ) -> None:
+        """Log the round (unless ``logged``), then its metrics, then write its checkpoint (``writer``: one is due)."""
         env = self.env
         try:
-            if self._sharded is not None:  # the round's outboxes, if still behind: the history must be whole
-                self._sharded.settle()
-            if self._log is not None:
-                self._log.round_done()
+            self._log_round(logged)
             if self.on_record is not None:
                 self.on_record(self)
             if writer is not None and parts is not None:  # last, the driver's file completes the round
@@ -342,14 +350,6 @@ class Team:
         if self.on_round is not None:
             self.on_round(self)
 
-    def _take_later(self) -> Callable[[], None]:
-        """What is left of recording the last sharded round (run while the shards run the next one)."""
-        later, self._later = self._later, self._nothing
-        return later
-
-    @staticmethod
-    def _nothing() -> None: ...
-
     async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
         self._stranded = False
         async with self.env.session():
@@ -362,12 +362,12 @@ class Team:
                     run.news, run.turns = self._log is not None, self._log is not None and self._log.turns
                     try:
                         done = await self._rounds(n_round)
-                        self._take_later()()
+                        run.take_later()()
                         await self._final_checkpoint()
                         run.stay = not self.bring_back and refers_to_checkpoint(self.env, self._checkpoints)
                         return done
                     finally:
-                        self._take_later()()  # the round before a failure was complete: its recording too
+                        run.take_later()()  # the round before a failure was complete: its recording too
                         self._sharded, self._parts = None, {}
                         self._stranded = run.broken
             except BaseException:
@@ -385,7 +385,7 @@ class Team:
             if self.budget_crossed():
                 return rounds, StopReason.BUDGET
             try:
-                await (self.env.run_round() if self._sharded is None else self._sharded.run_round(self._take_later()))
+                await (self.env.run_round() if self._sharded is None else self._sharded.run_round())
             except BaseException as exc:
                 self._failed = True  # the round's state is not whole: its checkpoint is never written
                 if isinstance(exc, RoleFailed) and self._log is not None:
