@@ -35,12 +35,12 @@ def recorded(run_dir: Path, round_no: int) -> tuple[bool, bool, bool]:
 
 class WatchedShards(LocalShards):
     """In-process shards that note, for each round they run, ``probe(round)`` before and after ``meanwhile``;
-    and in ``measured``, the same around the metric-parts call after it (``probe(round + 1)``)."""
+    and in ``written``, the same around the checkpoint call after it (``probe(round + 1)``)."""
 
     def __init__(self, count: int, probe: Callable[[int], Any], seen: list[tuple[int, Any, Any]]) -> None:
         super().__init__(count)
         self.probe, self.seen = probe, seen
-        self.measured: list[tuple[int, Any, Any]] = []
+        self.written: list[tuple[int, Any, Any]] = []
         self.next_round = 1
 
     def watched(self, round_no: int, meanwhile: Callable[[], None], seen: list[tuple[int, Any, Any]]) -> Any:
@@ -55,8 +55,8 @@ class WatchedShards(LocalShards):
         self.next_round = round_no + 1
         return await super().step(round_no, *args, meanwhile=self.watched(round_no, meanwhile, self.seen), **kwargs)
 
-    async def parts(self, *args: Any, meanwhile: Callable[[], None]) -> Any:
-        return await super().parts(*args, meanwhile=self.watched(self.next_round, meanwhile, self.measured))
+    async def checkpoint(self, *args: Any, meanwhile: Callable[[], None]) -> Any:
+        return await super().checkpoint(*args, meanwhile=self.watched(self.next_round, meanwhile, self.written))
 
 
 class WatchedBackend(LocalBackend):
@@ -90,21 +90,21 @@ async def society(out: Path, backend: Any = None, on_progress: Callable[[Team], 
     return team
 
 
-async def test_a_sharded_round_is_logged_while_the_shards_measure_it_then_recorded_while_they_run_the_next(
+async def test_a_sharded_round_is_logged_while_the_shards_write_their_parts_and_its_file_written_during_the_next(
     tmp_path: Path,
 ) -> None:
     await society(tmp_path / "one")
     backend = WatchedBackend(2, on_disk(tmp_path / "sharded"))
     team = await society(tmp_path / "sharded", backend)
     rounds = team.env.round
-    measured = backend.shards_made[0].measured
-    assert [n for n, _, _ in measured] == list(range(1, rounds + 2))  # after the idea, and each round the shards ran
-    for round_no, before, after in measured:  # round N's events are logged while the shards measure it ...
-        assert (before, after) == ((False, False, False), (True, False, False)), round_no - 1
+    written = backend.shards_made[0].written
+    assert [n for n, _, _ in written] == list(range(1, rounds + 2))  # after the idea, and each round the shards ran
+    for round_no, before, after in written:  # round N's events and metrics, recorded while the shards write ...
+        assert (before, after) == ((False, False, False), (True, True, False)), round_no - 1
     assert [n for n, _, _ in backend.seen] == list(range(1, rounds + 1))
     for round_no, before, after in backend.seen[1:]:  # round 0 (the idea) is recorded before the shards start
-        assert before == (True, False, False), round_no  # ... its metrics and checkpoint not when they get round N
-        assert after == (True, True, True), round_no  # ... but in full before they answered
+        assert before == (True, True, False), round_no  # ... its checkpoint not yet when they get round N ...
+        assert after == (True, True, True), round_no  # ... but before they answered
     assert recorded(tmp_path / "sharded", rounds) == (True, True, True)  # the last round, once the run stopped
     assert run_files(tmp_path / "sharded") == run_files(tmp_path / "one")
 

@@ -293,20 +293,20 @@ class Team:
     async def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last.
 
-        On shards, what needs the shards (metric parts, checkpoint parts) is done now, the log while
-        they work, and the rest while they run the next round (``ShardedRun.later``), in the same
-        order — unless :attr:`on_round` is set: what it publishes must reach the next round's roles.
+        On shards, what needs the shards (metric parts, checkpoint parts) is done now — the history taken
+        in while they measure, the log and metrics while they write — and the rest while they run the
+        next round (``ShardedRun.later``), in the same order — unless :attr:`on_round` is set: what it
+        publishes must reach the next round's roles.
         """
         run, writer, parts = self._sharded, self._checkpoints, None
         due = writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None)
-        logged: list[bool] = []  # whether the round's events are logged (once: while the shards work, or later)
-        early = partial(self._log_round, logged)
+        logged: list[bool] = []  # whether the round's events and metrics are recorded (once)
         try:
             if run is not None and self.on_record is not None:
-                self._parts = await run.measure(self.metric_parts, early)
+                self._parts = await run.measure(self.metric_parts, run.settle)  # the history, while they measure
             if run is not None and writer is not None and due:
                 self._keep_files(writer)  # as the round left them: the next one may change them
-                parts = await run.checkpoint(writer.folder, early)
+                parts = await run.checkpoint(writer.folder, partial(self._log_round, logged))
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise
@@ -317,7 +317,7 @@ class Team:
             run.later = later
 
     def _log_round(self, logged: list[bool]) -> None:
-        """Log the round's events, unless ``logged`` says they are; on shards, the history first made whole."""
+        """Log the round's events, then record its metrics, unless ``logged`` says so (history made whole first)."""
         if logged:
             return
         logged.append(True)
@@ -325,16 +325,16 @@ class Team:
             self._sharded.settle()
         if self._log is not None:
             self._log.round_done()
+        if self.on_record is not None:
+            self.on_record(self)
 
     def _record(
         self, writer: CheckpointWriter | None, parts: list[str] | None, pinned: list[Role], logged: list[bool]
     ) -> None:
-        """Log the round (unless ``logged``), then its metrics, then write its checkpoint (``writer``: one is due)."""
+        """Log the round and its metrics (unless ``logged``), then write its checkpoint (``writer``: one is due)."""
         env = self.env
         try:
             self._log_round(logged)
-            if self.on_record is not None:
-                self.on_record(self)
             if writer is not None and parts is not None:  # last, the driver's file completes the round
                 write_driver(writer, env, pinned, parts)
             elif writer is not None:
