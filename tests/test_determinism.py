@@ -138,3 +138,30 @@ def test_the_embedded_model_on_tape_replays_to_the_same_bytes(tmp_path):
     live = contents(tmp_path / "live")
     assert_same_bytes(live, contents(tmp_path / "r2"))
     assert_same_bytes(live, contents(tmp_path / "r3"))
+
+
+SHARDED_RUN = """
+import sys
+from pathlib import Path
+
+import anyio
+
+from metaroles import LocalBackend, TestLLM
+from metaroles.runs.config import RunOptions
+from metaroles.runs.scenario import run_scenario
+
+options = {"agents": 40, "rounds": 6, "llm_agents": 4}
+run = RunOptions(seed=5, backend=LocalBackend(2), checkpoint_every=2)
+anyio.run(lambda: run_scenario("society", llm=TestLLM(), options=options, out_dir=Path(sys.argv[1]), run=run))
+"""
+
+
+def test_two_processes_write_the_same_sharded_run_directory_the_shards_parts_too(tmp_path):
+    for hash_seed in (1, 2):
+        env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+        out = tmp_path / str(hash_seed)
+        result = subprocess.run([sys.executable, "-c", SHARDED_RUN, str(out)], capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+    first, second = contents(tmp_path / "1"), contents(tmp_path / "2")
+    assert any(name.startswith("checkpoints/parts/") for name in first)
+    assert_same_bytes(first, second)

@@ -103,10 +103,13 @@ class LocalShards:
         self.calls = 0
         """Calls made to shards so far (one per shard per round at most)."""
 
-    async def load(self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
+    async def load(
+        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses, key: str
+    ) -> list[int]:
         """Start the shards with their roles."""
         self.hosts = [
-            ShardHost(total=total, concurrency=concurrency, shards=self.count, number=n) for n in range(self.count)
+            ShardHost(total=total, concurrency=concurrency, shards=self.count, number=n, key=key)
+            for n in range(self.count)
         ]
         return [host.load(blob, addresses) for host, blob in zip(self.hosts, blobs, strict=True)]
 

@@ -120,8 +120,8 @@ class _Actor:
     them straight from its object store: they never pass through the driver).
     """
 
-    def __init__(self, total: int, concurrency: int, shards: int, number: int) -> None:
-        self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number)
+    def __init__(self, total: int, concurrency: int, shards: int, number: int, key: str) -> None:
+        self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number, key=key)
         self.outboxes = OutboxWriter()
 
     async def load(self, blob: bytes, addresses: bytes) -> int:
@@ -188,10 +188,12 @@ class RayShards:
                 by_value(module)
         self.pickler: type[pickle.Pickler] = cloudpickle.Pickler
 
-    async def load(self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
+    async def load(
+        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses, key: str
+    ) -> list[int]:
         """Start one actor per shard and give each its roles (a shard loads its part while the next is pickled)."""
         actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
-        self.actors = [actor.remote(total, concurrency, self.count, n) for n in range(self.count)]
+        self.actors = [actor.remote(total, concurrency, self.count, n, key) for n in range(self.count)]
         self.readers = [OutboxReader() for _ in range(self.count)]
         shared = self.ray.put(_packed(addresses))
         refs = [a.load.remote(blob, shared) for a, blob in zip(self.actors, blobs, strict=True)]

@@ -122,7 +122,9 @@ class ShardedRun:
         self._index_addresses()  # the same addresses as the stand-ins'
         addresses = (self.where, self._everyone)
         total = len(env._members)
-        self.ready = await self.shards.load(pickled(), total=total, concurrency=env.concurrency, addresses=addresses)
+        self.ready = await self.shards.load(
+            pickled(), total=total, concurrency=env.concurrency, addresses=addresses, key=env.id_key
+        )
         self._moved = False
         with paused_gc():
             env.swap_roles(stand_ins)

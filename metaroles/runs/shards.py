@@ -96,13 +96,17 @@ class ShardHost:
         concurrency: Roles mid-turn at once on this shard.
         shards: How many shards the run has.
         number: Which of them this is.
+        key: The run's id key (``Environment.id_key``); the shard's environment takes it and seeds its
+            random source from it, so its part of a checkpoint is the same in every process.
     """
 
-    def __init__(self, *, total: int, concurrency: int = 32, shards: int = 1, number: int = 0) -> None:
+    def __init__(self, *, total: int, key: str, concurrency: int = 32, shards: int = 1, number: int = 0) -> None:
         """Create an empty shard."""
         self.shards = shards
         self.number = number
         self.env = Environment(concurrency=concurrency, on_role_error="record")
+        self.env._set_id_key(key)
+        self.env.rng.seed(key)
         self.total = total
         self.readdressed: dict[str, list[str]] = {}
         self.env.reindex = self._reindexed  # type: ignore[method-assign]

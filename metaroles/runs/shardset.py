@@ -91,8 +91,13 @@ class ShardSet(Protocol):
 
     count: int
 
-    async def load(self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses) -> list[int]:
-        """Start the shards with their roles (one blob each, taken as it comes); return each one's ready roles."""
+    async def load(
+        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses, key: str
+    ) -> list[int]:
+        """Start the shards with their roles (one blob each, taken as it comes); return each one's ready roles.
+
+        ``key`` is the run's id key (``Environment.id_key``): a shard's environment draws from it, not from its process.
+        """
         ...
 
     async def step(
