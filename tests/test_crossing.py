@@ -61,6 +61,17 @@ def test_the_same_recipients_become_one_object_on_the_driver():
     assert back[2][0][1].send_to == frozenset({"a1", "a2"}) and back[2][0][1].content == "r2"
 
 
+def test_a_sender_and_an_action_arrive_as_one_string_whatever_the_batch():
+    writer, reader = OutboxWriter(), OutboxReader()
+    read = []
+    for n in range(3):  # each batch pickled on its own, as a shard sends a round: new strings each time
+        columns = writer.columns([(n, Message(f"{n}", sent_from="a7", send_to={"a1"}, cause_by="x.Speak"), 0)])
+        read += [message for _, message, _ in reader.outbox(pickle.loads(pickle.dumps(columns)))]
+    assert [m.content for m in read] == ["0", "1", "2"]
+    assert all(m.sent_from == "a7" and m.sent_from is read[0].sent_from for m in read)
+    assert all(m.cause_by == "x.Speak" and m.cause_by is read[0].cause_by for m in read)
+
+
 def test_a_batch_read_out_of_order_is_refused():
     writer, reader = OutboxWriter(), OutboxReader()
     first = writer.columns([(0, Message("x", sent_from="a0", send_to={"a1"}), 0)])

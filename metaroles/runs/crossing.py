@@ -64,11 +64,16 @@ class OutboxWriter:
 
 
 class OutboxReader:
-    """The driver's side for one shard: the sets of recipients it sent, by number; its outboxes rebuilt."""
+    """The driver's side for one shard: the sets of recipients it sent, by number; its outboxes rebuilt.
+
+    A sender's name and an action's id arrive as new strings in every batch: the reader keeps one of
+    each, so the messages it rebuilds share them (a society's agent speaks every round).
+    """
 
     def __init__(self) -> None:
         """Know no set yet."""
         self._sets: list[frozenset[str]] = []
+        self._names: dict[str, str] = {}
         self._batches = 0
 
     def outbox(self, columns: tuple[Any, ...]) -> Outbox:
@@ -81,7 +86,7 @@ class OutboxReader:
         if batch != self._batches + 1:
             raise RunError(f"outbox {batch} of a shard arrived after {self._batches}: the batches are read in order")
         self._batches = batch
-        sets = self._sets
+        sets, names = self._sets, self._names
         sets.extend(new)
         fields = iter(zip(ids, contents, roles, causes, senders, strict=True))
         out: Outbox = []
@@ -90,6 +95,7 @@ class OutboxReader:
                 out.append((rank, whole[position], flag))
                 continue
             id_, content, role, cause_by, sent_from = next(fields)
+            cause_by, sent_from = names.setdefault(cause_by, cause_by), names.setdefault(sent_from, sent_from)
             message = unpickled(Message, id_, content, None, role, cause_by, sent_from, sets[to], *_NO_EXTRAS)
             out.append((rank, message, flag))
         return out

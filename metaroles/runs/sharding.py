@@ -133,11 +133,12 @@ class ShardedRun:
     def _index_addresses(self) -> None:
         """Which shards receive on each address (rebuilt when a role changes its addresses)."""
         where: dict[str, set[int]] = {}
+        shared: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per set of shards: every shard gets the map
         with paused_gc():  # a set per address, no cycles: collections would scan every role
             for role, place in zip(self.env._members, self.places, strict=True):
                 for address in role.addresses:
                     where.setdefault(address, set()).add(DRIVER if place is None else place)
-            self.where = {address: tuple(sorted(shards)) for address, shards in where.items()}
+            self.where = {address: shared.setdefault(t := tuple(sorted(s)), t) for address, s in where.items()}
         self._pinned = [(r, r.addresses) for r, p in zip(self.env._members, self.places, strict=True) if p is None]
         self._everyone = tuple(sorted({DRIVER if p is None else p for p in self.places}))
         self._moved = True
