@@ -69,9 +69,9 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
         await opened(self)
         phases["open_s"] = time.perf_counter() - t
 
-    async def round_(self: ShardedRun, *later: Any) -> None:
+    async def round_(self: ShardedRun) -> None:
         t = time.perf_counter()
-        await stepped(self, *later)
+        await stepped(self)
         phases["rounds_s"] = phases.get("rounds_s", 0.0) + time.perf_counter() - t
 
     async def close_(self: ShardedRun) -> None:
@@ -173,9 +173,9 @@ async def idle_round(agents: int, shards: int, repeats: int = 20) -> float:
     times: list[float] = []
     original = ShardedRun.run_round
 
-    async def timed(self: ShardedRun, *later: Any) -> None:
+    async def timed(self: ShardedRun) -> None:
         t = time.perf_counter()
-        await original(self, *later)
+        await original(self)
         times.append(time.perf_counter() - t)
         with self.env.id_scope():
             message = Message("ping", sent_from="Human", send_to={"a0"})

@@ -168,17 +168,17 @@ class ShardedRun:
         return deliveries, broadcasts
 
     def take_later(self) -> Callable[[], None]:
-        """:attr:`later`, handed over once (it is the nothing to do after that)."""
+        """:attr:`later`, handed over once (after that, there is nothing left to run)."""
         later, self.later = self.later, _nothing
         return later
 
-    async def run_round(self, later: Callable[[], None] | None = None) -> None:
+    async def run_round(self) -> None:
         """Run one round on the driver and every shard; deliver as one process does (see the module).
 
-        ``later`` (the rest of recording the last round: log, metrics, the driver's checkpoint file; by
-        default :meth:`take_later`)
-        runs while the shards work, before the round changes anything here; if it fails, the run
-        stops and the shards' roles stay there (a resume starts from the last complete checkpoint).
+        :attr:`later` (the rest of recording the last round: the driver's checkpoint file, or the log
+        and metrics if not written yet) runs while the shards work, before the round changes anything
+        here; if it fails, the run stops and the shards' roles stay there (a resume starts from the
+        last complete checkpoint).
         """
         env = self.env
         if env._in_round:
@@ -191,7 +191,7 @@ class ShardedRun:
         results: list[Stepped | None] = []
         try:
             async with anyio.create_task_group() as tg:
-                begin = partial(self._begin, self.take_later() if later is None else later, tg, failures)
+                begin = partial(self._begin, self.take_later(), tg, failures)
                 results = await self._step(env.round + 1, busy, broadcasts, begin)
         except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
             raise _first(group) from None
@@ -342,7 +342,7 @@ class ShardedRun:
             self._index_addresses()
         return moved
 
-    async def checkpoint(self, folder: Path, meanwhile: Callable[[], None] = lambda: None) -> list[str]:
+    async def checkpoint(self, folder: Path, meanwhile: Callable[[], None] = _nothing) -> list[str]:
         """Have every shard write its roles' part of this round's checkpoint (after the round's deliveries).
 
         Returns the parts' folders, relative to ``folder`` (``runs.parts``): the driver's file names them.
@@ -361,7 +361,7 @@ class ShardedRun:
         return [role for role, _ in self._pinned]
 
     async def measure(
-        self, fns: list[Callable[[list[Role]], Any]], meanwhile: Callable[[], None] = lambda: None
+        self, fns: list[Callable[[list[Role]], Any]], meanwhile: Callable[[], None] = _nothing
     ) -> dict[Any, Any]:
         """Each of ``fns`` of each shard's roles (one call; ``meanwhile()`` as they work), then of the driver's."""
         if not fns:
