@@ -78,6 +78,23 @@ def test_send_to_of_wrong_type_is_a_clear_error(bad):
         Message("x", send_to=bad)
 
 
+@given(
+    names=st.lists(st.sampled_from(["a", "b", "<all>", "", "r1"]), max_size=4),
+    kind=st.sampled_from([set, frozenset, list, tuple]),
+)
+def test_send_to_collections_take_the_fast_path_to_the_same_result(names, kind):
+    # a collection of plain names is taken as it is; anything else goes through the general checks
+    if not names:
+        with pytest.raises(InvalidValueError, match="send_to is empty"):
+            Message("x", send_to=kind(names))
+    elif "" in names:
+        with pytest.raises(InvalidValueError, match="empty address"):
+            Message("x", send_to=kind(names))
+    else:
+        assert Message("x", send_to=kind(names)).send_to == frozenset(names)
+        assert Message("x", send_to=kind([*names, Coder])).send_to == {*names, "tests.test_schema.Coder"}
+
+
 def test_empty_send_to_is_an_error():
     with pytest.raises(InvalidValueError, match="send_to is empty"):
         Message("x", send_to=[])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, create_model
 
@@ -132,6 +132,17 @@ def _address_of(value: object) -> str:
     )
 
 
+def _plain_names(value: object, kind: type) -> frozenset[str] | None:
+    """``value`` as addresses if it is a set, list or tuple of non-empty strings (most ``send_to`` values)."""
+    if kind is not frozenset and kind is not set and kind is not list and kind is not tuple:
+        return None
+    names = cast("Iterable[str]", value)
+    for name in names:
+        if type(name) is not str or not name:
+            return None
+    return names if type(names) is frozenset else frozenset(names)
+
+
 def to_addresses(value: object) -> frozenset[str]:
     """Normalise a ``send_to`` value to a frozen set of addresses.
 
@@ -144,8 +155,10 @@ def to_addresses(value: object) -> frozenset[str]:
     Raises:
         InvalidValueError: On any other type, or an empty collection.
     """
-    if type(value) is frozenset and all(type(a) is str and a for a in value):
-        addresses: frozenset[str] = value
+    kind = type(value)
+    plain = None if kind is str else _plain_names(value, kind)
+    if plain is not None:
+        addresses = plain
     elif isinstance(value, str | type) or hasattr(value, "addresses"):
         addresses = frozenset((_address_of(value),))
     elif isinstance(value, Iterable) and not isinstance(value, bytes | dict):
@@ -213,7 +226,7 @@ def to_chat_role(value: object) -> ChatRole:
     Raises:
         InvalidValueError: On anything else (the message lists the chat roles).
     """
-    if isinstance(value, ChatRole):
+    if type(value) is ChatRole:
         return value
     if isinstance(value, str) and value in _CHAT_ROLES:
         return ChatRole(value)

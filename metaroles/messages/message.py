@@ -142,16 +142,16 @@ class Message:
             role, sent_from, metadata = profile_as_sender(role, sent_from, metadata)
         self.id = id
         self.content = content
-        self.instruct_content = to_instruct_content(instruct_content)
-        self._role = to_chat_role(role)
+        self.instruct_content = None if instruct_content is None else to_instruct_content(instruct_content)
+        self._role = role if type(role) is ChatRole else to_chat_role(role)
         self._cause_by = USER_REQUIREMENT if cause_by is None or cause_by == "" else any_to_str(cause_by)
         self.sent_from = sent_from
         self._send_to = BROADCAST if send_to is None else to_addresses(send_to)
         self._metadata = dict(metadata) if metadata else None
-        self.tool_calls = to_tool_calls(tool_calls)
-        self.tool_call_id = optional_str("tool_call_id", tool_call_id)
-        self.name = optional_str("name", name)
-        self.base64_image = optional_str("base64_image", base64_image)
+        self.tool_calls = None if tool_calls is None else to_tool_calls(tool_calls)
+        self.tool_call_id = tool_call_id if tool_call_id is None else optional_str("tool_call_id", tool_call_id)
+        self.name = name if name is None else optional_str("name", name)
+        self.base64_image = base64_image if base64_image is None else optional_str("base64_image", base64_image)
 
     @classmethod
     def _trusted(
