@@ -213,7 +213,9 @@ class Bus:
         if not isinstance(message, Message):
             raise InvalidValueError(f"publish_message got {message!r}, which is not a Message")
         if self._in_round:
-            self._pending.append((self._rank(message), message))
+            scope = SCOPE.get()  # _rank's first case, inlined: every turn's message takes it
+            rank = scope.slot - 1 if scope is not None and scope.slot > 0 else self._rank(message)
+            self._pending.append((rank, message))
             return
         self._deliver((message,))
         self._raise_undelivered()

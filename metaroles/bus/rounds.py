@@ -181,6 +181,8 @@ async def plain_turn(role: Role) -> Message | None:
         result = failure_message(todo, exc, name, send_to)
     if type(result) is str:
         message: Message | None = Message._trusted(result, None, ChatRole.ASSISTANT, todo._action_id, name, send_to)
+    elif type(result) is Message and result.sent_from:  # the action addressed it itself
+        message = result
     else:
         message = result_message(result, todo, name, send_to)
     if message is not None:

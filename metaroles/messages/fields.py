@@ -103,9 +103,14 @@ def set_role(message: Any, value: object) -> None:
     message._role = to_chat_role(value)
 
 
+def to_cause_by(value: object) -> str:
+    """A ``cause_by`` value as an action id: an Action class or instance becomes its id; none, UserRequirement."""
+    return USER_REQUIREMENT if value is None or value == "" else any_to_str(value)
+
+
 def set_cause_by(message: Any, value: object) -> None:
-    """``message.cause_by = value``: an Action class or instance becomes its id, as in the constructor."""
-    message._cause_by = USER_REQUIREMENT if value is None or value == "" else any_to_str(value)
+    """``message.cause_by = value``, normalised as in the constructor."""
+    message._cause_by = to_cause_by(value)
 
 
 def set_send_to(message: Any, value: object) -> None:

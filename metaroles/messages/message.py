@@ -27,11 +27,9 @@ from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.ids import SCOPE, new_id
 from metaroles.core.schema import (
     BROADCAST,
-    USER_REQUIREMENT,
     ChatRole,
     Function,
     ToolCall,
-    any_to_str,
     encode_instruct_content,
     to_addresses,
     to_chat_role,
@@ -47,6 +45,7 @@ from metaroles.messages.fields import (
     set_metadata,
     set_role,
     set_send_to,
+    to_cause_by,
     to_tool_calls,
     unpickled,
 )
@@ -144,7 +143,7 @@ class Message:
         self.content = content
         self.instruct_content = None if instruct_content is None else to_instruct_content(instruct_content)
         self._role = role if type(role) is ChatRole else to_chat_role(role)
-        self._cause_by = USER_REQUIREMENT if cause_by is None or cause_by == "" else any_to_str(cause_by)
+        self._cause_by = cause_by if type(cause_by) is str and cause_by else to_cause_by(cause_by)
         self.sent_from = sent_from
         self._send_to = BROADCAST if send_to is None else to_addresses(send_to)
         self._metadata = dict(metadata) if metadata else None
