@@ -213,7 +213,7 @@ class Bus:
         if not isinstance(message, Message):
             raise InvalidValueError(f"publish_message got {message!r}, which is not a Message")
         if self._in_round:
-            scope = SCOPE.get()  # _rank's first case, inlined: every turn's message takes it
+            scope = SCOPE.get()  # a turn's message goes out with its role: see _rank
             rank = scope.slot - 1 if scope is not None and scope.slot > 0 else self._rank(message)
             self._pending.append((rank, message))
             return
@@ -225,11 +225,9 @@ class Bus:
 
         The turn is known by its id scope (a role's scope has slot = place + 1), so the order never
         depends on ``sent_from`` naming someone else, on which turn finished first, or on which
-        shard the role runs; outside any turn, by ``sent_from``, else after every role.
+        shard the role runs; outside any turn, by ``sent_from``, else after every role. The turn's case
+        is taken in :meth:`publish_message` (every turn's message takes it); this gives the others.
         """
-        scope = SCOPE.get()
-        if scope is not None and scope.slot > 0:
-            return scope.slot - 1
         sender = self.roles.get(message.sent_from)
         return self._outsider if sender is None else sender._env_index
 

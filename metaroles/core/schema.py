@@ -132,8 +132,9 @@ def _address_of(value: object) -> str:
     )
 
 
-def _plain_names(value: object, kind: type) -> frozenset[str] | None:
+def _plain_names(value: object) -> frozenset[str] | None:
     """``value`` as addresses if it is a set, list or tuple of non-empty strings (most ``send_to`` values)."""
+    kind = type(value)
     if kind is not frozenset and kind is not set and kind is not list and kind is not tuple:
         return None
     names = cast("Iterable[str]", value)
@@ -155,8 +156,7 @@ def to_addresses(value: object) -> frozenset[str]:
     Raises:
         InvalidValueError: On any other type, or an empty collection.
     """
-    kind = type(value)
-    plain = None if kind is str else _plain_names(value, kind)
+    plain = _plain_names(value)
     if plain is not None:
         addresses = plain
     elif isinstance(value, str | type) or hasattr(value, "addresses"):
