@@ -254,3 +254,21 @@ def test_an_action_gets_a_read_only_snapshot_of_its_roles_memory() -> None:
         last.append(first[0])  # type: ignore[attr-defined]
     with pytest.raises(IndexError, match="out of range for a view of 5 messages"):
         last[5]
+
+
+def test_views_iterate_as_snapshots_while_the_memory_grows():
+    """Adding to a memory while iterating one of its views (either way) does not reach the loop."""
+    memory = Memory([Message(f"m{i}", cause_by=WritePRD) for i in range(3)])
+    for view in (memory.get(), memory.get_by_action(WritePRD)):
+        seen = []
+        for message in view:
+            seen.append(message.content)
+            memory.add(Message(f"during {message.content}", cause_by=WritePRD))
+            if len(seen) > 3:
+                break  # the loop reached what it added: it would never end
+        assert seen == ["m0", "m1", "m2"]
+        newest_first = []
+        for message in reversed(view):
+            newest_first.append(message.content)
+            memory.add(Message("later", cause_by=WritePRD))
+        assert newest_first == ["m2", "m1", "m0"]

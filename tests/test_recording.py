@@ -106,3 +106,16 @@ async def test_a_small_run_keeps_its_whole_state(tmp_path):
     assert referenced_checkpoint(tmp_path / "run" / "state.json") is None
     saved = json.loads((tmp_path / "run" / "state.json").read_text())
     assert saved["round"] == team.env.round and len(saved["history"]) == len(team.env.history)
+
+
+@given(st.lists(st.text(max_size=6), max_size=5))
+def test_message_ids_in_the_log_are_the_json_of_any_id(ids: list[str]) -> None:
+    """Ids the bus makes take one join; any other id (quotes, backslashes, control characters) is escaped alike."""
+    from json.encoder import encode_basestring
+
+    from metaroles.runs.eventlog import _ids
+
+    messages = [Message("x", id=i) if i else Message("x") for i in ids]
+    written = _ids(messages)
+    assert written == ",".join(encode_basestring(m.id) for m in messages)
+    assert json.loads(f"[{written}]") == [m.id for m in messages]

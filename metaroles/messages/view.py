@@ -58,14 +58,11 @@ class MessageView(Sequence[Message]):
 
     def __iter__(self) -> Iterator[Message]:
         """Iterate oldest first."""
-        if self._start == 0 and self._stop == len(self._items):
-            return iter(self._items)
-        return itertools.islice(self._items, self._start, self._stop)
+        return itertools.islice(self._items, self._start, self._stop)  # bounded: a message added meanwhile is not in it
 
     def __reversed__(self) -> Iterator[Message]:
         """Iterate newest first."""
-        items, start = self._items, self._start
-        return (items[i] for i in range(self._stop - 1, start - 1, -1))
+        return map(self._items.__getitem__, range(self._stop - 1, self._start - 1, -1))
 
     def __eq__(self, other: object) -> bool:
         """Equal to a sequence of the same messages in the same order."""
@@ -112,13 +109,13 @@ class IndexedView(MessageView):
 
     def __iter__(self) -> Iterator[Message]:
         """Iterate oldest first."""
-        items = self._items
-        return (items[p] for p in itertools.islice(self._positions, self._stop))
+        return map(self._items.__getitem__, itertools.islice(self._positions, self._stop))  # later adds: not in it
 
     def __reversed__(self) -> Iterator[Message]:
         """Iterate newest first."""
-        items, positions = self._items, self._positions
-        return (items[positions[i]] for i in range(self._stop - 1, -1, -1))
+        positions = self._positions
+        newest, later = reversed(positions), len(positions) - self._stop  # positions added after the snapshot
+        return map(self._items.__getitem__, itertools.islice(newest, later, None) if later else newest)
 
     def __repr__(self) -> str:
         """Show the messages as a list would."""

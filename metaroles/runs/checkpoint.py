@@ -20,7 +20,7 @@ otherwise a *delta* against the previous round file, so that a round costs what 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -32,7 +32,8 @@ from metaroles.bus.state import rng_state
 from metaroles.core.files import append_durably, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
-from metaroles.runs.replayable import plain, replayable, replays, signature
+from metaroles.runs.replayable import replayable, replays, signature
+from metaroles.runs.rows import MessageRows
 
 MESSAGES = "messages.jsonl"
 FULL_EVERY = 25
@@ -67,6 +68,10 @@ memory length and edits, watch, addresses, and its news list if its buffer was e
 a role's observation replaces ``rc.news`` rather than changing it in place)."""
 
 
+_Target = tuple[Sequence[Role], list[int], list[list[Any]]]
+"""A list of recipients, their places (env index) and the expectations of the replayable ones among them."""
+
+
 @dataclass
 class _EnvMark:
     history: int = -1
@@ -76,7 +81,7 @@ class _EnvMark:
     ledger: int = 0
 
 
-class CheckpointWriter:
+class CheckpointWriter(MessageRows):
     """Writes an environment's checkpoints into ``folder``, one per round.
 
     Args:
@@ -101,10 +106,7 @@ class CheckpointWriter:
         self.folder = folder
         self.every = every
         self.replay = replay
-        self.known = known
-        self._rows: dict[int, int] = {}
-        self._held: list[Message] = []
-        self._text: dict[str, str] = {}
+        super().__init__(known)
         self._roles: dict[str, _RoleMark] = {}
         self._env = _EnvMark()
         self._full_round: int | None = None
@@ -116,8 +118,9 @@ class CheckpointWriter:
         self._seen: object = None
         self._blind = True
         self._index: dict[str, int] = {}
-        self._pending_rows: list[str] = []
-        self._send_to: dict[frozenset[str], str] = {}
+        self._targets: dict[int, _Target] = {}
+        """Per list of recipients routing gave (by ``id``): their places and expectations, until a checkpoint."""
+        self._book: tuple[object, int] | None = None
         self.round: int | None = None
         """The round of the last checkpoint written (``None`` before the first)."""
         folder.mkdir(parents=True, exist_ok=True)
@@ -197,6 +200,7 @@ class CheckpointWriter:
             self._roles.clear()
             self._expect.clear()
             self._env = _EnvMark()
+        self._targets = {}  # the expectations are about to change
         kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
         return full, [f'"version":{version},"round":{env.round},"kind":{kind}']
 
@@ -217,7 +221,7 @@ class CheckpointWriter:
 
     def _role_index(self, env: Environment) -> dict[str, int]:
         if len(self._index) != len(env.roles):
-            self._index = {name: i for i, name in enumerate(env.roles)}
+            self._index, self._targets = {name: i for i, name in enumerate(env.roles)}, {}
         return self._index
 
     def _note_turns(self, trace: list[tuple[str, str, Any, int]]) -> None:
@@ -246,57 +250,33 @@ class CheckpointWriter:
             return
         if env.routed is None:
             env.record_routes()
-        index, expect, out, rows = self._role_index(env), self._expect, self._deliveries, self._rows
+        self._role_index(env)
+        if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
+            self._book, self._targets = (env._book, env._book.version), {}
+        out, rows, targets = self._deliveries, self._rows, self._targets
         for message, recipients in zip(*env.delivered(self._noted_history), strict=True):
             row = rows.get(id(message))
             out += (self._row(message, self._pending_rows) if row is None else row, len(recipients))
-            for role in recipients:
-                out.append(index[role.name])
-                expected = expect.get(role.name)
-                if expected is not None:
-                    expected[2] += 1
-                    expected[3] = message
+            known = targets.get(id(recipients))
+            if known is None or known[0] is not recipients:
+                known = self._target(recipients)
+            out += known[1]
+            for expected in known[2]:  # the buffer a replay gives each replayable recipient
+                expected[2] += 1
+                expected[3] = message
         self._noted_history = len(history)
 
-    # -- encoding --------------------------------------------------------------------------------
+    def _target(self, recipients: Sequence[Role]) -> _Target:
+        """The places of ``recipients`` and the expectations of the replayable ones, kept per list (routing's own)."""
+        if len(self._targets) >= 1 << 18:
+            self._targets.clear()
+        index, expect = self._index, self._expect
+        places = [index[role.name] for role in recipients]
+        expected = [e for e in map(expect.get, [role.name for role in recipients]) if e is not None]
+        known = self._targets[id(recipients)] = (recipients, places, expected)
+        return known
 
-    def _enc(self, text: str) -> str:
-        """JSON of a name that recurs (role, action, address), memoised."""
-        encoded = self._text.get(text)
-        if encoded is None:
-            encoded = self._text[text] = encode_basestring(text)
-        return encoded
-
-    def _row(self, message: Message, new_rows: list[str]) -> int:
-        row = self._rows.get(id(message))
-        if row is None:
-            row = self._rows[id(message)] = len(self._held)
-            self._held.append(message)  # keeps id(message) from being reused
-            new_rows.append(self._encode(message) + "\n")
-        return row
-
-    def _rows_of(self, messages: Any, new_rows: list[str]) -> str:
-        found, row = self._rows.get, self._row
-        numbers = [found(id(m)) for m in messages]
-        if None in numbers:
-            numbers = [row(m, new_rows) for m in messages]
-        return f"[{','.join(map(str, numbers))}]"
-
-    def _encode(self, message: Message) -> str:
-        if self.known is not None and self.known.get(message.id) is message:
-            return f'{{"ref":{encode_basestring(message.id)}}}'
-        if not plain(message):
-            return message.model_dump_json()
-        enc = self._enc
-        send_to = self._send_to.get(message.send_to)
-        if send_to is None:
-            send_to = self._send_to[message.send_to] = ",".join([enc(a) for a in sorted(message.send_to)])
-        content = "null" if message.content is None else encode_basestring(message.content)
-        return (
-            f'{{"id":{encode_basestring(message.id)},"content":{content},'
-            f'"role":"{message.role.value}","cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},'
-            f'"send_to":[{send_to}]}}'
-        )
+    # -- the environment -------------------------------------------------------------------------
 
     def _env_parts(self, env: Environment, new_rows: list[str], *, full: bool, appended: bool = False) -> list[str]:
         mark, history = self._env, env.history
@@ -323,6 +303,7 @@ class CheckpointWriter:
     def _role_entries(self, env: Environment, new_rows: list[str], *, replayed: bool) -> list[str]:
         """Entries for the roles a replay of ``ops`` and ``deliveries`` would not rebuild exactly."""
         entries, expect = [], self._expect
+        self._targets = {}  # the expectations change below
         for role in env.roles.values():
             expected = expect.get(role.name)
             if replayed and expected is not None and replays(role, expected):

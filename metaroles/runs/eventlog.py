@@ -19,9 +19,8 @@ and ``latency_s``); :func:`read_events` puts the latencies back on the events it
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
@@ -184,6 +183,15 @@ def _rewrite(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path)
     write_atomic(timings_of(events), "".join(line + "\n" for line in timings))
 
 
+def _ids(messages: Sequence[Message]) -> str:
+    """The ids of ``messages`` as JSON strings, comma-separated (ids the bus makes need no escaping: one join)."""
+    ids = [m.id for m in messages]
+    joined = "".join(ids)
+    if joined.isprintable() and '"' not in joined and "\\" not in joined:
+        return '"' + '","'.join(ids) + '"' if ids else ""
+    return ",".join(map(encode_basestring, ids))
+
+
 class Heard:
     """A remote role's news as the log writes it: the ids, JSON-encoded and comma-separated (its shard encodes them).
 
@@ -263,85 +271,82 @@ class EventLog:
     def round_done(self) -> None:
         """Append the events of the round that just ended (or of what happened between rounds)."""
         env = self.env
-        numbers = itertools.count(self.seq + 1)
+        seq = self.seq + 1
         head = f',"round":{env.round},"kind":'
-        lines = [f'{{"seq":{next(numbers)}{head}"round_start"}}\n']
+        lines = [f'{{"seq":{seq}{head}"round_start"}}\n']
         if self.turns and env.trace is not None and env.trace is not self._seen:
             self._seen = env.trace
-            self._turn_lines(lines, numbers, head)
+            seq = self._turn_lines(lines, seq, head)
         if len(env.history) > self._history:
-            self._message_lines(lines, numbers, head, *env.delivered(self._history))
+            seq = self._message_lines(lines, seq, head, *env.delivered(self._history))
         timings = []
         for entry in env.ledger.entries[self._ledger :]:
             call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
             fields = json.dumps({"role": entry.role, **call})[1:-1]
-            seq = next(numbers)
+            seq += 1
             lines.append(f'{{"seq":{seq}{head}"llm_call",{fields}}}\n')
             timings.append(f'{{"seq":{seq},"latency_s":{entry.latency_s!r}}}\n')
         for event in env.events[self._events :]:
             fields = json.dumps({"role": event.role, "message_id": event.message_id, "detail": event.detail})[1:-1]
-            lines.append(f'{{"seq":{next(numbers)}{head}"{event.kind}",{fields}}}\n')
-        self.seq = next(numbers)
-        lines.append(f'{{"seq":{self.seq}{head}"round_end"}}\n')
+            seq += 1
+            lines.append(f'{{"seq":{seq}{head}"{event.kind}",{fields}}}\n')
+        self.seq = seq = seq + 1
+        lines.append(f'{{"seq":{seq}{head}"round_end"}}\n')
         if timings:
             append_durably(self.timings, "".join(timings))
         self._append(lines)
         self._mark()
 
-    def _turn_lines(self, lines: list[str], numbers: Iterator[int], head: str) -> None:
-        """Observe (the news), think (the action chosen) and act (the message produced) events."""
-        names, name, enc, add = self._names, self._name, encode_basestring, lines.append
+    def _turn_lines(self, lines: list[str], seq: int, head: str) -> int:
+        """Observe (the news), think (the action chosen) and act (the message produced) events; the last seq."""
+        names, name, add = self._names, self._name, lines.append
         for kind, role, detail, _ in self.env.trace or ():
             who = names.get(role) or name(role)
+            seq += 1
             if kind == "observe":
-                ids = ",".join([enc(m.id) for m in detail])
-                add(f'{{"seq":{next(numbers)}{head}"observe","role":{who},"message_ids":[{ids}]}}\n')
+                add(f'{{"seq":{seq}{head}"observe","role":{who},"message_ids":[{_ids(detail)}]}}\n')
             elif kind == "think":
                 action = "null" if detail is None else names.get(detail._action_id) or name(detail._action_id)
-                add(f'{{"seq":{next(numbers)}{head}"think","role":{who},"action":{action}}}\n')
+                add(f'{{"seq":{seq}{head}"think","role":{who},"action":{action}}}\n')
             elif kind != "act":  # an agent's tool_call / tool_result: rare, spelled out
-                add(f'{{"seq":{next(numbers)}{head}{json.dumps(kind)},"role":{who},{json.dumps(detail)[1:-1]}}}\n')
+                add(f'{{"seq":{seq}{head}{json.dumps(kind)},"role":{who},{json.dumps(detail)[1:-1]}}}\n')
             else:
-                message_id = "null" if detail is None else enc(detail.id)
-                add(f'{{"seq":{next(numbers)}{head}"act","role":{who},"message_id":{message_id}}}\n')
+                message_id = "null" if detail is None else encode_basestring(detail.id)
+                add(f'{{"seq":{seq}{head}"act","role":{who},"message_id":{message_id}}}\n')
+        return seq
 
     def _message_lines(
-        self,
-        lines: list[str],
-        numbers: Iterator[int],
-        head: str,
-        messages: Sequence[Message],
-        routed: Sequence[Sequence[Role]],
-    ) -> None:
+        self, lines: list[str], seq: int, head: str, messages: Sequence[Message], routed: Sequence[Sequence[Role]]
+    ) -> int:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
-        roles, targets = env.roles, self._send_to
+        roles, targets, folded = env.roles, self._send_to, self.folded
         if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
             self._book, self._recipients = (env._book, env._book.version), {}
         for message, recipients in zip(messages, routed, strict=True):
             sender = roles.get(message.sent_from)
             news: Any = sender.rc.news if sender is not None else ()  # a stand-in's: Heard
-            caused = news.ids if type(news) is Heard else ",".join([enc(m.id) for m in news])
             send_to = targets.get(message.send_to)
             if send_to is None:
                 send_to = targets[message.send_to] = ",".join([name(a) for a in sorted(message.send_to)])
             message_id = enc(message.id)
             who = names.get(message.sent_from) or name(message.sent_from)
             action = names.get(message.cause_by) or name(message.cause_by)
+            seq += 1
             line = (
-                f'{{"seq":{next(numbers)}{head}"publish","role":{who},"message_id":{message_id},"cause_by":{action},'
-                f'"send_to":[{send_to}],"caused_by":[{caused}]'
+                f'{{"seq":{seq}{head}"publish","role":{who},"message_id":{message_id},"cause_by":{action},'
+                f'"send_to":[{send_to}],"caused_by":[{news.ids if type(news) is Heard else _ids(news)}]'
             )
-            if self.folded:
-                to = self._to(recipients)
-                add(f'{line},"to":[{to}]}}\n')
-                for _ in recipients:  # each delivery keeps its number: read_events gives it back as a deliver event
-                    next(numbers)
+            if folded:  # each delivery keeps its number: read_events gives it back as a deliver event
+                add(f'{line},"to":[{self._to(recipients)}]}}\n')
+                seq += len(recipients)
                 continue
             add(line + "}\n")
             for recipient in recipients:
                 who = names.get(recipient.name) or name(recipient.name)
-                add(f'{{"seq":{next(numbers)}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
+                seq += 1
+                add(f'{{"seq":{seq}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
+        return seq
 
     def _to(self, recipients: Sequence[Role]) -> str:
         """The names of ``recipients`` as JSON, remembered per list (routing hands out one per set of addresses)."""

@@ -1,0 +1,74 @@
+"""The message table of a checkpoint folder (``messages.jsonl``): each message once, named by its row.
+
+:class:`MessageRows` numbers the messages a checkpoint refers to in the order first seen and
+encodes each new one as a line; the checkpoint writer appends those lines, durably, before the
+round file that refers to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from json.encoder import encode_basestring
+from typing import Any
+
+from metaroles.messages.message import Message
+from metaroles.runs.replayable import plain
+
+
+class MessageRows:
+    """Rows of the message table: which message is which row, and the lines of the new ones.
+
+    Args:
+        known: For a shard's part, the messages of the driver's history, which its rows name by id.
+    """
+
+    def __init__(self, known: Mapping[str, Message] | None = None) -> None:
+        """Start an empty table."""
+        self.known = known
+        self._rows: dict[int, int] = {}  # id(message) -> row
+        self._held: list[Message] = []  # by row; keeps each id(message) from being reused
+        self._text: dict[str, str] = {}
+        self._send_to: dict[frozenset[str], str] = {}
+        self._pending_rows: list[str] = []
+        """The lines of rows not yet appended to the table."""
+
+    def _enc(self, text: str) -> str:
+        """JSON of a name that recurs (role, action, address), memoised."""
+        encoded = self._text.get(text)
+        if encoded is None:
+            encoded = self._text[text] = encode_basestring(text)
+        return encoded
+
+    def _row(self, message: Message, new_rows: list[str]) -> int:
+        """The row of ``message``, a new one (its line added to ``new_rows``) if it has none yet."""
+        row = self._rows.get(id(message))
+        if row is None:
+            row = self._rows[id(message)] = len(self._held)
+            self._held.append(message)
+            new_rows.append(self._encode(message) + "\n")
+        return row
+
+    def _rows_of(self, messages: Any, new_rows: list[str]) -> str:
+        """The rows of ``messages`` as a JSON list."""
+        found, row = self._rows.get, self._row
+        numbers = [found(id(m)) for m in messages]
+        if None in numbers:
+            numbers = [row(m, new_rows) for m in messages]
+        return f"[{','.join(map(str, numbers))}]"
+
+    def _encode(self, message: Message) -> str:
+        """The table's line for ``message``: a reference to the driver's, its short form, or the whole model."""
+        if self.known is not None and self.known.get(message.id) is message:
+            return f'{{"ref":{encode_basestring(message.id)}}}'
+        if not plain(message):
+            return message.model_dump_json()
+        enc = self._enc
+        send_to = self._send_to.get(message.send_to)
+        if send_to is None:
+            send_to = self._send_to[message.send_to] = ",".join([enc(a) for a in sorted(message.send_to)])
+        content = "null" if message.content is None else encode_basestring(message.content)
+        return (
+            f'{{"id":{encode_basestring(message.id)},"content":{content},'
+            f'"role":"{message.role.value}","cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},'
+            f'"send_to":[{send_to}]}}'
+        )
