@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from metaroles import Action, Environment, Intervention, Message, Role, UserRequirement
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs.checkpoint import MESSAGES, CheckpointWriter, round_file
+from metaroles.runs.checkpoint import MESSAGES, CheckpointWriter, _numbers, round_file
 from metaroles.runs.restore import checkpoint_history, restore_checkpoint
 
 
@@ -173,3 +173,8 @@ async def test_a_sharded_rounds_driver_file_holds_its_own_roles_whole_when_it_is
     restored = team()
     restore_checkpoint(tmp_path, restored)
     assert [m.content for m in restored.roles["moderator"].rc.memory] == ["one", "two", "three"]
+
+
+@given(st.lists(st.integers(-1, 10**7), max_size=40), st.integers(1, 9))
+def test_numbers_written_a_chunk_at_a_time_read_as_one_list(numbers: list[int], chunk: int) -> None:
+    assert json.loads(f"[{_numbers(numbers, chunk)}]") == numbers

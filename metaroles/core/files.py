@@ -137,6 +137,25 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
     return path
 
 
+def append_text(path: Path, text: str) -> None:
+    """Append ``text`` to ``path`` without waiting for the disk; :func:`sync_file` makes it durable.
+
+    For lines that nothing refers to yet (a checkpoint's message rows, written as its rounds go by).
+    """
+    reached(f"append:{path.name}")
+    with path.open("ab") as handle:
+        handle.write(encoded(path, text))
+
+
+def sync_file(path: Path) -> None:
+    """Wait until what was written to ``path`` is on the disk (fsync)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def append_durably(path: Path, text: str) -> None:
     """Append ``text`` to ``path`` and fsync it (to a ``.zst`` file: as one more frame)."""
     reached(f"append:{path.name}")

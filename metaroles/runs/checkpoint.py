@@ -1,8 +1,9 @@
 """Incremental, crash-safe checkpoints of an Environment, one per round (reading: ``restore``; shards: ``parts``).
 
 A checkpoint folder holds ``messages.jsonl`` — every message a checkpoint refers to, once, in the
-order first seen, named by its row (line number, from 0); appended and fsynced before the round
-file that refers to it — and ``round-NNNN.json``, the state at the end of round NNNN, written
+order first seen, named by its row (line number, from 0); appended as the rounds go and fsynced
+before the round file that refers to it (rows past the last checkpoint are cut off on resume) —
+and ``round-NNNN.json``, the state at the end of round NNNN, written
 atomically (temp file, fsync, rename): a *full* snapshot every ``every`` checkpoints (and first),
 otherwise a *delta* against the previous round file, so that a round costs what happened in it:
 
@@ -29,7 +30,7 @@ from typing import Any
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
-from metaroles.core.files import append_durably, truncate_lines, write_atomic
+from metaroles.core.files import append_durably, append_text, sync_file, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import replayable, replays, signature
@@ -81,6 +82,15 @@ class _EnvMark:
     ledger: int = 0
 
 
+def _numbers(numbers: list[int], chunk: int = 1 << 16) -> str:
+    """``numbers`` comma-separated, a chunk at a time.
+
+    Not a string object per number all at once: a society's deliveries between two checkpoints are a
+    million numbers.
+    """
+    return ",".join([",".join(map(str, numbers[at : at + chunk])) for at in range(0, len(numbers), chunk)])
+
+
 class CheckpointWriter(MessageRows):
     """Writes an environment's checkpoints into ``folder``, one per round.
 
@@ -118,6 +128,7 @@ class CheckpointWriter(MessageRows):
         self._seen: object = None
         self._blind = True
         self._index: dict[str, int] = {}
+        self._unsynced = False  # rows appended since the last checkpoint, not yet fsynced
         self._targets: dict[int, _Target] = {}
         """Per list of recipients routing gave (by ``id``): their places and expectations, until a checkpoint."""
         self._book: tuple[object, int] | None = None
@@ -176,6 +187,10 @@ class CheckpointWriter(MessageRows):
         if env.interventions:
             self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
         self._note_deliveries(env)
+        if self._pending_rows:  # written as the rounds go (not held until the checkpoint), synced before its file
+            append_text(self.folder / MESSAGES, "".join(self._pending_rows))
+            self._pending_rows.clear()
+            self._unsynced = True
 
     def write(self, env: Environment) -> Path:
         """Write the checkpoint of ``env``'s current round (call between rounds)."""
@@ -185,7 +200,7 @@ class CheckpointWriter(MessageRows):
         parts.extend(self._env_parts(env, new_rows, full=full))
         self._blind = self._blind or not self.replay
         if not full and not self._blind:
-            parts.append(f'"ops":[{",".join(map(str, self._ops))}]')
+            parts.append(f'"ops":[{_numbers(self._ops)}]')
         roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
         parts.append('"roles":{' + ",".join(roles) + "}")
         self._blind = False
@@ -212,6 +227,9 @@ class CheckpointWriter(MessageRows):
         if self._pending_rows:
             append_durably(self.folder / MESSAGES, "".join(self._pending_rows))
             self._pending_rows.clear()
+        elif self._unsynced:
+            sync_file(self.folder / MESSAGES)
+        self._unsynced = False
         path = round_file(self.folder, env.round)
         write_atomic(path, "{" + ",".join(parts) + "}\n")
         self.round = env.round
@@ -287,7 +305,7 @@ class CheckpointWriter(MessageRows):
         elif appended:  # a sharded round: the shards delivered; the history grew by these
             parts.append(f'"history_add":{self._rows_of(history._items[mark.history :], new_rows)}')
         else:
-            parts.append(f'"deliveries":[{",".join(map(str, self._deliveries))}]')
+            parts.append(f'"deliveries":[{_numbers(self._deliveries)}]')
         dead = env.dead_letters[mark.dead_letters :]
         parts.append(f'"dead_letters_add":{self._rows_of(dead, new_rows)}')
         events = [e.model_dump(mode="json") for e in env.events[mark.events :]]

@@ -123,3 +123,17 @@ def test_a_fork_starts_from_its_parents_workspace_at_the_fork_round(tmp_path, st
     first = json.loads(sorted((tmp_path / "child" / "checkpoints").glob("workspace-*.json"))[0].read_text())
     at_fork = json.loads(sorted((parent / "checkpoints").glob("workspace-000[0-4].json"))[-1].read_text())
     assert set(at_fork) <= set(first), "the child began with the parent's files of round 4"
+
+
+@pytest.mark.parametrize("appends", [5, 13])
+def test_message_rows_written_ahead_of_the_checkpoint_are_cut_on_resume(tmp_path, appends):
+    """The message table grows every round; a kill between checkpoints leaves rows no checkpoint names."""
+    straight_dir, run_dir = tmp_path / "straight", tmp_path / "cut"
+    ok(*run_args("society", straight_dir))
+    killed(f"point=append:messages.jsonl:{appends}", *run_args("society", run_dir))
+    folder = run_dir / "checkpoints"
+    last = max(folder.glob("round-*.json"))
+    named = json.loads(last.read_text())["rows"]
+    assert (folder / "messages.jsonl").read_bytes().count(b"\n") > named  # ahead of its last checkpoint
+    ok("resume", str(run_dir), "-q")
+    assert differences(straight_dir, run_dir) == []
