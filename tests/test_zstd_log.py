@@ -8,6 +8,8 @@ import anyio
 import pandas as pd
 import pytest
 import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from metaroles import LocalBackend, TestLLM
@@ -134,3 +136,19 @@ async def test_without_the_extra_a_compressed_run_says_how_to_install_and_writes
     err = capsys.readouterr().err
     assert "pip install 'metaroles[zstd]'" in err and len(err.strip().splitlines()) == 1 and "bug" not in err
     assert not (tmp_path / "c").exists(), "nothing written before the option was checked"
+
+
+@given(st.lists(st.text(max_size=8).map(lambda t: t + "\n"), max_size=30), st.integers(1, 4), st.booleans())
+def test_pieces_are_appended_as_their_joined_text(tmp_path_factory, lines, pieces, compressed):
+    """A round's lines appended a chunk at a time read back as the one text they make, compressed or not."""
+    from metaroles.core import files
+
+    path = tmp_path_factory.mktemp("pieces") / ("log.jsonl.zst" if compressed else "log.jsonl")
+    before, files._PIECES = files._PIECES, pieces
+    try:
+        files.append_durably(path, ["first\n"])
+        files.append_durably(path, lines)
+        files.append_text(path, lines)
+    finally:
+        files._PIECES = before
+    assert files.read_text(path) == "first\n" + "".join(lines) * 2

@@ -15,9 +15,9 @@ from __future__ import annotations
 import io
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 
@@ -137,14 +137,14 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
     return path
 
 
-def append_text(path: Path, text: str) -> None:
-    """Append ``text`` to ``path`` without waiting for the disk; :func:`sync_file` makes it durable.
+def append_text(path: Path, text: str | Sequence[str]) -> None:
+    """Append ``text`` (or its pieces) to ``path`` without waiting for the disk; :func:`sync_file` makes it durable.
 
     For lines that nothing refers to yet (a checkpoint's message rows, written as its rounds go by).
     """
     reached(f"append:{path.name}")
     with path.open("ab") as handle:
-        handle.write(encoded(path, text))
+        _write(handle, path, text)
 
 
 def sync_file(path: Path) -> None:
@@ -156,14 +156,30 @@ def sync_file(path: Path) -> None:
         os.close(fd)
 
 
-def append_durably(path: Path, text: str) -> None:
-    """Append ``text`` to ``path`` and fsync it (to a ``.zst`` file: as one more frame)."""
+def append_durably(path: Path, text: str | Sequence[str]) -> None:
+    """Append ``text`` (or its pieces, in order) to ``path`` and fsync it (to a ``.zst`` file: as one more frame)."""
     reached(f"append:{path.name}")
-    data = encoded(path, text)
     with path.open("ab") as handle:
-        handle.write(data)
+        _write(handle, path, text)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _write(handle: IO[bytes], path: Path, text: str | Sequence[str]) -> None:
+    """Write ``text``; pieces are joined and encoded a chunk at a time, never a whole round's copy at once.
+
+    A large round's lines are tens of megabytes: one string of them all, then its bytes, cost more
+    than writing them (fresh pages each round) and raise the peak memory by both.
+    """
+    if isinstance(text, str) or path.suffix == ZSTD:
+        handle.write(encoded(path, text if isinstance(text, str) else "".join(text)))
+        return
+    for at in range(0, len(text), _PIECES):
+        handle.write("".join(text[at : at + _PIECES]).encode("utf-8"))
+
+
+_PIECES = 2048
+"""Pieces (lines) joined per write by :func:`_write`."""
 
 
 def truncate_lines(path: Path, count: int) -> None:

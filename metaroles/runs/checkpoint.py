@@ -188,7 +188,7 @@ class CheckpointWriter(MessageRows):
             self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
         self._note_deliveries(env)
         if self._pending_rows:  # written as the rounds go (not held until the checkpoint), synced before its file
-            append_text(self.folder / MESSAGES, "".join(self._pending_rows))
+            append_text(self.folder / MESSAGES, self._pending_rows)
             self._pending_rows.clear()
             self._unsynced = True
 
@@ -225,7 +225,7 @@ class CheckpointWriter(MessageRows):
         self._ops.clear()
         self._deliveries.clear()
         if self._pending_rows:
-            append_durably(self.folder / MESSAGES, "".join(self._pending_rows))
+            append_durably(self.folder / MESSAGES, self._pending_rows)
             self._pending_rows.clear()
         elif self._unsynced:
             sync_file(self.folder / MESSAGES)

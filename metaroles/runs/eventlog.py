@@ -360,4 +360,4 @@ class EventLog:
         return known[1]
 
     def _append(self, lines: list[str]) -> None:
-        append_durably(self.path, "".join(lines))
+        append_durably(self.path, lines)

@@ -55,7 +55,7 @@ def note_driver(writer: CheckpointWriter, env: Environment) -> None:
         writer._rows_of(history._items[writer._noted_history :], pending)
     writer._noted_history = len(history)
     if pending:
-        append_durably(writer.folder / MESSAGES, "".join(pending))
+        append_durably(writer.folder / MESSAGES, pending)
         pending.clear()
 
 
