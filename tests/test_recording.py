@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metaroles import Environment, Message, Role, TestLLM
+from metaroles import Environment, Message, Role, TestLLM, UserRequirement
 from metaroles.bus.routing import DeadLetterWarning
 from metaroles.core.exceptions import ConfigError
 from metaroles.runs.diff import run_messages
@@ -119,3 +119,37 @@ def test_message_ids_in_the_log_are_the_json_of_any_id(ids: list[str]) -> None:
     written = _ids(messages)
     assert written == ",".join(encode_basestring(m.id) for m in messages)
     assert json.loads(f"[{written}]") == [m.id for m in messages]
+
+
+async def test_the_log_follows_a_sender_whose_addresses_change(tmp_path) -> None:
+    """A sender's addresses and recipients are remembered between its messages, never after they changed."""
+    from metaroles import Action
+    from metaroles.runs.eventlog import EventLog, read_events
+
+    class Say(Action):
+        async def run(self, history):
+            return "hi"
+
+    env = Environment()
+    speaker = Role(name="A", actions=[Say], watch=[UserRequirement], send_to="B")
+    env.add_roles([speaker, Role(name="B"), Role(name="C")])
+    log = EventLog(tmp_path / "events.jsonl", env, turns=False)
+    expected = []
+    for send_to, joins in (("B", None), ("B", None), ("C", None), ("C", "D"), ("<all>", None)):
+        if joins:  # D joins and also answers to C: the recipients of the same addresses change
+            joined = Role(name=joins)
+            env.add_role(joined)
+            env.set_addresses(joined, {joins, "C"})
+        speaker.send_to = frozenset({send_to})
+        env.publish_message(Message("go", cause_by=UserRequirement, send_to={"A"}))
+        log.round_done()
+        await env.run_round()
+        log.round_done()
+        expected.append(sorted(r.name for r in env._book.route(speaker.send_to)))
+    spoken = [e for e in read_events(tmp_path / "events.jsonl") if e["kind"] == "publish" and e["role"] == "A"]
+    assert [e["send_to"] for e in spoken] == [["B"], ["B"], ["C"], ["C"], ["<all>"]]
+    delivered = {}
+    for event in read_events(tmp_path / "events.jsonl"):
+        if event["kind"] == "deliver":
+            delivered.setdefault(event["message_id"], []).append(event["role"])
+    assert [sorted(delivered[e["message_id"]]) for e in spoken] == expected

@@ -183,6 +183,10 @@ def _rewrite(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path)
     write_atomic(timings_of(events), "".join(line + "\n" for line in timings))
 
 
+_Said = tuple[frozenset[str], Sequence[Role], str, str, str]
+"""A sender's addresses, the recipients routing gave them, and the JSON of its name, addresses and recipients."""
+
+
 def _ids(messages: Sequence[Message]) -> str:
     """The ids of ``messages`` as JSON strings, comma-separated (ids the bus makes need no escaping: one join)."""
     ids = [m.id for m in messages]
@@ -245,6 +249,8 @@ class EventLog:
         self._send_to: dict[frozenset[str], str] = {}
         self._recipients: dict[int, tuple[Sequence[Role], str]] = {}
         """The JSON of each list of recipients met (by the list: routing's own), while the address book stays."""
+        self._senders: dict[str, _Said] = {}
+        """Per sender: its last addresses and recipients (the objects) and their JSON, with its name's."""
         self._book: tuple[object, int] | None = None
         self.turns = turns
         self.folded = not turns if folded is None else folded
@@ -320,25 +326,25 @@ class EventLog:
     ) -> int:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
-        roles, targets, folded = env.roles, self._send_to, self.folded
+        roles, senders, folded = env.roles, self._senders, self.folded
         if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
-            self._book, self._recipients = (env._book, env._book.version), {}
+            self._book, self._recipients, self._senders = (env._book, env._book.version), {}, {}
+            senders = self._senders
         for message, recipients in zip(messages, routed, strict=True):
             sender = roles.get(message.sent_from)
             news: Any = sender.rc.news if sender is not None else ()  # a stand-in's: Heard
-            send_to = targets.get(message.send_to)
-            if send_to is None:
-                send_to = targets[message.send_to] = ",".join([name(a) for a in sorted(message.send_to)])
-            message_id = enc(message.id)
-            who = names.get(message.sent_from) or name(message.sent_from)
+            said, send_to = senders.get(message.sent_from), message.send_to  # they recur round after round
+            if said is None or said[1] is not recipients or (said[0] is not send_to and said[0] != send_to):
+                said = self._said(message, recipients)
             action = names.get(message.cause_by) or name(message.cause_by)
+            message_id = enc(message.id)
             seq += 1
             line = (
-                f'{{"seq":{seq}{head}"publish","role":{who},"message_id":{message_id},"cause_by":{action},'
-                f'"send_to":[{send_to}],"caused_by":[{news.ids if type(news) is Heard else _ids(news)}]'
+                f'{{"seq":{seq}{head}"publish","role":{said[2]},"message_id":{message_id},"cause_by":{action},'
+                f'"send_to":[{said[3]}],"caused_by":[{news.ids if type(news) is Heard else _ids(news)}]'
             )
             if folded:  # each delivery keeps its number: read_events gives it back as a deliver event
-                add(f'{line},"to":[{self._to(recipients)}]}}\n')
+                add(f'{line},"to":[{said[4]}]}}\n')
                 seq += len(recipients)
                 continue
             add(line + "}\n")
@@ -347,6 +353,23 @@ class EventLog:
                 seq += 1
                 add(f'{{"seq":{seq}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
         return seq
+
+    def _said(self, message: Message, recipients: Sequence[Role]) -> _Said:
+        """The JSON of ``message``'s sender, addresses and (folded) recipients, kept for its sender's next message."""
+        if len(self._senders) >= 1 << 18:
+            self._senders.clear()
+        send_to = self._send_to.get(message.send_to)
+        if send_to is None:
+            send_to = self._send_to[message.send_to] = ",".join([self._name(a) for a in sorted(message.send_to)])
+        to = self._to(recipients) if self.folded else ""
+        said = self._senders[message.sent_from] = (
+            message.send_to,
+            recipients,
+            self._name(message.sent_from),
+            send_to,
+            to,
+        )
+        return said
 
     def _to(self, recipients: Sequence[Role]) -> str:
         """The names of ``recipients`` as JSON, remembered per list (routing hands out one per set of addresses)."""
