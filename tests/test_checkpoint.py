@@ -178,3 +178,22 @@ async def test_a_sharded_rounds_driver_file_holds_its_own_roles_whole_when_it_is
 @given(st.lists(st.integers(-1, 10**7), max_size=40), st.integers(1, 9))
 def test_numbers_written_a_chunk_at_a_time_read_as_one_list(numbers: list[int], chunk: int) -> None:
     assert json.loads(f"[{_numbers(numbers, chunk)}]") == numbers
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["x.Act", "y.Other"]), st.sampled_from(["a", "b", "c"])),
+        max_size=12,
+    )
+)
+def test_a_senders_rows_follow_its_actions_and_addresses(said: list[tuple[str, str, str]]) -> None:
+    """Rows of one sender share its encoded fields only while its action and addresses stay the same."""
+    from metaroles.runs.rows import MessageRows
+
+    rows = MessageRows()
+    for n, (sender, action, to) in enumerate(said):
+        message = Message(f"m{n}", cause_by=action, sent_from=sender, send_to=frozenset({to}) if n % 2 else {to})
+        line = json.loads(rows._encode(message))
+        fields = (line["cause_by"], line["sent_from"], line["send_to"], line["content"])
+        assert fields == (action, sender, [to], f"m{n}")
+        assert line == json.loads(MessageRows()._encode(message))

@@ -28,7 +28,8 @@ class MessageRows:
         self._rows: dict[int, int] = {}  # id(message) -> row
         self._held: list[Message] = []  # by row; keeps each id(message) from being reused
         self._text: dict[str, str] = {}
-        self._send_to: dict[frozenset[str], str] = {}
+        self._said: dict[str, tuple[frozenset[str], str, str]] = {}
+        """Per sender: the addresses and action of its last row, and their JSON with its name's."""
         self._pending_rows: list[str] = []
         """The lines of rows not yet appended to the table."""
 
@@ -62,13 +63,19 @@ class MessageRows:
             return f'{{"ref":{encode_basestring(message.id)}}}'
         if not plain(message):
             return message.model_dump_json()
-        enc = self._enc
-        send_to = self._send_to.get(message.send_to)
-        if send_to is None:
-            send_to = self._send_to[message.send_to] = ",".join([enc(a) for a in sorted(message.send_to)])
+        said = self._said.get(message.sent_from)  # a sender's role, action and addresses recur round after round
+        send_to = message.send_to
+        if said is None or said[1] != message.cause_by or (said[0] is not send_to and said[0] != send_to):
+            said = self._saying(message)
         content = "null" if message.content is None else encode_basestring(message.content)
-        return (
-            f'{{"id":{encode_basestring(message.id)},"content":{content},'
-            f'"role":"{message.role.value}","cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},'
-            f'"send_to":[{send_to}]}}'
-        )
+        return f'{{"id":{encode_basestring(message.id)},"content":{content},"role":"{message.role.value}",{said[2]}}}'
+
+    def _saying(self, message: Message) -> tuple[frozenset[str], str, str]:
+        """The JSON of ``message``'s action, sender and addresses, kept for its sender's next message."""
+        if len(self._said) >= 1 << 18:
+            self._said.clear()
+        enc = self._enc
+        send_to = ",".join([enc(a) for a in sorted(message.send_to)])
+        fields = f'"cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},"send_to":[{send_to}]'
+        said = self._said[message.sent_from] = (message.send_to, message.cause_by, fields)
+        return said
