@@ -237,3 +237,23 @@ async def test_a_round_that_reaches_the_drivers_roles_is_taken_in_before_the_nex
             assert before == after, f"round {round_no - 1} wrote to the moderator: taken in before round {round_no}"
             answered += 1
     assert answered >= 3, "players answer the moderator, round after round"
+
+
+async def test_the_progress_display_counts_the_remote_roles_that_spoke(tmp_path: Path) -> None:
+    """A stand-in is active when its role spoke with news in the last round (the shards' news, as the log reads it)."""
+    from metaroles.runs.registry import load_scenario
+
+    module = load_scenario("society")
+    built = module.build(module.Config(agents=12, rounds=3), TestLLM())
+    team = built.team
+    team.backend = LocalBackend(2)
+    team.shard_by = module.shard_by
+    seen: list[tuple[int, int]] = []
+
+    def progress(team: Team) -> None:
+        remote = [role for role in team.env.roles.values() if type(role).__name__ == "RemoteRole"]
+        seen.append((len(remote), sum(not role.is_idle for role in remote)))
+
+    team.on_progress = progress
+    await team.run(n_round=4, idea=built.idea, events=tmp_path / "events.jsonl")
+    assert seen[1:] == [(12, 12)] * 4  # every agent spoke in every round, each on a shard

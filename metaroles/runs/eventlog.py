@@ -20,7 +20,7 @@ and ``latency_s``); :func:`read_events` puts the latencies back on the events it
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
@@ -196,22 +196,6 @@ def _ids(messages: Sequence[Message]) -> str:
     return ",".join(map(encode_basestring, ids))
 
 
-class Heard:
-    """A remote role's news as the log writes it: the ids, JSON-encoded and comma-separated (its shard encodes them).
-
-    A sharded run's driver gives its stand-ins this instead of the messages, which stay on the shards.
-    """
-
-    __slots__ = ("ids",)
-
-    def __init__(self, ids: str) -> None:
-        self.ids = ids
-
-    def __bool__(self) -> bool:
-        """Whether the role had any news."""
-        return bool(self.ids)
-
-
 class EventLog:
     """Writes one environment's events, a round at a time.
 
@@ -249,6 +233,8 @@ class EventLog:
         self._send_to: dict[frozenset[str], str] = {}
         self._recipients: dict[int, tuple[Sequence[Role], str]] = {}
         """The JSON of each list of recipients met (by the list: routing's own), while the address book stays."""
+        self.heard: Mapping[str, str] = {}
+        """On a sharded run's driver: each remote sender's news (the ids, as JSON) in the round being logged."""
         self._senders: dict[str, _Said] = {}
         """Per sender: its last addresses and recipients (the objects) and their JSON, with its name's."""
         self._book: tuple[object, int] | None = None
@@ -326,13 +312,15 @@ class EventLog:
     ) -> int:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
-        roles, senders, folded = env.roles, self._senders, self.folded
+        roles, senders, folded, heard = env.roles, self._senders, self.folded, self.heard
         if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
             self._book, self._recipients, self._senders = (env._book, env._book.version), {}, {}
             senders = self._senders
         for message, recipients in zip(messages, routed, strict=True):
-            sender = roles.get(message.sent_from)
-            news: Any = sender.rc.news if sender is not None else ()  # a stand-in's: Heard
+            caused = heard.get(message.sent_from)  # a sharded run's remote sender: its shard encoded them
+            if caused is None:
+                sender = roles.get(message.sent_from)
+                caused = _ids(sender.rc.news) if sender is not None else ""
             said, send_to = senders.get(message.sent_from), message.send_to  # they recur round after round
             if said is None or said[1] is not recipients or (said[0] is not send_to and said[0] != send_to):
                 said = self._said(message, recipients)
@@ -341,7 +329,7 @@ class EventLog:
             seq += 1
             line = (
                 f'{{"seq":{seq}{head}"publish","role":{said[2]},"message_id":{message_id},"cause_by":{action},'
-                f'"send_to":[{said[3]}],"caused_by":[{news.ids if type(news) is Heard else _ids(news)}]'
+                f'"send_to":[{said[3]}],"caused_by":[{caused}]'
             )
             if folded:  # each delivery keeps its number: read_events gives it back as a deliver event
                 add(f'{line},"to":[{said[4]}]}}\n')

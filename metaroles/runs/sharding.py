@@ -32,7 +32,7 @@ from metaroles.bus.rounds import run_roles
 from metaroles.core.exceptions import RunError
 from metaroles.messages.message import Message
 from metaroles.runs.backends import each_of
-from metaroles.runs.eventlog import Heard
+from metaroles.runs.eventlog import EventLog
 from metaroles.runs.merging import Flagged, own_messages, route_all, take_in
 from metaroles.runs.parts import part_name
 from metaroles.runs.shards import DRIVER, interned
@@ -79,7 +79,8 @@ class ShardedRun:
         """Whether the address map changed since the shards last had it."""
         self._sets: dict[frozenset[str], frozenset[str]] = {}
         self.broken = False
-        self._spoke: list[RemoteRole] = []
+        self.heard: dict[str, str] = {}
+        """Each remote sender of the last round: the ids of the news it had, as JSON (the log's ``caused_by``)."""
         self.news = self.turns = True
         """Whether shards send each sender's news (the log's ``caused_by``); and their turn steps (its turn events)."""
         self.where: dict[str, tuple[int, ...]] = {}
@@ -109,7 +110,7 @@ class ShardedRun:
             for role, place in zip(list(env._members), self.places, strict=True):
                 if place is not None:
                     parts[place].append(seat(role) or role)
-                    stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place])
+                    stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place], self.heard)
         history = env.history._store
         pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
 
@@ -303,21 +304,22 @@ class ShardedRun:
                 merged += stepped[0].outbox
         take_in(self.env, merged)
 
+    def record_for(self, log: EventLog | None) -> None:
+        """Have the shards send what ``log`` writes (``None``: nothing): senders' news, and turn steps if it logs them.
+
+        The log reads the remote senders' news from :attr:`heard` (emptied when the shards close).
+        """
+        self.news, self.turns = log is not None, log is not None and log.turns
+        if log is not None:
+            log.heard = self.heard
+
     def _hear(self, results: list[Stepped | None]) -> None:
-        """Take in the shards' outboxes and each sender's news (the log's ``caused_by``) of the last round."""
-        for stand_in in self._spoke:
-            stand_in.rc.news = []
-        self._spoke = []
-        roles: dict[str, Any] = self.env.roles
-        spoke = self._spoke.append
-        with paused_gc():  # a record per sender, no cycles
-            for stepped in results:
-                if stepped is None:
-                    continue
-                for name, ids in stepped[0].open().news.items():
-                    stand_in = roles[name]
-                    stand_in.rc.news = Heard(ids)
-                    spoke(stand_in)
+        """Take in the shards' outboxes and each sender's news of the last round (:attr:`heard`)."""
+        heard = self.heard
+        heard.clear()
+        for stepped in results:
+            if stepped is not None:
+                heard.update(stepped[0].open().news)
 
     def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
         """Take in the shards' results (ledger, failures, trace, news, addresses); whether an address changed."""
@@ -378,6 +380,7 @@ class ShardedRun:
         env = self.env
         if not self.broken:
             self.settle()
+        self.heard.clear()  # the roles' own news speaks for them from now on (the log's caused_by)
         if self.broken or self.stay:
             await self.shards.close()
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from metaroles.bus.environment import Environment
@@ -35,17 +36,18 @@ class _RemoteContext:
     def __init__(self, inbox: list[Entry], watch: frozenset[str]) -> None:
         self.memory = None  # on the shard
         self.msg_buffer = _Forward(inbox)
-        self.news: Any = []  # what it saw before it last spoke (``eventlog.Heard``), for the log
+        self.news: Any = []  # on the shard (the log reads a remote sender's news from ``ShardedRun.heard``)
         self.watch = watch
 
 
 class RemoteRole:
     """The driver's stand-in for a role that runs on a shard: its name, addresses and place."""
 
-    __slots__ = ("_env_index", "_ready", "addresses", "name", "profile", "rc", "shard")
+    __slots__ = ("_env_index", "_heard", "_ready", "addresses", "name", "profile", "rc", "shard")
 
-    def __init__(self, role: Role, shard: int, inbox: list[Entry]) -> None:
-        """Stand in for ``role``, whose deliveries go to ``inbox``."""
+    def __init__(self, role: Role, shard: int, inbox: list[Entry], heard: Mapping[str, str]) -> None:
+        """Stand in for ``role``, whose deliveries go to ``inbox``; ``heard``: the news of the last round's senders."""
+        self._heard = heard
         self.name = role.name
         self.profile = role.profile
         self.addresses = role.addresses
@@ -57,7 +59,7 @@ class RemoteRole:
     @property
     def is_idle(self) -> bool:
         """Whether the role did not speak in the last round (what the driver can tell of a remote role)."""
-        return not self.rc.news
+        return not self._heard.get(self.name)
 
     def put_message(self, message: Message) -> None:
         """Deliver ``message`` to this role alone (an intervention decided it per recipient)."""

@@ -359,7 +359,7 @@ class Team:
                 shard_by = self.backend.shard_by or self.shard_by
                 async with sharded(self.env, self.backend.shard_set(), shard_by, self.casts, behind=True) as run:
                     self._sharded = run
-                    run.news, run.turns = self._log is not None, self._log is not None and self._log.turns
+                    run.record_for(self._log)
                     try:
                         done = await self._rounds(n_round)
                         run.take_later()()
