@@ -220,3 +220,23 @@ def test_a_new_model_reaches_the_actions_that_inherited_the_old_one():
     role.set_llm(second)
     assert role.actions[0].llm is second, "inherited: follows the role"
     assert role.actions[1].llm is own, "its own model stays"
+
+
+async def test_assigning_send_to_normalises_it_and_bad_values_change_nothing():
+    """``role.send_to = "B"`` means ``{"B"}`` as in the constructor; a value that is no address is refused."""
+    env = Environment()
+    speaker = Role(name="A", actions=[Draft], send_to="B")
+    env.add_roles([speaker, Role(name="B"), Role(name="C")])
+    speaker.send_to = "C"
+    assert speaker.send_to == frozenset({"C"})
+    with pytest.raises(InvalidValueError, match="send_to=3"):
+        speaker.send_to = 3
+    assert speaker.send_to == frozenset({"C"})
+    speaker.send_to = None
+    assert speaker.send_to == frozenset({"<all>"})
+    speaker.send_to = ["B"]
+    env.publish_message(Message("go", send_to={"A"}))
+    await env.run(1)
+    said = [m for m in env.history if m.sent_from == "A"]
+    assert len(said) == 1 and said[0].send_to == frozenset({"B"})
+    assert [m.id for m in env.roles["B"].rc.msg_buffer.peek_all()] == [said[0].id]

@@ -30,6 +30,7 @@ from metaroles.longterm.brain import BrainMemory
 from metaroles.longterm.memory import LongtermMemory
 from metaroles.messages.message import Message
 
+_PLAN = RoleReactMode.PLAN_AND_ACT
 _TURN_HOOKS = ("run", "_run_action", "_observe", "react", "_react", "_think", "_act", "_to_message", "publish_message")
 
 
@@ -94,7 +95,7 @@ class Role:
         self.rc = RoleContext(react_mode=check_react_mode(react_mode, max_react_loop), max_react_loop=max_react_loop)
         self.actions: list[Action] = []
         self.states: list[str] = []
-        self.send_to: frozenset[str] = BROADCAST if send_to is None else to_addresses(send_to)
+        self.send_to = send_to
         self.addresses: frozenset[str] = frozenset({self.name, f"{type(self).__module__}.{type(self).__qualname__}"})
         self.ledger: CostLedger | None = None
         self._env_index = -1
@@ -111,6 +112,15 @@ class Role:
     def __repr__(self) -> str:
         """Show class and name."""
         return f"{type(self).__name__}(name={self.name!r})"
+
+    @property
+    def send_to(self) -> frozenset[str]:
+        """Where published responses go; assigning normalises as the constructor does (else ``InvalidValueError``)."""
+        return self._send_to
+
+    @send_to.setter
+    def send_to(self, value: object) -> None:
+        self._send_to = BROADCAST if value is None else to_addresses(value)
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -352,17 +362,9 @@ class Role:
 
     @property
     def takes_plain_turn(self) -> bool:
-        """Whether a turn is the default one: observe, run the one action, remember and publish its answer.
-
-        The bus then runs it inlined (``rounds.plain_turn``): fewer awaits on the hot path of large societies.
-        """
+        """Whether a turn is the default one (observe, run the one action, publish), which the bus runs inlined."""
         rc = self.rc
-        return (
-            self._plain_turn
-            and len(self.actions) <= 1
-            and rc.max_react_loop == 1
-            and rc.react_mode is not RoleReactMode.PLAN_AND_ACT
-        )
+        return self._plain_turn and len(self.actions) <= 1 and rc.max_react_loop == 1 and rc.react_mode is not _PLAN
 
     # -- state ---------------------------------------------------------------------------------
 

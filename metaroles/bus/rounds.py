@@ -174,7 +174,7 @@ async def plain_turn(role: Role) -> Message | None:
     rc.state = 0
     if trace is not None:
         trace.append(("think", role.name, todo, 0))
-    name, send_to = role.name, role.send_to
+    name, send_to = role.name, role._send_to
     try:  # run_action, inlined
         result = await todo.run(memory.get())
     except LLMOutputInvalid as exc:
