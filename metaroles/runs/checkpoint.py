@@ -83,11 +83,7 @@ class _EnvMark:
 
 
 def _numbers(numbers: list[int], chunk: int = 1 << 16) -> str:
-    """``numbers`` comma-separated, a chunk at a time.
-
-    Not a string object per number all at once: a society's deliveries between two checkpoints are a
-    million numbers.
-    """
+    """``numbers`` comma-separated, a chunk at a time (not a string per number at once: they can be millions)."""
     return ",".join([",".join(map(str, numbers[at : at + chunk])) for at in range(0, len(numbers), chunk)])
 
 
@@ -187,7 +183,11 @@ class CheckpointWriter(MessageRows):
         if env.interventions:
             self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
         self._note_deliveries(env)
-        if self._pending_rows:  # written as the rounds go (not held until the checkpoint), synced before its file
+        self.write_rows()
+
+    def write_rows(self) -> None:
+        """Append the rows noted so far: written as the rounds go, synced by the checkpoint that names them."""
+        if self._pending_rows:
             append_text(self.folder / MESSAGES, self._pending_rows)
             self._pending_rows.clear()
             self._unsynced = True

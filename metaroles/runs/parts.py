@@ -19,9 +19,8 @@ from pathlib import Path
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
-from metaroles.core.files import append_durably
 from metaroles.messages.message import Message
-from metaroles.runs.checkpoint import MESSAGES, SHARDED, CheckpointWriter
+from metaroles.runs.checkpoint import SHARDED, CheckpointWriter
 
 PARTS = "parts"
 """The folder, inside the run's checkpoints, of the shards' parts."""
@@ -50,13 +49,11 @@ def note_driver(writer: CheckpointWriter, env: Environment) -> None:
     They are encoded and appended to the message table now, while the shards run the next round,
     not all at once when a checkpoint is due (rows past the last checkpoint's are cut on resume).
     """
-    history, pending = env.history, writer._pending_rows
+    history = env.history
     if len(history) > writer._noted_history:
-        writer._rows_of(history._items[writer._noted_history :], pending)
+        writer._rows_of(history._items[writer._noted_history :], writer._pending_rows)
     writer._noted_history = len(history)
-    if pending:
-        append_durably(writer.folder / MESSAGES, pending)
-        pending.clear()
+    writer.write_rows()
 
 
 def note_round(writer: CheckpointWriter, env: Environment, *, sharded: bool) -> None:
