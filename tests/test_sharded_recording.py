@@ -257,3 +257,39 @@ async def test_the_progress_display_counts_the_remote_roles_that_spoke(tmp_path:
     team.on_progress = progress
     await team.run(n_round=4, idea=built.idea, events=tmp_path / "events.jsonl")
     assert seen[1:] == [(12, 12)] * 4  # every agent spoke in every round, each on a shard
+
+
+async def test_the_drivers_log_routes_only_the_senders_it_has_not_met(tmp_path: Path, monkeypatch: Any) -> None:
+    """The shards routed a round: the driver's log takes each sender's recipients from its last message
+    (the address book unchanged), routing only a sender's first; the log is the one-process log."""
+    from metaroles.bus.routing import AddressBook
+    from metaroles.runs.eventlog import EventLog
+
+    logging: list[int] = []
+    routed: dict[int, int] = {}
+    route, round_done = AddressBook.route, EventLog.round_done
+
+    def counted(self: AddressBook, send_to: frozenset[str]) -> Any:
+        if logging:
+            routed[logging[-1]] = routed.get(logging[-1], 0) + 1
+        return route(self, send_to)
+
+    def logged(self: EventLog) -> None:
+        logging.append(self.env.round)
+        try:
+            round_done(self)
+        finally:
+            logging.pop()
+
+    monkeypatch.setattr(AddressBook, "route", counted)
+    monkeypatch.setattr(EventLog, "round_done", logged)
+    society = {"agents": 60, "rounds": 4}
+    sharded = tmp_path / "sharded"
+    await run_scenario(
+        "society", llm=TestLLM(), options=society, out_dir=sharded, run=RunOptions(seed=SEED, backend=LocalBackend(2))
+    )
+    assert routed.get(1, 0) >= 60  # every agent's first message
+    assert all(routed.get(n, 0) == 0 for n in range(2, 6)), routed
+    single = tmp_path / "single"
+    await run_scenario("society", llm=TestLLM(), options=society, out_dir=single, run=RunOptions(seed=SEED))
+    assert (sharded / "events.jsonl").read_bytes() == (single / "events.jsonl").read_bytes()

@@ -20,7 +20,7 @@ and ``latency_s``); :func:`read_events` puts the latencies back on the events it
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
@@ -242,8 +242,6 @@ class EventLog:
         self.folded = not turns if folded is None else folded
         if turns and env.trace is None:
             env.trace = []
-        if env.routed is None:
-            env.record_routes()
         self._seen: object = env.trace  # a trace already there belongs to rounds before this log
         self._mark()
 
@@ -270,7 +268,7 @@ class EventLog:
             self._seen = env.trace
             seq = self._turn_lines(lines, seq, head)
         if len(env.history) > self._history:
-            seq = self._message_lines(lines, seq, head, *env.delivered(self._history))
+            seq = self._message_lines(lines, seq, head, env.history.get(len(env.history) - self._history))
         timings = []
         for entry in env.ledger.entries[self._ledger :]:
             call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
@@ -307,23 +305,28 @@ class EventLog:
                 add(f'{{"seq":{seq}{head}"act","role":{who},"message_id":{message_id}}}\n')
         return seq
 
-    def _message_lines(
-        self, lines: list[str], seq: int, head: str, messages: Sequence[Message], routed: Sequence[Sequence[Role]]
-    ) -> int:
-        """Per message, the publish event (with the news its sender had observed) and one deliver per recipient."""
+    def _message_lines(self, lines: list[str], seq: int, head: str, messages: Iterable[Message]) -> int:
+        """Per message, the publish event (with the news its sender had observed) and one deliver per recipient.
+
+        A message reaches the roles routing gives its ``send_to`` now (the address book is the one it
+        was delivered with: the log is written before the next round). A sender's recipients are kept
+        with its addresses while the book stays, so a round is not routed again (a sharded driver's
+        shards routed it): only a sender whose addresses changed is.
+        """
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
-        roles, senders, folded, heard = env.roles, self._senders, self.folded, self.heard
+        roles, senders, folded, heard, route = env.roles, self._senders, self.folded, self.heard, env._book.route
         if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
             self._book, self._recipients, self._senders = (env._book, env._book.version), {}, {}
             senders = self._senders
-        for message, recipients in zip(messages, routed, strict=True):
+        for message in messages:
             caused = heard.get(message.sent_from)  # a sharded run's remote sender: its shard encoded them
             if caused is None:
                 sender = roles.get(message.sent_from)
                 caused = _ids(sender.rc.news) if sender is not None else ""
             said, send_to = senders.get(message.sent_from), message.send_to  # they recur round after round
-            if said is None or said[1] is not recipients or (said[0] is not send_to and said[0] != send_to):
-                said = self._said(message, recipients)
+            if said is None or (said[0] is not send_to and said[0] != send_to):
+                said = self._said(message, route(send_to))
+            recipients = said[1]
             action = names.get(message.cause_by) or name(message.cause_by)
             message_id = enc(message.id)
             seq += 1
