@@ -197,3 +197,19 @@ def test_a_senders_rows_follow_its_actions_and_addresses(said: list[tuple[str, s
         fields = (line["cause_by"], line["sent_from"], line["send_to"], line["content"])
         assert fields == (action, sender, [to], f"m{n}")
         assert line == json.loads(MessageRows()._encode(message))
+
+
+@given(st.lists(st.integers(0, 5), max_size=30), st.sampled_from(["user", "assistant", "system"]))
+def test_rows_of_a_list_name_each_message_once_in_the_order_first_seen(picks: list[int], role: str) -> None:
+    """Repeats in one list (or across lists) get the row first given; each new message adds one line."""
+    from metaroles.runs.rows import MessageRows
+
+    messages = [Message(f"m{n}", role=role, sent_from="a", send_to={"b"}) for n in range(6)]
+    rows, lines = MessageRows(), []
+    half = len(picks) // 2
+    listed = [json.loads(rows._rows_of([messages[p] for p in part], lines)) for part in (picks[:half], picks[half:])]
+    first_seen = list(dict.fromkeys(picks))
+    assert [*listed[0], *listed[1]] == [first_seen.index(p) for p in picks]
+    table = [json.loads(line) for line in lines]
+    assert [(t["content"], t["role"]) for t in table] == [(f"m{p}", role) for p in first_seen]
+    assert all(line.endswith("\n") and line.count("\n") == 1 for line in lines)

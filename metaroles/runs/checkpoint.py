@@ -257,7 +257,7 @@ class CheckpointWriter(MessageRows):
                 ops += (1, index[name], -1)
             else:
                 row = rows.get(id(detail))
-                ops += (1, index[name], self._row(detail, self._pending_rows) if row is None else row)
+                ops += (1, index[name], self._new_row(detail, self._pending_rows) if row is None else row)
                 expected[0] += 1
 
     def _note_deliveries(self, env: Environment) -> None:
@@ -274,7 +274,7 @@ class CheckpointWriter(MessageRows):
         out, rows, targets = self._deliveries, self._rows, self._targets
         for message, recipients in zip(*env.delivered(self._noted_history), strict=True):
             row = rows.get(id(message))
-            out += (self._row(message, self._pending_rows) if row is None else row, len(recipients))
+            out += (self._new_row(message, self._pending_rows) if row is None else row, len(recipients))
             known = targets.get(id(recipients))
             if known is None or known[0] is not recipients:
                 known = self._target(recipients)

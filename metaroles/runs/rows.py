@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
+from metaroles.messages.fields import ROLE_VALUES
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import plain
 
@@ -43,18 +44,19 @@ class MessageRows:
     def _row(self, message: Message, new_rows: list[str]) -> int:
         """The row of ``message``, a new one (its line added to ``new_rows``) if it has none yet."""
         row = self._rows.get(id(message))
-        if row is None:
-            row = self._rows[id(message)] = len(self._held)
-            self._held.append(message)
-            new_rows.append(self._encode(message) + "\n")
+        return self._new_row(message, new_rows) if row is None else row
+
+    def _new_row(self, message: Message, new_rows: list[str]) -> int:
+        """A row for ``message``, which has none yet: its line is added to ``new_rows``."""
+        row = self._rows[id(message)] = len(self._held)
+        self._held.append(message)
+        new_rows.append(self._encode(message) + "\n")
         return row
 
     def _rows_of(self, messages: Any, new_rows: list[str]) -> str:
-        """The rows of ``messages`` as a JSON list."""
-        found, row = self._rows.get, self._row
-        numbers = [found(id(m)) for m in messages]
-        if None in numbers:
-            numbers = [row(m, new_rows) for m in messages]
+        """The rows of ``messages`` as a JSON list (one pass: a round's history is all new rows)."""
+        found, new = self._rows.get, self._new_row
+        numbers = [new(m, new_rows) if (row := found(id(m))) is None else row for m in messages]
         return f"[{','.join(map(str, numbers))}]"
 
     def _encode(self, message: Message) -> str:
@@ -68,7 +70,8 @@ class MessageRows:
         if said is None or said[1] != message.cause_by or (said[0] is not send_to and said[0] != send_to):
             said = self._saying(message)
         content = "null" if message.content is None else encode_basestring(message.content)
-        return f'{{"id":{encode_basestring(message.id)},"content":{content},"role":"{message.role.value}",{said[2]}}}'
+        role = ROLE_VALUES[message._role]
+        return f'{{"id":{encode_basestring(message.id)},"content":{content},"role":"{role}",{said[2]}}}'
 
     def _saying(self, message: Message) -> tuple[frozenset[str], str, str]:
         """The JSON of ``message``'s action, sender and addresses, kept for its sender's next message."""
