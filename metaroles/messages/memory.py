@@ -20,6 +20,10 @@ from metaroles.core.schema import ChatRole, action_ids, any_to_str
 from metaroles.messages.message import Message
 from metaroles.messages.view import EMPTY, IndexedView, MessageView
 
+POSITIONS = "I"
+"""The array type of an index entry's positions: 4 bytes each (a memory holds fewer than 2**32 messages:
+at ~100 bytes the least a message takes, more would need 400 GB), half what 8-byte positions took."""
+
 
 class Memory:
     """Messages a role remembers, indexed by the Action that caused them.
@@ -66,7 +70,7 @@ class Memory:
         items = self._items
         bucket = self._index.get(message.cause_by)
         if bucket is None:
-            self._index[message.cause_by] = array("q", (len(items),))
+            self._index[message.cause_by] = array(POSITIONS, (len(items),))
         else:
             bucket.append(len(items))
         items.append(message)
@@ -84,7 +88,7 @@ class Memory:
             store[message.id] = message
             bucket = index.get(message.cause_by)
             if bucket is None:
-                index[message.cause_by] = array("q", (len(items),))
+                index[message.cause_by] = array(POSITIONS, (len(items),))
             else:
                 bucket.append(len(items))
             items.append(message)
@@ -110,7 +114,7 @@ class Memory:
             cause = message.cause_by
             bucket = index.get(cause)
             if bucket is None:
-                index[cause] = array("q", (len(items),))
+                index[cause] = array(POSITIONS, (len(items),))
             else:
                 bucket.append(len(items))
             items.append(message)
@@ -249,7 +253,7 @@ class Memory:
         for position, message in enumerate(items):
             bucket = index.get(message.cause_by)
             if bucket is None:
-                index[message.cause_by] = array("q", (position,))
+                index[message.cause_by] = array(POSITIONS, (position,))
             else:
                 bucket.append(position)
         self._items, self._index, self._shared = items, index, False
