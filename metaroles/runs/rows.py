@@ -41,11 +41,6 @@ class MessageRows:
             encoded = self._text[text] = encode_basestring(text)
         return encoded
 
-    def _row(self, message: Message, new_rows: list[str]) -> int:
-        """The row of ``message``, a new one (its line added to ``new_rows``) if it has none yet."""
-        row = self._rows.get(id(message))
-        return self._new_row(message, new_rows) if row is None else row
-
     def _new_row(self, message: Message, new_rows: list[str]) -> int:
         """A row for ``message``, which has none yet: its line is added to ``new_rows``."""
         row = self._rows[id(message)] = len(self._held)
