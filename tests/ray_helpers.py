@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import signal
+from collections.abc import Sequence
 
+from metaroles import Action, Message
 from metaroles.llm.offline import TestLLM
 from metaroles.llm.protocol import LLMRequest, LLMResponse
 
@@ -24,3 +28,10 @@ class KillerLLM(TestLLM):
             if self.seen == self.call:
                 os.kill(os.getpid(), signal.SIGKILL)
         return await super().complete(request)
+
+
+class Thresholds(Action):
+    """Says the collector's thresholds in the process the turn runs in, and the process."""
+
+    async def run(self, history: Sequence[Message]) -> str:
+        return json.dumps({"pid": os.getpid(), "thresholds": gc.get_threshold()})

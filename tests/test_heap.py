@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from metaroles import Action, Environment, Message, Role, Team, UserRequirement
-from metaroles.core.heap import SettledHeap
+from metaroles.core.heap import FULL_PASS_EVERY, SettledHeap
 
 
 class Cycle:
@@ -68,13 +68,52 @@ def clean_heap() -> Iterator[None]:
 async def test_a_session_freezes_what_survives_each_round_and_gives_it_back() -> None:
     seen: list[int] = []
     refs: list[weakref.ref[Cycle]] = []
-    await noting_env(seen, refs).run(3)
-    assert seen[0] == 0  # nothing settled before the first round ended
-    assert seen[1] > 0 and seen[2] >= seen[1]  # each later round starts on a settled heap
+    env = noting_env(seen, refs)
+    await env.run(3)
+    assert seen[0] > 0  # the session settled the heap it started with (its roles) before the first round
+    assert seen[1] >= seen[0] and seen[2] >= seen[1]  # and each later round starts on a settled heap
     assert gc.get_freeze_count() == 0  # the session gave it all back
     assert refs[0]() is not None  # the cycle dropped in round 2 was frozen: not yet collected
     gc.collect()
     assert refs[0]() is None  # and is collected now: settling loses nothing
+
+
+class Thresholds(Action):
+    """Records, each turn, the collector's thresholds."""
+
+    def __init__(self, seen: list[tuple[int, int, int]]) -> None:
+        super().__init__()
+        self.seen = seen
+
+    async def run(self, history: Sequence[Message]) -> str:
+        self.seen.append(gc.get_threshold())
+        return "noted"
+
+
+@pytest.mark.usefixtures("clean_heap")
+async def test_within_a_session_full_passes_are_rare_and_the_thresholds_come_back() -> None:
+    outside = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+    env = Environment(seed=0)
+    env.add_role(Role(name="a", actions=[Thresholds(seen)], watch=[UserRequirement]))
+    env.publish_message(Message("go", send_to="a"))
+    await env.run(2)
+    assert seen == [(outside[0], outside[1], max(outside[2], FULL_PASS_EVERY))]
+    assert gc.get_threshold() == outside
+
+
+@pytest.mark.usefixtures("clean_heap")
+async def test_keep_takes_a_bulk_load_out_of_the_passes_even_while_the_collector_is_paused() -> None:
+    heap = SettledHeap()
+    try:
+        gc.disable()  # as a bulk load pauses it (``runs.shipping.paused_gc``)
+        loaded = [Cycle() for _ in range(1000)]
+        heap.keep()
+        gc.enable()
+        assert not any(o is loaded[-1] for o in gc.get_objects())  # frozen: no pass walks them
+    finally:
+        heap.release()
+    assert any(o is loaded[-1] for o in gc.get_objects())  # given back with the session's end
 
 
 @pytest.mark.usefixtures("clean_heap")
@@ -112,5 +151,5 @@ async def test_a_team_run_settles_and_gives_back_too() -> None:
     team = Team(env=Environment(seed=0))
     team.hire(pair(seen, []))
     await team.run(n_round=3, idea="go", send_to="a")
-    assert seen[0] == 0 and seen[1] > 0
+    assert 0 < seen[0] <= seen[1]  # settled as the session started, and after its first round
     assert gc.get_freeze_count() == 0

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from metaroles import RayBackend, TestLLM
+from metaroles import Environment, RayBackend, Role, Team, TestLLM, UserRequirement
 from metaroles.core.exceptions import RunError
+from metaroles.core.heap import FULL_PASS_EVERY
 from metaroles.llm.cassette import CassetteLLM
 from metaroles.llm.limits import LimitedLLM
 from metaroles.llm.openai_compat import OpenAICompatibleLLM
@@ -40,6 +42,18 @@ async def test_a_run_on_ray_shards_is_the_one_process_run(
     assert run_files(tmp_path / "ray") == run_files(tmp_path / "one")
     assert backend.last is not None and backend.last.calls <= shards * team.env.round
     assert backend.last.actors == []  # the run's actors are gone
+
+
+async def test_a_shard_process_runs_its_rounds_with_rare_full_collections(ray_address: str) -> None:
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(ray_helpers)
+    team = Team(env=Environment(seed=0), backend=RayBackend(2, address=ray_address))
+    team.hire(Role(name=f"r{i}", actions=[ray_helpers.Thresholds], watch=[UserRequirement]) for i in range(2))
+    await team.run(n_round=1, idea="say")
+    said = [json.loads(m.content or "") for m in team.env.history if m.sent_from != "Human"]
+    assert len(said) == 2 and all(s["pid"] != os.getpid() for s in said)  # both turns ran on shards
+    assert all(s["thresholds"][2] >= FULL_PASS_EVERY for s in said)  # each step freezes: no pass per round
 
 
 async def test_a_shard_killed_mid_round_stops_the_run_and_resume_finishes_it(ray_address: str, tmp_path: Path) -> None:

@@ -193,6 +193,15 @@ class Environment(Bus):
         if self._heap is not None:
             self._heap.settle()
 
+    def keep_heap(self) -> None:
+        """Within a session, take all that exists now out of the collector's passes without one (``core.heap``).
+
+        For a bulk of objects made at once that live on (roles brought back from shards): else the
+        collector's next young pass walks every one of them.
+        """
+        if self._heap is not None:
+            self._heap.keep()
+
     def _new_records(self) -> None:
         """Start the round's trace and routes, where someone keeps them."""
         if self.trace is not None:

@@ -3,10 +3,18 @@
 A run keeps nearly everything it makes — the history, the memories — and each full collection
 walks all of it again, so without care a round late in a long run pays for every message made
 before it (1,000 roles × 1,000 rounds: a quarter more per round at the end, and 20 % more in all).
-Within an environment's session (``Environment.run``, ``Team.run``, the CLI), each round ends by
-collecting the young generations (garbage made in the round goes) and freezing what is left
-(``gc.freeze``): later collections skip it. Leaving the session unfreezes it all, so cyclic garbage
+Within an environment's session (``Environment.run``, ``Team.run``, the CLI), the heap is settled
+when the session starts (one full collection, then what is left — the roles just built — is frozen)
+and again as each round ends: the young generations are collected (garbage made in the round goes)
+and what is left is frozen (``gc.freeze``): later collections skip it. Leaving the session unfreezes it all, so cyclic garbage
 made in one round and dropped in a later one is collected then, never lost.
+
+Within a session the collector's own full passes are rare: everything older than the round is
+frozen, so a full pass would only walk the round's survivors, which its end freezes anyway — yet by
+CPython's default it ran about once a round in a large society (a tenth of a second per 50,000
+agents). They still run once per ``FULL_PASS_EVERY`` young collections of the second generation
+(some 700,000 objects kept), so one very long round cannot hoard cyclic garbage; the session gives
+the thresholds back when it ends.
 
 A process whose heap someone else already froze (a pre-fork server, an outer session), or whose
 collector is off, is left as it is.
@@ -16,18 +24,28 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["SettledHeap"]
+__all__ = ["FULL_PASS_EVERY", "SettledHeap"]
+
+FULL_PASS_EVERY = 100
+"""Within a session, collections of the second generation between two automatic full passes (CPython: 10)."""
 
 
 class SettledHeap:
-    """Settles the heap after each round of one session; :meth:`release` when the session ends."""
+    """Settles the heap now and after each round of one session; :meth:`release` when the session ends."""
 
-    __slots__ = ("owned",)
+    __slots__ = ("owned", "thresholds")
 
     def __init__(self) -> None:
-        """Own the settling if nobody has frozen anything yet and the collector is on."""
+        """Own the settling if nobody has frozen anything yet and the collector is on; settle what is there."""
         self.owned = gc.isenabled() and gc.get_freeze_count() == 0
         """Whether this session settles (and unfreezes at its end)."""
+        self.thresholds = gc.get_threshold()
+        """The collector's thresholds before the session (given back by :meth:`release`)."""
+        if self.owned:
+            young, middle, full = self.thresholds
+            gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))
+            gc.collect()  # once, in full: garbage left from building the roles (a scenario's graph) goes now
+            gc.freeze()
 
     def settle(self) -> None:
         """Collect the young generations, then take what survived out of later collections."""
@@ -35,8 +53,18 @@ class SettledHeap:
             gc.collect(1)
             gc.freeze()
 
+    def keep(self) -> None:
+        """Take everything made so far out of later collections, without a pass (a bulk load that lives on).
+
+        Also while the collector is paused for the load itself: before it resumes, and its first young
+        pass walks every object the load made.
+        """
+        if self.owned:
+            gc.freeze()
+
     def release(self) -> None:
         """Give everything frozen back to the collector (its next full pass finds the session's garbage)."""
         if self.owned:
             self.owned = False
+            gc.set_threshold(*self.thresholds)
             gc.unfreeze()

@@ -20,6 +20,7 @@ from typing import Any
 
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError
+from metaroles.core.heap import FULL_PASS_EVERY
 from metaroles.messages.message import Message
 from metaroles.runs.backends import ShardBy, check_shards
 from metaroles.runs.crossing import OutboxReader, OutboxWriter
@@ -121,6 +122,8 @@ class _Actor:
     """
 
     def __init__(self, total: int, concurrency: int, shards: int, number: int, key: str) -> None:
+        young, middle, full = gc.get_threshold()  # this process is the shard's, and each step freezes what it kept:
+        gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))  # full passes would walk only the round's
         self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number, key=key)
         self.outboxes = OutboxWriter()
 

@@ -129,6 +129,7 @@ class ShardedRun:
         self._moved = False
         with paused_gc():
             env.swap_roles(stand_ins)
+            env.keep_heap()  # the stand-ins live as long as the run: no pass of the collector over each
         self._pinned = [(r, r.addresses) for r, p in zip(env._members, self.places, strict=True) if p is None]
 
     def _index_addresses(self) -> None:
@@ -395,3 +396,4 @@ class ShardedRun:
                     back[role._env_index] = role
             env.swap_roles(back)
             env.rebuild_ready()
+            env.keep_heap()  # the roles are back to stay: no young pass over every object they brought
