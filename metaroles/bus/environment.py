@@ -188,10 +188,13 @@ class Environment(Bus):
         self._raise_failures(failures)
         self._raise_undelivered()
 
-    def settle_heap(self) -> None:
-        """Within a session, take what survived the round out of the collector's full passes (``core.heap``)."""
+    def settle_heap(self, *, full: bool = False) -> None:
+        """Within a session, take what survived the round out of the collector's full passes (``core.heap``).
+
+        ``full``: collect every generation first (after a bulk change that left old garbage).
+        """
         if self._heap is not None:
-            self._heap.settle()
+            self._heap.settle(full=full)
 
     def keep_heap(self) -> None:
         """Within a session, take all that exists now out of the collector's passes without one (``core.heap``).

@@ -4,9 +4,8 @@ A run keeps nearly everything it makes — the history, the memories — and eac
 walks all of it again, so without care a round late in a long run pays for every message made
 before it (1,000 roles × 1,000 rounds: a quarter more per round at the end, and 20 % more in all).
 Within an environment's session (``Environment.run``, ``Team.run``, the CLI), each round ends by
-settling the heap: the young generations are collected (garbage made in the round goes; after the
-first round, every generation: what the session started with is walked once) and what is left is
-frozen (``gc.freeze``): later collections skip it. Leaving the session unfreezes it all, so cyclic garbage
+collecting the young generations (garbage made in the round goes) and freezing what is left
+(``gc.freeze``): later collections skip it. Leaving the session unfreezes it all, so cyclic garbage
 made in one round and dropped in a later one is collected then, never lost.
 
 Within a session the collector's own full passes are rare: everything older than the round is
@@ -33,7 +32,7 @@ FULL_PASS_EVERY = 100
 class SettledHeap:
     """Settles the heap now and after each round of one session; :meth:`release` when the session ends."""
 
-    __slots__ = ("full", "owned", "thresholds")
+    __slots__ = ("owned", "thresholds")
 
     def __init__(self) -> None:
         """Own the settling if nobody has frozen anything yet and the collector is on; settle what is there."""
@@ -41,21 +40,18 @@ class SettledHeap:
         """Whether this session settles (and unfreezes at its end)."""
         self.thresholds = gc.get_threshold()
         """The collector's thresholds before the session (given back by :meth:`release`)."""
-        self.full = True
-        """Whether the next :meth:`settle` collects in full (the first: what the session started with)."""
         if self.owned:
             young, middle, full = self.thresholds
             gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))
 
-    def settle(self) -> None:
-        """Collect the young generations (all, the first time), then take what survived out of later collections.
+    def settle(self, *, full: bool = False) -> None:
+        """Collect the young generations (``full``: all of them), then take what survived out of later collections.
 
-        The first settling collects in full: garbage left from building the roles (a scenario's
-        graph) or from the first round (roles shipped to shards, replaced by stand-ins) goes then.
+        ``full`` after a bulk change that left old garbage (roles shipped to shards, replaced by
+        stand-ins): the pass walks all that is not frozen yet.
         """
         if self.owned and gc.isenabled():  # the collector paused for a bulk pass: leave the heap as it is
-            gc.collect(2 if self.full else 1)
-            self.full = False
+            gc.collect(2 if full else 1)
             gc.freeze()
 
     def keep(self) -> None:

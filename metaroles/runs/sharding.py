@@ -129,7 +129,6 @@ class ShardedRun:
         self._moved = False
         with paused_gc():
             env.swap_roles(stand_ins)
-            env.keep_heap()  # the stand-ins live as long as the run: no pass of the collector over each
         self._pinned = [(r, r.addresses) for r, p in zip(env._members, self.places, strict=True) if p is None]
 
     def _index_addresses(self) -> None:
