@@ -212,6 +212,7 @@ def build(config: Config, llm: LLM) -> ScenarioPlan:
     if len(opinions) != config.agents:
         raise ValueError(f"opinions has {len(opinions)} values for {config.agents} agents; give one per agent")
     neighbours = [sorted(graph.neighbors(i)) for i in range(config.agents)]
+    graph.clear()  # networkx's graph is in a reference cycle with its views: its dicts go now, not at a full pass
     team = Team(llm=llm)
     team.hire(Cast(config.agents, Agents(config, opinions, neighbours)))
     return ScenarioPlan(team=team, idea="State your opinion.", send_to="", n_round=config.rounds + 1)
