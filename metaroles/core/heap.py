@@ -30,12 +30,12 @@ FULL_PASS_EVERY = 100
 
 
 class SettledHeap:
-    """Settles the heap now and after each round of one session; :meth:`release` when the session ends."""
+    """Settles the heap after each round of one session; :meth:`release` when the session ends."""
 
     __slots__ = ("owned", "thresholds")
 
     def __init__(self) -> None:
-        """Own the settling if nobody has frozen anything yet and the collector is on; settle what is there."""
+        """Own the settling if nobody has frozen anything yet and the collector is on; make full passes rare."""
         self.owned = gc.isenabled() and gc.get_freeze_count() == 0
         """Whether this session settles (and unfreezes at its end)."""
         self.thresholds = gc.get_threshold()

@@ -122,8 +122,8 @@ class _Actor:
     """
 
     def __init__(self, total: int, concurrency: int, shards: int, number: int, key: str) -> None:
-        young, middle, full = gc.get_threshold()  # this process is the shard's, and each step freezes what it kept:
-        gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))  # full passes would walk only the round's
+        young, middle, full = gc.get_threshold()  # the process is the shard's; each step freezes what it kept,
+        gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))  # so a full pass walks one round at most
         self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number, key=key)
         self.outboxes = OutboxWriter()
 
