@@ -23,10 +23,18 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["FULL_PASS_EVERY", "SettledHeap"]
+__all__ = ["FULL_PASS_EVERY", "SettledHeap", "rare_full_passes"]
 
 FULL_PASS_EVERY = 100
 """Within a session, collections of the second generation between two automatic full passes (CPython: 10)."""
+
+
+def rare_full_passes() -> tuple[int, int, int]:
+    """Let the collector's automatic full passes come once per :data:`FULL_PASS_EVERY`; return the thresholds before."""
+    before = gc.get_threshold()
+    young, middle, full = before
+    gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))
+    return before
 
 
 class SettledHeap:
@@ -38,11 +46,8 @@ class SettledHeap:
         """Own the settling if nobody has frozen anything yet and the collector is on; make full passes rare."""
         self.owned = gc.isenabled() and gc.get_freeze_count() == 0
         """Whether this session settles (and unfreezes at its end)."""
-        self.thresholds = gc.get_threshold()
+        self.thresholds = rare_full_passes() if self.owned else gc.get_threshold()
         """The collector's thresholds before the session (given back by :meth:`release`)."""
-        if self.owned:
-            young, middle, full = self.thresholds
-            gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))
 
     def settle(self, *, full: bool = False) -> None:
         """Collect the young generations (``full``: all of them), then take what survived out of later collections.

@@ -20,7 +20,7 @@ from typing import Any
 
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError
-from metaroles.core.heap import FULL_PASS_EVERY
+from metaroles.core.heap import rare_full_passes
 from metaroles.messages.message import Message
 from metaroles.runs.backends import ShardBy, check_shards
 from metaroles.runs.crossing import OutboxReader, OutboxWriter
@@ -122,8 +122,7 @@ class _Actor:
     """
 
     def __init__(self, total: int, concurrency: int, shards: int, number: int, key: str) -> None:
-        young, middle, full = gc.get_threshold()  # the process is the shard's; each step freezes what it kept,
-        gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))  # so a full pass walks one round at most
+        rare_full_passes()  # the process is the shard's; each step freezes what it kept: a full pass walks one round
         self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number, key=key)
         self.outboxes = OutboxWriter()
 
