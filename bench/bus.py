@@ -143,14 +143,23 @@ class FloorMessage:
 def ring_floor(roles: int, rounds: int) -> float:
     """The ring's routing with plain structures: address → deque, a seen-dict per role (so that
     what a role already holds is not news, as on the bus), the watch filter, one publish."""
+    times = ring_floor_rounds(roles, rounds)
+    return roles * rounds / sum(times)
+
+
+def ring_floor_rounds(roles: int, rounds: int, *, keep: bool = False) -> list[float]:
+    """Seconds per round of the ring's floor; ``keep``: also a history (list and dict by id), the heap
+    settled after each round as a session settles it (``core.heap``): what storing a run costs plain Python."""
     names = [f"r{i}" for i in range(roles)]
     acts = [f"Act{i}" for i in range(roles)]
     watch = [acts[i - 1] for i in range(roles)]
     queues = {n: deque([FloorMessage("seed", "User", "human", n)]) for n in names}
     seen: dict[str, dict[str, FloorMessage]] = {n: {} for n in names}
-    published = 0
-    start = time.perf_counter()
+    history: list[FloorMessage] = []
+    by_id: dict[str, FloorMessage] = {}
+    times = []
     for _ in range(rounds):
+        start = time.perf_counter()
         outbox = []
         for i, name in enumerate(names):
             queue, memory, news = queues[name], seen[name], []
@@ -166,8 +175,16 @@ def ring_floor(roles: int, rounds: int) -> float:
                 outbox.append(reply)
         for message in outbox:
             queues[message.send_to].append(message)
-        published += len(outbox)
-    return published / (time.perf_counter() - start)
+        if keep:
+            history += outbox
+            by_id.update((message.id, message) for message in outbox)
+            gc.collect(1)
+            gc.freeze()
+        times.append(time.perf_counter() - start)
+    assert len(history) == (roles * rounds if keep else 0)
+    if keep:
+        gc.unfreeze()
+    return times
 
 
 # -- broadcast -------------------------------------------------------------------------------------
@@ -296,8 +313,8 @@ def idle_role_bytes(roles: int) -> float:
     return used / roles
 
 
-def per_round(env: Environment, rounds: int, edge: int = 20) -> tuple[float, float]:
-    """Mean seconds per round over rounds 1..edge and over the last ``edge`` rounds of ``rounds``.
+def per_round(env: Environment, rounds: int) -> list[float]:
+    """Seconds per round, each round of ``rounds``.
 
     The rounds run in one session, as ``env.run`` and ``Team.run`` run them (workers kept, the heap
     settled after each round: ``core.heap``).
@@ -312,8 +329,12 @@ def per_round(env: Environment, rounds: int, edge: int = 20) -> tuple[float, flo
                 times.append(time.perf_counter() - begin)
         return times
 
-    times = anyio.run(go)
-    return statistics.fmean(times[:edge]), statistics.fmean(times[-edge:])
+    return anyio.run(go)
+
+
+def ends(times: list[float], edge: int = 20) -> tuple[float, float]:
+    """Mean seconds per round over rounds 10 to 29 and over the last ``edge`` rounds (the first ones warm up)."""
+    return statistics.fmean(times[9 : 9 + edge]), statistics.fmean(times[-edge:])
 
 
 def broadcast_env(roles: int, rounds: int) -> Environment:
@@ -324,16 +345,28 @@ def broadcast_env(roles: int, rounds: int) -> Environment:
 
 
 def history_figures(rounds: int) -> None:
-    """Per-round time early and late in long runs: flat when no act pays for the history it was handed."""
-    for label, env in (
-        ("ring_10", ring_env(10)),
-        ("broadcast_10", broadcast_env(10, rounds)),
-        ("ring_1000", ring_env(1000)),
+    """Per-round time early (rounds 10-29) and late in long runs: flat when no act pays for the history it was handed.
+
+    A growing heap costs every round a little more even in plain Python (caches, allocator): the
+    ring's floor that keeps its history, run right after in the same process, shows how much.
+    """
+    for label, build in (
+        ("ring_10", lambda: ring_env(10)),
+        ("broadcast_10", lambda: broadcast_env(10, rounds)),
+        ("ring_1000", lambda: ring_env(1000)),
     ):
-        first, last = per_round(env, rounds)
-        params = {"roles": len(env.roles), "rounds": rounds}
+        env = build()
+        roles = len(env.roles)
+        first, last = ends(per_round(env, rounds))
+        params = {"roles": roles, "rounds": rounds}
+        del env
+        growth: dict[str, float] = {"growth": round(last / first, 2)}
+        if label.startswith("ring"):
+            gc.collect()
+            floor_first, floor_last = ends(ring_floor_rounds(roles, rounds, keep=True))
+            growth["floor_growth"] = round(floor_last / floor_first, 2)
         emit(f"history_{label}_first_rounds", first * 1e3, "ms/round", **params)
-        emit(f"history_{label}_last_rounds", last * 1e3, "ms/round", growth=round(last / first, 2), **params)
+        emit(f"history_{label}_last_rounds", last * 1e3, "ms/round", **growth, **params)
 
 
 def idle_round(roles: int, rounds: int) -> float:
