@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from metaroles import Action, Environment, Intervention, Message, Role, UserRequirement
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs.checkpoint import MESSAGES, CheckpointWriter, _numbers, round_file
+from metaroles.runs.checkpoint import MESSAGES, CheckpointWriter, round_file
 from metaroles.runs.restore import checkpoint_history, restore_checkpoint
+from metaroles.runs.rows import numbers_json
 
 
 class Echo(Action):
@@ -58,6 +59,7 @@ step = st.one_of(
     st.tuples(st.just("draw"), st.integers(0, 3)),
     st.tuples(st.just("poke"), st.integers(0, 3)),
     st.tuples(st.just("intervene"), st.integers(0, 3)),
+    st.tuples(st.just("loop"), st.integers(0, 2)),
 )
 
 
@@ -82,6 +84,8 @@ async def test_each_checkpoint_reads_back_to_the_state_it_was_written_from(tmp_p
             role.rc.news = list(role.rc.news)
         elif kind == "intervene":
             env.interventions[:] = [] if env.interventions else [PassThrough()]
+        elif kind == "loop":  # a turn of up to two actions: the role stops (or starts again) being replayable
+            role.rc.max_react_loop = 3 - role.rc.max_react_loop
         else:
             env.rng.random()
         env.round += kind != "round"  # one checkpoint per round number
@@ -104,6 +108,26 @@ async def test_a_delta_holds_only_what_changed(tmp_path):
     assert record["ops"] == [0, 2, 1, 2, 3], "r2 observed, then acted (its answer is row 3)"
     assert record["deliveries"] == [3, 1, 3], "row 3 reached one role: r3"
     assert len((tmp_path / MESSAGES).read_text().splitlines()) == 4, "each message is written once"
+
+
+async def test_a_role_touched_outside_the_bus_is_replayed_again_from_its_next_round(tmp_path):
+    """Its entry is written whole once; the deliveries of the rounds after count towards its renewed expectation."""
+    env = ring(4)
+    writer = CheckpointWriter(tmp_path, every=100)
+    r1 = env.get_role("r1")
+    for n in range(4):
+        if n:
+            await env.run_round()
+        if n == 1:
+            r1.rc.memory.add(Message("a note"))  # outside the bus: the next delta must carry it
+        env.publish_message(Message(f"more {n}", send_to="r1"))
+        writer.write(env)
+        same_state(env, tmp_path)
+    touched = json.loads(round_file(tmp_path, 1).read_text())
+    assert "memory" in touched["roles"]["r1"], "r1 is written whole once"
+    for round_no in (2, 3):
+        record = json.loads(round_file(tmp_path, round_no).read_text())
+        assert record["kind"] == "delta" and "r1" not in record["roles"], f"round {round_no}: r1 replays"
 
 
 async def test_a_torn_delta_falls_back_to_the_round_before(tmp_path):
@@ -177,7 +201,7 @@ async def test_a_sharded_rounds_driver_file_holds_its_own_roles_whole_when_it_is
 
 @given(st.lists(st.integers(-1, 10**7), max_size=40), st.integers(1, 9))
 def test_numbers_written_a_chunk_at_a_time_read_as_one_list(numbers: list[int], chunk: int) -> None:
-    assert json.loads(f"[{_numbers(numbers, chunk)}]") == numbers
+    assert json.loads(f"[{numbers_json(numbers, chunk)}]") == numbers
 
 
 @given(

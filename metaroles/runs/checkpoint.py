@@ -34,7 +34,7 @@ from metaroles.core.files import append_durably, append_text, sync_file, truncat
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import replayable, replays, signature
-from metaroles.runs.rows import MessageRows
+from metaroles.runs.rows import MessageRows, numbers_json
 
 MESSAGES = "messages.jsonl"
 FULL_EVERY = 25
@@ -64,10 +64,8 @@ def round_file(folder: Path, round_no: int) -> Path:
 
 
 _RoleMark = tuple[int, int, int, int, int, frozenset[str], frozenset[str], object]
-"""What a role looked like at the previous checkpoint: memory length and edits, state, working
-memory length and edits, watch, addresses, and its news list if its buffer was empty (else None;
-a role's observation replaces ``rc.news`` rather than changing it in place)."""
-
+"""A role at the previous checkpoint: memory length and edits, state, working memory length and edits, watch,
+addresses, and its news list if its buffer was empty (else None: an observation replaces ``rc.news``)."""
 
 _Target = tuple[Sequence[Role], list[int], list[list[Any]]]
 """A list of recipients, their places (env index) and the expectations of the replayable ones among them."""
@@ -80,11 +78,6 @@ class _EnvMark:
     dead_letters: int = 0
     events: int = 0
     ledger: int = 0
-
-
-def _numbers(numbers: list[int], chunk: int = 1 << 16) -> str:
-    """``numbers`` comma-separated, a chunk at a time (not a string per number at once: they can be millions)."""
-    return ",".join([",".join(map(str, numbers[at : at + chunk])) for at in range(0, len(numbers), chunk)])
 
 
 class CheckpointWriter(MessageRows):
@@ -147,8 +140,7 @@ class CheckpointWriter(MessageRows):
     def continue_after(self, env: Environment, restored: Restored) -> None:
         """Hold the marks the writer of the restored run held after its checkpoint, so it goes on alike.
 
-        A resumed run then writes the very checkpoints (deltas, full snapshots every ``every``
-        rounds) that the uninterrupted run wrote, byte for byte.
+        A resumed run then writes the very checkpoints (deltas, full snapshots) the uninterrupted run wrote.
         """
         held = len(self._held)
         self._role_index(env)
@@ -168,10 +160,7 @@ class CheckpointWriter(MessageRows):
         self._blind = False
 
     def note(self, env: Environment) -> None:
-        """Take in the round that just ran (the turns and deliveries a delta replays); idempotent.
-
-        :meth:`write` calls it; a team that checkpoints every few rounds calls it every round.
-        """
+        """Take in the round that just ran (its turns and deliveries); idempotent: :meth:`write` calls it too."""
         self._role_index(env)
         if env.trace is None:
             env.trace, self._blind = [], True  # this round's turns are unknown: the next delta lists roles
@@ -200,7 +189,7 @@ class CheckpointWriter(MessageRows):
         parts.extend(self._env_parts(env, new_rows, full=full))
         self._blind = self._blind or not self.replay
         if not full and not self._blind:
-            parts.append(f'"ops":[{_numbers(self._ops)}]')
+            parts.append(f'"ops":[{numbers_json(self._ops)}]')
         roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
         parts.append('"roles":{' + ",".join(roles) + "}")
         self._blind = False
@@ -213,9 +202,8 @@ class CheckpointWriter(MessageRows):
         if full:
             self._full_round = env.round
             self._roles.clear()
-            self._expect.clear()
+            self.forget_expectations()
             self._env = _EnvMark()
-        self._targets = {}  # the expectations are about to change
         kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
         return full, [f'"version":{version},"round":{env.round},"kind":{kind}']
 
@@ -305,7 +293,7 @@ class CheckpointWriter(MessageRows):
         elif appended:  # a sharded round: the shards delivered; the history grew by these
             parts.append(f'"history_add":{self._rows_of(history._items[mark.history :], new_rows)}')
         else:
-            parts.append(f'"deliveries":[{_numbers(self._deliveries)}]')
+            parts.append(f'"deliveries":[{numbers_json(self._deliveries)}]')
         dead = env.dead_letters[mark.dead_letters :]
         parts.append(f'"dead_letters_add":{self._rows_of(dead, new_rows)}')
         events = [e.model_dump(mode="json") for e in env.events[mark.events :]]
@@ -318,10 +306,17 @@ class CheckpointWriter(MessageRows):
 
     # -- roles ----------------------------------------------------------------------------------
 
+    def forget_expectations(self) -> None:
+        """Drop what the writer expects of every replayable role (and the recipients' lists that point at it)."""
+        self._expect.clear()
+        self._targets = {}
+
     def _role_entries(self, env: Environment, new_rows: list[str], *, replayed: bool) -> list[str]:
-        """Entries for the roles a replay of ``ops`` and ``deliveries`` would not rebuild exactly."""
-        entries, expect = [], self._expect
-        self._targets = {}  # the expectations change below
+        """Entries for the roles a replay of ``ops`` and ``deliveries`` would not rebuild exactly.
+
+        Expectations are renewed in place: the recipients' lists (:meth:`_target`) hold them across rounds.
+        """
+        entries, expect, changed = [], self._expect, False
         for role in env.roles.values():
             expected = expect.get(role.name)
             if replayed and expected is not None and replays(role, expected):
@@ -332,9 +327,14 @@ class CheckpointWriter(MessageRows):
             if entry:
                 entries.append(entry)
             if self.replay and replayable(role):
-                expect[role.name] = signature(role)
-            else:
-                expect.pop(role.name, None)
+                if expected is None:
+                    expect[role.name], changed = signature(role), True
+                else:
+                    expected[:] = signature(role)
+            elif expect.pop(role.name, None) is not None:
+                changed = True
+        if changed:
+            self._targets = {}
         return entries
 
     def _role_entry(self, role: Role, new_rows: list[str]) -> str:

@@ -77,7 +77,7 @@ def write_driver(writer: CheckpointWriter, env: Environment, roles: list[Role], 
     full, parts = writer.begin(env, SHARDED)
     names = {role.name for role in roles}
     writer._roles = {name: mark for name, mark in writer._roles.items() if name in names}  # the others: the parts'
-    writer._expect.clear()
+    writer.forget_expectations()
     rows = writer._pending_rows
     parts.extend(writer._env_parts(env, rows, full=full, appended=True))
     entries = [entry for entry in (writer._role_entry(role, rows) for role in roles) if entry]

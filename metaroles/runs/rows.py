@@ -77,3 +77,8 @@ class MessageRows:
         fields = f'"cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},"send_to":[{send_to}]'
         said = self._said[message.sent_from] = (message.send_to, message.cause_by, fields)
         return said
+
+
+def numbers_json(numbers: list[int], chunk: int = 1 << 16) -> str:
+    """``numbers`` comma-separated, a chunk at a time (not a string per number at once: they can be millions)."""
+    return ",".join([",".join(map(str, numbers[at : at + chunk])) for at in range(0, len(numbers), chunk)])
