@@ -189,7 +189,7 @@ class CheckpointWriter(MessageRows):
         parts.extend(self._env_parts(env, new_rows, full=full))
         self._blind = self._blind or not self.replay
         if not full and not self._blind:
-            parts.append(f'"ops":[{numbers_json(self._ops)}]')
+            parts.append(f'"ops":{numbers_json(self._ops)}')
         roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
         parts.append('"roles":{' + ",".join(roles) + "}")
         self._blind = False
@@ -293,7 +293,7 @@ class CheckpointWriter(MessageRows):
         elif appended:  # a sharded round: the shards delivered; the history grew by these
             parts.append(f'"history_add":{self._rows_of(history._items[mark.history :], new_rows)}')
         else:
-            parts.append(f'"deliveries":[{numbers_json(self._deliveries)}]')
+            parts.append(f'"deliveries":{numbers_json(self._deliveries)}')
         dead = env.dead_letters[mark.dead_letters :]
         parts.append(f'"dead_letters_add":{self._rows_of(dead, new_rows)}')
         events = [e.model_dump(mode="json") for e in env.events[mark.events :]]

@@ -8,12 +8,16 @@ round file that refers to them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
+from json import dumps
 from json.encoder import encode_basestring
 from typing import Any
 
 from metaroles.messages.fields import ROLE_VALUES
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import plain
+
+_compact = partial(dumps, separators=(",", ":"))
 
 
 class MessageRows:
@@ -79,6 +83,6 @@ class MessageRows:
         return said
 
 
-def numbers_json(numbers: list[int], chunk: int = 1 << 16) -> str:
-    """``numbers`` comma-separated, a chunk at a time (not a string per number at once: they can be millions)."""
-    return ",".join([",".join(map(str, numbers[at : at + chunk])) for at in range(0, len(numbers), chunk)])
+def numbers_json(numbers: list[int]) -> str:
+    """``numbers`` as a JSON list without spaces (json's C encoder: twice as fast as joining ``str`` of each)."""
+    return _compact(numbers)
