@@ -234,19 +234,19 @@ class CheckpointWriter(MessageRows):
         """Record the default turns of replayable roles: observe (code 0), act (code 1 with its row)."""
         expect, index, ops, rows = self._expect, self._index, self._ops, self._rows
         for kind, name, detail, remembered in trace:
-            expected = expect.get(name)
-            if expected is None or kind not in ("observe", "act"):
-                continue
             if kind == "observe":
-                ops += (0, index[name])
-                expected[0] += remembered
-                expected[2], expected[3], expected[4] = 0, None, detail
-            elif detail is None:
-                ops += (1, index[name], -1)
-            else:
-                row = rows.get(id(detail))
-                ops += (1, index[name], self._new_row(detail, self._pending_rows) if row is None else row)
-                expected[0] += 1
+                expected = expect.get(name)
+                if expected is not None:
+                    ops += (0, index[name])
+                    expected[0] += remembered
+                    expected[2], expected[3], expected[4] = 0, None, detail
+            elif kind == "act" and (expected := expect.get(name)) is not None:
+                if detail is None:
+                    ops += (1, index[name], -1)
+                else:
+                    row = rows.get(id(detail))
+                    ops += (1, index[name], self._new_row(detail, self._pending_rows) if row is None else row)
+                    expected[0] += 1
 
     def _note_deliveries(self, env: Environment) -> None:
         """Record each message published since the last note with the roles it reached."""
