@@ -89,6 +89,21 @@ async def test_roles_changed_after_hiring_travel_as_they_are() -> None:
     assert [len(r.rc.memory) for r in sharded.env.roles.values()] == [len(r.rc.memory) for r in one.env.roles.values()]
 
 
+async def test_roles_come_back_holding_the_very_messages_of_the_drivers_history() -> None:
+    team = ring_team(4, LocalBackend(2))
+    note = Message("remembered", sent_from="m0", cause_by=Say)  # in no history: it travels whole, both ways
+    team.env.roles["m1"].rc.memory.add(note)
+    await team.run(n_round=4, idea="go", send_to="m0")
+    history = team.env.history._store
+    for role in team.env.roles.values():
+        memory = role.rc.memory
+        assert all(memory.by_key(m.id) is m for m in memory), f"{role.name}: its memory's index by id"
+        kept = [m for m in memory if m.id != note.id]
+        assert kept and all(history[m.id] is m for m in kept), f"{role.name}: the history's own messages"
+    (back,) = [m for m in team.env.roles["m1"].rc.memory if m.id == note.id]
+    assert back is not note and back.model_dump() == note.model_dump() and note.id not in history
+
+
 async def test_a_cast_that_builds_another_role_elsewhere_stops_the_run_saying_why() -> None:
     team = ring_team(4, LocalBackend(2), renumber=True)
     with pytest.raises(RunError, match=r"build\(\d\) made 'm\d+'.*must make the same role in every process"):

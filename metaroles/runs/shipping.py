@@ -16,6 +16,7 @@ import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from operator import attrgetter, is_
 from typing import Any
 
 from metaroles.bus.environment import Environment
@@ -24,6 +25,7 @@ from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 
 _HOST: ContextVar[dict[str, Any]] = ContextVar("metaroles_shard_host")
+_ID = attrgetter("id")
 
 
 def _hosted(key: str) -> Any:
@@ -36,14 +38,20 @@ def _historic(message_id: str) -> Message:
     return _HOST.get()["history"][message_id]  # type: ignore[no-any-return]
 
 
-def _memory_back(ids: bool, edits: int, sent: list[Any], index: dict[str, Any]) -> Memory:
-    """A memory sent back from a shard: its messages from the driver's history where sent by id."""
+def _memory_back(ids: bool, edits: int, sent: list[Any], index: dict[str, Any], by_id: bool = False) -> Memory:
+    """A memory sent back from a shard: its messages from the driver's history where sent by id.
+
+    ``by_id``: every one of them was (the usual case), so ``sent`` is the ids alone, looked up at C speed.
+    """
     history = _HOST.get()["history"]
-    messages = [history[m] if type(m) is str else m for m in sent]
+    if by_id:
+        messages = list(map(history.__getitem__, sent))
+    else:
+        messages = [history[m] if type(m) is str else m for m in sent]
     memory = Memory(ignore_id=not ids)
     memory._edits = edits
     if ids:
-        memory._store = {m.id: m for m in messages}
+        memory._store = dict(zip(sent, messages, strict=True)) if by_id else {m.id: m for m in messages}
     else:
         memory._store = {m.content: m for m in messages}
     memory._items = messages
@@ -53,7 +61,11 @@ def _memory_back(ids: bool, edits: int, sent: list[Any], index: dict[str, Any]) 
 
 def _memory_sent(memory: Memory, known: dict[str, Message]) -> tuple[Any, ...]:
     """How a plain memory travels back: messages the driver holds by id, its index as it is (positions)."""
-    sent = [m.id if known.get(m.id) is m else m for m in memory._items]
+    items = memory._items
+    ids = list(map(_ID, items))
+    if all(map(is_, map(known.get, ids), items)):  # each one the very message the driver holds
+        return _memory_back, (not memory.ignore_id, memory._edits, ids, memory._index, True)
+    sent = [m.id if known.get(m.id) is m else m for m in items]
     return _memory_back, (not memory.ignore_id, memory._edits, sent, memory._index)
 
 
