@@ -1,6 +1,7 @@
 """A shard's outboxes cross to the driver as columns, each set of recipients sent once, and come back equal."""
 
 import pickle
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -59,6 +60,14 @@ def test_the_same_recipients_become_one_object_on_the_driver():
     back = [reader.outbox(pickle.loads(pickle.dumps(writer.columns(o)))) for o in rounds]
     assert back[0][0][1]._send_to is back[2][0][1]._send_to
     assert back[2][0][1].send_to == frozenset({"a1", "a2"}) and back[2][0][1].content == "r2"
+
+
+def test_a_set_of_recipients_takes_no_more_room_on_the_driver_than_where_it_was_made():
+    writer, reader = OutboxWriter(), OutboxReader()
+    message = Message("0.5", sent_from="a0", send_to={f"a{n}" for n in range(1, 7)})  # a society's six neighbours
+    (back,) = reader.outbox(pickle.loads(pickle.dumps(writer.columns([(0, message, 0)]), 5)))
+    assert back[1].send_to == message.send_to
+    assert sys.getsizeof(back[1].send_to) <= sys.getsizeof(message.send_to)
 
 
 def test_a_sender_and_an_action_arrive_as_one_string_whatever_the_batch():

@@ -87,7 +87,7 @@ class OutboxReader:
             raise RunError(f"outbox {batch} of a shard arrived after {self._batches}: the batches are read in order")
         self._batches = batch
         sets, names = self._sets, self._names
-        sets.extend(new)
+        sets.extend(frozenset(set(addresses)) for addresses in new)  # unpickled ones are built item by item: larger
         fields = iter(zip(ids, contents, roles, causes, senders, strict=True))
         out: Outbox = []
         for position, (rank, flag, to) in enumerate(zip(ranks, flags, tos, strict=True)):
