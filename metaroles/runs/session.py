@@ -40,7 +40,6 @@ async def sharded(
     run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat)
     run.behind = behind
     await run.open()
-    env.settle_heap(full=True)  # the roles shipped are garbage now (cycles): one pass, then the stand-ins stay
     try:
         yield run
     except BaseException:

@@ -54,10 +54,7 @@ def _nothing() -> None: ...
 
 
 class ShardedRun:
-    """The driver's side of a sharded run: an Environment whose remote roles are stand-ins.
-
-    Use :func:`sharded` to open one; :meth:`run_round` replaces ``Environment.run_round``.
-    """
+    """The driver's side of a sharded run: an Environment whose remote roles are stand-ins (:func:`sharded`)."""
 
     def __init__(
         self, env: Environment, shards: ShardSet, places: list[int | None], seat: Callable[[Role], Any] = no_seat
@@ -95,6 +92,8 @@ class ShardedRun:
         self._unmerged: tuple[list[Flagged], list[Stepped | None]] | None = None
         self.later: Callable[[], None] = _nothing
         """The rest of recording the last round (a Team's), run while the shards run the next: :meth:`take_later`."""
+        self._shipped = False
+        """Whether the roles shipped at open, garbage cycles now, still wait for a full pass (in the first round)."""
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -130,6 +129,7 @@ class ShardedRun:
         with paused_gc():
             env.swap_roles(stand_ins)
         self._pinned = [(r, r.addresses) for r, p in zip(env._members, self.places, strict=True) if p is None]
+        self._shipped = True
 
     def _index_addresses(self) -> None:
         """Which shards receive on each address (rebuilt when a role changes its addresses)."""
@@ -176,10 +176,9 @@ class ShardedRun:
     async def run_round(self) -> None:
         """Run one round on the driver and every shard; deliver as one process does (see the module).
 
-        :attr:`later` (the rest of recording the last round: the driver's checkpoint file, or the log
-        and metrics if not written yet) runs while the shards work, before the round changes anything
-        here; if it fails, the run stops and the shards' roles stay there (a resume starts from the
-        last complete checkpoint).
+        :attr:`later` (the rest of recording the last round: the driver's checkpoint file, or the log and
+        metrics if not written yet) runs while the shards work, before the round changes anything here; if
+        it fails, the run stops and the shards' roles stay there (a resume starts from the last checkpoint).
         """
         env = self.env
         if env._in_round:
@@ -210,6 +209,9 @@ class ShardedRun:
     def _begin(self, later: Callable[[], None], tg: TaskGroup, failures: list[tuple[Any, Exception]]) -> None:
         """The driver's side of a round, once the shards have theirs: ``later()``, then its own roles' turns."""
         env = self.env
+        if self._shipped:  # one full pass while the shards work, not before: the round's end freezes what is left
+            self._shipped = False
+            env.settle_heap(full=True)
         self.settle()
         later()
         env.round += 1
