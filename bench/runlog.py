@@ -68,12 +68,13 @@ async def rounds(
 ) -> None:
     for _ in range(ROUNDS):
         await env.run_round()
+        due = checkpoints is not None and env.round % (every or 1) == 0
         if log is not None:
-            log.round_done()
+            log.round_done(sync=not due)  # as a Team logs: a checkpoint due syncs the log with its own file
         if checkpoints is not None:
             checkpoints.note(env)  # every round: the turns and deliveries the next delta replays
-            if env.round % (every or 1) == 0:
-                checkpoints.write(env)
+            if due:
+                checkpoints.write(env, after=log.unsynced() if log is not None else ())
 
 
 async def main() -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +14,7 @@ from hypothesis import strategies as st
 
 from metaroles import Environment, Message, Role, TestLLM, UserRequirement
 from metaroles.bus.routing import DeadLetterWarning
+from metaroles.core import files
 from metaroles.core.exceptions import ConfigError
 from metaroles.runs.diff import run_messages
 from metaroles.runs.final_state import STATE_LIMIT, referenced_checkpoint
@@ -153,3 +157,33 @@ async def test_the_log_follows_a_sender_whose_addresses_change(tmp_path) -> None
         if event["kind"] == "deliver":
             delivered.setdefault(event["message_id"], []).append(event["role"])
     assert [sorted(delivered[e["message_id"]]) for e in spoken] == expected
+
+
+@pytest.mark.parametrize("name", ["debate", "society"])
+async def test_a_round_file_replaces_nothing_before_the_events_and_rows_it_claims_are_on_the_disk(
+    name: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The event log and the message table are appended without waiting; the checkpoint syncs them first."""
+    points: list[str] = []
+    fsync = os.fsync
+
+    def synced(fd: int) -> None:
+        points.append("fsync:" + Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        fsync(fd)
+
+    monkeypatch.setattr(files, "fault_hook", points.append)
+    monkeypatch.setattr(os, "fsync", synced)
+    options = {"agents": 30, "rounds": 12} if name == "society" else {}
+    await run_scenario(name, llm=TestLLM(), options=options, out_dir=tmp_path)
+    unsynced: set[str] = set()
+    replaced = 0
+    for point in points:
+        kind, _, file = point.partition(":")
+        if kind == "append" and file in ("events.jsonl", "messages.jsonl"):
+            unsynced.add(file)
+        elif kind == "fsync":
+            unsynced.discard(file)
+        elif kind == "replace" and file.startswith("round-"):
+            assert not unsynced, f"{file} replaced while {sorted(unsynced)} may not be on the disk"
+            replaced += 1
+    assert replaced >= 2 and not unsynced, "every line appended is synced by the end of the run"

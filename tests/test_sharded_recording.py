@@ -274,10 +274,10 @@ async def test_the_drivers_log_routes_only_the_senders_it_has_not_met(tmp_path: 
             routed[logging[-1]] = routed.get(logging[-1], 0) + 1
         return route(self, send_to)
 
-    def logged(self: EventLog) -> None:
+    def logged(self: EventLog, **kwargs: Any) -> None:
         logging.append(self.env.round)
         try:
-            round_done(self)
+            round_done(self, **kwargs)
         finally:
             logging.pop()
 

@@ -116,10 +116,12 @@ def sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str | bytes) -> Path:
+def write_atomic(path: Path, text: str | bytes, *, after: Sequence[Path] = ()) -> Path:
     """Replace ``path`` with ``text`` (UTF-8) or bytes: temp file, fsync, rename, fsync of the directory.
 
-    A ``.zst`` file gets them compressed, as one frame.
+    A ``.zst`` file gets them compressed, as one frame. ``after``: files appended to without waiting
+    for the disk (:func:`append_text`) that must be durable before ``path`` is replaced; they are synced,
+    in order, once the new text is written, so a journaling file system commits them all at once.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
@@ -127,6 +129,8 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
         with os.fdopen(fd, "wb") as handle:
             handle.write(encoded(path, text))
             handle.flush()
+            for earlier in after:
+                sync_file(earlier)
             os.fsync(handle.fileno())
         reached(f"replace:{path.name}")
         os.replace(tmp, path)

@@ -30,7 +30,7 @@ from typing import Any
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
-from metaroles.core.files import append_durably, append_text, sync_file, truncate_lines, write_atomic
+from metaroles.core.files import append_text, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import replayable, replays, signature
@@ -181,8 +181,8 @@ class CheckpointWriter(MessageRows):
             self._pending_rows.clear()
             self._unsynced = True
 
-    def write(self, env: Environment) -> Path:
-        """Write the checkpoint of ``env``'s current round (call between rounds)."""
+    def write(self, env: Environment, *, after: Sequence[Path] = ()) -> Path:
+        """Write the checkpoint of ``env``'s round (between rounds), once the files ``after`` are durable."""
         self.note(env)
         full, parts = self.begin(env)
         new_rows = self._pending_rows
@@ -193,7 +193,7 @@ class CheckpointWriter(MessageRows):
         roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
         parts.append('"roles":{' + ",".join(roles) + "}")
         self._blind = False
-        return self._finish(env, parts)
+        return self._finish(env, parts, after)
 
     def begin(self, env: Environment, version: int = FORMAT) -> tuple[bool, list[str]]:
         """Whether the checkpoint of ``env``'s round is a full snapshot (which forgets every mark), and its head."""
@@ -207,19 +207,16 @@ class CheckpointWriter(MessageRows):
         kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
         return full, [f'"version":{version},"round":{env.round},"kind":{kind}']
 
-    def _finish(self, env: Environment, parts: list[str]) -> Path:
-        """Append the new message rows (durably), then write the round file: its checkpoint is complete."""
+    def _finish(self, env: Environment, parts: list[str], after: Sequence[Path] = ()) -> Path:
+        """Write the round file once ``after`` (the round's event log) and the message rows are durable: complete."""
         parts.append(f'"rows":{len(self._held)}')
         self._ops.clear()
         self._deliveries.clear()
-        if self._pending_rows:
-            append_durably(self.folder / MESSAGES, self._pending_rows)
-            self._pending_rows.clear()
-        elif self._unsynced:
-            sync_file(self.folder / MESSAGES)
-        self._unsynced = False
+        self.write_rows()
+        rows = [self.folder / MESSAGES] if self._unsynced else []
         path = round_file(self.folder, env.round)
-        write_atomic(path, "{" + ",".join(parts) + "}\n")
+        write_atomic(path, "{" + ",".join(parts) + "}\n", after=[*after, *rows])
+        self._unsynced = False
         self.round = env.round
         return path
 

@@ -29,7 +29,7 @@ from warnings import warn
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import RunDirCorrupt
-from metaroles.core.files import append_durably, iter_lines, read_text, write_atomic
+from metaroles.core.files import append_durably, append_text, iter_lines, read_text, sync_file, write_atomic
 from metaroles.messages.message import Message
 
 Event = dict[str, Any]
@@ -240,6 +240,7 @@ class EventLog:
         self._book: tuple[object, int] | None = None
         self.turns = turns
         self.folded = not turns if folded is None else folded
+        self._pending: list[Path] = []
         if turns and env.trace is None:
             env.trace = []
         self._seen: object = env.trace  # a trace already there belongs to rounds before this log
@@ -258,8 +259,12 @@ class EventLog:
             encoded = self._names[text] = encode_basestring(text)
         return encoded
 
-    def round_done(self) -> None:
-        """Append the events of the round that just ended (or of what happened between rounds)."""
+    def round_done(self, *, sync: bool = True) -> None:
+        """Append the events of the round that just ended (or of what happened between rounds).
+
+        ``sync=False``: without waiting for the disk; the checkpoint that claims the round syncs the
+        log first (:meth:`unsynced`), or :meth:`sync` does.
+        """
         env = self.env
         seq = self.seq + 1
         head = f',"round":{env.round},"kind":'
@@ -282,10 +287,20 @@ class EventLog:
             lines.append(f'{{"seq":{seq}{head}"{event.kind}",{fields}}}\n')
         self.seq = seq = seq + 1
         lines.append(f'{{"seq":{seq}{head}"round_end"}}\n')
-        if timings:
-            append_durably(self.timings, "".join(timings))
-        self._append(lines)
+        if timings:  # wall-clock figures, no part of the run: no wait for the disk
+            append_text(self.timings, "".join(timings))
+        self._append(lines, sync)
         self._mark()
+
+    def unsynced(self) -> list[Path]:
+        """The log's file, if lines went to it without waiting for the disk: the caller syncs it now."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def sync(self) -> None:
+        """Wait until every line appended so far is on the disk."""
+        for path in self.unsynced():
+            sync_file(path)
 
     def _turn_lines(self, lines: list[str], seq: int, head: str) -> int:
         """Observe (the news), think (the action chosen) and act (the message produced) events; the last seq."""
@@ -373,5 +388,10 @@ class EventLog:
             known = self._recipients[id(recipients)] = (recipients, text)
         return known[1]
 
-    def _append(self, lines: list[str]) -> None:
-        append_durably(self.path, lines)
+    def _append(self, lines: list[str], sync: bool = True) -> None:
+        if sync:
+            append_durably(self.path, lines)
+            self._pending = []
+        else:
+            append_text(self.path, lines)
+            self._pending = [self.path]

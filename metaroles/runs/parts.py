@@ -14,7 +14,7 @@ first).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from metaroles.bus.environment import Environment
@@ -68,7 +68,9 @@ def note_round(writer: CheckpointWriter, env: Environment, *, sharded: bool) -> 
         writer.note(env)
 
 
-def write_driver(writer: CheckpointWriter, env: Environment, roles: list[Role], shards: list[str]) -> Path:
+def write_driver(
+    writer: CheckpointWriter, env: Environment, roles: list[Role], shards: list[str], after: Sequence[Path] = ()
+) -> Path:
     """Write the driver's file of ``env``'s round: the environment, its own ``roles`` and the shards' parts.
 
     ``shards`` are the folders (relative to the writer's) where each shard just wrote its part;
@@ -84,4 +86,4 @@ def write_driver(writer: CheckpointWriter, env: Environment, roles: list[Role], 
     parts.append(f'"roles":{{{",".join(entries)}}},"parts":{json.dumps(shards)}')
     writer._noted_history = len(env.history)
     writer._blind = True  # a later delta written in one process lists every role whole
-    return writer._finish(env, parts)
+    return writer._finish(env, parts, after)

@@ -293,10 +293,9 @@ class Team:
     async def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last.
 
-        On shards, what needs the shards (metric parts, checkpoint parts) is done now — the history taken
-        in while they measure, the log and metrics while they write — and the rest while they run the
-        next round (``ShardedRun.later``), in the same order — unless :attr:`on_round` is set: what it
-        publishes must reach the next round's roles.
+        On shards, what needs the shards (metric parts, checkpoint parts) is done now — the history taken in
+        while they measure, the log and metrics while they write — and the rest while they run the next round
+        (``ShardedRun.later``), in the same order, unless :attr:`on_round` is set (it publishes to the next round).
         """
         run, writer, parts = self._sharded, self._checkpoints, None
         due = writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None)
@@ -316,15 +315,15 @@ class Team:
         else:
             run.later = later
 
-    def _log_round(self, logged: list[bool]) -> None:
-        """Log the round's events, then record its metrics, unless ``logged`` says so (history made whole first)."""
+    def _log_round(self, logged: list[bool], sync: bool = False) -> None:
+        """Log the round's events (``sync``: on the disk now, else with its checkpoint), metrics; unless ``logged``."""
         if logged:
             return
         logged.append(True)
         if self._sharded is not None:  # the round's outboxes, if still behind
             self._sharded.settle()
         if self._log is not None:
-            self._log.round_done()
+            self._log.round_done(sync=sync)
         if self.on_record is not None:
             self.on_record(self)
 
@@ -334,12 +333,13 @@ class Team:
         """Log the round and its metrics (unless ``logged``), then write its checkpoint (``writer``: one is due)."""
         env = self.env
         try:
-            self._log_round(logged)
+            self._log_round(logged, sync=writer is None)
+            after = self._log.unsynced() if self._log is not None else []  # the checkpoint syncs them first
             if writer is not None and parts is not None:  # last, the driver's file completes the round
-                write_driver(writer, env, pinned, parts)
+                write_driver(writer, env, pinned, parts, after)
             elif writer is not None:
                 self._keep_files(writer)
-                writer.write(env)
+                writer.write(env, after=after)
             elif self._checkpoints is not None:
                 note_round(self._checkpoints, env, sharded=self._sharded is not None)
         except BaseException:
