@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -81,3 +83,21 @@ def test_a_grid_value_the_scenario_refuses_stops_the_sweep_before_any_trial(tmp_
     assert not list((tmp_path / "s").glob("*/manifest.json"))
     result = command("none", "sweep", "debate", "--grid", "turns=x..y", "--out", str(tmp_path / "t"))
     assert result.returncode == 2 and "FIRST..LAST" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_table_is_rewritten_as_trials_end_and_waits_for_the_disk_once(tmp_path: Path, monkeypatch: Any) -> None:
+    """Each trial's folder is durable on its own; the table, a view of them, is synced when the sweep ends."""
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def counted(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        fsync(fd)
+
+    seen: list[int] = []
+    monkeypatch.setattr(os, "fsync", counted)
+    rows = run_sweep("debate", {"seed": [0, 1, 2]}, tmp_path, on_trial=lambda _: seen.append(len(read_table(tmp_path))))
+    assert seen == [1, 2, 3], "the table holds each trial as soon as it ends"
+    tables = [name for name in synced if name.startswith(f".{TABLE}") or name.startswith(".sweep.csv")]
+    assert len(tables) == 2, tables
+    assert read_table(tmp_path) == json.loads(json.dumps(rows))

@@ -116,12 +116,14 @@ def sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str | bytes, *, after: Sequence[Path] = ()) -> Path:
+def write_atomic(path: Path, text: str | bytes, *, after: Sequence[Path] = (), durable: bool = True) -> Path:
     """Replace ``path`` with ``text`` (UTF-8) or bytes: temp file, fsync, rename, fsync of the directory.
 
     A ``.zst`` file gets them compressed, as one frame. ``after``: files appended to without waiting
     for the disk (:func:`append_text`) that must be durable before ``path`` is replaced; they are synced,
     in order, once the new text is written, so a journaling file system commits them all at once.
+    ``durable=False``: no waiting for the disk at all (a view rebuilt from other files): readers still
+    see the old text or the new, never a mix.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
@@ -131,13 +133,15 @@ def write_atomic(path: Path, text: str | bytes, *, after: Sequence[Path] = ()) -
             handle.flush()
             for earlier in after:
                 sync_file(earlier)
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         reached(f"replace:{path.name}")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    sync_dir(path.parent)
+    if durable:
+        sync_dir(path.parent)
     return path
 
 

@@ -227,18 +227,24 @@ def run_sweep(
 
     def done(index: int, row: Row) -> None:
         rows[index] = row
-        write_table(out, [r for r in rows if r is not None])
+        write_table(out, [r for r in rows if r is not None], durable=False)
         if on_trial is not None:
             on_trial(row)
 
     runner = LocalTrials(jobs) if backend == "local" else RayTrials(ray_address)
     runner.run(calls, done)
-    return [r for r in rows if r is not None]
+    finished = [r for r in rows if r is not None]
+    write_table(out, finished)
+    return finished
 
 
-def write_table(out: Path, rows: Sequence[Row]) -> None:
-    """Write ``sweep.jsonl`` and ``sweep.csv`` (atomically) with ``rows``."""
-    write_atomic(out / TABLE, "".join(json.dumps(row, sort_keys=False) + "\n" for row in rows))
+def write_table(out: Path, rows: Sequence[Row], *, durable: bool = True) -> None:
+    """Write ``sweep.jsonl`` and ``sweep.csv`` (atomically) with ``rows``.
+
+    ``durable=False`` while trials run: the table is rebuilt from the trials' folders by the next run
+    of the sweep, so it need not wait for the disk (the workers' own syncs would queue behind it).
+    """
+    write_atomic(out / TABLE, "".join(json.dumps(row, sort_keys=False) + "\n" for row in rows), durable=durable)
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
@@ -246,7 +252,7 @@ def write_table(out: Path, rows: Sequence[Row]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_atomic(out / "sweep.csv", buffer.getvalue())
+    write_atomic(out / "sweep.csv", buffer.getvalue(), durable=durable)
 
 
 def read_table(out: Path) -> list[Row]:
