@@ -29,7 +29,7 @@ from warnings import warn
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import RunDirCorrupt
-from metaroles.core.files import append_durably, append_text, iter_lines, read_text, sync_file, write_atomic
+from metaroles.core.files import append_durably, append_text, iter_lines, read_text, write_atomic
 from metaroles.messages.message import Message
 
 Event = dict[str, Any]
@@ -240,7 +240,7 @@ class EventLog:
         self._book: tuple[object, int] | None = None
         self.turns = turns
         self.folded = not turns if folded is None else folded
-        self._pending: list[Path] = []
+        self._unsynced = False  # lines appended without waiting for the disk (round_done(sync=False))
         if turns and env.trace is None:
             env.trace = []
         self._seen: object = env.trace  # a trace already there belongs to rounds before this log
@@ -263,7 +263,7 @@ class EventLog:
         """Append the events of the round that just ended (or of what happened between rounds).
 
         ``sync=False``: without waiting for the disk; the checkpoint that claims the round syncs the
-        log first (:meth:`unsynced`), or :meth:`sync` does.
+        log first (:meth:`unsynced`).
         """
         env = self.env
         seq = self.seq + 1
@@ -294,13 +294,8 @@ class EventLog:
 
     def unsynced(self) -> list[Path]:
         """The log's file, if lines went to it without waiting for the disk: the caller syncs it now."""
-        pending, self._pending = self._pending, []
-        return pending
-
-    def sync(self) -> None:
-        """Wait until every line appended so far is on the disk."""
-        for path in self.unsynced():
-            sync_file(path)
+        unsynced, self._unsynced = self._unsynced, False
+        return [self.path] if unsynced else []
 
     def _turn_lines(self, lines: list[str], seq: int, head: str) -> int:
         """Observe (the news), think (the action chosen) and act (the message produced) events; the last seq."""
@@ -389,9 +384,5 @@ class EventLog:
         return known[1]
 
     def _append(self, lines: list[str], sync: bool = True) -> None:
-        if sync:
-            append_durably(self.path, lines)
-            self._pending = []
-        else:
-            append_text(self.path, lines)
-            self._pending = [self.path]
+        (append_durably if sync else append_text)(self.path, lines)
+        self._unsynced = not sync
