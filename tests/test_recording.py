@@ -159,11 +159,11 @@ async def test_the_log_follows_a_sender_whose_addresses_change(tmp_path) -> None
     assert [sorted(delivered[e["message_id"]]) for e in spoken] == expected
 
 
-@pytest.mark.parametrize("name", ["debate", "society"])
-async def test_a_round_file_replaces_nothing_before_the_events_and_rows_it_claims_are_on_the_disk(
-    name: str, tmp_path: Path, monkeypatch: Any
-) -> None:
-    """The event log and the message table are appended without waiting; the checkpoint syncs them first."""
+async def recorded_run(name: str, out_dir: Path, monkeypatch: Any) -> list[str]:
+    """Run scenario ``name`` into ``out_dir``; its writes in order: ``append:F``, ``replace:F``, ``fsync:F``.
+
+    An fsync names the file or folder it waits for (a folder: its own name).
+    """
     points: list[str] = []
     fsync = os.fsync
 
@@ -174,7 +174,16 @@ async def test_a_round_file_replaces_nothing_before_the_events_and_rows_it_claim
     monkeypatch.setattr(files, "fault_hook", points.append)
     monkeypatch.setattr(os, "fsync", synced)
     options = {"agents": 30, "rounds": 12} if name == "society" else {}
-    await run_scenario(name, llm=TestLLM(), options=options, out_dir=tmp_path)
+    await run_scenario(name, llm=TestLLM(), options=options, out_dir=out_dir)
+    return points
+
+
+@pytest.mark.parametrize("name", ["debate", "society"])
+async def test_a_round_file_replaces_nothing_before_the_events_and_rows_it_claims_are_on_the_disk(
+    name: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The event log and the message table are appended without waiting; the checkpoint syncs them first."""
+    points = await recorded_run(name, tmp_path, monkeypatch)
     unsynced: set[str] = set()
     replaced = 0
     for point in points:
@@ -187,3 +196,20 @@ async def test_a_round_file_replaces_nothing_before_the_events_and_rows_it_claim
             assert not unsynced, f"{file} replaced while {sorted(unsynced)} may not be on the disk"
             replaced += 1
     assert replaced >= 2 and not unsynced, "every line appended is synced by the end of the run"
+
+
+async def test_the_checkpoint_folder_waits_for_the_disk_once_before_the_final_state_names_a_round(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Round files are synced before their rename; their names, once, before anything that names them."""
+    run_dir = tmp_path / "run"
+    points = await recorded_run("debate", run_dir, monkeypatch)
+    rounds = [i for i, p in enumerate(points) if p.startswith("replace:round-")]
+    folder_syncs = [i for i, p in enumerate(points) if p == "fsync:checkpoints"]
+    assert len(rounds) >= 5 and len(folder_syncs) == 1
+    assert rounds[-1] < folder_syncs[0] < points.index("replace:state.json") < points.index("replace:report.json")
+    assert points.index("replace:ledger.json") < points.index("replace:report.json"), "report.json last: done"
+    assert points.count(f"fsync:{run_dir.name}") == 3  # the manifest, the final state, and the end's three files
+    assert "replace:events.jsonl" not in points, "a new run's log is not rewritten empty when it opens"
+    last = json.loads((run_dir / "report.json").read_text())["report"]["rounds"]
+    assert points[rounds[-1]] == f"replace:round-{last:04d}.json"

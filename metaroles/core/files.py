@@ -116,14 +116,18 @@ def sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str | bytes, *, after: Sequence[Path] = (), durable: bool = True) -> Path:
+def write_atomic(
+    path: Path, text: str | bytes, *, after: Sequence[Path] = (), durable: bool = True, sync_name: bool = True
+) -> Path:
     """Replace ``path`` with ``text`` (UTF-8) or bytes: temp file, fsync, rename, fsync of the directory.
 
     A ``.zst`` file gets them compressed, as one frame. ``after``: files appended to without waiting
     for the disk (:func:`append_text`) that must be durable before ``path`` is replaced; they are synced,
     in order, once the new text is written, so a journaling file system commits them all at once.
     ``durable=False``: no waiting for the disk at all (a view rebuilt from other files): readers still
-    see the old text or the new, never a mix.
+    see the old text or the new, never a mix. ``sync_name=False``: the text is on the disk before the
+    rename, but the new name is not waited for — the caller syncs the directory once for several files
+    (:func:`sync_dir`); a power cut before that may leave the old file, never a torn one.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
@@ -140,7 +144,7 @@ def write_atomic(path: Path, text: str | bytes, *, after: Sequence[Path] = (), d
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    if durable:
+    if durable and sync_name:
         sync_dir(path.parent)
     return path
 

@@ -21,6 +21,7 @@ otherwise a *delta* against the previous round file, so that a round costs what 
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
@@ -30,7 +31,7 @@ from typing import Any
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
-from metaroles.core.files import append_text, truncate_lines, write_atomic
+from metaroles.core.files import append_text, sync_dir, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import replayable, replays, signature
@@ -69,15 +70,8 @@ addresses, and its news list if its buffer was empty (else None: an observation 
 
 _Target = tuple[Sequence[Role], list[int], list[list[Any]]]
 """A list of recipients, their places (env index) and the expectations of the replayable ones among them."""
-
-
-@dataclass
-class _EnvMark:
-    history: int = -1
-    edits: int = 0
-    dead_letters: int = 0
-    events: int = 0
-    ledger: int = 0
+_EnvMark = namedtuple("_EnvMark", "history edits dead_letters events ledger", defaults=(-1, 0, 0, 0, 0))
+"""The environment at the previous checkpoint: the lengths (and the history's edits) a delta starts from."""
 
 
 class CheckpointWriter(MessageRows):
@@ -90,6 +84,8 @@ class CheckpointWriter(MessageRows):
         restored: What :func:`load_checkpoint` read, when continuing a run in the same folder.
         replay: ``False`` for a shard's part (``runs.parts``): every delta lists the roles that changed.
         known: For a shard's part, the messages of the driver's history, which its rows name by id.
+        each_name: Sync each round file's name as it is written (a shard's part: the driver's file names it);
+            else :meth:`sync_names`, once. A power cut may lose the newest round files, never tear one.
     """
 
     def __init__(
@@ -100,11 +96,14 @@ class CheckpointWriter(MessageRows):
         restored: Restored | None = None,
         replay: bool = True,
         known: Mapping[str, Message] | None = None,
+        each_name: bool = False,
     ) -> None:
         """Open the folder; when continuing, cut the message table back to what the checkpoint used."""
         self.folder = folder
         self.every = every
         self.replay = replay
+        self.each_name = each_name
+        self._names_unsynced = False
         super().__init__(known)
         self._roles: dict[str, _RoleMark] = {}
         self._env = _EnvMark()
@@ -138,10 +137,7 @@ class CheckpointWriter(MessageRows):
             self._held.append(message)
 
     def continue_after(self, env: Environment, restored: Restored) -> None:
-        """Hold the marks the writer of the restored run held after its checkpoint, so it goes on alike.
-
-        A resumed run then writes the very checkpoints (deltas, full snapshots) the uninterrupted run wrote.
-        """
+        """Hold the marks the restored run's writer held after its checkpoint: a resumed run writes the same files."""
         held = len(self._held)
         self._role_index(env)
         self._env_parts(env, self._pending_rows, full=True)
@@ -215,10 +211,16 @@ class CheckpointWriter(MessageRows):
         self.write_rows()
         rows = [self.folder / MESSAGES] if self._unsynced else []
         path = round_file(self.folder, env.round)
-        write_atomic(path, "{" + ",".join(parts) + "}\n", after=[*after, *rows])
-        self._unsynced = False
+        write_atomic(path, "{" + ",".join(parts) + "}\n", after=[*after, *rows], sync_name=self.each_name)
+        self._unsynced, self._names_unsynced = False, not self.each_name
         self.round = env.round
         return path
+
+    def sync_names(self) -> None:
+        """Wait until the round files written so far are found by their names after a power cut (once per run)."""
+        if self._names_unsynced:
+            sync_dir(self.folder)
+            self._names_unsynced = False
 
     # -- what the bus did -----------------------------------------------------------------------
 

@@ -223,11 +223,12 @@ class EventLog:
         """Open (and, on resume, cut back) the log."""
         self.path = path
         self.env = env
+        self.timings = timings_of(path)
         kept = _read_lines(path)
         if through_round is not None:
             kept = [(e, line) for e, line in kept if e.get("round", 0) <= through_round]
-        _rewrite(path, kept, timings_from=timings_of(path))
-        self.timings = timings_of(path)
+        if path.exists() or self.timings.exists():  # a new run's log starts with its first append
+            _rewrite(path, kept, timings_from=self.timings)
         self.seq = kept[-1][0]["seq"] if kept else 0
         self._names: dict[str, str] = {}
         self._send_to: dict[frozenset[str], str] = {}

@@ -40,7 +40,7 @@ def part_writer(folder: Path, known: Mapping[str, Message]) -> CheckpointWriter:
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("round-*.json"):
         stale.unlink()
-    return CheckpointWriter(folder, replay=False, known=known)
+    return CheckpointWriter(folder, replay=False, known=known, each_name=True)  # the driver's file names it
 
 
 def note_driver(writer: CheckpointWriter, env: Environment) -> None:

@@ -167,8 +167,8 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[
     if wanted or (wanted is None and len(env.history) <= TRANSCRIPT_LIMIT):
         rounds = publish_rounds(events_file(out_dir, manifest))
         title = str(manifest.get("scenario", "run"))  # not the folder's name: that belongs in the manifest only
-        write_atomic(out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds))
+        write_atomic(out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds), sync_name=False)
     whole = report.model_copy(update={"rounds": env.round})  # the run's rounds, not this call's (a resume runs fewer)
     summary = {"report": whole.model_dump(mode="json"), "config": manifest.get("config", {})}
-    write_atomic(out_dir / "report.json", json.dumps(summary, indent=1) + "\n")
-    write_atomic(out_dir / "ledger.json", json.dumps(env.ledger.dump(), indent=1) + "\n")
+    write_atomic(out_dir / "ledger.json", json.dumps(env.ledger.dump(), indent=1) + "\n", sync_name=False)
+    write_atomic(out_dir / "report.json", json.dumps(summary, indent=1) + "\n")  # last: its folder synced, all three

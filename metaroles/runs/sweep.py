@@ -13,6 +13,7 @@ sweeps of one grid — on processes or on Ray — write the same table, timings 
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import itertools
 import json
@@ -152,12 +153,16 @@ class LocalTrials:
             for index, call in enumerate(calls):
                 done(index, run_trial(*call))
             return
-        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=_context()) as pool:
-            futures: dict[Future[Row], int] = {pool.submit(run_trial, *call): i for i, call in enumerate(calls)}
-            while futures:
-                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    done(futures.pop(future), future.result())
+        gc.freeze()  # forked workers share this heap: their collections leave it alone instead of copying it
+        try:
+            with ProcessPoolExecutor(max_workers=self.jobs, mp_context=_context()) as pool:
+                futures: dict[Future[Row], int] = {pool.submit(run_trial, *call): i for i, call in enumerate(calls)}
+                while futures:
+                    finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        done(futures.pop(future), future.result())
+        finally:
+            gc.unfreeze()
 
 
 def _context() -> BaseContext:

@@ -1,8 +1,4 @@
-"""A Team hires roles into an Environment, holds the budget and runs the project.
-
-``Team.run`` stops early, cleanly, when every role is idle or when the budget is spent, and
-reports why; the environment's state stays intact and can be saved at any point.
-"""
+"""A Team hires roles into an Environment, holds the budget and runs the project until idle, spent or done."""
 
 from __future__ import annotations
 
@@ -146,8 +142,8 @@ class Team:
     def gathered(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
         """``fn`` of the run's roles: one part per shard (and the driver's) on shards, else one of all roles.
 
-        Round metrics that read every role combine these parts, so they are the same on one
-        process and on many; register ``fn`` in :attr:`metric_parts` for a sharded run.
+        Round metrics that combine these parts are the same on one process and on many (on shards:
+        register ``fn`` in :attr:`metric_parts`).
 
         Raises:
             RunError: If the run is sharded and ``fn`` is not in :attr:`metric_parts`.
@@ -207,6 +203,8 @@ class Team:
                 await self._final_checkpoint()
         finally:
             writer, self._checkpoints = self._checkpoints, None
+            if writer is not None:
+                writer.sync_names()  # the round files' names, once: state.json may name the last one
             if save_to is not None and not self._stranded:  # a lost shard took roles: the checkpoint stands
                 save_state(self.env, Path(save_to), None if self._failed else writer)
         detail = self.budget_crossed() or "" if reason is StopReason.BUDGET else ""
