@@ -66,15 +66,23 @@ def traced_in_memory(env: Environment) -> AbstractContextManager[object]:
 async def rounds(
     env: Environment, log: EventLog | None, checkpoints: CheckpointWriter | None, every: int | None
 ) -> None:
-    for _ in range(ROUNDS):
-        await env.run_round()
-        due = checkpoints is not None and env.round % (every or 1) == 0
-        if log is not None:
-            log.round_done(sync=not due)  # as a Team logs: a checkpoint due syncs the log with its own file
-        if checkpoints is not None:
-            checkpoints.note(env)  # every round: the turns and deliveries the next delta replays
-            if due:
-                checkpoints.write(env, after=log.unsynced() if log is not None else ())
+    async with env.session():  # as Team.run runs its rounds: workers kept, the heap settled after each round
+        for _ in range(ROUNDS):
+            await one_round(env, log, checkpoints, every)
+
+
+async def one_round(
+    env: Environment, log: EventLog | None, checkpoints: CheckpointWriter | None, every: int | None
+) -> None:
+    """A round, then its recording as a Team does it: events, then the checkpoint (when due), last."""
+    await env.run_round()
+    due = checkpoints is not None and env.round % (every or 1) == 0
+    if log is not None:
+        log.round_done(sync=not due)  # as a Team logs: a checkpoint due syncs the log with its own file
+    if checkpoints is not None:
+        checkpoints.note(env)  # every round: the turns and deliveries the next delta replays
+        if due:
+            checkpoints.write(env, after=log.unsynced() if log is not None else ())
 
 
 async def main() -> None:

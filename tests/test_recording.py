@@ -209,7 +209,8 @@ async def test_the_checkpoint_folder_waits_for_the_disk_once_before_the_final_st
     assert len(rounds) >= 5 and len(folder_syncs) == 1
     assert rounds[-1] < folder_syncs[0] < points.index("replace:state.json") < points.index("replace:report.json")
     assert points.index("replace:ledger.json") < points.index("replace:report.json"), "report.json last: done"
-    assert points.count(f"fsync:{run_dir.name}") == 3  # the manifest, the final state, and the end's three files
+    # the manifest, the new event log's name, the final state, and the end's three files: once per run, not per round
+    assert points.count(f"fsync:{run_dir.name}") == 4
     assert "replace:events.jsonl" not in points, "a new run's log is not rewritten empty when it opens"
     last = json.loads((run_dir / "report.json").read_text())["report"]["rounds"]
     assert points[rounds[-1]] == f"replace:round-{last:04d}.json"

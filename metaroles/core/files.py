@@ -159,6 +159,16 @@ def append_text(path: Path, text: str | Sequence[str]) -> None:
         _write(handle, path, text)
 
 
+def create_durably(path: Path) -> None:
+    """Create ``path`` empty if it does not exist, and make its name survive a power cut (fsync of its folder).
+
+    For a file that only grows by appends (an event log): later appends sync its contents, not its name.
+    """
+    if not path.exists():
+        path.touch()
+        sync_dir(path.parent)
+
+
 def sync_file(path: Path) -> None:
     """Wait until what was written to ``path`` is on the disk (fsync)."""
     fd = os.open(path, os.O_RDONLY)

@@ -29,7 +29,7 @@ from warnings import warn
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import RunDirCorrupt
-from metaroles.core.files import append_durably, append_text, iter_lines, read_text, write_atomic
+from metaroles.core.files import append_durably, append_text, create_durably, iter_lines, read_text, write_atomic
 from metaroles.messages.message import Message
 
 Event = dict[str, Any]
@@ -227,8 +227,10 @@ class EventLog:
         kept = _read_lines(path)
         if through_round is not None:
             kept = [(e, line) for e, line in kept if e.get("round", 0) <= through_round]
-        if path.exists() or self.timings.exists():  # a new run's log starts with its first append
+        if path.exists() or self.timings.exists():
             _rewrite(path, kept, timings_from=self.timings)
+        else:  # a new run's log: created empty, not written (a checkpoint may claim it before the run's end)
+            create_durably(path)
         self.seq = kept[-1][0]["seq"] if kept else 0
         self._names: dict[str, str] = {}
         self._send_to: dict[frozenset[str], str] = {}
