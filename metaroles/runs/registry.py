@@ -14,11 +14,11 @@ import importlib.util
 import re
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from metaroles.core import installed
 from metaroles.core.exceptions import ConfigError
 from metaroles.runs.team import Team
 
@@ -122,7 +122,7 @@ def known_scenarios() -> dict[str, str]:
     package = importlib.import_module(SCENARIOS)
     folder = Path(next(iter(package.__path__)))
     found = {p.stem: f"{SCENARIOS}.{p.stem}" for p in folder.glob("*.py") if not p.stem.startswith("_")}
-    for entry in metadata.entry_points(group=ENTRY_POINTS):
+    for entry in installed.entry_points(ENTRY_POINTS):
         found.setdefault(entry.name, entry.value.partition(":")[0])
     return dict(sorted(found.items()))
 
@@ -139,7 +139,7 @@ def plugins(kind: str) -> dict[str, str]:
     """
     if kind not in PLUGIN_KINDS:
         raise ConfigError(f"plug-in kind {kind!r} is not one of {PLUGIN_KINDS}")
-    return dict(sorted((e.name, e.value) for e in metadata.entry_points(group=f"metaroles.{kind}")))
+    return dict(sorted((e.name, e.value) for e in installed.entry_points(f"metaroles.{kind}")))
 
 
 def load_plugin(kind: str, name: str) -> Any:
@@ -148,7 +148,7 @@ def load_plugin(kind: str, name: str) -> Any:
     Raises:
         ConfigError: If no installed plug-in contributes it (the message lists those that do).
     """
-    for entry in metadata.entry_points(group=f"metaroles.{kind}"):
+    for entry in installed.entry_points(f"metaroles.{kind}"):
         if entry.name == name:
             return entry.load()
     raise ConfigError(f"no plug-in contributes {kind[:-1]} {name!r}; installed: {sorted(plugins(kind))}")

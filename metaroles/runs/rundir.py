@@ -17,12 +17,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from textwrap import indent
 from typing import Any
 
 from metaroles.agents import isolation
+from metaroles.core import installed
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import ZSTD, write_atomic
 from metaroles.messages.message import Message
@@ -76,10 +76,9 @@ def provenance() -> dict[str, Any]:
     """What produced a run: versions, the git revision, and how model-written code is confined here."""
     packages = {}
     for name in ("metaroles", "pydantic", "anyio", "openai", "llama-cpp-python", "llama-index-core", "networkx"):
-        try:
-            packages[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
+        found = installed.version(name)
+        if found is not None:
+            packages[name] = found
     try:
         found = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False)
         revision = found.stdout.strip() if found.returncode == 0 else None

@@ -1,0 +1,67 @@
+"""What is installed is read once per state of the import path, and again as soon as a package is installed."""
+
+from __future__ import annotations
+
+import os
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from metaroles.core import installed
+
+GROUP = "metaroles.test_installed"
+
+
+def install(site: Path, name: str, version: str, entries: dict[str, str]) -> None:
+    """A distribution as pip leaves it in ``site``: a ``.dist-info`` folder with its metadata and entry points."""
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = "".join(f"{key} = {value}\n" for key, value in entries.items())
+    (info / "entry_points.txt").write_text(f"[{GROUP}]\n{lines}")
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "site"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+def test_a_second_question_is_answered_from_what_the_first_read(site: Path) -> None:
+    """While no folder on the path changes, the distributions are not read again (a sweep asks once per trial)."""
+    install(site, "alpha_plugin", "1.0", {"alpha": "alpha_plugin.scenario"})
+    first = installed.entry_points(GROUP)
+    assert [(e.name, e.value) for e in first] == [("alpha", "alpha_plugin.scenario")]
+    stamp = os.stat(site).st_mtime_ns
+    install(site, "beta_plugin", "2.5", {"beta": "beta_plugin.scenario"})
+    os.utime(site, ns=(stamp, stamp))  # the folder's time as it was: only a read of the files would see beta
+    assert installed.entry_points(GROUP) == first, "answered without reading the distributions again"
+
+
+def test_a_package_installed_after_the_first_question_is_seen(site: Path) -> None:
+    install(site, "alpha_plugin", "1.0", {"alpha": "alpha_plugin.scenario"})
+    assert [e.name for e in installed.entry_points(GROUP)] == ["alpha"]
+    assert installed.version("beta_plugin") is None
+    before = os.stat(site).st_mtime_ns
+    install(site, "beta_plugin", "2.5", {"beta": "beta_plugin.scenario"})
+    os.utime(site, ns=(before + 1_000_000, before + 1_000_000))  # a coarse clock may not have ticked: it did
+    assert sorted(e.name for e in installed.entry_points(GROUP)) == ["alpha", "beta"]
+    assert installed.version("beta_plugin") == "2.5"
+
+
+def test_a_folder_added_to_the_import_path_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert installed.version("gamma_plugin") is None
+    other = tmp_path / "other"
+    other.mkdir()
+    install(other, "gamma_plugin", "0.3", {"gamma": "gamma_plugin.scenario"})
+    monkeypatch.syspath_prepend(str(other))
+    assert installed.version("gamma_plugin") == "0.3"
+    assert [e.name for e in installed.entry_points(GROUP)] == ["gamma"]
+
+
+def test_versions_are_the_installed_distributions() -> None:
+    assert installed.version("pydantic") == metadata.version("pydantic")
+    assert installed.version("no-such-distribution-here") is None
