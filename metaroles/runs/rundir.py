@@ -76,9 +76,9 @@ def provenance() -> dict[str, Any]:
     """What produced a run: versions, the git revision, and how model-written code is confined here."""
     packages = {}
     for name in ("metaroles", "pydantic", "anyio", "openai", "llama-cpp-python", "llama-index-core", "networkx"):
-        found = installed.version(name)
-        if found is not None:
-            packages[name] = found
+        version = installed.version(name)
+        if version is not None:
+            packages[name] = version
     try:
         found = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False)
         revision = found.stdout.strip() if found.returncode == 0 else None
