@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar
 
 import anyio
+from pydantic import BaseModel, Field
 
 from metaroles import Action, Environment, Memory, Message, Role, UserRequirement
 from metaroles.core.ids import new_id
@@ -300,6 +301,37 @@ def memory_figures(total: int) -> None:
     emit("memory_get_by_actions_rare", median_of(lookup_rare), "us/call", stored=memory.count(), returned=11)
 
 
+class PydanticMessage(BaseModel):
+    """The reference for ``Message.dump``: MetaGPT's message is a pydantic model with these fields."""
+
+    id: str
+    content: str
+    instruct_content: dict[str, object] | None = None
+    role: str = "user"
+    cause_by: str = ""
+    sent_from: str = ""
+    send_to: set[str] = Field(default_factory=set)
+    metadata: dict[str, object] = Field(default_factory=dict)
+
+
+def dump_figures(count: int = 100_000) -> None:
+    """``Message.dump()`` against pydantic-core's ``model_dump_json`` of a model with the same fields, in turn."""
+    message = Message("relay the opinion onwards", cause_by="Act1", sent_from="r1", send_to={"r2"})
+    reference = PydanticMessage(id=message.id, content=message.content, cause_by="Act1", sent_from="r1", send_to={"r2"})
+
+    def per_call(dump: Callable[[], str]) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            for _ in range(count):
+                dump()
+            return (time.perf_counter() - start) / count * 1e6
+
+        return run
+
+    timed_pair = paired(per_call(message.dump), per_call(reference.model_dump_json))
+    emit_paired("message_dump", "us/call", timed_pair, floor="pydantic model_dump_json", ratio="time over the floor's")
+
+
 def idle_role_bytes(roles: int) -> float:
     """Bytes each idle role (no actions, nothing buffered) holds, joined to an Environment."""
     gc.collect()
@@ -385,6 +417,7 @@ def main() -> None:
     emit_paired("ring_addressed_per_message", "msgs/s", ring, roles=1000, rounds=10)
     broadcast = paired(lambda: broadcast_run(1000, 10, 10), lambda: broadcast_floor(1000, 10, 10))
     emit_paired("broadcast", "deliveries/s", broadcast, roles=1000, speakers=10, rounds=10)
+    dump_figures()
     emit("idle_round_10k_roles", median_of(lambda: idle_round(10_000, 100)), "ms/round", roles=10_000)
     memory_figures(100_000 if args.quick else 1_000_000)
     for roles in (10_000, 100_000):

@@ -285,6 +285,35 @@ def test_trusted_construction_matches_validated_construction(content, structured
     assert Message.model_validate_json(trusted.model_dump_json()).same_fields(trusted)
 
 
+@given(
+    content=st.one_of(st.none(), st.text(max_size=30)),
+    role=st.sampled_from(list(ChatRole)),
+    sender=st.text(max_size=8),
+    to=st.frozensets(st.text(min_size=1, max_size=6), min_size=1, max_size=4),
+    chat=st.lists(st.one_of(st.none(), st.text(max_size=8)), min_size=3, max_size=3),
+    metadata=st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
+    structured=st.booleans(),
+)
+def test_a_messages_json_is_json_dumps_of_its_fields(content, role, sender, to, chat, metadata, structured):
+    """``dump``'s direct text for plain messages is exactly what ``json.dumps`` writes of ``model_dump``."""
+    tool_call_id, name, image = chat
+    message = Message(
+        content,
+        role=role,
+        sent_from=sender,
+        send_to=set(to),
+        metadata=metadata,
+        tool_call_id=tool_call_id,
+        name=name,
+        base64_image=image,
+        instruct_content=Plan(steps=[sender]) if structured else None,
+    )
+    text = message.dump()
+    assert text == json.dumps(message.model_dump(mode="json"), ensure_ascii=False)
+    assert json.loads(text) == message.model_dump(mode="json")
+    assert Message.load(text).same_fields(message)
+
+
 def _child_id(queue) -> None:  # runs in a forked child
     from metaroles.core.ids import new_id
 
