@@ -293,8 +293,9 @@ def test_trusted_construction_matches_validated_construction(content, structured
     chat=st.lists(st.one_of(st.none(), st.text(max_size=8)), min_size=3, max_size=3),
     metadata=st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
     structured=st.booleans(),
+    calls=st.sampled_from([None, [], [ToolCall(id="c1", function=Function(name="search", arguments="{}"))]]),
 )
-def test_a_messages_json_is_json_dumps_of_its_fields(content, role, sender, to, chat, metadata, structured):
+def test_a_messages_json_is_json_dumps_of_its_fields(content, role, sender, to, chat, metadata, structured, calls):
     """``dump``'s direct text for plain messages is exactly what ``json.dumps`` writes of ``model_dump``."""
     tool_call_id, name, image = chat
     message = Message(
@@ -307,6 +308,7 @@ def test_a_messages_json_is_json_dumps_of_its_fields(content, role, sender, to, 
         name=name,
         base64_image=image,
         instruct_content=Plan(steps=[sender]) if structured else None,
+        tool_calls=calls,
     )
     text = message.dump()
     assert text == json.dumps(message.model_dump(mode="json"), ensure_ascii=False)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from json.encoder import encode_basestring
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
@@ -37,9 +36,9 @@ from metaroles.core.schema import (
     to_instruct_content,
 )
 from metaroles.messages.fields import (
-    ROLE_VALUES,
     ROLES,
     get_metadata,
+    json_text,
     optional_str,
     pickled_values,
     profile_as_sender,
@@ -292,9 +291,7 @@ class Message:
 
     def model_dump_json(self, *, indent: int | None = None) -> str:
         """Serialise to JSON; the same message always gives the same text."""
-        if indent is None and self.instruct_content is None and not self._metadata and self.tool_calls is None:
-            return _plain_json(self)
-        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False, indent=indent)
+        return json_text(self, indent)
 
     @classmethod
     def model_validate(cls, obj: object) -> Self:
@@ -401,24 +398,3 @@ class Message:
             for call in tool_calls
         ]
         return cls(content, role=ChatRole.ASSISTANT, tool_calls=calls, base64_image=base64_image, **kwargs)
-
-
-def _plain_json(message: Message) -> str:
-    """The JSON of a message without structured content, metadata or tool calls (most of them), built directly.
-
-    The very text ``json.dumps(message.model_dump(mode="json"), ensure_ascii=False)`` gives, five times as fast.
-    """
-    enc = encode_basestring
-    content = "null" if message.content is None else enc(message.content)
-    send_to = ", ".join([enc(address) for address in sorted(message._send_to)])
-    return (
-        f'{{"id": {enc(message.id)}, "content": {content}, "instruct_content": null, '
-        f'"role": "{ROLE_VALUES[message._role]}", "cause_by": {enc(message._cause_by)}, '
-        f'"sent_from": {enc(message.sent_from)}, "send_to": [{send_to}], "metadata": {{}}, "tool_calls": null, '
-        f'"tool_call_id": {_optional_json(message.tool_call_id)}, "name": {_optional_json(message.name)}, '
-        f'"base64_image": {_optional_json(message.base64_image)}}}'
-    )
-
-
-def _optional_json(text: str | None) -> str:
-    return "null" if text is None else encode_basestring(text)
