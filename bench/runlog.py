@@ -3,7 +3,8 @@
 Modes: off; the full event log (publish, deliver, observe, think, act...); an incremental
 checkpoint each round; both (what a scenario run does by default); the log without turn events
 and a checkpoint each round; and the light setting for large societies (no turn events, a
-checkpoint every 10 rounds). The modes run interleaved, five
+checkpoint every 10 rounds). Each run's rounds are one session of the environment, as ``Team.run`` runs
+them (workers kept, the heap settled after each round). The modes run interleaved, five
 times each after a warm-up, and each slowdown is the median of the ratios to the "off" run of the
 same repetition, so the machine's drift does not leak into the figures.
 Run: ``python bench/runlog.py``.
