@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from importlib import metadata
+from typing import Any, TypeVar
 
 __all__ = ["entry_points", "version"]
 
+_T = TypeVar("_T")
 _Key = tuple[tuple[str, int], ...]
-_seen: dict[str, tuple[_Key, object]] = {}
+_seen: dict[str, tuple[_Key, Any]] = {}
 """Per question (an entry-point group, a version): the import path's state it was answered in, and the answer."""
 
 
@@ -31,23 +34,28 @@ def _path_state() -> _Key:
     return tuple(state)
 
 
-def entry_points(group: str) -> tuple[metadata.EntryPoint, ...]:
-    """The installed entry points of ``group``, in ``importlib.metadata``'s order."""
-    key, question = _path_state(), f"group:{group}"
+def _answer(question: str, read: Callable[[], _T]) -> _T:
+    """``read()``'s answer to ``question``, read again only when the import path changed since."""
+    key = _path_state()
     known = _seen.get(question)
     if known is None or known[0] != key:
-        known = _seen[question] = (key, tuple(metadata.entry_points(group=group)))
-    return known[1]  # type: ignore[return-value]
+        known = _seen[question] = (key, read())
+    answer: _T = known[1]
+    return answer
+
+
+def entry_points(group: str) -> tuple[metadata.EntryPoint, ...]:
+    """The installed entry points of ``group``, in ``importlib.metadata``'s order."""
+    return _answer(f"group:{group}", lambda: tuple(metadata.entry_points(group=group)))
 
 
 def version(name: str) -> str | None:
     """The installed version of distribution ``name``, or ``None`` if it is not installed."""
-    key, question = _path_state(), f"version:{name}"
-    known = _seen.get(question)
-    if known is None or known[0] != key:
+
+    def read() -> str | None:
         try:
-            found: str | None = metadata.version(name)
+            return metadata.version(name)
         except metadata.PackageNotFoundError:
-            found = None
-        known = _seen[question] = (key, found)
-    return known[1]  # type: ignore[return-value]
+            return None
+
+    return _answer(f"version:{name}", read)
