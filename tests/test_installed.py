@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -65,3 +66,43 @@ def test_a_folder_added_to_the_import_path_is_read(tmp_path: Path, monkeypatch: 
 def test_versions_are_the_installed_distributions() -> None:
     assert installed.version("pydantic") == metadata.version("pydantic")
     assert installed.version("no-such-distribution-here") is None
+
+
+def git(folder: Path, *args: str) -> str:
+    """Run git in ``folder`` (a test repository: no global config needed) and return what it printed."""
+    command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", *args]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def rev_parse(folder: Path) -> str | None:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def test_the_git_revision_is_what_git_rev_parse_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read from the repository's files, in each layout git leaves: a branch, packed refs, detached, a worktree."""
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    repo = tmp_path / "repo"
+    (repo / "sub" / "deeper").mkdir(parents=True)
+    git(repo, "init", "-q")
+    assert installed.git_revision(repo) is None and rev_parse(repo) is None  # a branch with no commit yet
+    (repo / "a.txt").write_text("one")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "one")
+    first = rev_parse(repo)
+    assert first is not None and installed.git_revision(repo / "sub" / "deeper") == first
+    git(repo, "pack-refs", "--all")  # the branch now lives in packed-refs only
+    assert not (repo / ".git" / "refs" / "heads" / "main").exists()
+    assert installed.git_revision(repo) == first
+    (repo / "a.txt").write_text("two")
+    git(repo, "commit", "-q", "-am", "two")
+    second = rev_parse(repo)
+    assert second != first and installed.git_revision(repo) == second  # a new commit: the loose ref wins
+    git(repo, "checkout", "-q", "--detach", first)
+    assert installed.git_revision(repo) == first == rev_parse(repo)
+    git(repo, "worktree", "add", "-q", str(tmp_path / "tree"), "main")
+    assert installed.git_revision(tmp_path / "tree") == second == rev_parse(tmp_path / "tree")
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    assert installed.git_revision(outside) == rev_parse(outside)  # None, unless the temporary folder is in a repository

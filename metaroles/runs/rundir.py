@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import platform
 import secrets
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -79,11 +78,7 @@ def provenance() -> dict[str, Any]:
         version = installed.version(name)
         if version is not None:
             packages[name] = version
-    try:
-        found = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False)
-        revision = found.stdout.strip() if found.returncode == 0 else None
-    except OSError:
-        revision = None
+    revision = installed.git_revision()
     return {
         "metaroles": packages.get("metaroles"),
         "python": sys.version.split()[0],

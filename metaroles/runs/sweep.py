@@ -13,7 +13,6 @@ sweeps of one grid — on processes or on Ray — write the same table, timings 
 from __future__ import annotations
 
 import csv
-import gc
 import io
 import itertools
 import json
@@ -153,16 +152,14 @@ class LocalTrials:
             for index, call in enumerate(calls):
                 done(index, run_trial(*call))
             return
-        gc.freeze()  # forked workers share this heap: their collections leave it alone instead of copying it
-        try:
-            with ProcessPoolExecutor(max_workers=self.jobs, mp_context=_context()) as pool:
-                futures: dict[Future[Row], int] = {pool.submit(run_trial, *call): i for i, call in enumerate(calls)}
-                while futures:
-                    finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        done(futures.pop(future), future.result())
-        finally:
-            gc.unfreeze()
+        # The heap is not frozen before forking: a trial's session settles its heap only where nobody froze
+        # it (core.heap), and a worker that inherits a frozen heap ran each trial ~30 % slower than this process.
+        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=_context()) as pool:
+            futures: dict[Future[Row], int] = {pool.submit(run_trial, *call): i for i, call in enumerate(calls)}
+            while futures:
+                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    done(futures.pop(future), future.result())
 
 
 def _context() -> BaseContext:
