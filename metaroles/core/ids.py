@@ -101,9 +101,10 @@ class IdScope:
     def next(self) -> str:
         """The next id of this producer in this round: ``key``, then round, slot and sequence in hex."""
         clock = self.clock
-        if clock is not None and clock.round != self.round:
+        if clock is not None and clock.round != self.round:  # a new round: _place, inlined (once per role and round)
             self.round, self.seq = clock.round, 0
-            self._place(clock.digits)
+            digits = clock.digits
+            self.prefix = self.key + digits + self.slot_digits if digits and self.slot_digits else ""
         seq = self.seq
         self.seq = seq + 1
         if seq < _SHORT and self.prefix:
