@@ -129,3 +129,18 @@ async def test_a_function_model_that_first_breaks_json_then_repairs_it():
     assert response is not None and response.instruct_content == Score(value=4, why="fixed")
     assert len(seen) == 2 and "That answer is invalid" in seen[1].messages[-1]["content"]
     assert seen[0].output_schema == Score.model_json_schema()
+
+
+def test_an_output_schema_is_made_once_per_class_and_handed_out_as_a_copy() -> None:
+    """What a model is asked to fill is the class's own schema; a provider that edits its copy changes no other call."""
+    from metaroles.bus.action import output_schema
+
+    class Verdict(BaseModel):
+        winner: str
+        confidence: float
+
+    first = output_schema(Verdict)
+    assert first == Verdict.model_json_schema()
+    first["properties"]["winner"]["type"] = "integer"
+    first["additionalProperties"] = False
+    assert output_schema(Verdict) == Verdict.model_json_schema(), "an edited copy does not reach the next call"

@@ -7,9 +7,11 @@ role publishes as the message's ``instruct_content``.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar, overload
+from weakref import WeakKeyDictionary
 
 from pydantic import BaseModel, ValidationError
 
@@ -60,6 +62,17 @@ async def complete(
     return response
 
 
+_SCHEMAS: WeakKeyDictionary[type[BaseModel], dict[str, Any]] = WeakKeyDictionary()
+
+
+def output_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema, a copy each time: pydantic makes it anew on every call; here once per class."""
+    schema = _SCHEMAS.get(model)
+    if schema is None:
+        schema = _SCHEMAS[model] = model.model_json_schema()
+    return copy.deepcopy(schema)
+
+
 async def complete_structured(
     llm: LLM | None,
     request: LLMRequest,
@@ -73,7 +86,7 @@ async def complete_structured(
     Raises:
         LLMOutputInvalid: When no attempt validates; carries the last raw text.
     """
-    request = request.model_copy(update={"output_schema": model.model_json_schema()})
+    request = request.model_copy(update={"output_schema": output_schema(model)})
     for attempt in range(retries + 1):
         response = await complete(llm, request, ledger=ledger)
         try:
