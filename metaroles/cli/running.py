@@ -86,6 +86,9 @@ def run(
     log_turns: Annotated[
         bool | None, typer.Option("--log-turns/--no-log-turns", help="log observe/think/act of every turn")
     ] = None,
+    fold_turns: Annotated[
+        bool, typer.Option("--fold-turns", help="log a default turn on the publish line of its message (smaller log)")
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="run directory (default: RUNS_DIR/NAME-STAMP-ID)")] = None,
     runs_dir: Annotated[Path, typer.Option(help="where run directories go")] = Path("runs"),
     no_save: Annotated[bool, typer.Option("--no-save", help="write no run directory")] = False,
@@ -123,7 +126,7 @@ def run(
         budget=budget if budget is not None else settings.get("budget"),
         prices=prices_from(price or []) or None,
         checkpoint_every=checkpoint_every,
-        log_turns=log_turns,
+        log_turns="folded" if fold_turns and log_turns is not False else log_turns,
         backend=backend_from(backend, shards, ray_address),
         otel=otel,
         transcript=transcript,

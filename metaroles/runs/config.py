@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, InvalidValueError
 
 RUN_OPTIONS = ("rounds", "idea", "llm", "model", "base_url", "seed", "budget")
 """Keys of a YAML config file that set how to run, not the scenario's own options."""
@@ -91,6 +91,20 @@ def _depth(value: Any, level: int = 0) -> int:
     return level
 
 
+LogTurns = bool | Literal["folded"]
+
+
+def checked_log_turns(value: object) -> LogTurns:
+    """``True``, ``False`` or ``"folded"`` (a default turn's events go on the line of the message it made).
+
+    Raises:
+        InvalidValueError: For anything else.
+    """
+    if value is True or value is False or value == "folded":
+        return value
+    raise InvalidValueError(f"log_turns={value!r} must be True, False or 'folded' (a turn on its message's line)")
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How to run a scenario, beside its own config: each overrides the scenario's default."""
@@ -103,8 +117,9 @@ class RunOptions:
     """Money budget: the run stops cleanly once the ledger reaches it."""
     checkpoint_every: int | None = None
     """A checkpoint every this many rounds (and where the run stops); default: the scenario's, else 1."""
-    log_turns: bool | None = None
-    """Log each turn's observe, think and act events; default: the scenario's, else yes."""
+    log_turns: LogTurns | None = None
+    """Log each turn's observe, think and act events (``"folded"``: see :func:`checked_log_turns`); default: the
+    scenario's, else yes."""
     prices: dict[str, tuple[float, float]] | None = None
     """Model → (prompt, completion) USD per 1,000 tokens, beside the ledger's table (recorded in the manifest)."""
     backend: Any = None

@@ -20,171 +20,51 @@ and ``latency_s``); :func:`read_events` puts the latencies back on the events it
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import Any
-from warnings import warn
+from typing import Any, Literal
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
-from metaroles.core.exceptions import RunDirCorrupt
-from metaroles.core.files import append_durably, append_text, create_durably, iter_lines, read_text, write_atomic
+from metaroles.core.files import append_durably, append_text, create_durably
 from metaroles.messages.message import Message
+from metaroles.runs.eventread import (
+    TIMINGS,
+    Event,
+    _read_lines,
+    _rewrite,
+    check_log,
+    copy_events,
+    publish_rounds,
+    read_events,
+    read_jsonl,
+    timings_of,
+    unfolded,
+)
 
-Event = dict[str, Any]
-TIMINGS = "timings.jsonl"
-"""Beside ``events.jsonl``: the latency of each model call, by the ``seq`` of its ``llm_call`` event."""
+__all__ = [
+    "TIMINGS",
+    "Event",
+    "EventLog",
+    "check_log",
+    "copy_events",
+    "publish_rounds",
+    "read_events",
+    "read_jsonl",
+    "timings_of",
+    "unfolded",
+]
 
-
-def timings_of(events: Path) -> Path:
-    """The timings file that goes with the event log ``events``."""
-    return events.with_name(TIMINGS)
-
-
-def read_events(path: Path) -> list[Event]:
-    """The events in ``path``, model calls with their ``latency_s``; a torn last line is skipped with a warning.
-
-    Raises:
-        RunDirCorrupt: If a line before the last is not an event (named by file and line).
-    """
-    events = unfolded([event for event, _ in _read_lines(path)])
-    latencies = {t["seq"]: t["latency_s"] for t, _ in _read_lines(timings_of(path), warn_torn=False, kind=_timing)}
-    if latencies:
-        for event in events:
-            if event["kind"] == "llm_call":
-                event["latency_s"] = latencies.get(event["seq"], 0.0)
-    return events
-
-
-def unfolded(events: list[Event]) -> list[Event]:
-    """``events`` with each publish's deliveries (its ``to``) as the ``deliver`` events they stand for.
-
-    A publish line carries the roles it was delivered to, in delivery order, and the numbers
-    after its own ``seq`` are theirs; a log written before (one line per delivery) reads the same.
-    """
-    if not any("to" in e for e in events if e["kind"] == "publish"):
-        return events
-    out: list[Event] = []
-    for event in events:
-        to = event.pop("to", None) if event["kind"] == "publish" else None
-        out.append(event)
-        if to:
-            seq, round_no, message_id = event["seq"], event["round"], event.get("message_id")
-            out.extend(
-                {"seq": seq + n, "round": round_no, "kind": "deliver", "role": role, "message_id": message_id}
-                for n, role in enumerate(to, start=1)
-            )
-    return out
-
-
-def _event(value: object) -> bool:
-    return (
-        isinstance(value, dict)
-        and type(value.get("seq")) is int
-        and type(value.get("round")) is int
-        and isinstance(value.get("kind"), str)
-    )
-
-
-def _timing(value: object) -> bool:
-    return isinstance(value, dict) and type(value.get("seq")) is int and isinstance(value.get("latency_s"), int | float)
-
-
-def _read_lines(
-    path: Path, *, warn_torn: bool = True, kind: Callable[[object], bool] = _event
-) -> list[tuple[Event, str]]:
-    """Each record of ``path`` with its line as written (kept verbatim when a log is cut back).
-
-    A torn last line (a crash mid-append) is skipped; anything else that is not a record is an error.
-    """
-    return read_jsonl(path, kind, warn_torn=warn_torn)
-
-
-def read_jsonl(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = True) -> list[tuple[Event, str]]:
-    """The records of a JSON-lines file of a run directory, each with its line; ``[]`` if there is none.
-
-    Raises:
-        RunDirCorrupt: If a line other than the last is not valid UTF-8 JSON accepted by ``kind``.
-    """
-    if not path.exists():
-        return []
-    lines = read_text(path).split("\n")
-    records: list[tuple[Event, str]] = []
-    record: Any
-    last = len(lines) - (1 if lines[-1] == "" else 0)
-    for number, line in enumerate(lines[:last], start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if kind(record):
-            records.append((record, line))
-        elif number == last and record is None:
-            if warn_torn:
-                warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=3)
-        else:
-            raise RunDirCorrupt(
-                f"{path}: line {number} is not a valid record ({line[:60]!r}); the file is damaged — "
-                "restore it, or delete the run directory and run again"
-            )
-    return records
-
-
-def publish_rounds(path: Path) -> dict[str, int]:
-    """Message id → the round it was published in, reading only the publish lines of a log."""
-    if not path.exists():
-        return {}
-    rounds: dict[str, int] = {}
-    for number, raw in enumerate(iter_lines(path), start=1):
-        if b'"publish"' not in raw:
-            continue
-        try:
-            event = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise RunDirCorrupt(f"{path}: line {number} is not UTF-8 text; the file is damaged") from None
-        except json.JSONDecodeError:
-            continue  # a torn last line (read_events warns about it)
-        if isinstance(event, dict) and event.get("kind") == "publish" and isinstance(event.get("round"), int):
-            rounds[str(event.get("message_id"))] = event["round"]
-    return rounds
-
-
-def check_log(path: Path, through_round: int) -> None:
-    """Check that the log at ``path`` reads whole and records every round up to ``through_round``.
-
-    Raises:
-        RunDirCorrupt: If a line is damaged, or the log ends before ``through_round`` (missing,
-            emptied or cut short: a resume would continue from a log that lost rounds).
-    """
-    ended = [e["round"] for e, _ in _read_lines(path) if e["kind"] == "round_end"]
-    if through_round > 0 and (not ended or max(ended) < through_round):
-        last = f"ends at round {max(ended)}" if ended else "holds no complete round"
-        raise RunDirCorrupt(
-            f"{path}: the event log {last}, but the last checkpoint is of round {through_round}; "
-            "it was lost or cut short, so resuming would write a log that lies — restore it, or fork from an "
-            "earlier round (metaroles fork DIR --from-round N)"
-        )
-
-
-def copy_events(source: Path, target: Path, *, through_round: int) -> None:
-    """Write the events of ``source`` up to ``through_round`` into ``target`` (a fork's prefix), with their timings."""
-    kept = [(e, line) for e, line in _read_lines(source) if e.get("round", 0) <= through_round]
-    _rewrite(target, kept, timings_from=timings_of(source))
-
-
-def _rewrite(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path) -> None:
-    """Make ``events`` hold exactly the lines ``kept``, and its timings those of ``kept``'s model calls."""
-    last = kept[-1][0]["seq"] if kept else 0
-    timings = [line for t, line in _read_lines(timings_from, warn_torn=False, kind=_timing) if t["seq"] <= last]
-    write_atomic(events, "".join(line + "\n" for _, line in kept))
-    write_atomic(timings_of(events), "".join(line + "\n" for line in timings))
-
-
+_Fold = tuple[int, int, str, Any, Any]
+"""A turn that may be folded: its first ``seq``, its place among the round's lines, its role, news and action."""
 _Said = tuple[frozenset[str], Sequence[Role], str, str, str]
 """A sender's addresses, the recipients routing gave them, and the JSON of its name, addresses and recipients."""
+
+
+def _default_turn(role: str, think: tuple[str, str, Any, int], act: tuple[str, str, Any, int]) -> bool:
+    """Whether ``role``'s observe, then ``think`` and ``act``, are a turn that chose an action and made a message."""
+    return think[0] == "think" and act[0] == "act" and think[1] == act[1] == role and None not in (think[2], act[2])
 
 
 def _ids(messages: Sequence[Message]) -> str:
@@ -206,7 +86,10 @@ class EventLog:
         path: The ``events.jsonl`` file; appended to.
         env: The environment whose rounds are logged.
         through_round: Keep only events up to this round from an existing log (resume).
-        turns: Also log each turn's observe, think and act events (switches on ``env.trace``).
+        turns: Also log each turn's observe, think and act events (switches on ``env.trace``); ``"folded"``:
+            a default turn (observe, think, then act with the one message it published) goes on that
+            message's publish line (``turn``) instead of three lines of its own, if the line tells its
+            story; :func:`read_events` spells it out.
         folded: Carry each publish's deliveries on its line (default: when turns are not logged —
             the light log of large societies); else a line per delivery.
     """
@@ -217,7 +100,7 @@ class EventLog:
         env: Environment,
         *,
         through_round: int | None = None,
-        turns: bool = True,
+        turns: bool | Literal["folded"] = True,
         folded: bool | None = None,
     ) -> None:
         """Open (and, on resume, cut back) the log."""
@@ -241,8 +124,11 @@ class EventLog:
         self._senders: dict[str, _Said] = {}
         """Per sender: its last addresses and recipients (the objects) and their JSON, with its name's."""
         self._book: tuple[object, int] | None = None
-        self.turns = turns
+        self.turns = bool(turns)
         self.folded = not turns if folded is None else folded
+        self.fold_turns = turns == "folded"
+        self._folds: dict[str, _Fold] = {}
+        """The round's turns that may go on their message's publish line, by the message's id."""
         self._unsynced = False  # lines appended without waiting for the disk (round_done(sync=False))
         if turns and env.trace is None:
             env.trace = []
@@ -277,6 +163,8 @@ class EventLog:
             seq = self._turn_lines(lines, seq, head)
         if len(env.history) > self._history:
             seq = self._message_lines(lines, seq, head, env.history.get(len(env.history) - self._history))
+        if self._folds:
+            self._unfolded(lines, head)
         timings = []
         for entry in env.ledger.entries[self._ledger :]:
             call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
@@ -301,9 +189,30 @@ class EventLog:
         return [self.path] if unsynced else []
 
     def _turn_lines(self, lines: list[str], seq: int, head: str) -> int:
-        """Observe (the news), think (the action chosen) and act (the message produced) events; the last seq."""
-        names, name, add = self._names, self._name, lines.append
-        for kind, role, detail, _ in self.env.trace or ():
+        """Observe (the news), think (the action chosen) and act (the message produced) events; the last seq.
+
+        With ``fold_turns``, a role's observe, think and act in a row (a default turn that made one
+        message) take their numbers and a place here; the message's publish line carries them if it
+        tells the same story (:meth:`_message_lines`), else :meth:`_unfolded` writes them here.
+        """
+        names, name, add, trace = self._names, self._name, lines.append, self.env.trace or ()
+        folds, last, skip = self._folds, len(trace) - 2 if self.fold_turns else 0, 0
+        for at, (kind, role, detail, _) in enumerate(trace):
+            if skip:  # the think and act of a turn just taken
+                skip -= 1
+                continue
+            if kind == "observe" and at < last:
+                think, act = trace[at + 1], trace[at + 2]
+                if (
+                    think[0] == "think"
+                    and act[0] == "act"
+                    and think[1] == act[1] == role
+                    and None not in (think[2], act[2])
+                ):
+                    folds[act[2].id] = (seq + 1, len(lines), role, detail, think[2])
+                    add("")
+                    seq, skip = seq + 3, 2
+                    continue
             who = names.get(role) or name(role)
             seq += 1
             if kind == "observe":
@@ -317,6 +226,18 @@ class EventLog:
                 message_id = "null" if detail is None else encode_basestring(detail.id)
                 add(f'{{"seq":{seq}{head}"act","role":{who},"message_id":{message_id}}}\n')
         return seq
+
+    def _unfolded(self, lines: list[str], head: str) -> None:
+        """Write, in their places, the turns whose message's publish line did not carry them."""
+        names, name = self._names, self._name
+        for message_id, (seq, place, role, news, todo) in self._folds.items():
+            who, action = names.get(role) or name(role), names.get(todo._action_id) or name(todo._action_id)
+            lines[place] = (
+                f'{{"seq":{seq}{head}"observe","role":{who},"message_ids":[{_ids(news)}]}}\n'
+                f'{{"seq":{seq + 1}{head}"think","role":{who},"action":{action}}}\n'
+                f'{{"seq":{seq + 2}{head}"act","role":{who},"message_id":{encode_basestring(message_id)}}}\n'
+            )
+        self._folds = {}
 
     def _message_lines(self, lines: list[str], seq: int, head: str, messages: Iterable[Message]) -> int:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient.
@@ -333,9 +254,11 @@ class EventLog:
             senders = self._senders
         for message in messages:
             caused = heard.get(message.sent_from)  # a sharded run's remote sender: its shard encoded them
+            sender = None
             if caused is None:
                 sender = roles.get(message.sent_from)
                 caused = _ids(sender.rc.news) if sender is not None else ""
+            turned = self._turn_of(message, caused, sender) if self._folds else ""  # its turn, on its line
             said, send_to = senders.get(message.sent_from), message.send_to  # they recur round after round
             if said is None or (said[0] is not send_to and said[0] != send_to):
                 said = self._said(message, route(send_to))
@@ -345,7 +268,7 @@ class EventLog:
             seq += 1
             line = (
                 f'{{"seq":{seq}{head}"publish","role":{said[2]},"message_id":{message_id},"cause_by":{action},'
-                f'"send_to":[{said[3]}],"caused_by":[{caused}]'
+                f'"send_to":[{said[3]}],"caused_by":[{caused}]{turned}'
             )
             if folded:  # each delivery keeps its number: read_events gives it back as a deliver event
                 add(f'{line},"to":[{said[4]}]}}\n')
@@ -357,6 +280,21 @@ class EventLog:
                 seq += 1
                 add(f'{{"seq":{seq}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
         return seq
+
+    def _turn_of(self, message: Message, caused: str, sender: Role | None) -> str:
+        """``,"turn":S`` for the publish line of ``message`` if its sender's turn tells its story, else ``""``.
+
+        The turn's events then read back as written: its role sent the message, its action caused it,
+        and its news are the ids ``caused_by`` names (``caused``, as JSON).
+        """
+        turn = self._folds.pop(message.id, None)
+        if turn is None:
+            return ""
+        if turn[2] == message.sent_from and turn[4]._action_id == message.cause_by:
+            if (sender is not None and turn[3] is sender.rc.news) or _ids(turn[3]) == caused:
+                return f',"turn":{turn[0]}'
+        self._folds[message.id] = turn  # written in its place by _unfolded
+        return ""
 
     def _said(self, message: Message, recipients: Sequence[Role]) -> _Said:
         """The JSON of ``message``'s sender, addresses and (folded) recipients, kept for its sender's next message."""

@@ -17,7 +17,7 @@ from metaroles.core.files import append_durably, write_atomic, zstandard
 from metaroles.llm.ledger import Price
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import describe_llm
-from metaroles.runs.config import RunOptions
+from metaroles.runs.config import RunOptions, checked_log_turns
 from metaroles.runs.eventlog import TIMINGS, read_jsonl
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.rundir import (
@@ -49,7 +49,8 @@ def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> Scenari
     defaults: dict[str, Any] = getattr(module, "RUN_DEFAULTS", {})
     every = run.checkpoint_every if run.checkpoint_every is not None else defaults.get("checkpoint_every", 1)
     plan.team.checkpoint_every = every
-    plan.team.log_turns = run.log_turns if run.log_turns is not None else defaults.get("log_turns", True)
+    turns = run.log_turns if run.log_turns is not None else defaults.get("log_turns", True)
+    plan.team.log_turns = checked_log_turns(turns)
     plan.team.metric_parts = list(getattr(module, "METRIC_PARTS", ()))
     plan.team.shard_by = getattr(module, "shard_by", None)
     if run.backend is not None:

@@ -18,6 +18,7 @@ from metaroles.runs import workspace
 from metaroles.runs.backends import Backend, ShardBy
 from metaroles.runs.cast import Cast
 from metaroles.runs.checkpoint import CheckpointWriter
+from metaroles.runs.config import LogTurns, checked_log_turns
 from metaroles.runs.continuing import forked, resumed
 from metaroles.runs.eventlog import EventLog
 from metaroles.runs.final_state import refers_to_checkpoint, save_state
@@ -48,8 +49,8 @@ class Team:
             name such as ``gpt-4o-mini-2024-07-18`` takes the price of ``gpt-4o-mini``.
         checkpoint_every: With a checkpoint folder, write a checkpoint every this many rounds
             (and when the run stops); a resumed run goes back to the last one.
-        log_turns: With an event log, also log each turn's observe, think and act events; large
-            societies may keep only publishes, deliveries, model calls and errors.
+        log_turns: With an event log, also log each turn's observe, think and act events (``"folded"``: a
+            default turn's on its message's publish line); large societies keep publishes, deliveries, calls and errors.
         backend: Where the roles run: in this process (``None``), or on shards
             (``RayBackend(shards=K)``, ``LocalBackend(shards=K)``); every file of the run is the same.
     """
@@ -64,14 +65,14 @@ class Team:
         role_budgets: Mapping[str, Budget] | None = None,
         prices: Mapping[str, Price] | None = None,
         checkpoint_every: int = 1,
-        log_turns: bool = True,
+        log_turns: LogTurns = True,
         backend: Backend | None = None,
     ) -> None:
         """Create a team; see the class docstring for the arguments."""
         if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise InvalidValueError(f"checkpoint_every={checkpoint_every!r} must be a positive integer, e.g. 1")
         self.checkpoint_every = checkpoint_every
-        self.log_turns = log_turns
+        self.log_turns = checked_log_turns(log_turns)
         self.env = env if env is not None else Environment()
         self.llm = llm
         self.budget = budget
