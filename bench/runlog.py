@@ -28,11 +28,12 @@ from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.eventlog import EventLog
 
 ROLES, ROUNDS, REPEATS = 1000, 10, 5
-MODES = {  # name: (event log with turn events?, checkpoint every N rounds)
+MODES: dict[str, tuple[bool | str | None, int | None]] = {  # name: (turn events in the log?, checkpoint every N)
     "off": (None, None),
     "log": (True, None),
     "checkpoint": (None, 1),
     "log+checkpoint": (True, 1),
+    "folded+checkpoint": ("folded", 1),  # metaroles run --fold-turns: a default turn on its message's line
     "messages+checkpoint": (False, 1),
     "light": (False, 10),
     "otel": (None, None),  # OpenTelemetry on (the SDK's in-memory exporter, content off), no log or checkpoint
