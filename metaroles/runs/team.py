@@ -277,13 +277,13 @@ class Team:
 
     async def _final_checkpoint(self) -> None:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
-        writer, run = self._checkpoints, self._sharded
+        writer, run, after = self._checkpoints, self._sharded, self._log.unsynced() if self._log is not None else []
         if writer is not None and writer.round != self.env.round and not self._failed and not self._stranded:
             self._keep_files(writer)
             if run is None:
-                writer.write(self.env)
+                writer.write(self.env, after=after)
             else:  # before the roles come back, each shard writes its part; the driver's file completes the round
-                write_driver(writer, self.env, run.pinned, await run.checkpoint(writer.folder))
+                write_driver(writer, self.env, run.pinned, await run.checkpoint(writer.folder), after)
 
     def _keep_files(self, writer: CheckpointWriter) -> None:
         if self.workspace is not None:
@@ -332,8 +332,8 @@ class Team:
         """Log the round and its metrics (unless ``logged``), then write its checkpoint (``writer``: one is due)."""
         env = self.env
         try:
-            self._log_round(logged, sync=writer is None)
-            after = self._log.unsynced() if self._log is not None else []  # the checkpoint syncs them first
+            self._log_round(logged, sync=self._checkpoints is None)  # else the next checkpoint syncs it (after)
+            after = self._log.unsynced() if self._log is not None and writer is not None else []  # synced by it
             if writer is not None and parts is not None:  # last, the driver's file completes the round
                 write_driver(writer, env, pinned, parts, after)
             elif writer is not None:
