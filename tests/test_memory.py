@@ -272,3 +272,41 @@ def test_views_iterate_as_snapshots_while_the_memory_grows():
             newest_first.append(message.content)
             memory.add(Message("later", cause_by=WritePRD))
         assert newest_first == ["m2", "m1", "m0"]
+
+
+class _Touched(list):  # type: ignore[type-arg]
+    """A list that counts the items read from it (by iteration or by index)."""
+
+    touched = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for item in super().__iter__():
+            _Touched.touched += 1
+            yield item
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        _Touched.touched += 1
+        return super().__getitem__(index)
+
+
+def test_iterating_the_newest_messages_reads_only_them_however_long_the_history():
+    """A view of a round's new messages at the end of a long history costs those messages, not the history."""
+    from metaroles.messages.view import MessageView
+
+    items = _Touched(Message(f"m{i}") for i in range(100_000))
+    _Touched.touched = 0
+    assert [m.content for m in MessageView(items, 99_997)] == ["m99997", "m99998", "m99999"]
+    assert _Touched.touched <= 3, f"{_Touched.touched} messages read to iterate three"
+    _Touched.touched = 0
+    assert [m.content for m in reversed(MessageView(items, 99_998))] == ["m99999", "m99998"]
+    assert _Touched.touched <= 2
+
+
+@given(size=st.integers(0, 40), k=st.integers(-2, 45), added=st.integers(0, 3))
+def test_the_newest_k_iterate_as_the_list_s_tail_and_stay_a_snapshot(size: int, k: int, added: int) -> None:
+    memory = Memory([Message(f"m{i}") for i in range(size)])
+    view = memory.get(k)
+    expected = list(memory)[-k:] if 0 < k < size else list(memory)
+    for i in range(added):
+        memory.add(Message(f"later {i}"))
+    assert list(view) == expected and list(reversed(view)) == expected[::-1] and len(view) == len(expected)

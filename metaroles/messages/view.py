@@ -57,8 +57,14 @@ class MessageView(Sequence[Message]):
         return self._items[self._start + start : self._start + max(start, stop)]
 
     def __iter__(self) -> Iterator[Message]:
-        """Iterate oldest first."""
-        return itertools.islice(self._items, self._start, self._stop)  # bounded: a message added meanwhile is not in it
+        """Iterate oldest first, in O(1) per message wherever the view starts (bounded: later adds are not in it).
+
+        ``islice(items, start, stop)`` would step over the first ``start`` messages: a view of a round's
+        new messages at the end of a long history (the log's, the checkpoint's) then cost the whole history.
+        """
+        if not self._start:
+            return itertools.islice(self._items, self._stop)
+        return map(self._items.__getitem__, range(self._start, self._stop))
 
     def __reversed__(self) -> Iterator[Message]:
         """Iterate newest first."""
