@@ -106,3 +106,12 @@ def test_the_git_revision_is_what_git_rev_parse_says(tmp_path: Path, monkeypatch
     outside = tmp_path / "plain"
     outside.mkdir()
     assert installed.git_revision(outside) == rev_parse(outside)  # None, unless the temporary folder is in a repository
+
+
+def test_a_deleted_working_folder_has_no_git_revision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run started from a folder that no longer exists records no revision instead of failing."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert installed.git_revision() is None

@@ -77,8 +77,11 @@ def git_revision(folder: Path | None = None) -> str | None:
     Read from ``HEAD``, the branch's ref file or ``packed-refs`` (worktrees included); a layout it
     does not know, or ``GIT_DIR`` set, asks ``git`` itself.
     """
-    start = (folder or Path.cwd()).resolve()
-    found = next((place / ".git" for place in (start, *start.parents) if (place / ".git").exists()), None)
+    try:
+        start = (folder or Path.cwd()).resolve()
+        found = next((place / ".git" for place in (start, *start.parents) if (place / ".git").exists()), None)
+    except OSError:  # the working folder was deleted, or a parent cannot be read
+        return None
     if found is None or "GIT_DIR" in os.environ:
         return None if found is None else _rev_parse(start)
     try:
