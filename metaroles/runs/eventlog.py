@@ -1,13 +1,16 @@
 """The run's event log: ``events.jsonl``, append-only, one JSON object per line.
 
 Events are written at the end of each round, in one append that is flushed and fsynced before the
-round's checkpoint: ``round_start``, ``publish`` (with ``caused_by``: the news its sender had
-observed), ``deliver``, ``dead_letter``, ``role_error``, ``dropped``, ``llm_call`` (tokens and
-cost) and ``round_end``, each with a sequence number and its round. The light log (no turn
-events, as large societies keep it) folds deliveries: a publish line carries them (``to``: the
-recipients in delivery order, numbered right after it) instead of a line per delivery — a fifth
-of the size — and :func:`read_events` gives them back as ``deliver`` events, so every reader
-sees one stream whichever way it was written. On resume
+round's checkpoint (a round with no checkpoint due leaves the sync to the next one):
+``round_start``, the turns' ``observe``, ``think`` and ``act``, ``publish`` (with ``caused_by``:
+the news its sender had observed), ``deliver``, ``dead_letter``, ``role_error``, ``dropped``,
+``llm_call`` (tokens and cost) and ``round_end``, each with a sequence number and its round. The
+light log (no turn events, as large societies keep it) folds deliveries: a publish line carries
+them (``to``: the recipients in delivery order, numbered right after it) instead of a line per
+delivery — a fifth of the size. A folded log (``turns="folded"``) puts a default turn on the line
+of the message it made (``turn``: its observe's number; think and act follow). The readers
+(``runs.eventread``, re-exported here) spell both out, so every reader sees one stream whichever
+way it was written. On resume
 the log is cut back to the checkpoint's round, and a torn last line is dropped with a warning.
 Big runs may keep it compressed (``events.jsonl.zst``, ``core.files``): each round's append is one
 zstd frame, and every reader here (and pandas) reads the same lines.
