@@ -1,4 +1,4 @@
-"""Bus benchmarks: one JSON line per figure, median of 3 runs after a warm-up.
+"""Bus benchmarks: one JSON line per figure, median of 3 runs after a warm-up (the ring: 5 after 3).
 
 Each routing figure has a floor: the same routing done by a minimal dict + deque loop in the
 same process, run right after it, so every figure also has a ratio to what plain Python does
@@ -36,13 +36,16 @@ def median_of(run: Callable[[], float], repeats: int = REPEATS) -> float:
     return statistics.median(values)
 
 
-def paired(run: Callable[[], float], floor: Callable[[], float], repeats: int = REPEATS) -> tuple[float, float, float]:
-    """Medians of ``run``, of ``floor`` and of their ratio, each pair run back to back.
+def paired(
+    run: Callable[[], float], floor: Callable[[], float], repeats: int = REPEATS, warmups: int = 1
+) -> tuple[float, float, float]:
+    """Medians of ``run``, of ``floor`` and of their ratio, each pair run back to back, after ``warmups`` pairs.
 
     Pairs keep the ratio honest on a machine whose speed drifts between runs.
     """
-    run()
-    floor()
+    for _ in range(warmups):
+        run()
+        floor()
     pairs = []
     for _ in range(repeats):
         gc.collect()
@@ -411,9 +414,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller memory workload")
     args = parser.parse_args()
-    ring = paired(lambda: ring_run(1000, 10), lambda: ring_floor(1000, 10))
+    # The first figures of a fresh process: a run of the ring reads 10-20 % slower for its first few runs here
+    # (the allocator's arenas, caches), so three warm-up pairs, and five measured ones.
+    ring = paired(lambda: ring_run(1000, 10), lambda: ring_floor(1000, 10), repeats=5, warmups=3)
     emit_paired("ring_addressed", "msgs/s", ring, roles=1000, rounds=10)
-    ring = paired(lambda: ring_run(1000, 10, ring_env_per_message), lambda: ring_floor(1000, 10))
+    ring = paired(lambda: ring_run(1000, 10, ring_env_per_message), lambda: ring_floor(1000, 10), repeats=5, warmups=3)
     emit_paired("ring_addressed_per_message", "msgs/s", ring, roles=1000, rounds=10)
     broadcast = paired(lambda: broadcast_run(1000, 10, 10), lambda: broadcast_floor(1000, 10, 10))
     emit_paired("broadcast", "deliveries/s", broadcast, roles=1000, speakers=10, rounds=10)
