@@ -214,3 +214,23 @@ async def test_the_checkpoint_folder_waits_for_the_disk_once_before_the_final_st
     assert "replace:events.jsonl" not in points, "a new run's log is not rewritten empty when it opens"
     last = json.loads((run_dir / "report.json").read_text())["report"]["rounds"]
     assert points[rounds[-1]] == f"replace:round-{last:04d}.json"
+
+
+def test_files_synced_together_reach_the_disk_in_order_and_lose_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """The log and the rows first, then the round file: the writes are all started, the fsyncs keep their order."""
+    log, rows, round_file = tmp_path / "events.jsonl", tmp_path / "messages.jsonl", tmp_path / "round.json"
+    files.append_text(log, ["a\n", "b\n"])
+    files.append_text(rows, "r\n")
+    synced: list[str] = []
+    fsync, started = os.fsync, []
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), fsync(fd))[1])
+    if files._START_WRITEBACK is not None:
+        advise = files._START_WRITEBACK
+        monkeypatch.setattr(files, "_START_WRITEBACK", lambda fd, *a: (started.append(fd), advise(fd, *a))[1])
+    files.write_atomic(round_file, '{"round":1}\n', after=[log, rows], sync_name=False)
+    assert [Path(p).name for p in synced[:2]] == ["events.jsonl", "messages.jsonl"] and ".round.json" in synced[2]
+    assert len(synced) == 3 and (files._START_WRITEBACK is None or len(started) == 3), "every write started first"
+    assert (log.read_text(), rows.read_text(), round_file.read_text()) == ("a\nb\n", "r\n", '{"round":1}\n')
+    with pytest.raises(FileNotFoundError):
+        files.write_atomic(tmp_path / "round2.json", "{}", after=[tmp_path / "missing.jsonl"])
+    assert not (tmp_path / "round2.json").exists() and not list(tmp_path.glob(".*.tmp")), "nothing half-written left"
