@@ -21,15 +21,8 @@ from metaroles.runs.config import RunOptions
 from metaroles.runs.eventlog import EventLog, read_events
 from metaroles.runs.scenario import run_scenario
 from metaroles.runs.team import Team
-from tests.faults.helpers import differences, killed, ok, run_args
+from tests.faults.helpers import SCENARIOS, SEED, differences, killed, ok, run_args
 
-SEED = 7
-SCENARIOS: dict[str, dict[str, object]] = {
-    "debate": {},
-    "society": {"agents": 120, "rounds": 5, "llm_agents": 4},
-    "software_company": {},
-    "werewolf": {},
-}
 SAME = ("transcript.md", "state.json", "report.json", "ledger.json", "metrics.jsonl")
 
 

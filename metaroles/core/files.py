@@ -148,7 +148,7 @@ def write_atomic(
 
 
 def append_text(path: Path, text: str | Sequence[str]) -> None:
-    """Append ``text`` (or its pieces) to ``path`` without waiting for the disk; :func:`sync_file` makes it durable.
+    """Append ``text`` (or its pieces) to ``path`` without waiting for the disk; :func:`sync_together` makes it durable.
 
     For lines that nothing refers to yet (a checkpoint's message rows, written as its rounds go by).
     """
@@ -165,6 +165,10 @@ def create_durably(path: Path) -> None:
     if not path.exists():
         path.touch()
         sync_dir(path.parent)
+
+
+_START_WRITEBACK = getattr(os, "posix_fadvise", None)
+"""Starts the disk's writes of a file's dirty pages (Linux); absent elsewhere, where fsync alone does."""
 
 
 def sync_together(paths: Sequence[Path], last: int | None = None) -> None:
@@ -185,19 +189,6 @@ def sync_together(paths: Sequence[Path], last: int | None = None) -> None:
     finally:
         for fd in fds:
             os.close(fd)
-
-
-_START_WRITEBACK = getattr(os, "posix_fadvise", None)
-"""Starts the disk's writes of a file's dirty pages (Linux); absent elsewhere, where fsync alone does."""
-
-
-def sync_file(path: Path) -> None:
-    """Wait until what was written to ``path`` is on the disk (fsync)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def append_durably(path: Path, text: str | Sequence[str]) -> None:

@@ -117,4 +117,6 @@ def _rev_parse(folder: Path) -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return found.stdout.strip() or None if found.returncode == 0 else None
+    if found.returncode != 0:
+        return None
+    return found.stdout.strip() or None

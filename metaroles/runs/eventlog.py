@@ -35,13 +35,13 @@ from metaroles.messages.message import Message
 from metaroles.runs.eventread import (
     TIMINGS,
     Event,
-    _read_lines,
-    _rewrite,
     check_log,
     copy_events,
     publish_rounds,
     read_events,
     read_jsonl,
+    read_lines,
+    rewrite_lines,
     timings_of,
     unfolded,
 )
@@ -110,11 +110,11 @@ class EventLog:
         self.path = path
         self.env = env
         self.timings = timings_of(path)
-        kept = _read_lines(path)
+        kept = read_lines(path)
         if through_round is not None:
             kept = [(e, line) for e, line in kept if e.get("round", 0) <= through_round]
         if path.exists() or self.timings.exists():
-            _rewrite(path, kept, timings_from=self.timings)
+            rewrite_lines(path, kept, timings_from=self.timings)
         else:  # a new run's log: created empty, not written (a checkpoint may claim it before the run's end)
             create_durably(path)
         self.seq = kept[-1][0]["seq"] if kept else 0

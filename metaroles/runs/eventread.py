@@ -32,8 +32,8 @@ def read_events(path: Path) -> list[Event]:
     Raises:
         RunDirCorrupt: If a line before the last is not an event (named by file and line).
     """
-    events = unfolded([event for event, _ in _read_lines(path)])
-    latencies = {t["seq"]: t["latency_s"] for t, _ in _read_lines(timings_of(path), warn_torn=False, kind=_timing)}
+    events = unfolded([event for event, _ in read_lines(path)])
+    latencies = {t["seq"]: t["latency_s"] for t, _ in read_lines(timings_of(path), warn_torn=False, kind=_timing)}
     if latencies:
         for event in events:
             if event["kind"] == "llm_call":
@@ -89,7 +89,7 @@ def _timing(value: object) -> bool:
     return isinstance(value, dict) and type(value.get("seq")) is int and isinstance(value.get("latency_s"), int | float)
 
 
-def _read_lines(
+def read_lines(
     path: Path, *, warn_torn: bool = True, kind: Callable[[object], bool] = _event
 ) -> list[tuple[Event, str]]:
     """Each record of ``path`` with its line as written (kept verbatim when a log is cut back).
@@ -157,7 +157,7 @@ def check_log(path: Path, through_round: int) -> None:
         RunDirCorrupt: If a line is damaged, or the log ends before ``through_round`` (missing,
             emptied or cut short: a resume would continue from a log that lost rounds).
     """
-    ended = [e["round"] for e, _ in _read_lines(path) if e["kind"] == "round_end"]
+    ended = [e["round"] for e, _ in read_lines(path) if e["kind"] == "round_end"]
     if through_round > 0 and (not ended or max(ended) < through_round):
         last = f"ends at round {max(ended)}" if ended else "holds no complete round"
         raise RunDirCorrupt(
@@ -169,13 +169,13 @@ def check_log(path: Path, through_round: int) -> None:
 
 def copy_events(source: Path, target: Path, *, through_round: int) -> None:
     """Write the events of ``source`` up to ``through_round`` into ``target`` (a fork's prefix), with their timings."""
-    kept = [(e, line) for e, line in _read_lines(source) if e.get("round", 0) <= through_round]
-    _rewrite(target, kept, timings_from=timings_of(source))
+    kept = [(e, line) for e, line in read_lines(source) if e.get("round", 0) <= through_round]
+    rewrite_lines(target, kept, timings_from=timings_of(source))
 
 
-def _rewrite(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path) -> None:
+def rewrite_lines(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path) -> None:
     """Make ``events`` hold exactly the lines ``kept``, and its timings those of ``kept``'s model calls."""
     last = kept[-1][0]["seq"] if kept else 0
-    timings = [line for t, line in _read_lines(timings_from, warn_torn=False, kind=_timing) if t["seq"] <= last]
+    timings = [line for t, line in read_lines(timings_from, warn_torn=False, kind=_timing) if t["seq"] <= last]
     write_atomic(events, "".join(line + "\n" for _, line in kept))
     write_atomic(timings_of(events), "".join(line + "\n" for line in timings))
