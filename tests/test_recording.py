@@ -234,3 +234,44 @@ def test_files_synced_together_reach_the_disk_in_order_and_lose_nothing(tmp_path
     with pytest.raises(FileNotFoundError):
         files.write_atomic(tmp_path / "round2.json", "{}", after=[tmp_path / "missing.jsonl"])
     assert not (tmp_path / "round2.json").exists() and not list(tmp_path.glob(".*.tmp")), "nothing half-written left"
+
+
+async def test_the_end_of_a_run_waits_for_the_disk_once_per_step(tmp_path: Path, monkeypatch: Any) -> None:
+    """The checkpoint folder is synced with state.json's temp file; transcript, ledger and report share one wait."""
+    run_dir = tmp_path / "run"
+    points = await recorded_run("debate", run_dir, monkeypatch)
+    end = points[points.index("fsync:checkpoints") :]
+    state, report = end.index("replace:state.json"), end.index("replace:report.json")
+    assert end[1].startswith("fsync:.state.json") and state == 2, "the folder synced before state.json can name a round"
+    assert end[state + 1] == f"fsync:{run_dir.name}"
+    last_three = end[state + 2 :]
+    temps = [p.partition(":")[2] for p in last_three[:3]]
+    assert [t.split(".tmp")[0][:-8] for t in temps] == [".transcript.md", ".ledger.json", ".report.json"], "synced first"
+    assert last_three[3:] == [
+        "replace:transcript.md",
+        "replace:ledger.json",
+        "replace:report.json",
+        f"fsync:{run_dir.name}",
+    ], "then renamed in order, report last, and the folder synced once"
+    assert report == len(end) - 2
+
+
+def test_files_replaced_together_are_each_old_or_new_after_a_crash(tmp_path: Path, monkeypatch: Any) -> None:
+    """A crash between two renames leaves the earlier files new, the later ones old, and no temp file behind."""
+    names = ["transcript.md", "ledger.json", "report.json"]
+    for name in names:
+        (tmp_path / name).write_text("old")
+
+    def crash(point: str) -> None:
+        if point == "replace:ledger.json":
+            raise KeyboardInterrupt  # the process stops here, as a kill would stop it
+
+    monkeypatch.setattr(files, "fault_hook", crash)
+    with pytest.raises(KeyboardInterrupt):
+        files.replace_together([(tmp_path / n, f"new {n}") for n in names])
+    assert [(tmp_path / n).read_text() for n in names] == ["new transcript.md", "old", "old"]
+    assert not list(tmp_path.glob(".*.tmp"))
+    monkeypatch.setattr(files, "fault_hook", None)
+    files.replace_together([(tmp_path / n, f"new {n}") for n in names])
+    assert [(tmp_path / n).read_text() for n in names] == [f"new {n}" for n in names]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)

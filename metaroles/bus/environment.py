@@ -11,7 +11,7 @@ transcript. A message that reaches no role goes to :attr:`Environment.dead_lette
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from functools import partial
 from operator import itemgetter
@@ -334,14 +334,15 @@ class Environment(Bus):
             if not role.rc.msg_buffer.empty():
                 self.mark_ready(role)
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, after: Sequence[Path] = ()) -> Path:
         """Write the state as JSON, atomically (a crash never leaves a half-written file).
 
         The JSON goes from pydantic-core to the file as bytes: a large society's state is hundreds
         of megabytes, and a text copy of it (then its encoding) would double the run's peak memory.
+        ``after``: files or folders that must be on the disk first, synced with it (see ``write_atomic``).
         """
         state = self.state_dict()
-        return write_atomic(Path(path), state.__pydantic_serializer__.to_json(state, indent=1))
+        return write_atomic(Path(path), state.__pydantic_serializer__.to_json(state, indent=1), after=after)
 
     def load(self, path: str | Path) -> None:
         """Restore a state written by :meth:`save`.

@@ -147,6 +147,36 @@ def write_atomic(
     return path
 
 
+def replace_together(files: Sequence[tuple[Path, str | bytes]]) -> None:
+    """Replace each path with its text as :func:`write_atomic` does, waiting for the disk once for all of them.
+
+    Every temp file is written first, then they are synced together (:func:`sync_together`), renamed
+    in the order given, and each folder is synced once. A crash leaves each file old or new, never torn;
+    a crash before the last rename leaves the later files old. For files that a last one vouches for (a
+    run's transcript and ledger, then its report).
+    """
+    written: list[tuple[Path, str]] = []
+    try:
+        for path, text in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
+            written.append((path, tmp))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(encoded(path, text))
+        sync_together([Path(tmp) for _, tmp in written])
+        while written:
+            path, tmp = written[0]
+            reached(f"replace:{path.name}")
+            os.replace(tmp, path)
+            written.pop(0)
+    except BaseException:
+        for _, tmp in written:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    for folder in dict.fromkeys(path.parent for path, _ in files):
+        sync_dir(folder)
+
+
 def append_text(path: Path, text: str | Sequence[str]) -> None:
     """Append ``text`` (or its pieces) to ``path`` without waiting for the disk; :func:`sync_together` makes it durable.
 

@@ -216,10 +216,16 @@ class CheckpointWriter(MessageRows):
         self.round = env.round
         return path
 
-    def sync_names(self) -> None:
-        """Wait until the round files written so far are found by their names after a power cut (once per run)."""
+    def sync_names(self, *, by: list[Path] | None = None) -> None:
+        """Wait until the round files written so far are found by their names after a power cut (once per run).
+
+        ``by``: the list of paths a write is about to sync (``write_atomic``'s ``after``) gets the folder instead.
+        """
         if self._names_unsynced:
-            sync_dir(self.folder)
+            if by is None:
+                sync_dir(self.folder)
+            else:
+                by.append(self.folder)
             self._names_unsynced = False
 
     # -- what the bus did -----------------------------------------------------------------------

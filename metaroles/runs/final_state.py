@@ -31,13 +31,20 @@ def refers_to_checkpoint(env: Environment, checkpoints: CheckpointWriter | None)
     return checkpoints is not None and checkpoints.round == env.round and len(env.history) > STATE_LIMIT
 
 
-def save_state(env: Environment, path: Path, checkpoints: CheckpointWriter | None) -> Path:
-    """Write ``env``'s final state to ``path``; a reference if ``checkpoints`` just wrote this round of a large run."""
-    if checkpoints is None or not refers_to_checkpoint(env, checkpoints):
-        return env.save(path)
+def save_state(env: Environment, path: Path, checkpoints: CheckpointWriter | None, *, whole: bool = False) -> Path:
+    """Write ``env``'s final state to ``path``; a reference if ``checkpoints`` just wrote this round of a large run.
+
+    ``whole``: the whole state in any case (a failed run's last checkpoint is not this state). The names of
+    the round files ``checkpoints`` wrote are synced with the file, in one wait for the disk.
+    """
+    names: list[Path] = []
+    if checkpoints is not None:
+        checkpoints.sync_names(by=names)
+    if checkpoints is None or whole or not refers_to_checkpoint(env, checkpoints):
+        return env.save(path, after=names)
     target = os.path.relpath(round_file(checkpoints.folder, env.round), path.parent)
     reference = {"kind": STATE_REFERENCE, "round": env.round, "checkpoint": target, "messages": len(env.history)}
-    return write_atomic(path, json.dumps(reference) + "\n")
+    return write_atomic(path, json.dumps(reference) + "\n", after=names)
 
 
 def referenced_checkpoint(path: Path) -> tuple[Path, int] | None:

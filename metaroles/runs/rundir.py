@@ -23,7 +23,7 @@ from typing import Any
 from metaroles.agents import isolation
 from metaroles.core import installed
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
-from metaroles.core.files import ZSTD, write_atomic
+from metaroles.core.files import ZSTD, replace_together, write_atomic
 from metaroles.messages.message import Message
 from metaroles.messages.render import readable
 from metaroles.runs.eventlog import publish_rounds
@@ -154,15 +154,20 @@ def transcript_markdown(title: str, messages: Sequence[Message], rounds: dict[st
 
 
 def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[str, Any]) -> None:
-    """Write transcript, report and ledger of a finished run (``Team.run`` saved its state)."""
+    """Write transcript, report and ledger of a finished run (``Team.run`` saved its state), waiting for the disk once.
+
+    ``report.json`` is renamed last: a run directory that has one has the other two.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     env = team.env
+    files: list[tuple[Path, str]] = []
     wanted = manifest.get("transcript")
     if wanted or (wanted is None and len(env.history) <= TRANSCRIPT_LIMIT):
         rounds = publish_rounds(events_file(out_dir, manifest))
         title = str(manifest.get("scenario", "run"))  # not the folder's name: that belongs in the manifest only
-        write_atomic(out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds), sync_name=False)
+        files.append((out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds)))
     whole = report.model_copy(update={"rounds": env.round})  # the run's rounds, not this call's (a resume runs fewer)
     summary = {"report": whole.model_dump(mode="json"), "config": manifest.get("config", {})}
-    write_atomic(out_dir / "ledger.json", json.dumps(env.ledger.dump(), indent=1) + "\n", sync_name=False)
-    write_atomic(out_dir / "report.json", json.dumps(summary, indent=1) + "\n")  # last: its folder synced, all three
+    files.append((out_dir / "ledger.json", json.dumps(env.ledger.dump(), indent=1) + "\n"))
+    files.append((out_dir / "report.json", json.dumps(summary, indent=1) + "\n"))
+    replace_together(files)

@@ -204,10 +204,10 @@ class Team:
                 await self._final_checkpoint()
         finally:
             writer, self._checkpoints = self._checkpoints, None
-            if writer is not None:
-                writer.sync_names()  # the round files' names, once: state.json may name the last one
+            if writer is not None and (save_to is None or self._stranded):
+                writer.sync_names()  # the round files' names, once (else synced with state.json, which may name one)
             if save_to is not None and not self._stranded:  # a lost shard took roles: the checkpoint stands
-                save_state(self.env, Path(save_to), None if self._failed else writer)
+                save_state(self.env, Path(save_to), writer, whole=self._failed)
         detail = self.budget_crossed() or "" if reason is StopReason.BUDGET else ""
         return TeamReport.of(self.env, rounds, reason, detail=detail, budget=self.budget)
 
