@@ -246,7 +246,8 @@ async def test_the_end_of_a_run_waits_for_the_disk_once_per_step(tmp_path: Path,
     assert end[state + 1] == f"fsync:{run_dir.name}"
     last_three = end[state + 2 :]
     temps = [p.partition(":")[2] for p in last_three[:3]]
-    assert [t.split(".tmp")[0][:-8] for t in temps] == [".transcript.md", ".ledger.json", ".report.json"], "synced first"
+    expected = [".transcript.md", ".ledger.json", ".report.json"]
+    assert [t.split(".tmp")[0][:-8] for t in temps] == expected, "their temp files synced first"
     assert last_three[3:] == [
         "replace:transcript.md",
         "replace:ledger.json",
