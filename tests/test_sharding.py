@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,14 @@ from metaroles.scenarios.society import Agent
 
 from metaroles import Action, ActionResult, DeadLetterWarning, Environment, Message, Role, Team, TestLLM
 from metaroles.core.exceptions import InvalidValueError, RunError
+from metaroles.runs import shipping
 from metaroles.runs.backends import LocalBackend, LocalShards, placement
 from metaroles.runs.config import RunOptions
 from metaroles.runs.registry import load_scenario
 from metaroles.runs.restore import restore_checkpoint
 from metaroles.runs.scenario import resume_scenario, run_scenario
 from metaroles.runs.sharding import RemoteRole, ShardedRun
+from metaroles.runs.shards import ShardHost
 
 SEED = 5
 SCENARIOS: dict[str, dict[str, object]] = {
@@ -291,6 +294,7 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
     places = data.draw(
         st.lists(st.one_of(st.none(), st.integers(0, shards - 1)), min_size=len(spec), max_size=len(spec))
     )
+    piece = data.draw(st.integers(1, 3))  # roles per piece on the way back: several pieces per shard
 
     async def both() -> tuple[dict[str, Any], dict[str, Any]]:
         one, driver = build(spec), build(spec)
@@ -308,10 +312,62 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
         await run.close()  # the roles come back, with what the last round delivered to them
         return snapshot(one), snapshot(driver)
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), pieces_of(piece):
         warnings.simplefilter("ignore", DeadLetterWarning)
         one, sharded = anyio.run(both)
     assert sharded == one
+
+
+@contextmanager
+def pieces_of(size: int) -> Iterator[None]:
+    """Shards give their roles back ``size`` at a time (``runs.shipping.PIECE``) inside the block."""
+    before, shipping.PIECE = shipping.PIECE, size
+    try:
+        yield
+    finally:
+        shipping.PIECE = before
+
+
+class Keeper(Role):
+    """A role that keeps a board it shares with others, and writes on it when it hears something."""
+
+    def __init__(self, name: str, board: list[str]) -> None:
+        super().__init__(name=name)
+        self.board = board
+
+
+async def test_roles_come_back_in_pieces_and_what_they_share_stays_one_object() -> None:
+    board: list[str] = []
+    team = Team(env=Environment(seed=3), backend=LocalBackend(2))
+    team.hire(Keeper(f"k{i}", board) for i in range(9))
+    team.run_project("hello", send_to="<all>")
+    made: list[int] = []
+    release_more = ShardHost.release_more
+
+    def counted(self: ShardHost) -> bytes:
+        made.append(self.number)
+        return release_more(self)
+
+    with pieces_of(2), patched(ShardHost, "release_more", counted):
+        await team.run(n_round=2)
+    keepers = [role for role in team.env.roles.values() if isinstance(role, Keeper)]
+    assert len(keepers) == 9 and not any(isinstance(r, RemoteRole) for r in team.env.roles.values())
+    assert sorted(made) == [0, 0, 1], "5 and 4 roles come back in 3 and 2 pieces of 2: the first is release's"
+    by_shard = {n: [k.board for k in keepers[n::2]] for n in (0, 1)}
+    for boards in by_shard.values():
+        assert all(b is boards[0] for b in boards), "roles of one shard share their board across pieces"
+    assert [len(k.rc.memory) for k in keepers] == [1] * 9, "each remembers the idea, from the driver's history"
+    assert all(k.rc.memory.get()[0] is team.env.history.get()[0] for k in keepers), "the history's very message"
+
+
+@contextmanager
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    before = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, before)
 
 
 async def test_a_large_sharded_runs_roles_stay_on_their_shards_and_its_run_directory_holds_them(tmp_path: Path) -> None:

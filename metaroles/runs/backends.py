@@ -8,12 +8,13 @@ A backend gives a sharded run its shards (a :class:`~metaroles.runs.shards.Shard
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.messages.message import Message
+from metaroles.runs import shipping
 from metaroles.runs.shards import ShardHost
 from metaroles.runs.shardset import Addresses, Delivery, ShardSet, Stepped
 
@@ -161,12 +162,14 @@ class LocalShards:
         meanwhile()
         return [host.parts(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
 
-    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
-        """Each shard's roles, pickled."""
-        pairs = zip(self.hosts, deliveries, strict=True)
-        blobs = [host.release(d, broadcasts, d.parts, pickle.Pickler) for host, d in pairs]
-        self.hosts = []
-        return blobs
+    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> AsyncIterator[tuple[int, bytes]]:
+        """Each shard's roles, pickled in pieces: ``(shard, piece)``, one shard after the other."""
+        hosts, self.hosts = self.hosts, []
+        for n, (host, delivery) in enumerate(zip(hosts, deliveries, strict=True)):
+            first, pieces = host.release(delivery, broadcasts, delivery.parts, pickle.Pickler, shipping.PIECE)
+            yield n, first
+            for _ in range(pieces - 1):
+                yield n, host.release_more()
 
     async def close(self) -> None:
         """Drop the shards."""

@@ -217,10 +217,7 @@ class CheckpointWriter(MessageRows):
         return path
 
     def sync_names(self, *, by: list[Path] | None = None) -> None:
-        """Wait until the round files written so far are found by their names after a power cut (once per run).
-
-        ``by``: the list of paths a write is about to sync (``write_atomic``'s ``after``) gets the folder instead.
-        """
+        """Sync the folder once, so round files are found by name after a power cut; or add it to ``by`` (to sync)."""
         if self._names_unsynced:
             if by is None:
                 sync_dir(self.folder)

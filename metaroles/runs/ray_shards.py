@@ -15,13 +15,14 @@ import io
 import os
 import pickle
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.heap import rare_full_passes
 from metaroles.messages.message import Message
+from metaroles.runs import shipping
 from metaroles.runs.backends import ShardBy, check_shards
 from metaroles.runs.crossing import OutboxReader, OutboxWriter
 from metaroles.runs.registry import USER_SCENARIO
@@ -152,11 +153,15 @@ class _Actor:
     async def parts(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
         return self.host.parts(fn, _unpacked(delivery), _unpacked(broadcasts), parts)
 
-    async def release(self, delivery: bytes, broadcasts: bytes, *parts: bytes) -> bytes:
+    async def release(self, piece: int, delivery: bytes, broadcasts: bytes, *parts: bytes) -> tuple[bytes, int]:
         from ray import cloudpickle
 
         with paused_gc():
-            return self.host.release(_unpacked(delivery), _unpacked(broadcasts), parts, cloudpickle.Pickler)
+            return self.host.release(_unpacked(delivery), _unpacked(broadcasts), parts, cloudpickle.Pickler, piece)
+
+    async def release_more(self) -> bytes:
+        with paused_gc():
+            return self.host.release_more()
 
     async def pid(self) -> int:
         return os.getpid()
@@ -283,9 +288,18 @@ class RayShards:
         """``fn`` of each shard's roles, and its count of ready roles."""
         return await self._each("parts", deliveries, broadcasts, fn, meanwhile=meanwhile)
 
-    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
-        """Each shard's roles, pickled."""
-        return await self._each("release", deliveries, broadcasts)
+    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> AsyncIterator[tuple[int, bytes]]:
+        """Each shard's roles, pickled in pieces: every shard's first, then their seconds... (asked for all at once)."""
+        firsts: list[tuple[bytes, int]] = await self._each("release", deliveries, broadcasts, shipping.PIECE)
+        counts = [pieces for _, pieces in firsts]
+        more = [[a.release_more.remote() for _ in range(n - 1)] for a, n in zip(self.actors, counts, strict=True)]
+        self.calls += sum(map(len, more))
+        for n, (first, _) in enumerate(firsts):
+            yield n, first
+        for k in range(max(map(len, more), default=0)):
+            for n, refs in enumerate(more):
+                if k < len(refs):
+                    yield n, await refs[k]
 
     async def pids(self) -> list[int]:
         """The process id of each shard actor (to watch or kill one)."""

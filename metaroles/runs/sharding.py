@@ -37,7 +37,7 @@ from metaroles.runs.merging import Flagged, own_messages, route_all, take_in
 from metaroles.runs.parts import part_name
 from metaroles.runs.shards import DRIVER, interned
 from metaroles.runs.shardset import Delivery, Entry, ShardSet, Stepped, shared_broadcasts
-from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
+from metaroles.runs.shipping import RolesIn, dumps_roles, paused_gc
 from metaroles.runs.standins import RemoteRole, _first, _remote_failure
 
 __all__ = ["RemoteRole", "ShardedRun"]
@@ -387,14 +387,14 @@ class ShardedRun:
             await self.shards.close()
             return
         deliveries, broadcasts = self._take_deliveries()
-        blobs = await self.shards.release(deliveries, broadcasts)
-        await self.shards.close()
         back: dict[int, Any] = {}
+        readers = [RolesIn(env) for _ in range(self.shards.count)]
         with paused_gc():
-            for blob in blobs:
-                for role in loads_roles(blob, env):
+            async for shard, piece in self.shards.release(deliveries, broadcasts):  # read while the next is made
+                for role in readers[shard].load(piece):
                     role._ready = False  # rebuild_ready below marks it again if its buffer holds news
                     back[role._env_index] = role
+            await self.shards.close()
             env.swap_roles(back)
             env.rebuild_ready()
             env.keep_heap()  # the roles are back to stay: no young pass over every object they brought

@@ -30,7 +30,7 @@ from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.crossing import OutboxReader, OutboxWriter
 from metaroles.runs.parts import part_writer
 from metaroles.runs.shardset import Addresses, Delivery, Entry, Step, StepResult
-from metaroles.runs.shipping import dumps_roles, loads_roles, paused_gc
+from metaroles.runs.shipping import RolesOut, loads_roles, paused_gc
 
 DRIVER = -1
 """Where a role pinned to the driver lives (in the address map)."""
@@ -120,6 +120,8 @@ class ShardHost:
         """Messages the driver's history holds, by id (they go back by id)."""
         self.writer: CheckpointWriter | None = None
         """This shard's writer of its checkpoint parts."""
+        self.out: RolesOut | None = None
+        """The roles on their way back (:meth:`release`)."""
         self._out = [OutboxWriter() for _ in range(shards)]
         self._in = [OutboxReader() for _ in range(shards)]
         """Per other shard, the parts sent to it and read from it (``runs.crossing``: recipients sent once)."""
@@ -299,11 +301,26 @@ class ShardHost:
         return fn(list(self.env._members)), len(self.env._ready)
 
     def release(
-        self, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes], pickler: type[pickle.Pickler]
-    ) -> bytes:
-        """Deliver, then give the roles back, pickled: messages the driver holds go by id."""
+        self,
+        delivery: Delivery,
+        broadcasts: Sequence[Message],
+        parts: Sequence[bytes],
+        pickler: type[pickle.Pickler],
+        piece: int | None = None,
+    ) -> tuple[bytes, int]:
+        """Deliver, then give the roles back, pickled: messages the driver holds go by id.
+
+        The first piece of ``piece`` roles (all if ``None``), and how many pieces in all
+        (:meth:`release_more` gives the others, in order).
+        """
         self.take(delivery, broadcasts, parts)
-        return dumps_roles(self.env, self.env._members, pickler, known=self.known)
+        self.out = RolesOut(self.env, self.env._members, pickler, known=self.known, piece=piece)
+        return self.out.next(), self.out.pieces
+
+    def release_more(self) -> bytes:
+        """The next piece of the roles :meth:`release` gives back."""
+        assert self.out is not None, "release first"
+        return self.out.next()
 
 
 def _portable(step: Step) -> Step:

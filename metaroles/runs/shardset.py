@@ -8,7 +8,7 @@ last call, a :class:`StepResult` what a shard's round gives back (``runs.shards`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -142,8 +142,12 @@ class ShardSet(Protocol):
         """``fn`` of each shard's roles after its delivery, and its ready roles; ``meanwhile()`` as they work."""
         ...
 
-    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> list[bytes]:
-        """Each shard's roles, pickled, after its delivery; the shards are done."""
+    def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> AsyncIterator[tuple[int, bytes]]:
+        """Each shard's roles after its delivery, pickled in pieces (``runs.shipping.RolesOut``): ``(shard, piece)``.
+
+        Each shard's pieces come in their order; the driver reads one while the shards make the next.
+        The shards are done.
+        """
         ...
 
     async def close(self) -> None:

@@ -132,6 +132,58 @@ def dumps_roles(
     On the driver, ``history`` (id → message) marks the messages it holds, so the shard learns
     them; on a shard, ``known`` holds the messages the driver has (by id), which travel by id.
     """
+    return RolesOut(env, roles, pickler, history=history, known=known).next()
+
+
+PIECE = 4096
+"""Roles per piece a shard gives back (:class:`RolesOut`): the driver reads one while the shard makes the next."""
+
+
+class RolesOut:
+    """Roles pickled as :func:`dumps_roles` does, a piece at a time; :class:`RolesIn` reads the pieces in order.
+
+    One pickler makes every piece, so an object that roles of two pieces share is pickled once and
+    read back as one object, as if the roles had travelled together.
+    """
+
+    def __init__(
+        self,
+        env: Environment,
+        roles: Sequence[Role],
+        pickler: type[pickle.Pickler] = pickle.Pickler,
+        *,
+        history: dict[str, Message] | None = None,
+        known: dict[str, Message] | None = None,
+        piece: int | None = None,
+    ) -> None:
+        """Pieces of ``piece`` roles each (all of them at once if ``None``); see :func:`dumps_roles` for the rest."""
+        self.roles, self.at = list(roles), 0
+        self.piece = piece or max(1, len(self.roles))
+        self.buffer = io.BytesIO()
+        self.pickler = _pickler(env, pickler, history, known)(self.buffer, protocol=5)
+
+    @property
+    def pieces(self) -> int:
+        """How many pieces the roles make (at least one, even for no roles)."""
+        return max(1, -(-len(self.roles) // self.piece))
+
+    def next(self) -> bytes:
+        """The next piece (an empty list once all roles are out)."""
+        part, self.at = self.roles[self.at : self.at + self.piece], self.at + self.piece
+        self.pickler.dump(part)
+        data = self.buffer.getvalue()
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        return data
+
+
+def _pickler(
+    env: Environment,
+    pickler: type[pickle.Pickler],
+    history: dict[str, Message] | None,
+    known: dict[str, Message] | None,
+) -> type[pickle.Pickler]:
+    """``pickler`` with the environment's objects, messages the other side holds and memories sent as references."""
     shared = {id(env): "env", id(env.ledger): "ledger", id(env._clock): "clock"}
     fallback = getattr(pickler, "reducer_override", None)
     table = _table(pickler)
@@ -154,9 +206,7 @@ def dumps_roles(
                 return _hosted, (key,)
             return NotImplemented if fallback is None else fallback(self, obj)
 
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=5).dump(list(roles))
-    return buffer.getvalue()
+    return _Pickler
 
 
 def loads_roles(data: bytes, env: Environment, *, known: dict[str, Message] | None = None) -> list[Role]:
@@ -165,12 +215,42 @@ def loads_roles(data: bytes, env: Environment, *, known: dict[str, Message] | No
     Messages sent by id are taken from ``env``'s history; the ids of messages shipped as ones the
     driver holds are added to ``known``.
     """
-    token = _HOST.set(
-        {"env": env, "ledger": env.ledger, "clock": env._clock, "history": env.history._store, "known": known}
-    )
-    try:
-        with paused_gc():
-            roles: list[Role] = pickle.loads(data)
-    finally:
-        _HOST.reset(token)
-    return roles
+    return RolesIn(env, known=known).load(data)
+
+
+class RolesIn:
+    """Reads the pieces one :class:`RolesOut` made, in order, with one unpickler (what they share stays one object)."""
+
+    def __init__(self, env: Environment, *, known: dict[str, Message] | None = None) -> None:
+        """Roles for ``env`` (see :func:`loads_roles`)."""
+        self.host = {"env": env, "ledger": env.ledger, "clock": env._clock, "known": known}
+        self.host["history"] = env.history._store
+        self.feed = _Feed()
+        self.unpickler = pickle.Unpickler(self.feed)
+
+    def load(self, data: bytes) -> list[Role]:
+        """The roles of the next piece."""
+        self.feed.data = io.BytesIO(data)
+        token = _HOST.set(self.host)
+        try:
+            with paused_gc():
+                roles: list[Role] = self.unpickler.load()
+        finally:
+            _HOST.reset(token)
+        return roles
+
+
+class _Feed:
+    """The file an unpickler reads: the piece it is given next (its methods are looked up once, at the start)."""
+
+    def __init__(self) -> None:
+        self.data = io.BytesIO()
+
+    def read(self, size: int = -1) -> bytes:
+        return self.data.read(size)
+
+    def readinto(self, buffer: Any) -> int:
+        return self.data.readinto(buffer)
+
+    def readline(self) -> bytes:
+        return self.data.readline()
