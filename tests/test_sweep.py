@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from pathlib import Path
@@ -9,10 +11,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metaroles import sweep
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs.sweep import TABLE, TIMED, parse_grid, read_table, run_sweep
+from metaroles.runs.sweep import TABLE, TIMED, Table, parse_grid, read_table, run_sweep
 from tests.faults.helpers import command, killed, ok
 from tests.test_sharding import run_files
 
@@ -101,3 +105,33 @@ def test_the_table_is_rewritten_as_trials_end_and_waits_for_the_disk_once(tmp_pa
     tables = [name for name in synced if name.startswith(f".{TABLE}") or name.startswith(".sweep.csv")]
     assert len(tables) == 2, tables
     assert read_table(tmp_path) == json.loads(json.dumps(rows))
+
+
+ROW_VALUES = st.one_of(st.none(), st.integers(-5, 5), st.text(max_size=6), st.floats(allow_nan=False), st.booleans())
+ROWS = st.lists(
+    st.dictionaries(st.sampled_from(["trial", "seed", "status", "error", "a,b", 'q"x']), ROW_VALUES), max_size=8
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=ROWS, data=st.data())
+def test_the_table_rewritten_as_trials_end_is_the_table_of_the_rows_in_so_far(
+    rows: list[dict[str, Any]], data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Rows come in any order, with keys new to the table; each rewrite is what csv and json make of the rows in."""
+    out = tmp_path_factory.mktemp("table")
+    order = data.draw(st.permutations(range(len(rows))))
+    table, arrived = Table(len(rows)), set()
+    for index in order:
+        table.put(index, rows[index])
+        arrived.add(index)
+        table.write(out, durable=False)
+        present = [row for i, row in enumerate(rows) if i in arrived]
+        assert (out / TABLE).read_text() == "".join(json.dumps(row) + "\n" for row in present)
+        columns = list(dict.fromkeys(k for row in present for k in row))
+        expected = io.StringIO()
+        writer = csv.DictWriter(expected, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(present)
+        assert (out / "sweep.csv").read_bytes().decode() == expected.getvalue()
+    assert table.rows() == rows

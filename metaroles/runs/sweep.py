@@ -223,38 +223,82 @@ def run_sweep(
     names = [trial_name(p) for p in every]
     if len(set(names)) != len(names):
         raise ConfigError("two trials of this grid would share a folder; give distinct values")
-    rows: list[Row | None] = [None] * len(every)
+    table = Table(len(every))
     spec = {"llm": "test", **(llm or {})}
     calls = [(scenario, str(out / name), params, options, spec) for name, params in zip(names, every, strict=True)]
 
     def done(index: int, row: Row) -> None:
-        rows[index] = row
-        write_table(out, [r for r in rows if r is not None], durable=False)
+        table.put(index, row)
+        table.write(out, durable=False)
         if on_trial is not None:
             on_trial(row)
 
     runner = LocalTrials(jobs) if backend == "local" else RayTrials(ray_address)
     runner.run(calls, done)
-    finished = [r for r in rows if r is not None]
-    write_table(out, finished)
-    return finished
+    table.write(out)
+    return table.rows()
 
 
 def write_table(out: Path, rows: Sequence[Row], *, durable: bool = True) -> None:
-    """Write ``sweep.jsonl`` and ``sweep.csv`` (atomically) with ``rows``.
+    """Write ``sweep.jsonl`` and ``sweep.csv`` (atomically) with ``rows``."""
+    table = Table(len(rows))
+    for index, row in enumerate(rows):
+        table.put(index, row)
+    table.write(out, durable=durable)
 
-    ``durable=False`` while trials run: the table is rebuilt from the trials' folders by the next run
-    of the sweep, so it need not wait for the disk (the workers' own syncs would queue behind it).
+
+class Table:
+    """A sweep's rows in grid order as they come in, each encoded once.
+
+    The table is rewritten as each trial ends; joining rows encoded before keeps a sweep of
+    hundreds of trials from paying for every earlier row again at each one (7 ms per rewrite
+    at 600 rows, when each was encoded anew).
     """
-    write_atomic(out / TABLE, "".join(json.dumps(row, sort_keys=False) + "\n" for row in rows), durable=durable)
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(k for k in row if k not in columns)
+
+    def __init__(self, size: int) -> None:
+        """A table of ``size`` trials, none in yet."""
+        self._rows: list[Row | None] = [None] * size
+        self._lines: list[str] = [""] * size
+        self._keys: list[tuple[str, ...]] = [()] * size
+        self._columns: list[str] = []
+        self._csv: list[str | None] = [None] * size
+
+    def put(self, index: int, row: Row) -> None:
+        """Trial ``index``'s row."""
+        self._rows[index] = row
+        self._lines[index] = json.dumps(row, sort_keys=False) + "\n"
+        self._keys[index] = tuple(row)
+        self._csv[index] = None
+
+    def rows(self) -> list[Row]:
+        """The rows in, in grid order."""
+        return [row for row in self._rows if row is not None]
+
+    def write(self, out: Path, *, durable: bool = True) -> None:
+        """Write ``sweep.jsonl`` and ``sweep.csv`` (atomically): a column per key, in the order the rows name them.
+
+        ``durable=False`` while trials run: the table is rebuilt from the trials' folders by the next run
+        of the sweep, so it need not wait for the disk (the workers' own syncs would queue behind it).
+        """
+        write_atomic(out / TABLE, "".join(self._lines), durable=durable)
+        columns = list(dict.fromkeys(itertools.chain.from_iterable(self._keys)))
+        if columns != self._columns:  # a key new to the table: every line gets its column
+            self._columns, self._csv = columns, [None] * len(self._rows)
+        lines = [_csv_line(columns)]
+        for index, row in enumerate(self._rows):
+            if row is not None:
+                line = self._csv[index]
+                if line is None:
+                    line = self._csv[index] = _csv_line([row.get(k, "") for k in columns])
+                lines.append(line)
+        write_atomic(out / "sweep.csv", "".join(lines), durable=durable)
+
+
+def _csv_line(values: list[Any]) -> str:
+    """One CSV line of ``values`` (as ``csv.DictWriter`` writes a row: ``None`` and missing values empty)."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(out / "sweep.csv", buffer.getvalue(), durable=durable)
+    csv.writer(buffer, lineterminator="\n").writerow(values)
+    return buffer.getvalue()
 
 
 def read_table(out: Path) -> list[Row]:
