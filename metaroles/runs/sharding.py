@@ -42,8 +42,6 @@ from metaroles.runs.standins import RemoteRole, _first, _remote_failure
 
 __all__ = ["RemoteRole", "ShardedRun"]
 
-# -- the driver's stand-ins ---------------------------------------------------------------------------
-
 
 def no_seat(role: Role) -> None:
     """Every role is shipped as it is."""
@@ -294,17 +292,18 @@ class ShardedRun:
         """Take the last round's outboxes into the history: messages, dead letters, the driver's roles' deliveries.
 
         With :attr:`behind`, a round without either is taken in while the shards run the next one
-        (``run_round``'s ``later`` and everything that reads the history come after this).
+        (``run_round``'s ``later`` and everything that reads the history come after this). No collector
+        passes meanwhile (the messages hold no cycles): the round's end settles the heap once.
         """
         if self._unmerged is None:
             return
         (merged, results), self._unmerged = self._unmerged, None
-        self._hear(results)
-        for stepped in results:
-            if stepped is not None:
+        with paused_gc():
+            self._hear(results)
+            for stepped in (s for s in results if s is not None):
                 interned(stepped[0].outbox, self._sets)
                 merged += stepped[0].outbox
-        take_in(self.env, merged)
+            take_in(self.env, merged)
 
     def record_for(self, log: EventLog | None) -> None:
         """Have the shards send what ``log`` writes (``None``: nothing): senders' news, and turn steps if it logs them.
