@@ -314,6 +314,26 @@ def test_the_progress_shows_the_real_total_time_and_a_readable_model(capsys):
     assert "model: TestLLM (test)" in said and "object at 0x" not in said
 
 
+def test_a_long_transcript_is_printed_only_on_request(tmp_path, monkeypatch):
+    """Past the length a run directory keeps, the terminal gets a line saying where to read it, not the transcript."""
+    from metaroles.runs import rundir
+
+    short = invoke("run", "debate", "--llm", "test:3", "--set", "turns=1", "--out", str(tmp_path / "short"))
+    printed = [line for line in short.output.splitlines() if line.startswith("[")]
+    messages = json.loads((tmp_path / "short" / "report.json").read_text())["report"]["messages"]
+    assert len(printed) == messages > 3, "a short run's transcript, a line per message"
+    monkeypatch.setattr(rundir, "TRANSCRIPT_LIMIT", 3)
+    long = invoke("run", "debate", "--llm", "test:3", "--set", "turns=1", "--out", str(tmp_path / "long"))
+    assert long.exit_code == 0 and not [line for line in long.output.splitlines() if line.startswith("[")]
+    assert f"the transcript of {messages:,} messages is not printed; to read it: metaroles show" in long.output
+    assert not (tmp_path / "long" / "transcript.md").exists(), "nor written, as the run directory's rule says"
+    asked = invoke(
+        "run", "debate", "--llm", "test:3", "--set", "turns=1", "--out", str(tmp_path / "asked"), "--transcript"
+    )
+    assert [line for line in asked.output.splitlines() if line.startswith("[")] == printed
+    assert (tmp_path / "asked" / "transcript.md").exists()
+
+
 def test_resume_of_a_quiet_run_stays_quiet(tmp_path):
     out = tmp_path / "run"
     assert invoke("run", "debate", "--llm", "test:3", "--set", "turns=1", "--out", str(out), "-q").exit_code == 0

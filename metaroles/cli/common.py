@@ -31,7 +31,9 @@ from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
-from metaroles.runs.rundir import transcript
+from metaroles.messages.message import Message
+from metaroles.runs import rundir
+from metaroles.runs.rundir import format_message
 from metaroles.runs.team import Team, TeamReport
 
 app = typer.Typer(
@@ -219,10 +221,16 @@ def execute(
     return report, team
 
 
-def finish(report: TeamReport, team: Team, run_dir: Path | None, *, quiet: bool) -> None:
-    """Print the transcript (unless quiet), the report, and a summary table."""
+def finish(
+    report: TeamReport, team: Team, run_dir: Path | None, *, quiet: bool, transcript: bool | None = None
+) -> None:
+    """Print the transcript (unless quiet), the report, and a summary table.
+
+    A transcript longer than a run directory keeps (``rundir.TRANSCRIPT_LIMIT`` messages) is printed only
+    when ``transcript`` asks for it (``--transcript``); else a line on stderr says how to see it.
+    """
     if not quiet:
-        typer.echo(printable(transcript(team.env.history.storage)))
+        print_transcript(team.env.history.storage, run_dir, wanted=transcript)
     typer.echo(f"\n{report}")
     table = Table(show_header=False, box=None)
     table.add_row("rounds", str(team.env.round))
@@ -233,6 +241,17 @@ def finish(report: TeamReport, team: Team, run_dir: Path | None, *, quiet: bool)
         table.add_row("run directory", str(run_dir))
         typer.echo(f"run directory: {run_dir}")
     err.print(table)
+
+
+def print_transcript(messages: Sequence[Message], run_dir: Path | None, *, wanted: bool | None) -> None:
+    """Print ``messages`` a line each (a chunk at a time: a long run's is never one string), or say why not."""
+    if not wanted and len(messages) > rundir.TRANSCRIPT_LIMIT:
+        where = f"metaroles show {run_dir}" if run_dir is not None else "run it with --transcript"
+        said = f"the transcript of {len(messages):,} messages is not printed; to read it: {where}"
+        err.print(said, markup=False, highlight=False, soft_wrap=True)
+        return
+    for start in range(0, len(messages), 1000):
+        typer.echo(printable("\n".join(format_message(m) for m in messages[start : start + 1000])))
 
 
 MODEL_SETTINGS = ("llm", "model", "base_url", "seed", "temperature", "timeout", "requests_per_second", "max_in_flight")

@@ -148,7 +148,7 @@ def run(
         quiet=quiet,
         run_dir=run_dir,
     )
-    finish(report, team, run_dir, quiet=quiet)
+    finish(report, team, run_dir, quiet=quiet, transcript=transcript)
 
 
 def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -195,7 +195,7 @@ def resume(
         quiet=quiet,
         run_dir=run_dir,
     )
-    finish(report, team, run_dir, quiet=quiet)
+    finish(report, team, run_dir, quiet=quiet, transcript=manifest.get("transcript"))
 
 
 @app.command()
@@ -246,4 +246,4 @@ def fork(
         )
 
     report, team = execute(work, manifest["n_round"], quiet=quiet, run_dir=child)
-    finish(report, team, child, quiet=quiet)
+    finish(report, team, child, quiet=quiet, transcript=manifest.get("transcript"))

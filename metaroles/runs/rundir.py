@@ -66,11 +66,6 @@ def entry_body(message: Message, lead: str) -> str:
     return lead + body.replace("\n", "\n  ")
 
 
-def transcript(messages: Sequence[Message]) -> str:
-    """The transcript of ``messages``, one line each."""
-    return "\n".join(format_message(m) for m in messages)
-
-
 def provenance() -> dict[str, Any]:
     """What produced a run: versions, the git revision, and how model-written code is confined here."""
     packages = {}
