@@ -185,7 +185,7 @@ class RayShards:
         self.readers: list[OutboxReader] = []
         """Per shard, what reads its outboxes (the sets of recipients it sent so far)."""
         self.calls = 0
-        """Calls made to shards so far (at most one per shard per round, and one to start and end)."""
+        """Calls made to shards so far: at most one per shard per round, one to start, one per piece given back."""
         self.ray = ensure_ray(backend.address, **backend.init)
         from ray import cloudpickle
 
