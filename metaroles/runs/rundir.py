@@ -151,7 +151,7 @@ def transcript_markdown(title: str, messages: Sequence[Message], rounds: dict[st
 def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[str, Any]) -> None:
     """Write transcript, report and ledger of a finished run (``Team.run`` saved its state), waiting for the disk once.
 
-    ``report.json`` is renamed last: a run directory that has one has the other two.
+    ``report.json`` is renamed last: a run directory that has one has the others.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     env = team.env

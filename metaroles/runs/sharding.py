@@ -292,8 +292,8 @@ class ShardedRun:
         """Take the last round's outboxes into the history: messages, dead letters, the driver's roles' deliveries.
 
         With :attr:`behind`, a round without either is taken in while the shards run the next one
-        (``run_round``'s ``later`` and everything that reads the history come after this). No collector
-        passes meanwhile (the messages hold no cycles): the round's end settles the heap once.
+        (``run_round``'s ``later`` and everything that reads the history come after this). The collector
+        waits meanwhile (the messages hold no cycles) instead of walking them pass after pass.
         """
         if self._unmerged is None:
             return
