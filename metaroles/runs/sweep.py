@@ -239,14 +239,6 @@ def run_sweep(
     return table.rows()
 
 
-def write_table(out: Path, rows: Sequence[Row], *, durable: bool = True) -> None:
-    """Write ``sweep.jsonl`` and ``sweep.csv`` (atomically) with ``rows``."""
-    table = Table(len(rows))
-    for index, row in enumerate(rows):
-        table.put(index, row)
-    table.write(out, durable=durable)
-
-
 class Table:
     """A sweep's rows in grid order as they come in, each encoded once.
 
@@ -259,7 +251,6 @@ class Table:
         """A table of ``size`` trials, none in yet."""
         self._rows: list[Row | None] = [None] * size
         self._lines: list[str] = [""] * size
-        self._keys: list[tuple[str, ...]] = [()] * size
         self._columns: list[str] = []
         self._csv: list[str | None] = [None] * size
 
@@ -267,7 +258,6 @@ class Table:
         """Trial ``index``'s row."""
         self._rows[index] = row
         self._lines[index] = json.dumps(row, sort_keys=False) + "\n"
-        self._keys[index] = tuple(row)
         self._csv[index] = None
 
     def rows(self) -> list[Row]:
@@ -281,7 +271,7 @@ class Table:
         of the sweep, so it need not wait for the disk (the workers' own syncs would queue behind it).
         """
         write_atomic(out / TABLE, "".join(self._lines), durable=durable)
-        columns = list(dict.fromkeys(itertools.chain.from_iterable(self._keys)))
+        columns = list(dict.fromkeys(itertools.chain.from_iterable(row for row in self._rows if row is not None)))
         if columns != self._columns:  # a key new to the table: every line gets its column
             self._columns, self._csv = columns, [None] * len(self._rows)
         lines = [_csv_line(columns)]

@@ -277,8 +277,9 @@ class Team:
 
     async def _final_checkpoint(self) -> None:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
-        writer, run, after = self._checkpoints, self._sharded, self._log.unsynced() if self._log is not None else []
+        writer, run = self._checkpoints, self._sharded
         if writer is not None and writer.round != self.env.round and not self._failed and not self._stranded:
+            after = self._log.unsynced() if self._log is not None else []  # the log's lines, synced first
             self._keep_files(writer)
             if run is None:
                 writer.write(self.env, after=after)
