@@ -1,11 +1,13 @@
 """Sweep throughput: 40 short debate runs, sequential vs the local backend with 2 jobs.
 
-    python bench/sweep.py [--trials 40] [--jobs 2] [--repeats 3]
+    python bench/sweep.py [--trials 40] [--jobs 2] [--repeats 3] [--durability run|round]
 
 Prints JSON: wall time of each, and the speed-up. Each trial writes its whole run directory
-(event log, checkpoints, transcript, state), as a researcher's sweep does. A sweep of 40 short
-runs lasts a second or two, and this machine's speed drifts by a third from one minute to the
-next: the two are timed in turn ``--repeats`` times, and the speed-up is the median of the pairs'.
+(event log, checkpoints, transcript, state), as a researcher's sweep does, and waits for the disk
+as a sweep's trial does by default: once, at its end (``--durability round``: after each
+checkpoint). A sweep of 40 short runs lasts a second or two, and this machine's speed drifts by a
+third from one minute to the next: the two are timed in turn ``--repeats`` times, and the
+speed-up is the median of the pairs'.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from pathlib import Path
 from metaroles.runs.sweep import run_sweep
 
 
-def timed(trials: int, jobs: int, out: Path) -> float:
+def timed(trials: int, jobs: int, out: Path, durability: str) -> float:
     start = time.perf_counter()
-    rows = run_sweep("debate", {"seed": list(range(trials))}, out, jobs=jobs)
+    rows = run_sweep("debate", {"seed": list(range(trials))}, out, jobs=jobs, durability=durability)
     assert all(row["status"] == "done" for row in rows)
     return time.perf_counter() - start
 
@@ -32,17 +34,19 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--durability", choices=["run", "round"], default="run")
     args = parser.parse_args()
     pairs = []
     with tempfile.TemporaryDirectory() as folder:
         for n in range(args.repeats):
-            sequential = timed(args.trials, 1, Path(folder) / f"one-{n}")
-            parallel = timed(args.trials, args.jobs, Path(folder) / f"many-{n}")
+            sequential = timed(args.trials, 1, Path(folder) / f"one-{n}", args.durability)
+            parallel = timed(args.trials, args.jobs, Path(folder) / f"many-{n}", args.durability)
             pairs.append((round(sequential, 2), round(parallel, 2), round(sequential / parallel, 2)))
     print(
         json.dumps(
             {
                 "trials": args.trials,
+                "durability": args.durability,
                 "sequential_s": statistics.median(p[0] for p in pairs),
                 f"jobs_{args.jobs}_s": statistics.median(p[1] for p in pairs),
                 "speedup": statistics.median(p[2] for p in pairs),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,11 +28,14 @@ from metaroles.cli.common import (
 from metaroles.core.files import zstandard
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.runs.config import RunOptions, read_config_file
+from metaroles.runs.durability import checked_durability
 from metaroles.runs.registry import load_scenario
 from metaroles.runs.rundir import new_run_dir, read_manifest, scenario_label
 from metaroles.runs.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
 from metaroles.runs.team import Team
 from metaroles.runs.telemetry import require_otel
+
+DURABILITY_HELP = "when to wait for the disk: 'round' (each checkpoint) or 'run' (once, at the end: faster)"
 
 
 def _check_extras(*, otel: bool, zstd: bool) -> None:
@@ -108,9 +112,11 @@ def run(
     zstd: Annotated[
         bool, typer.Option("--zstd", help="write the event log compressed, events.jsonl.zst (a zstd frame per round)")
     ] = False,
+    durability: Annotated[str, typer.Option(help=DURABILITY_HELP)] = "round",
 ) -> None:
     """Run a scenario and write its run directory."""
     _check_extras(otel=otel, zstd=zstd)  # before anything is loaded or written
+    checked_durability(durability)
     name, options, settings = _read_target(target, set_ or [])
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
@@ -131,22 +137,13 @@ def run(
         otel=otel,
         transcript=transcript,
         zstd=zstd,
+        durability=durability,
     )
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
+    runner = partial(run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest)
     report, team = execute(
-        lambda live: run_scenario(
-            name,
-            llm=language_model,
-            options=options,
-            out_dir=run_dir,
-            manifest=manifest,
-            run=run_options,
-            on_progress=live,
-        ),
-        run_options.rounds or 0,
-        quiet=quiet,
-        run_dir=run_dir,
+        lambda live: runner(run=run_options, on_progress=live), run_options.rounds or 0, quiet=quiet, run_dir=run_dir
     )
     finish(report, team, run_dir, quiet=quiet, transcript=transcript)
 

@@ -33,6 +33,10 @@ def sweep(
         Path | None, typer.Option(help="sweep directory (default: sweeps/SCENARIO-<digest of the sweep>)")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
+    durability: Annotated[
+        str,
+        typer.Option(help="when a trial waits for the disk: 'run' (once, at its end; a power cut reruns it), 'round'"),
+    ] = "run",
 ) -> None:
     """Run a scenario once per combination of the grid; re-running skips finished trials and resumes the rest."""
     with reported():
@@ -42,15 +46,7 @@ def sweep(
         options = options_from(set_ or [])
         folder = out or default_out(scenario, parsed, options, spec)
         total = len(trials(parsed))
-        progress = Progress(
-            TextColumn("trial"),
-            MofNCompleteColumn(),
-            BarColumn(),
-            TextColumn("{task.fields[last]}"),
-            TimeElapsedColumn(),
-            console=err,
-            disable=quiet or not err.is_terminal,
-        )
+        progress = _progress(quiet)
         task = progress.add_task("sweep", total=total, last="")
 
         def on_trial(row: dict[str, Any]) -> None:
@@ -67,6 +63,7 @@ def sweep(
                 jobs=jobs,
                 ray_address=ray_address,
                 on_trial=on_trial,
+                durability=durability,
             )
     failed = [row for row in rows if row["status"] != "done"]
     typer.echo(f"{len(rows) - len(failed)} of {total} trials done; table: {folder / TABLE}")
@@ -74,3 +71,16 @@ def sweep(
         err.print(printable(f"failed: {row['trial']}: {row.get('error', '')}"), highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _progress(quiet: bool) -> Progress:
+    """The live display: trials done of all, the last one's status, the time so far (off if quiet or not a terminal)."""
+    return Progress(
+        TextColumn("trial"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet or not err.is_terminal,
+    )

@@ -8,6 +8,11 @@ is called there so a test can kill the process at that exact instant.
 A file whose name ends in ``.zst`` is zstd-compressed (the ``zstd`` extra): an append adds one
 frame, a replacement writes one, and reading joins the frames — a torn last frame, a crash
 mid-append, is left out as a torn last line is. ``zstandard`` is imported only then.
+
+Inside :func:`syncs_deferred` nothing waits for the disk: writes are made as above (a killed
+process still leaves old or new files, never torn ones, since what it wrote is the kernel's), and
+every file and folder that would have been synced is synced once, together, on leaving. A power
+cut before that may leave any of them torn; the caller marks the folder (``runs.rundir``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import io
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
 
@@ -107,8 +114,56 @@ def read_text(path: Path) -> str:
         raise RunDirCorrupt(f"{path}: line {line} is not UTF-8 text; the file is damaged") from None
 
 
+_DEFERRED: ContextVar[dict[Path, bool] | None] = ContextVar("metaroles_deferred_syncs", default=None)
+"""Inside :func:`syncs_deferred`: the files (``False``) and folders (``True``) to sync on leaving, in order."""
+
+
+@contextmanager
+def syncs_deferred() -> Iterator[dict[Path, bool]]:
+    """Within, writes here do not wait for the disk; leaving (also by an error), everything they wrote is synced.
+
+    For runs whose unit is the whole run (a sweep's short trials): a trial of 9 rounds otherwise
+    waits for the disk ~36 times, and two trials at once queue in the file system's journal.
+    Yields the files and folders to sync, for a caller that adds its own.
+    """
+    pending: dict[Path, bool] = {}
+    token = _DEFERRED.set(pending)
+    try:
+        yield pending
+    finally:
+        _DEFERRED.reset(token)
+        sync_pending(pending)
+
+
+def sync_pending(pending: dict[Path, bool]) -> None:
+    """Sync the files of ``pending`` together (a few hundred at a time), then its folders; one gone since is skipped."""
+    files = [path for path, folder in pending.items() if not folder and path.exists()]
+    for at in range(0, len(files), _SYNC_AT_ONCE):
+        sync_together(files[at : at + _SYNC_AT_ONCE])
+    for folder in [path for path, is_folder in pending.items() if is_folder and path.is_dir()]:
+        sync_dir(folder)
+
+
+_SYNC_AT_ONCE = 256
+"""Files opened at once by :func:`sync_pending` (a long run's round files would pass the limit of open files)."""
+
+
+def _deferred(files: Sequence[Path] = (), folder: Path | None = None) -> bool:
+    """Whether syncs wait for :func:`syncs_deferred`'s end; if so, ``files`` and ``folder`` are noted for it."""
+    pending = _DEFERRED.get()
+    if pending is None:
+        return False
+    for path in files:
+        pending.setdefault(path, False)
+    if folder is not None:
+        pending.setdefault(folder, True)
+    return True
+
+
 def sync_dir(folder: Path) -> None:
     """Make a rename or a new file in ``folder`` survive a power cut (fsync the directory)."""
+    if _deferred(folder=folder):
+        return
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -130,12 +185,13 @@ def write_atomic(
     (:func:`sync_dir`); a power cut before that may leave the old file, never a torn one.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    deferred = bool(after or durable) and _deferred([*after, path] if durable else after)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(encoded(path, text))
             handle.flush()
-            if after or durable:
+            if (after or durable) and not deferred:
                 sync_together(after, handle.fileno() if durable else None)
         reached(f"replace:{path.name}")
         os.replace(tmp, path)
@@ -163,7 +219,8 @@ def replace_together(files: Sequence[tuple[Path, str | bytes]]) -> None:
             written.append((path, tmp))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(encoded(path, text))
-        sync_together([Path(tmp) for _, tmp in written])
+        if not _deferred([path for path, _ in files]):
+            sync_together([Path(tmp) for _, tmp in written])
         while written:
             path, tmp = written[0]
             reached(f"replace:{path.name}")
@@ -227,7 +284,8 @@ def append_durably(path: Path, text: str | Sequence[str]) -> None:
     with path.open("ab") as handle:
         _write(handle, path, text)
         handle.flush()
-        os.fsync(handle.fileno())
+        if not _deferred([path]):
+            os.fsync(handle.fileno())
 
 
 def _write(handle: IO[bytes], path: Path, text: str | Sequence[str]) -> None:

@@ -128,5 +128,7 @@ class RunOptions:
     """Trace the run with OpenTelemetry (extra ``otel``; see ``runs.telemetry``). Not part of the run."""
     transcript: bool | None = None
     """Write ``transcript.md``: yes, no, or (``None``) when the run holds at most 10,000 messages."""
+    durability: str = "round"
+    """Wait for the disk after each checkpoint (``"round"``) or once, at the end (``"run"``: ``runs.durability``)."""
     zstd: bool = False
     """Write the event log compressed, ``events.jsonl.zst`` (extra ``zstd``): for big runs; recorded in the manifest."""

@@ -18,6 +18,7 @@ from metaroles.llm.ledger import Price
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import describe_llm
 from metaroles.runs.config import RunOptions, checked_log_turns
+from metaroles.runs.durability import checked_durability, refuse_restarted, settle, synced_at_end
 from metaroles.runs.eventlog import TIMINGS, read_jsonl
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.rundir import (
@@ -94,10 +95,11 @@ async def run_scenario(
         return report, plan.team
     if run.zstd:
         zstandard()  # the extra is there before anything is written
+    durability = checked_durability(run.durability)
     record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
     _sweep(out_dir)
     write_manifest(out_dir, record)
-    with _observed(run, plan.team, name, out_dir):
+    with _observed(run, plan.team, name, out_dir), synced_at_end(out_dir, durability):
         report = await plan.team.run(
             n_round=plan.n_round,
             idea=plan.idea,
@@ -133,6 +135,7 @@ def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run:
         "checkpoint_every": plan.team.checkpoint_every,
         "log_turns": plan.team.log_turns,
         "transcript": run.transcript,
+        "durability": run.durability,
         "events": EVENTS_ZST if run.zstd else EVENTS,
     }
 
@@ -266,27 +269,32 @@ async def resume_scenario(
     on shards (any count: shards are not part of the run).
     """
     manifest = read_manifest(run_dir)
+    settle(run_dir)
     plan = _rebuild(manifest, llm, run_dir, backend=backend)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
     plan.team.on_record = _metrics(load_scenario(manifest["scenario"]), run_dir)
+    with synced_at_end(run_dir, checked_durability(manifest.get("durability", "round"))):
+        report = await _continue(plan, run_dir, manifest)
+    write_run_dir(run_dir, plan.team, report, manifest)
+    return report, plan.team
+
+
+async def _continue(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any]) -> TeamReport:
+    """Resume the run in ``run_dir`` from its last checkpoint, or run it again if it has none."""
     parent = manifest.get("parent")
     _sweep(run_dir)
     if not any((run_dir / CHECKPOINTS).glob("round-*.json")):  # killed before its first checkpoint
         if isinstance(parent, dict):
-            report = await _branch(plan, Path(parent["run_dir"]), parent["from_round"], run_dir, manifest)
-        else:
-            report = await _start_over(plan, run_dir, manifest)
-    else:
-        report = await plan.team.resume(
-            run_dir / CHECKPOINTS,
-            plan.n_round,
-            save_to=run_dir / STATE,
-            events=events_file(run_dir, manifest),
-            check=_metrics_check(load_scenario(manifest["scenario"]), run_dir),
-        )
-    write_run_dir(run_dir, plan.team, report, manifest)
-    return report, plan.team
+            return await _branch(plan, Path(parent["run_dir"]), parent["from_round"], run_dir, manifest)
+        return await _start_over(plan, run_dir, manifest)
+    return await plan.team.resume(
+        run_dir / CHECKPOINTS,
+        plan.n_round,
+        save_to=run_dir / STATE,
+        events=events_file(run_dir, manifest),
+        check=_metrics_check(load_scenario(manifest["scenario"]), run_dir),
+    )
 
 
 def _sweep(run_dir: Path) -> None:
@@ -333,6 +341,7 @@ async def fork_scenario(
         ConfigError: If ``parent`` is not a run directory, or names an unknown role.
     """
     record = read_manifest(parent)
+    refuse_restarted(parent)
     changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
     plan = _rebuild(record, llm, out_dir, changes, backend)
     _give_models(plan.team, role_llms or {})
@@ -343,7 +352,8 @@ async def fork_scenario(
     child |= provenance()
     _sweep(out_dir)
     write_manifest(out_dir, child := {**child, "parent": parent_record})
-    report = await _branch(plan, parent, from_round, out_dir, child)
+    with synced_at_end(out_dir, checked_durability(child.get("durability", "round"))):
+        report = await _branch(plan, parent, from_round, out_dir, child)
     write_run_dir(out_dir, plan.team, report, child)
     return report, plan.team
 
