@@ -168,8 +168,8 @@ class LocalShards:
         for n, (host, delivery) in enumerate(zip(hosts, deliveries, strict=True)):
             first, pieces = host.release(delivery, broadcasts, delivery.parts, pickle.Pickler, shipping.PIECE)
             yield n, first
-            for _ in range(pieces - 1):
-                yield n, host.release_more()
+            for number in range(1, pieces):
+                yield n, host.release_more(number)
 
     async def close(self) -> None:
         """Drop the shards."""

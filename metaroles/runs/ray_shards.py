@@ -159,9 +159,9 @@ class _Actor:
         with paused_gc():
             return self.host.release(_unpacked(delivery), _unpacked(broadcasts), parts, cloudpickle.Pickler, piece)
 
-    async def release_more(self) -> bytes:
+    async def release_more(self, number: int) -> bytes:
         with paused_gc():
-            return self.host.release_more()
+            return self.host.release_more(number)
 
     async def pid(self) -> int:
         return os.getpid()
@@ -292,7 +292,7 @@ class RayShards:
         """Each shard's roles, pickled in pieces: every shard's first, then their seconds... (asked for all at once)."""
         firsts: list[tuple[bytes, int]] = await self._each("release", deliveries, broadcasts, shipping.PIECE)
         counts = [pieces for _, pieces in firsts]
-        more = [[a.release_more.remote() for _ in range(n - 1)] for a, n in zip(self.actors, counts, strict=True)]
+        more = [[a.release_more.remote(k) for k in range(1, n)] for a, n in zip(self.actors, counts, strict=True)]
         self.calls += sum(map(len, more))
         for n, (first, _) in enumerate(firsts):
             yield n, first

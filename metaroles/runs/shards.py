@@ -122,6 +122,8 @@ class ShardHost:
         """This shard's writer of its checkpoint parts."""
         self.out: RolesOut | None = None
         """The roles on their way back (:meth:`release`)."""
+        self.ahead: dict[int, bytes] = {}
+        """Pieces made before they were asked for (:meth:`release_more`)."""
         self._out = [OutboxWriter() for _ in range(shards)]
         self._in = [OutboxReader() for _ in range(shards)]
         """Per other shard, the parts sent to it and read from it (``runs.crossing``: recipients sent once)."""
@@ -311,16 +313,27 @@ class ShardHost:
         """Deliver, then give the roles back, pickled: messages the driver holds go by id.
 
         The first piece of ``piece`` roles (all if ``None``), and how many pieces in all
-        (:meth:`release_more` gives the others, in order).
+        (:meth:`release_more` gives the others).
         """
         self.take(delivery, broadcasts, parts)
         self.out = RolesOut(self.env, self.env._members, pickler, known=self.known, piece=piece)
+        self.ahead = {}
         return self.out.next(), self.out.pieces
 
-    def release_more(self) -> bytes:
-        """The next piece of the roles :meth:`release` gives back."""
-        assert self.out is not None, "release first"
-        return self.out.next()
+    def release_more(self, number: int) -> bytes:
+        """Piece ``number`` (the first is 0) of the roles :meth:`release` gives back.
+
+        One pickler makes the pieces, so they are made in their order whatever order they are asked
+        in: an async Ray actor may run calls submitted together out of order, and a piece read
+        before the one it follows names objects its reader has not met.
+        """
+        out = self.out
+        assert out is not None and 0 < number < out.pieces, f"piece {number}: release first; pieces number 1 to n-1"
+        while number not in self.ahead:
+            made = out.at // out.piece
+            assert made <= number, f"piece {number} was given already"
+            self.ahead[made] = out.next()
+        return self.ahead.pop(number)
 
 
 def _portable(step: Step) -> Step:
