@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metaroles import sweep
+from metaroles.core import files
 from metaroles.core.exceptions import ConfigError
 from metaroles.runs.sweep import TABLE, TIMED, Table, parse_grid, read_table, run_sweep
 from tests.faults.helpers import command, killed, ok
@@ -133,3 +135,30 @@ def test_the_table_of_rows_in_any_order_is_what_csv_and_json_make_of_them_in_gri
     writer.writerows(rows)
     assert (out / "sweep.csv").read_bytes().decode() == expected.getvalue()
     assert table.rows() == rows
+
+
+def test_a_worker_killed_mid_trial_fails_its_trial_and_the_sweep_goes_on(tmp_path: Path, monkeypatch: Any) -> None:
+    """No traceback and no lost table: the trials it took down say so, and running the sweep again finishes them."""
+    parent, died = os.getpid(), tmp_path / "died"
+
+    def die_once(point: str) -> None:  # the first worker to write round 2's checkpoint is killed there
+        if os.getpid() != parent and point == "replace:round-0002.json":
+            try:
+                died.touch(exist_ok=False)
+            except FileExistsError:
+                return
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(files, "fault_hook", die_once)
+    grid = {"seed": [0, 1, 2, 3]}
+    rows = run_sweep("debate", grid, tmp_path / "cut", jobs=2)
+    lost = [row for row in rows if row["status"] == "failed"]
+    assert died.exists() and 1 <= len(lost) <= 2, rows  # a broken pool takes the other worker's trial down too
+    assert all("the process running it died" in row["error"] for row in lost)
+    assert read_table(tmp_path / "cut") == json.loads(json.dumps(rows))
+    monkeypatch.setattr(files, "fault_hook", None)
+    again = run_sweep("debate", grid, tmp_path / "cut", jobs=2)
+    whole = run_sweep("debate", grid, tmp_path / "whole")
+    assert untimed(again) == untimed(whole) and {row["status"] for row in again} == {"done"}
+    for row in lost:
+        assert run_files(tmp_path / "cut" / row["trial"]) == run_files(tmp_path / "whole" / row["trial"])

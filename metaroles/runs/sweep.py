@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -125,6 +126,12 @@ def run_trial(
     return row
 
 
+def lost_row(scenario: str, run_dir: str, params: dict[str, Any], *_: Any) -> Row:
+    """The row of a trial whose process died under it: running the sweep again resumes it."""
+    error = "the process running it died (killed, or out of memory); run the sweep again to resume it"
+    return {"trial": Path(run_dir).name, **params, "status": "failed", "error": error, "wall_s": None}
+
+
 async def _trial(
     scenario: str, folder: Path, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any], durability: str
 ) -> None:
@@ -169,14 +176,34 @@ class LocalTrials:
             for index, call in enumerate(calls):
                 done(index, run_trial(*call))
             return
+        left = dict(enumerate(calls))
+        while left:  # a worker that dies breaks its pool: trials it had not started go on in a new one
+            started = self._pool(left, done)
+            if not started:  # nothing ran: the workers die before any trial can start
+                for index in list(left):
+                    done(index, lost_row(*left.pop(index)))
+
+    def _pool(self, left: dict[int, tuple[Any, ...]], done: Callable[[int, Row], None]) -> int:
+        """Run the trials ``left`` in one pool (each one ended is taken out); how many ended."""
+        ended = 0
         # The heap is not frozen before forking: a trial's session settles its heap only where nobody froze
         # it (core.heap), and a worker that inherits a frozen heap ran each trial ~30 % slower than this process.
         with ProcessPoolExecutor(max_workers=self.jobs, mp_context=_context()) as pool:
-            futures: dict[Future[Row], int] = {pool.submit(run_trial, *call): i for i, call in enumerate(calls)}
+            futures: dict[Future[Row], int] = {pool.submit(run_trial, *call): i for i, call in left.items()}
             while futures:
                 finished, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    done(futures.pop(future), future.result())
+                    index = futures.pop(future)
+                    try:
+                        row = future.result()
+                    except BrokenProcessPool:  # its worker, or another, died (killed, out of memory)
+                        if not (Path(left[index][1]) / MANIFEST).is_file():
+                            continue  # not started: the next pool runs it
+                        row = lost_row(*left[index])
+                    del left[index]
+                    ended += 1
+                    done(index, row)
+        return ended
 
 
 def _context() -> BaseContext:
@@ -206,7 +233,12 @@ class RayTrials:
         while pending:
             finished, _ = ray.wait(list(pending), num_returns=1)
             for ref in finished:
-                done(pending.pop(ref), ray.get(ref))
+                index = pending.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except ray.exceptions.RayError:  # its worker died past Ray's retries
+                    row = lost_row(*calls[index])
+                done(index, row)
 
 
 def run_sweep(
