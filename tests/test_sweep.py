@@ -7,6 +7,7 @@ import io
 import json
 import os
 import signal
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from metaroles import sweep
 from metaroles.core import files
 from metaroles.core.exceptions import ConfigError
+from metaroles.runs import sweep as sweeps
 from metaroles.runs.sweep import TABLE, TIMED, Table, parse_grid, read_table, run_sweep
 from tests.faults.helpers import command, killed, ok
 from tests.test_sharding import run_files
@@ -150,6 +152,7 @@ def test_a_worker_killed_mid_trial_fails_its_trial_and_the_sweep_goes_on(tmp_pat
             os.kill(os.getpid(), signal.SIGKILL)
 
     monkeypatch.setattr(files, "fault_hook", die_once)
+    monkeypatch.setattr(sweeps, "_context", lambda: get_context("fork"))  # workers inherit the hook (threads or not)
     grid = {"seed": [0, 1, 2, 3]}
     rows = run_sweep("debate", grid, tmp_path / "cut", jobs=2)
     lost = [row for row in rows if row["status"] == "failed"]
