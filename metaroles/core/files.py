@@ -12,7 +12,7 @@ mid-append, is left out as a torn last line is. ``zstandard`` is imported only t
 Inside :func:`syncs_deferred` nothing waits for the disk: writes are made as above (a killed
 process still leaves old or new files, never torn ones, since what it wrote is the kernel's), and
 every file and folder that would have been synced is synced once, together, on leaving. A power
-cut before that may leave any of them torn; the caller marks the folder (``runs.rundir``).
+cut before that may leave any of them torn; the caller marks the folder (``runs.durability``).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def syncs_deferred() -> Iterator[dict[Path, bool]]:
     """Within, writes here do not wait for the disk; leaving (also by an error), everything they wrote is synced.
 
     For runs whose unit is the whole run (a sweep's short trials): a trial of 9 rounds otherwise
-    waits for the disk ~36 times, and two trials at once queue in the file system's journal.
+    waits for the disk ~36 times, and two trials at once queue behind each other at the disk.
     Yields the files and folders to sync, for a caller that adds its own.
     """
     pending: dict[Path, bool] = {}

@@ -8,7 +8,7 @@ torn. While it runs, its folder holds ``.unsynced``, naming the boot of the mach
 (``/proc/sys/kernel/random/boot_id``). Resuming in the same boot syncs the folder and goes on; after
 a restart the folder cannot be trusted: :func:`settle` refuses it, and a sweep runs that trial again
 (it gives the same row). A short trial of 9 rounds otherwise waits ~36 times, and two trials at
-once queue behind each other in the file system's journal.
+once queue behind each other at the disk.
 """
 
 from __future__ import annotations

@@ -178,8 +178,7 @@ class LocalTrials:
             return
         left = dict(enumerate(calls))
         while left:  # a worker that dies breaks its pool: trials it had not started go on in a new one
-            started = self._pool(left, done)
-            if not started:  # nothing ran: the workers die before any trial can start
+            if not self._pool(left, done):  # none ended: the workers die before any trial can start
                 for index in list(left):
                     done(index, lost_row(*left.pop(index)))
 
