@@ -22,37 +22,21 @@ import csv
 import io
 import itertools
 import json
-import shutil
-import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import get_context
-from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic
-from metaroles.core.text import redacted
-from metaroles.llm.providers import llm_from_settings
-from metaroles.llm.settings import LLMSettings
-from metaroles.runs.config import RunOptions
-from metaroles.runs.durability import checked_durability, restarted_since
+from metaroles.runs.durability import checked_durability
 from metaroles.runs.registry import load_scenario
-from metaroles.runs.rundir import MANIFEST, scenario_label
-from metaroles.runs.scenario import checked_config, resume_scenario, run_scenario
+from metaroles.runs.rundir import scenario_label
+from metaroles.runs.scenario import checked_config
+from metaroles.runs.trials import RUN_KEYS, LocalTrials, RayTrials, Row
 
 TABLE = "sweep.jsonl"
-RUN_KEYS = ("seed", "rounds", "budget")
-"""Grid keys that are run options; every other key is an option of the scenario."""
 TIMED = ("wall_s",)
 """Columns the clock wrote (the only ones two sweeps of one grid may differ in)."""
-
-Row = dict[str, Any]
 
 
 def parse_grid(specs: Iterable[str]) -> dict[str, list[Any]]:
@@ -98,146 +82,6 @@ def trial_name(params: dict[str, Any]) -> str:
     return ",".join(
         f"{k}={json.dumps(v) if not isinstance(v, str) else v}".replace("/", "_") for k, v in params.items()
     )
-
-
-def run_trial(
-    scenario: str,
-    run_dir: str,
-    params: dict[str, Any],
-    options: dict[str, Any],
-    llm: dict[str, Any],
-    durability: str = "run",
-) -> Row:
-    """Run (or resume, or skip if finished) one trial in ``run_dir``; return its row. Runs in a worker."""
-    folder = Path(run_dir)
-    row: Row = {"trial": folder.name, **params}
-    started = time.perf_counter()
-    try:
-        if (folder / "report.json").is_file():
-            row["status"] = "done"
-        else:
-            anyio.run(_trial, scenario, folder, params, options, llm, durability)
-            row["status"] = "done"
-    except Exception as exc:  # a trial that fails is a row that says so; the sweep goes on
-        row["status"] = "failed"
-        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    row["wall_s"] = round(time.perf_counter() - started, 3)
-    row.update(_measured(scenario, folder))
-    return row
-
-
-def lost_row(scenario: str, run_dir: str, params: dict[str, Any], *_: Any) -> Row:
-    """The row of a trial whose process died under it: running the sweep again resumes it."""
-    error = "the process running it died (killed, or out of memory); run the sweep again to resume it"
-    return {"trial": Path(run_dir).name, **params, "status": "failed", "error": error, "wall_s": None}
-
-
-async def _trial(
-    scenario: str, folder: Path, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any], durability: str
-) -> None:
-    seed = params.get("seed", options.get("seed"))
-    model = llm_from_settings(LLMSettings(**{**llm, "seed": seed}))
-    if restarted_since(folder):  # a power cut stopped it before it synced its files: from the start
-        shutil.rmtree(folder)
-    if (folder / MANIFEST).is_file():  # interrupted: continue from its last checkpoint
-        await resume_scenario(folder, llm=model)
-        return
-    run = RunOptions(**{k: params[k] for k in RUN_KEYS if k in params}, durability=durability)
-    config = {**options, **{k: v for k, v in params.items() if k not in RUN_KEYS}}
-    record = {"llm": llm.get("llm", "test"), "model": llm.get("model"), "base_url": redacted(llm.get("base_url"))}
-    await run_scenario(
-        scenario, llm=model, options=config, out_dir=folder, manifest={**record, "sweep": params}, run=run
-    )
-
-
-def _measured(scenario: str, folder: Path) -> Row:
-    """What the run directory says: rounds, messages, tokens, cost, and the scenario's summary."""
-    report_file = folder / "report.json"
-    if not report_file.is_file():
-        return {}
-    report = json.loads(report_file.read_text(encoding="utf-8"))["report"]
-    row = {k: report[k] for k in ("rounds", "messages", "total_tokens", "total_cost", "stop_reason")}
-    summary = getattr(load_scenario(scenario), "summary", None)
-    if summary is not None:
-        row.update({f"summary.{k}": v for k, v in summary(folder).items()})
-    return row
-
-
-class LocalTrials:
-    """Trials in worker processes of this machine (no Ray needed)."""
-
-    def __init__(self, jobs: int) -> None:
-        """Run up to ``jobs`` trials at once."""
-        self.jobs = jobs
-
-    def run(self, calls: list[tuple[Any, ...]], done: Callable[[int, Row], None]) -> None:
-        """Run each call of ``run_trial``; ``done(index, row)`` as each ends."""
-        if self.jobs == 1:
-            for index, call in enumerate(calls):
-                done(index, run_trial(*call))
-            return
-        left = dict(enumerate(calls))
-        while left:  # a worker that dies breaks its pool: trials it had not started go on in a new one
-            if not self._pool(left, done):  # none ended: the workers die before any trial can start
-                for index in list(left):
-                    done(index, lost_row(*left.pop(index)))
-
-    def _pool(self, left: dict[int, tuple[Any, ...]], done: Callable[[int, Row], None]) -> int:
-        """Run the trials ``left`` in one pool (each one ended is taken out); how many ended."""
-        ended = 0
-        # The heap is not frozen before forking: a trial's session settles its heap only where nobody froze
-        # it (core.heap), and a worker that inherits a frozen heap ran each trial ~30 % slower than this process.
-        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=_context()) as pool:
-            futures: dict[Future[Row], int] = {pool.submit(run_trial, *call): i for i, call in left.items()}
-            while futures:
-                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    index = futures.pop(future)
-                    try:
-                        row = future.result()
-                    except BrokenProcessPool:  # its worker, or another, died (killed, out of memory)
-                        if not (Path(left[index][1]) / MANIFEST).is_file():
-                            continue  # not started: the next pool runs it
-                        row = lost_row(*left[index])
-                    del left[index]
-                    ended += 1
-                    done(index, row)
-        return ended
-
-
-def _context() -> BaseContext:
-    """How to start workers: forked (instant: metaroles is already imported) from a one-thread process.
-
-    A process with threads (a notebook's Ray client, a GUI) is not safe to fork; its workers
-    start fresh from a fork server instead.
-    """
-    return get_context("fork" if threading.active_count() == 1 else "forkserver")
-
-
-class RayTrials:
-    """One Ray task per trial (``num_cpus`` each) on a local or remote cluster."""
-
-    def __init__(self, address: str | None = None, num_cpus: float = 1) -> None:
-        """Run on the cluster at ``address`` (a local one by default)."""
-        self.address = address
-        self.num_cpus = num_cpus
-
-    def run(self, calls: list[tuple[Any, ...]], done: Callable[[int, Row], None]) -> None:
-        """Submit every trial; ``done(index, row)`` as each ends."""
-        from metaroles.runs.ray_shards import ensure_ray
-
-        ray = ensure_ray(self.address)
-        task = ray.remote(num_cpus=self.num_cpus)(run_trial)
-        pending = {task.remote(*call): i for i, call in enumerate(calls)}
-        while pending:
-            finished, _ = ray.wait(list(pending), num_returns=1)
-            for ref in finished:
-                index = pending.pop(ref)
-                try:
-                    row = ray.get(ref)
-                except ray.exceptions.RayError:  # its worker died past Ray's retries
-                    row = lost_row(*calls[index])
-                done(index, row)
 
 
 def run_sweep(
