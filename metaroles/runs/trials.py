@@ -1,10 +1,10 @@
 """A sweep's trials: each a run directory, run here and in worker processes, or as Ray tasks.
 
 With ``--jobs N`` this process runs trials too, beside N - 1 workers forked from it: they take the
-next trial from one shared counter, so none waits for another and nobody hands work out. A
-worker's first trial costs more than its others (the pages it inherits are copied as it touches
-them), and starting and stopping workers is not free; a trial here pays neither. A thread here
-gives each worker's rows to the sweep as they come. A worker that dies (killed, out of memory)
+next trial from one shared counter, so none waits for another and nobody hands work out. Each
+process started and stopped costs milliseconds, and a fork makes the first trial on either side
+of it slower than the next (each page both share is copied at its first write): one process
+fewer pays that once less. A thread here gives each worker's rows to the sweep as they come. A worker that dies (killed, out of memory)
 fails only the trial it was running; the others go on, and running the sweep again resumes it.
 """
 
