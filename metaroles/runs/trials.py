@@ -4,8 +4,9 @@ With ``--jobs N`` this process runs trials too, beside N - 1 workers forked from
 next trial from one shared counter, so none waits for another and nobody hands work out. Each
 process started and stopped costs milliseconds, and a fork makes the first trial on either side
 of it slower than the next (each page both share is copied at its first write): one process
-fewer pays that once less. A thread here gives each worker's rows to the sweep as they come. A worker that dies (killed, out of memory)
-fails only the trial it was running; the others go on, and running the sweep again resumes it.
+fewer pays that once less. A thread here gives each worker's rows to the sweep as they come. A
+worker that dies (killed, out of memory) fails only the trial it was running; the others go on,
+and running the sweep again resumes it.
 """
 
 from __future__ import annotations
