@@ -173,3 +173,25 @@ async def test_a_sweep_called_inside_an_event_loop_runs_its_trials_in_workers(tm
     assert [row["status"] for row in rows] == ["done", "done"], rows
     two = run_sweep("debate", {"seed": [0, 1]}, tmp_path / "two", jobs=2)
     assert untimed(two) == untimed(rows)
+
+
+def test_a_trial_taken_by_a_worker_that_died_before_starting_it_still_gets_a_row(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Nothing is dropped silently: the trial a worker took as it was killed fails, and the sweep says which."""
+    parent, take = os.getpid(), trials._take
+
+    def take_then_die(taken: Any, count: int) -> int | None:
+        index = take(taken, count)
+        if os.getpid() != parent and index is not None:
+            os.kill(os.getpid(), signal.SIGKILL)  # before it tells anyone it took this one
+        return index
+
+    monkeypatch.setattr(trials, "_take", take_then_die)
+    monkeypatch.setattr(trials, "_context", lambda: get_context("fork"))
+    grid = {"seed": list(range(6))}
+    rows = run_sweep("debate", grid, tmp_path / "s", jobs=2)
+    lost = [row for row in rows if row["status"] == "failed"]
+    assert len(rows) == 6 and len(lost) == 1 and "the process running it died" in lost[0]["error"], rows
+    monkeypatch.setattr(trials, "_take", take)
+    assert {row["status"] for row in run_sweep("debate", grid, tmp_path / "s", jobs=2)} == {"done"}

@@ -116,6 +116,17 @@ class LocalTrials:
 
     def run(self, calls: list[tuple[Any, ...]], done: Done) -> None:
         """Run each call of ``run_trial``; ``done(index, row)`` as each ends (from one thread at a time)."""
+        ended: set[int] = set()
+
+        def record(index: int, row: Row) -> None:
+            ended.add(index)
+            done(index, row)
+
+        self._run(calls, record)
+        for index in sorted(set(range(len(calls))) - ended):  # taken by a worker that died before it said so
+            done(index, lost_row(*calls[index]))
+
+    def _run(self, calls: list[tuple[Any, ...]], done: Done) -> None:
         context: Any = _context()
         lock = threading.Lock()
         taken = context.Value("i", 0)
