@@ -1,13 +1,13 @@
 """Sweep throughput: 40 short debate runs, sequential vs the local backend with 2 jobs.
 
-    python bench/sweep.py [--trials 40] [--jobs 2] [--repeats 3] [--durability run|round]
+    python bench/sweep.py [--trials 40] [--jobs 2] [--repeats 3] [--durability sweep|run|round]
 
 Prints JSON: wall time of each, and the speed-up. Each trial writes its whole run directory
 (event log, checkpoints, transcript, state), as a researcher's sweep does, and waits for the disk
-as a sweep's trial does by default: once, at its end (``--durability round``: after each
-checkpoint). A sweep of 40 short runs lasts a second or two, and this machine's speed drifts by a
-third from one minute to the next: the two are timed in turn ``--repeats`` times, and the
-speed-up is the median of the pairs'.
+as a sweep does by default: the sweep syncs its ended trials together (``--durability run``: each
+trial at its end; ``round``: after each checkpoint). A sweep of 40 short runs lasts a second or
+two, and this machine's speed drifts by a third from one minute to the next: the two are timed in
+turn ``--repeats`` times, and the speed-up is the median of the pairs'.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--durability", choices=["run", "round"], default="run")
+    parser.add_argument("--durability", choices=["sweep", "run", "round"], default="sweep")
     args = parser.parse_args()
     pairs = []
     with tempfile.TemporaryDirectory() as folder:

@@ -13,8 +13,9 @@ import pytest
 from metaroles import TestLLM
 from metaroles.core import files
 from metaroles.core.exceptions import InvalidValueError, RunDirCorrupt
+from metaroles.runs import durability
 from metaroles.runs.config import RunOptions
-from metaroles.runs.durability import UNSYNCED, boot_id, restarted_since, settle
+from metaroles.runs.durability import SYNCED, UNSYNCED, boot_id, restarted_since, settle
 from metaroles.runs.scenario import resume_scenario, run_scenario
 from metaroles.runs.sweep import read_table, run_sweep
 from tests.faults.helpers import command
@@ -179,3 +180,44 @@ def test_a_durability_other_than_round_or_run_is_refused_before_anything_runs(tm
     result = command("none", "run", "debate", "--durability", "often", "--out", str(tmp_path / "r"))
     assert result.returncode == 2 and "durability='often'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_sweep_syncs_its_trials_together_and_none_on_its_own(tmp_path: Path, monkeypatch: Any) -> None:
+    synced = watch_fsyncs(monkeypatch)
+    together: list[Path] = []
+    sync_filesystem = durability.sync_filesystem
+
+    def counted(path: Path) -> None:
+        together.append(path)
+        sync_filesystem(path)
+
+    monkeypatch.setattr(durability, "sync_filesystem", counted)
+    marks: list[str] = []
+    rows = run_sweep(
+        "debate", {"seed": [0, 1, 2]}, tmp_path, on_trial=lambda _: marks.append((tmp_path / UNSYNCED).read_text())
+    )
+    assert [row["status"] for row in rows] == ["done"] * 3
+    inside = [p for p in synced if any(f"/seed={n}" in p for n in range(3))]
+    assert inside == [], "a trial waits for nothing itself"
+    assert together == [tmp_path], "one wait for all three, at the end"
+    assert marks == [boot_id() + "\n"] * 3, "the sweep's folder is marked with this boot while trials end"
+    assert not (tmp_path / UNSYNCED).exists() and not (tmp_path / SYNCED).exists()
+
+
+def test_after_a_restart_a_sweep_runs_again_the_trials_it_had_not_synced(tmp_path: Path) -> None:
+    grid = {"seed": [0, 1, 2]}
+    rows = run_sweep("debate", grid, tmp_path)
+    whole = {n: run_files(tmp_path / f"seed={n}") for n in range(3)}
+    kept = (tmp_path / "seed=0" / "report.json").stat().st_mtime_ns
+    (tmp_path / UNSYNCED).write_text("another-boot\n")  # a power cut before the sweep's last sync
+    (tmp_path / SYNCED).write_text("seed=0\n")
+    (tmp_path / "seed=1" / "events.jsonl").write_bytes(b"\0" * 64)  # what it may leave of a file never synced
+    assert restarted_since(tmp_path / "seed=1") and restarted_since(tmp_path / "seed=2")
+    assert not restarted_since(tmp_path / "seed=0"), "synced before the cut: trusted"
+    again = run_sweep("debate", grid, tmp_path)
+    assert (tmp_path / "seed=0" / "report.json").stat().st_mtime_ns == kept, "not run again"
+    assert {n: run_files(tmp_path / f"seed={n}") for n in range(3)} == whole
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in again] == [
+        {k: v for k, v in r.items() if k != "wall_s"} for r in rows
+    ]
+    assert not (tmp_path / UNSYNCED).exists()

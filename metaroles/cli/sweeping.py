@@ -34,9 +34,9 @@ def sweep(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
     durability: Annotated[
-        str,
-        typer.Option(help="when a trial waits for the disk: 'run' (once, at its end; a power cut reruns it), 'round'"),
-    ] = "run",
+        str | None,
+        typer.Option(help="'sweep' (trials synced together; local default), 'run' (each at its end), 'round'"),
+    ] = None,
 ) -> None:
     """Run a scenario once per combination of the grid; re-running skips finished trials and resumes the rest."""
     with reported():

@@ -119,12 +119,13 @@ _DEFERRED: ContextVar[dict[Path, bool] | None] = ContextVar("metaroles_deferred_
 
 
 @contextmanager
-def syncs_deferred() -> Iterator[dict[Path, bool]]:
+def syncs_deferred(*, sync: bool = True) -> Iterator[dict[Path, bool]]:
     """Within, writes here do not wait for the disk; leaving (also by an error), everything they wrote is synced.
 
     For runs whose unit is the whole run (a sweep's short trials): a trial of 9 rounds otherwise
     waits for the disk ~36 times, and two trials at once queue behind each other at the disk.
-    Yields the files and folders to sync, for a caller that adds its own.
+    Yields the files and folders to sync, for a caller that adds its own. ``sync=False``: nothing
+    is synced on leaving either; the caller syncs the file system later (:func:`sync_filesystem`).
     """
     pending: dict[Path, bool] = {}
     token = _DEFERRED.set(pending)
@@ -132,7 +133,33 @@ def syncs_deferred() -> Iterator[dict[Path, bool]]:
         yield pending
     finally:
         _DEFERRED.reset(token)
-        sync_pending(pending)
+        if sync:
+            sync_pending(pending)
+
+
+def sync_filesystem(path: Path) -> None:
+    """Wait until everything written to the file system that holds ``path`` is on the disk.
+
+    Linux's ``syncfs``: one wait for many files (a sweep's trials, synced together); elsewhere ``sync``.
+
+    Raises:
+        OSError: If the disk reported an error.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    syncfs = getattr(ctypes.CDLL(name, use_errno=True), "syncfs", None) if name else None
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, os.strerror(error), str(path))
+    finally:
+        os.close(fd)
 
 
 def sync_pending(pending: dict[Path, bool]) -> None:

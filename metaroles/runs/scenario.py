@@ -95,7 +95,7 @@ async def run_scenario(
         return report, plan.team
     if run.zstd:
         zstandard()  # the extra is there before anything is written
-    durability = checked_durability(run.durability)
+    durability = checked_durability(run.durability, sweep=True)
     record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
     _sweep(out_dir)
     write_manifest(out_dir, record)
@@ -274,7 +274,7 @@ async def resume_scenario(
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
     plan.team.on_record = _metrics(load_scenario(manifest["scenario"]), run_dir)
-    with synced_at_end(run_dir, checked_durability(manifest.get("durability", "round"))):
+    with synced_at_end(run_dir, checked_durability(manifest.get("durability", "round"), sweep=True)):
         report = await _continue(plan, run_dir, manifest)
     write_run_dir(run_dir, plan.team, report, manifest)
     return report, plan.team
@@ -352,7 +352,7 @@ async def fork_scenario(
     child |= provenance()
     _sweep(out_dir)
     write_manifest(out_dir, child := {**child, "parent": parent_record})
-    with synced_at_end(out_dir, checked_durability(child.get("durability", "round"))):
+    with synced_at_end(out_dir, checked_durability(child.get("durability", "round"), sweep=True)):
         report = await _branch(plan, parent, from_round, out_dir, child)
     write_run_dir(out_dir, plan.team, report, child)
     return report, plan.team

@@ -11,9 +11,11 @@ sweep again skips finished trials and resumes interrupted ones (a trial is a run
 any other: ``metaroles resume`` works on it too). A trial's row is a function of its run, so two
 sweeps of one grid — on processes or on Ray — write the same table, timings aside.
 
-A trial waits for the disk once, when it ends (``durability="run"``, ``runs.durability``): a killed
-sweep loses nothing, and a trial a power cut interrupted is run again from its start, giving the
-same row. ``durability="round"`` syncs each checkpoint, for trials too long to run again.
+On this machine a trial waits for the disk not even once: the sweep syncs the trials it has ended
+together, every few seconds and at its end (``durability="sweep"``, ``runs.durability.GroupSync``).
+A killed sweep loses nothing, and a trial a power cut may have torn is run again from its start,
+giving the same row. ``"run"`` (the default on Ray) syncs each trial as it ends, ``"round"`` each
+checkpoint, for trials too long to run again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic
-from metaroles.runs.durability import checked_durability
+from metaroles.runs.durability import Durability, GroupSync, checked_durability
 from metaroles.runs.registry import load_scenario
 from metaroles.runs.rundir import scenario_label
 from metaroles.runs.scenario import checked_config
@@ -95,7 +97,7 @@ def run_sweep(
     jobs: int = 1,
     ray_address: str | None = None,
     on_trial: Callable[[Row], None] | None = None,
-    durability: str = "run",
+    durability: str | None = None,
 ) -> list[Row]:
     """Run every trial of ``grid`` not finished yet into ``out``; return the rows in grid order.
 
@@ -104,13 +106,10 @@ def run_sweep(
     Raises:
         ConfigError: For an unknown scenario, a grid value or option the scenario refuses
             (checked for every trial before any runs), or a bad backend or job count.
-        InvalidValueError: For a durability other than ``"run"`` or ``"round"``.
+        InvalidValueError: For a durability other than ``"run"`` or ``"round"`` (or ``"sweep"``, the local default).
     """
-    if backend not in ("local", "ray"):
-        raise ConfigError(f"backend={backend!r} is not a sweep backend; use 'local' (processes) or 'ray'")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ConfigError(f"jobs={jobs!r} must be a positive integer, e.g. --jobs 2")
-    checked_durability(durability)
+    durability = _checked(backend, jobs, durability)
+    local = backend == "local"
     module = load_scenario(scenario)
     options = dict(options or {})
     every = trials(grid)
@@ -123,19 +122,37 @@ def run_sweep(
     table = Table(len(every))
     spec = {"llm": "test", **(llm or {})}
     calls = [(scenario, str(out / n), p, options, spec, durability) for n, p in zip(names, every, strict=True)]
-
+    group = GroupSync(out, names) if durability == "sweep" else None
     with (out / TABLE).open("w", encoding="utf-8") as live:  # a line per trial as it ends; grid order at the end
 
         def done(index: int, row: Row) -> None:
             live.write(table.put(index, row))
             live.flush()
+            if group is not None:
+                group.end(names[index])
             if on_trial is not None:
                 on_trial(row)
 
-        runner = LocalTrials(jobs) if backend == "local" else RayTrials(ray_address)
-        runner.run(calls, done)
+        (LocalTrials(jobs) if local else RayTrials(ray_address)).run(calls, done)
+    if group is not None:
+        group.finish()
     table.write(out)
     return table.rows()
+
+
+def _checked(backend: str, jobs: int, durability: str | None) -> Durability:
+    """The sweep's durability (by default ``"sweep"`` here, ``"run"`` on Ray), once backend and jobs are checked.
+
+    Raises:
+        ConfigError: For a bad backend or job count.
+        InvalidValueError: For a bad durability.
+    """
+    if backend not in ("local", "ray"):
+        raise ConfigError(f"backend={backend!r} is not a sweep backend; use 'local' (processes) or 'ray'")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"jobs={jobs!r} must be a positive integer, e.g. --jobs 2")
+    local = backend == "local"
+    return checked_durability(durability or ("sweep" if local else "run"), sweep=local)
 
 
 class Table:
@@ -198,7 +215,7 @@ def sweep(
     backend: str = "local",
     jobs: int = 1,
     ray_address: str | None = None,
-    durability: str = "run",
+    durability: str | None = None,
 ) -> Any:
     """Run ``scenario`` over ``grid`` (``{"seed": range(20), "turns": [2, 3]}`` or ``["seed=0..19"]``).
 

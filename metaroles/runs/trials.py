@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from multiprocessing import get_context
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
@@ -28,6 +29,7 @@ from typing import Any, cast
 
 import anyio
 
+from metaroles.core.files import syncs_deferred
 from metaroles.core.text import redacted
 from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
@@ -60,7 +62,8 @@ def run_trial(
         if (folder / "report.json").is_file():
             row["status"] = "done"
         else:
-            anyio.run(_trial, scenario, folder, params, options, llm, durability)
+            with syncs_deferred(sync=False) if durability == "sweep" else nullcontext():  # its sweep syncs it
+                anyio.run(_trial, scenario, folder, params, options, llm, durability)
             row["status"] = "done"
     except Exception as exc:  # a trial that fails is a row that says so; the sweep goes on
         row["status"] = "failed"
