@@ -146,10 +146,8 @@ def sync_filesystem(path: Path) -> None:
         OSError: If the disk reported an error.
     """
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
-    syncfs = getattr(ctypes.CDLL(name, use_errno=True), "syncfs", None) if name else None
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)  # this process's C library
     if syncfs is None:
         os.sync()
         return
