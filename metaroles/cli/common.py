@@ -86,7 +86,7 @@ _DISK = {
 
 @contextmanager
 def reported(run_dir: Path | None = None) -> Iterator[None]:
-    """Turn errors into one line on stderr: exit 1 for a failed run, 2 for bad input.
+    """Turn errors into one line on stderr: exit 1 for a failed run, 2 for bad input, 130 for Ctrl-C.
 
     A failed run, or a disk that refused a write, says how to continue: the run directory keeps
     its last complete checkpoint, so ``metaroles resume DIR`` goes on from there.
@@ -94,6 +94,9 @@ def reported(run_dir: Path | None = None) -> Iterator[None]:
     then = f"; then: metaroles resume {run_dir}" if run_dir is not None else ""
     try:
         yield
+    except KeyboardInterrupt:  # Ctrl-C: the run stopped between two writes, its last checkpoint whole
+        going_on = f"; to go on: metaroles resume {run_dir}" if run_dir is not None else ""
+        raise fail(f"interrupted{going_on}", code=130) from None
     except RunError as exc:
         raise fail(f"{exc}{then.replace('; then', '; to retry it') if then else ''}", code=1) from None
     except MetarolesError as exc:

@@ -7,6 +7,7 @@ WHEN is one of
 - ``point=NAME:K``: SIGKILL the K-th time the writer reaches write point NAME (``replace:events.jsonl``,
   ``append:metrics.jsonl``, ... see ``metaroles.core.files``);
 - ``write=K``: SIGKILL at the K-th write point of any name (a random moment that is exactly reproducible);
+- ``interrupt=K``: Ctrl-C (SIGINT) at the K-th write point of any name;
 - ``call=K``: SIGKILL as the K-th model call is asked (mid-turn);
 - ``fail=K``: the K-th model call fails as a provider does past its retries (``ProviderError``);
 - ``count``: run, then print ``writes=N calls=M`` (write points reached, model calls asked) on stderr.
@@ -30,16 +31,16 @@ def main() -> int:
     kind, _, value = when.partition("=")
     if kind == "count":
         return _counted(args)
-    if kind in ("point", "write"):
+    if kind in ("point", "write", "interrupt"):
         name, _, count = value.rpartition(":") if kind == "point" else ("", "", value)
         seen = 0
 
         def hook(point: str) -> None:
             nonlocal seen
-            if kind == "write" or point == name:
+            if kind != "point" or point == name:
                 seen += 1
                 if seen == int(count):
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    os.kill(os.getpid(), signal.SIGINT if kind == "interrupt" else signal.SIGKILL)
 
         files.fault_hook = hook
     elif kind in ("call", "fail"):

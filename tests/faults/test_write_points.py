@@ -59,6 +59,17 @@ def test_a_torn_metrics_line_is_skipped_and_written_again(tmp_path, straight):
     assert differences(straight["werewolf"], run_dir) == []
 
 
+@pytest.mark.parametrize("when", ["interrupt=12", "interrupt=30"])
+def test_ctrl_c_stops_a_run_with_one_line_and_resume_finishes_it(tmp_path, straight, when):
+    """Ctrl-C between two writes: exit 130, one line saying how to go on, and the run goes on to the same files."""
+    run_dir = tmp_path / "debate"
+    result = command(when, *run_args("debate", run_dir))
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert one_line_error(result.stderr) == f"error: interrupted; to go on: metaroles resume {run_dir}"
+    ok("resume", str(run_dir), "-q")
+    assert differences(straight["debate"], run_dir) == []
+
+
 def test_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path, straight):
     run_dir = tmp_path / "debate"
     killed("point=replace:round-0000.json:1", *run_args("debate", run_dir))
