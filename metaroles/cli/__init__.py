@@ -1,7 +1,8 @@
 """Layer 9, the ``metaroles`` command (typer + rich): run, resume, fork, sweep, graph, show, diff, list.
 
 Exit codes: 0 done; 1 the run failed (a role raised, a model failed); 2 bad input (unknown
-scenario, not a run directory, bad option). A user never sees a traceback: one line on stderr.
+scenario, not a run directory, bad option); 130 interrupted (Ctrl-C: the run directory is left
+resumable). A user never sees a traceback: one line on stderr.
 """
 
 from __future__ import annotations
