@@ -89,11 +89,14 @@ def restarted_since(run_dir: Path) -> bool:
     """
     own = _mark(run_dir)
     if own is not None:
-        return own != boot_id() or not own
+        return _foreign(own)
     sweep = _mark(run_dir.parent)
-    if sweep is None or (sweep and sweep == boot_id()):
-        return False
-    return run_dir.name not in synced_trials(run_dir.parent)
+    return sweep is not None and _foreign(sweep) and run_dir.name not in synced_trials(run_dir.parent)
+
+
+def _foreign(mark: str) -> bool:
+    """Whether a marker is not this boot's (or cannot be read, or this machine cannot say its boot)."""
+    return not mark or mark != boot_id()
 
 
 def _mark(folder: Path) -> str | None:
@@ -122,7 +125,7 @@ def refuse_restarted(run_dir: Path) -> None:
     """
     if restarted_since(run_dir):
         raise RunDirCorrupt(
-            f"{str(run_dir)!r} stopped before it waited for the disk (durability 'run') and the machine has "
+            f"{str(run_dir)!r} stopped before its files were all on the disk, and the machine has "
             "restarted since: its files may be torn. Run it again into a new folder (the same seed gives the same run)"
         )
 
@@ -159,7 +162,7 @@ class GroupSync:
         """Mark ``out`` (after dropping what a restart may have torn of the trials ``names``)."""
         self.out, self.ended, self.last = out, list[str](), time.monotonic()
         mark = _mark(out)
-        if mark is not None and (not mark or mark != boot_id()):
+        if mark is not None and _foreign(mark):
             kept = synced_trials(out)
             for name in names:
                 if name not in kept and (out / name).exists():

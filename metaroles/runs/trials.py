@@ -126,7 +126,7 @@ class LocalTrials:
             done(index, row)
 
         self._run(calls, record)
-        for index in sorted(set(range(len(calls))) - ended):  # taken by a worker that died before it said so
+        for index in sorted(set(range(len(calls))) - ended):  # taken by a worker that died before it sent its row
             done(index, lost_row(*calls[index]))
 
     def _run(self, calls: list[tuple[Any, ...]], done: Done) -> None:
@@ -144,7 +144,7 @@ class LocalTrials:
             send.close()
             workers.append((worker, receive))
         failed: list[BaseException] = []
-        collector = threading.Thread(target=_collect, args=(workers, calls, done, lock, failed), daemon=True)
+        collector = threading.Thread(target=_collect, args=(workers, done, lock, failed), daemon=True)
         collector.start()
         try:
             while here and (index := _take(taken, len(calls))) is not None:
@@ -181,39 +181,25 @@ def _take(taken: Synchronized[int], count: int) -> int | None:
 
 
 def _work(calls: Sequence[tuple[Any, ...]], taken: Synchronized[int], out: Connection) -> None:
-    """A worker: take trials until none is left; say which one it starts, then send its row."""
+    """A worker: take trials until none is left, sending each one's row."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the sweep's process, which stops its workers
     while (index := _take(taken, len(calls))) is not None:
-        out.send((index, None))
         out.send((index, run_trial(*calls[index])))
     out.close()
 
 
 def _collect(
-    workers: list[tuple[BaseProcess, Connection]],
-    calls: Sequence[tuple[Any, ...]],
-    done: Done,
-    lock: threading.Lock,
-    failed: list[BaseException],
+    workers: list[tuple[BaseProcess, Connection]], done: Done, lock: threading.Lock, failed: list[BaseException]
 ) -> None:
-    """Give the workers' rows to ``done`` as they come; a worker that ends mid-trial died: its trial failed."""
-    running: dict[Connection, int] = {}
+    """Give the workers' rows to ``done`` as they come, until every worker has ended (or died: see ``run``)."""
     open_ = {receive: worker for worker, receive in workers}
     while open_:
         for receive in cast(list[Connection], wait(list(open_))):
             try:
                 index, row = receive.recv()
-            except EOFError:  # its worker ended: nothing left to take, or it died mid-trial
+            except EOFError:  # its worker ended: nothing left to take, or it died
                 open_.pop(receive).join()
-                if receive not in running:
-                    continue
-                index = running.pop(receive)
-                row = lost_row(*calls[index])
-            else:
-                if row is None:  # it starts this one
-                    running[receive] = index
-                    continue
-                del running[receive]
+                continue
             try:
                 with lock:
                     done(index, row)
