@@ -214,6 +214,9 @@ def test_after_a_restart_a_sweep_runs_again_the_trials_it_had_not_synced(tmp_pat
     (tmp_path / "seed=1" / "events.jsonl").write_bytes(b"\0" * 64)  # what it may leave of a file never synced
     assert restarted_since(tmp_path / "seed=1") and restarted_since(tmp_path / "seed=2")
     assert not restarted_since(tmp_path / "seed=0"), "synced before the cut: trusted"
+    with pytest.raises(RunDirCorrupt, match="restarted since"):  # resumed on its own, it is refused too
+        settle(tmp_path / "seed=1")
+    settle(tmp_path / "seed=0")
     again = run_sweep("debate", grid, tmp_path)
     assert (tmp_path / "seed=0" / "report.json").stat().st_mtime_ns == kept, "not run again"
     assert {n: run_files(tmp_path / f"seed={n}") for n in range(3)} == whole

@@ -136,10 +136,10 @@ def settle(run_dir: Path) -> None:
     Raises:
         RunDirCorrupt: If the machine restarted since (its files may be torn), saying to run it again.
     """
+    refuse_restarted(run_dir)  # its own marker, or its sweep's
     marker = run_dir / UNSYNCED
     if not marker.exists():
         return
-    refuse_restarted(run_dir)
     pending: dict[Path, bool] = {}
     for folder, subfolders, names in os.walk(run_dir):
         pending.update((Path(folder, name), False) for name in names if name != UNSYNCED)
