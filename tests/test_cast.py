@@ -104,6 +104,70 @@ async def test_roles_come_back_holding_the_very_messages_of_the_drivers_history(
     assert back is not note and back.model_dump() == note.model_dump() and note.id not in history
 
 
+def role_states(team: Team) -> list[dict[str, object]]:
+    """Each role's whole state (what a resume restores), plus what the state leaves implicit."""
+    return [
+        {
+            **role.state_dict().model_dump(mode="json"),
+            "index": {k: list(v) for k, v in role.rc.memory._index.items()},
+            "edits": role.rc.memory._edits,
+            "remembered": role.rc.remembered,
+            "todo": role.rc.todo,
+            "scope": None if role.ids is None else (role.ids.round, role.ids.seq, role.ids.prefix),
+        }
+        for role in team.env.roles.values()
+    ]
+
+
+async def test_roles_built_from_seats_come_back_as_their_state_into_the_drivers_own_roles() -> None:
+    one = ring_team(6)
+    await one.run(n_round=5, idea="go", send_to="m0")
+    sharded = ring_team(6, LocalBackend(2))
+    hired = list(sharded.env.roles.values())
+    await sharded.run(n_round=5, idea="go", send_to="m0")
+    back = list(sharded.env.roles.values())
+    assert all(b is h for b, h in zip(back, hired, strict=True))  # not copies: the roles this process built
+    assert role_states(sharded) == role_states(one)
+    history = sharded.env.history._store
+    for role in back:  # the history's own messages, in memory, buffer and news
+        assert all(history[m.id] is m for m in [*role.rc.memory, *role.rc.msg_buffer.peek_all(), *role.rc.news])
+        assert all(action.ledger is sharded.env.ledger for action in role.actions)
+    await sharded.run(n_round=2)  # and they run on, as one process's do
+    await one.run(n_round=2)
+    assert transcript(sharded) == transcript(one) and role_states(sharded) == role_states(one)
+
+
+class Counting(Say):
+    """Counts its runs on its role (an attribute set anew: no part of the role's state on the bus)."""
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        role = self.counted
+        role.count += 1  # type: ignore[attr-defined]
+        return await super().run(history)
+
+
+def counting(i: int) -> Role:
+    role = Role(name=f"c{i}", actions=[Counting()], watch=[Counting], send_to={f"c{(i + 1) % 4}"})
+    role.count = 0  # type: ignore[attr-defined]
+    role.actions[0].counted = role  # type: ignore[attr-defined]
+    return role
+
+
+async def test_a_seated_role_whose_attributes_the_run_set_anew_travels_back_whole() -> None:
+    def team(backend: object = None) -> Team:
+        t = Team(env=Environment(seed=3), llm=TestLLM(), backend=backend)  # type: ignore[arg-type]
+        t.hire(Cast(4, counting))
+        return t
+
+    one, sharded = team(), team(LocalBackend(2))
+    for t in (one, sharded):
+        await t.run(n_round=6, idea="go", send_to="c0")
+    counts = [r.count for r in one.env.roles.values()]  # type: ignore[attr-defined]
+    assert all(counts)  # every role ran at least once
+    assert [r.count for r in sharded.env.roles.values()] == counts  # type: ignore[attr-defined]
+    assert transcript(sharded) == transcript(one)
+
+
 async def test_a_cast_that_builds_another_role_elsewhere_stops_the_run_saying_why() -> None:
     team = ring_team(4, LocalBackend(2), renumber=True)
     with pytest.raises(RunError, match=r"build\(\d\) made 'm\d+'.*must make the same role in every process"):

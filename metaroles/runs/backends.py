@@ -162,11 +162,14 @@ class LocalShards:
         meanwhile()
         return [host.parts(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
 
-    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> AsyncIterator[tuple[int, bytes]]:
+    async def release(
+        self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False
+    ) -> AsyncIterator[tuple[int, bytes]]:
         """Each shard's roles, pickled in pieces: ``(shard, piece)``, one shard after the other."""
         hosts, self.hosts = self.hosts, []
         for n, (host, delivery) in enumerate(zip(hosts, deliveries, strict=True)):
-            first, pieces = host.release(delivery, broadcasts, delivery.parts, pickle.Pickler, shipping.PIECE)
+            parts = delivery.parts
+            first, pieces = host.release(delivery, broadcasts, parts, pickle.Pickler, shipping.PIECE, by_state=by_state)
             yield n, first
             for number in range(1, pieces):
                 yield n, host.release_more(number)

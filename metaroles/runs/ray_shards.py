@@ -153,11 +153,14 @@ class _Actor:
     async def parts(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
         return self.host.parts(fn, _unpacked(delivery), _unpacked(broadcasts), parts)
 
-    async def release(self, piece: int, delivery: bytes, broadcasts: bytes, *parts: bytes) -> tuple[bytes, int]:
+    async def release(
+        self, piece: int, by_state: bool, delivery: bytes, broadcasts: bytes, *parts: bytes
+    ) -> tuple[bytes, int]:
         from ray import cloudpickle
 
+        delivered, shared = _unpacked(delivery), _unpacked(broadcasts)
         with paused_gc():
-            return self.host.release(_unpacked(delivery), _unpacked(broadcasts), parts, cloudpickle.Pickler, piece)
+            return self.host.release(delivered, shared, parts, cloudpickle.Pickler, piece, by_state=by_state)
 
     async def release_more(self, number: int) -> bytes:
         with paused_gc():
@@ -288,9 +291,11 @@ class RayShards:
         """``fn`` of each shard's roles, and its count of ready roles."""
         return await self._each("parts", deliveries, broadcasts, fn, meanwhile=meanwhile)
 
-    async def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> AsyncIterator[tuple[int, bytes]]:
+    async def release(
+        self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False
+    ) -> AsyncIterator[tuple[int, bytes]]:
         """Each shard's roles, pickled in pieces: every shard's first, then their seconds... (asked for all at once)."""
-        firsts: list[tuple[bytes, int]] = await self._each("release", deliveries, broadcasts, shipping.PIECE)
+        firsts: list[tuple[bytes, int]] = await self._each("release", deliveries, broadcasts, shipping.PIECE, by_state)
         counts = [pieces for _, pieces in firsts]
         more = [[a.release_more.remote(k) for k in range(1, n)] for a, n in zip(self.actors, counts, strict=True)]
         self.calls += sum(map(len, more))

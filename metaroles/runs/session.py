@@ -28,16 +28,18 @@ async def sharded(
     casts: Sequence[tuple[int, Cast]] = (),
     *,
     behind: bool = False,
+    keep: bool = False,
 ) -> AsyncIterator[ShardedRun]:
     """Run ``env``'s roles on ``shards`` inside the block; they come back into ``env`` when it ends.
 
     Roles of ``casts`` (``(first place, cast)``) not yet changed are built by their shards, not shipped.
     If the block raises, the roles stay where they were (a shard may be gone): the run's last
     checkpoint is what a resume starts from. ``behind``: see :attr:`ShardedRun.behind` (a Team
-    takes each round's history in before it reads it).
+    takes each round's history in before it reads it). ``keep``: this process keeps the roles shards
+    build from seats, which come back as their state (when the roles are to come back).
     """
     seat = seats(casts) if casts and env.round == 0 else no_seat
-    run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat)
+    run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat, keep=keep)
     run.behind = behind
     await run.open()
     try:

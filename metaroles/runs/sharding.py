@@ -55,13 +55,24 @@ class ShardedRun:
     """The driver's side of a sharded run: an Environment whose remote roles are stand-ins (:func:`sharded`)."""
 
     def __init__(
-        self, env: Environment, shards: ShardSet, places: list[int | None], seat: Callable[[Role], Any] = no_seat
+        self,
+        env: Environment,
+        shards: ShardSet,
+        places: list[int | None],
+        seat: Callable[[Role], Any] = no_seat,
+        *,
+        keep: bool = False,
     ) -> None:
         """Drive ``env`` on ``shards``; ``places`` gives each role's shard (``None``: the driver).
 
         ``seat(role)`` says how a shard builds ``role`` itself (``runs.cast``), or ``None``: it is shipped.
+        ``keep``: hold on to the roles shards build from seats, which then come back as their state
+        (``runs.shipping``): cheaper than unpickling them, when the roles are to come back.
         """
         self.env, self.shards, self.places, self._seat = env, shards, places, seat
+        self.kept: dict[int, Role] = {}
+        """By place, this process's roles that their shards built again from seats (with ``keep``)."""
+        self._keep = keep
         self.inboxes: list[list[Entry]] = [[] for _ in range(shards.count)]
         self.ready = [0] * shards.count
         self.held = [0] * shards.count
@@ -106,8 +117,11 @@ class ShardedRun:
         with paused_gc():  # a stand-in and a seat per role, no cycles: collections would scan every role
             for role, place in zip(list(env._members), self.places, strict=True):
                 if place is not None:
-                    parts[place].append(seat(role) or role)
+                    seated = seat(role)
+                    parts[place].append(seated or role)
                     stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place], self.heard)
+                    if seated is not None and self._keep:
+                        self.kept[role._env_index] = role
         history = env.history._store
         pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
 
@@ -378,7 +392,7 @@ class ShardedRun:
 
     async def close(self) -> None:
         """Bring the roles back (unless a shard failed, or they :attr:`stay`: the checkpoint has them); stop shards."""
-        env = self.env
+        env, kept, self.kept = self.env, self.kept, {}
         if not self.broken:
             self.settle()
         self.heard.clear()  # the roles' own news speaks for them from now on (the log's caused_by)
@@ -387,9 +401,10 @@ class ShardedRun:
             return
         deliveries, broadcasts = self._take_deliveries()
         back: dict[int, Any] = {}
-        readers = [RolesIn(env) for _ in range(self.shards.count)]
+        readers = [RolesIn(env, kept=kept) for _ in range(self.shards.count)]
         with paused_gc():
-            async for shard, piece in self.shards.release(deliveries, broadcasts):  # read while the next is made
+            pieces = self.shards.release(deliveries, broadcasts, by_state=bool(kept))
+            async for shard, piece in pieces:  # read while the next is made
                 for role in readers[shard].load(piece):
                     role._ready = False  # rebuild_ready below marks it again if its buffer holds news
                     back[role._env_index] = role

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pickle
 import time
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from json.encoder import encode_basestring
@@ -30,7 +31,7 @@ from metaroles.runs.checkpoint import CheckpointWriter
 from metaroles.runs.crossing import OutboxReader, OutboxWriter
 from metaroles.runs.parts import part_writer
 from metaroles.runs.shardset import Addresses, Delivery, Entry, Step, StepResult
-from metaroles.runs.shipping import RolesOut, loads_roles, paused_gc
+from metaroles.runs.shipping import RolesOut, fingerprint, loads_roles, paused_gc
 
 DRIVER = -1
 """Where a role pinned to the driver lives (in the address map)."""
@@ -122,6 +123,8 @@ class ShardHost:
         """This shard's writer of its checkpoint parts."""
         self.out: RolesOut | None = None
         """The roles on their way back (:meth:`release`)."""
+        self.seated = array("q", bytes(8 * total))
+        """By place: the ``fingerprint`` of a role this shard built from its seat (``runs.cast``), else 0."""
         self.ahead: dict[int, bytes] = {}
         """Pieces made before they were asked for (:meth:`release_more`)."""
         self._out = [OutboxWriter() for _ in range(shards)]
@@ -139,9 +142,14 @@ class ShardHost:
         A model with limits (``LimitedLLM``) keeps to this shard's share of them, so the cluster
         as a whole stays within what the user set.
         """
-        env = self.env
+        env, seated = self.env, self.seated
         self.addresses = addresses
-        roles = [r if isinstance(r, Role) else r.build(env) for r in loads_roles(data, env, known=self.known)]
+        roles = []
+        for role in loads_roles(data, env, known=self.known):
+            if not isinstance(role, Role):
+                role = role.build(env)
+                seated[role._env_index] = fingerprint(role)
+            roles.append(role)
         env.adopt_roles(roles, total=self.total)
         shared: dict[int, Any] = {}
         for role in roles:
@@ -309,14 +317,18 @@ class ShardHost:
         parts: Sequence[bytes],
         pickler: type[pickle.Pickler],
         piece: int | None = None,
+        *,
+        by_state: bool = False,
     ) -> tuple[bytes, int]:
         """Deliver, then give the roles back, pickled: messages the driver holds go by id.
 
         The first piece of ``piece`` roles (all if ``None``), and how many pieces in all
-        (:meth:`release_more` gives the others).
+        (:meth:`release_more` gives the others). ``by_state``: the driver kept the roles this shard
+        built from seats, so those go back as their state (``runs.shipping``).
         """
         self.take(delivery, broadcasts, parts)
-        self.out = RolesOut(self.env, self.env._members, pickler, known=self.known, piece=piece)
+        seated = self.seated if by_state else None
+        self.out = RolesOut(self.env, self.env._members, pickler, known=self.known, piece=piece, seated=seated)
         self.ahead = {}
         return self.out.next(), self.out.pieces
 

@@ -142,11 +142,14 @@ class ShardSet(Protocol):
         """``fn`` of each shard's roles after its delivery, and its ready roles; ``meanwhile()`` as they work."""
         ...
 
-    def release(self, deliveries: list[Delivery], broadcasts: list[Message]) -> AsyncIterator[tuple[int, bytes]]:
+    def release(
+        self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False
+    ) -> AsyncIterator[tuple[int, bytes]]:
         """Each shard's roles after its delivery, pickled in pieces (``runs.shipping.RolesOut``): ``(shard, piece)``.
 
         Each shard's pieces come in their order; the driver reads one while the shards make the next.
-        The shards are done.
+        The shards are done. ``by_state``: the driver kept the roles the shards built from seats; those
+        come back as their state.
         """
         ...
 

@@ -6,6 +6,12 @@ receiving side's own. Messages the driver's history holds travel **by id** on th
 own history, so nothing is copied twice and the messages stay the very objects of the history, as
 in one process. A shard learns which messages the driver holds from what it delivered and from
 what came with its roles (:func:`loads_roles` collects those into ``known``).
+
+A role its shard built from a seat (``runs.cast``) while the driver kept the one it built itself
+comes back as its state alone (:func:`_state_sent`): what a resume gives a role built again from
+its scenario — buffer, memory, working memory, news, stage, watch set, :meth:`Role.extra_state` —
+its messages by id, put into the driver's own role (:func:`_role_back`). Unpickling a whole role
+cost more than building it.
 """
 
 from __future__ import annotations
@@ -13,16 +19,18 @@ from __future__ import annotations
 import gc
 import io
 import pickle
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from operator import attrgetter, is_
-from typing import Any
+from typing import Any, cast
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
+from metaroles.messages.queue import MessageQueue
 
 _HOST: ContextVar[dict[str, Any]] = ContextVar("metaroles_shard_host")
 _ID = attrgetter("id")
@@ -68,6 +76,97 @@ def _memory_sent(memory: Memory, known: dict[str, Message]) -> tuple[Any, ...]:
         return _memory_back, (not memory.ignore_id, memory._edits, ids, memory._index, True)
     sent = [i if h is m else m for i, h, m in zip(ids, held, items, strict=True)]
     return _memory_back, (not memory.ignore_id, memory._edits, sent, memory._index)
+
+
+_MOVED_BY_THE_BUS = frozenset({"_ready", "addresses"})
+"""A role's attributes the bus itself sets during a run (addresses: the driver's stand-in has them)."""
+
+
+def fingerprint(role: Role) -> int:
+    """Which objects ``role``'s own attributes are now, bar those the bus moves, as one number (never 0).
+
+    A shard takes it when it builds a role from its seat and again when the role goes back: an
+    attribute the run set anew (``self.count += 1``) changes it, and the role then travels whole.
+    """
+    attributes = vars(role)
+    kept = [id(value) for name, value in attributes.items() if name not in _MOVED_BY_THE_BUS]
+    return hash((tuple(attributes), tuple(kept))) or 1
+
+
+def _held_ids(messages: Sequence[Message], known: dict[str, Message]) -> list[str] | None:
+    """The ids of ``messages`` if the driver holds each one (the very object), else ``None``."""
+    ids = list(map(_ID, messages))
+    return ids if all(map(is_, map(known.get, ids), messages)) else None
+
+
+def _state_sent(role: Role, known: dict[str, Message], watches: dict[frozenset[str], frozenset[str]]) -> Any:
+    """How a seated role travels back as its state (see the module), or ``None`` if it must travel whole.
+
+    A role qualifies when its state is all in its :class:`~metaroles.bus.state.RoleState` but for
+    long-term memory and brain (plain memory and buffer, the stage's own action as its todo) and
+    none of its attributes was set anew since its shard built it (its :func:`fingerprint`).
+    Memories travel as :func:`_memory_sent` makes them; a buffer and news whose every message the
+    driver holds, as ids.
+    """
+    rc = role.rc
+    buffer, working = rc.msg_buffer, rc._working
+    actions, stage = role.actions, rc.state
+    if (
+        type(rc.memory) is not Memory
+        or type(buffer) is not MessageQueue
+        or role.brain_memory is not None
+        or rc.todo is not (actions[stage] if 0 <= stage < len(actions) else None)
+        or (working is not None and type(working) is not Memory)
+    ):
+        return None
+    buffered = _held_ids(buffer.peek_all(), known)
+    news = _held_ids(rc.news, known)
+    watch = frozenset(rc.watch)
+    scope = role.ids
+    return _role_back, (
+        role._env_index,
+        rc.memory,
+        buffer if buffered is None else buffered,
+        rc.news if news is None else news,
+        working,
+        stage,
+        rc.remembered,
+        watches.setdefault(watch, watch),  # one object per watch set: pickled once
+        None if scope is None else (scope.round, scope.seq, scope.prefix),
+        role.extra_state() if type(role).extra_state is not Role.extra_state else None,
+    )
+
+
+def _role_back(
+    place: int,
+    memory: Memory,
+    buffer: MessageQueue | list[str],
+    news: list[Message] | list[str],
+    working: Memory | None,
+    stage: int,
+    remembered: int,
+    watch: frozenset[str],
+    scope: tuple[int, int, str] | None,
+    extra: dict[str, Any] | None,
+) -> Role:
+    """The driver's own role for ``place``, given the state its shard sent (:func:`_state_sent`)."""
+    host = _HOST.get()
+    role: Role = host["kept"].pop(place)
+    held = host["history"].__getitem__
+    rc = role.rc
+    rc.memory, rc._working = memory, working
+    rc.msg_buffer = buffer if isinstance(buffer, MessageQueue) else MessageQueue(map(held, buffer))
+    by_id = bool(news) and type(news[0]) is str
+    rc.news = list(map(held, cast("list[str]", news))) if by_id else cast("list[Message]", news)
+    role._set_state(stage)
+    rc.remembered = remembered
+    rc.watch = set(watch)
+    role.addresses = host["env"]._members[place].addresses  # its stand-in's: the shard reported any change
+    if scope is not None and role.ids is not None:
+        role.ids.round, role.ids.seq, role.ids.prefix = scope
+    if extra is not None:
+        role.load_extra_state(extra)
+    return role
 
 
 def _kept(rebuild: Any, values: tuple[Any, ...]) -> Message:
@@ -155,12 +254,18 @@ class RolesOut:
         history: dict[str, Message] | None = None,
         known: dict[str, Message] | None = None,
         piece: int | None = None,
+        seated: array[int] | None = None,
     ) -> None:
-        """Pieces of ``piece`` roles each (all of them at once if ``None``); see :func:`dumps_roles` for the rest."""
+        """Pieces of ``piece`` roles each (all of them at once if ``None``); see :func:`dumps_roles` for the rest.
+
+        ``seated`` (on a shard, with ``known``): by place, the :func:`fingerprint` a role had when
+        the shard built it from its seat (0: it did not), the driver having kept its own: such a role
+        goes back as its state when it can (:func:`_state_sent`).
+        """
         self.roles, self.at = list(roles), 0
         self.piece = piece or max(1, len(self.roles))
         self.buffer = io.BytesIO()
-        self.pickler = _pickler(env, pickler, history, known)(self.buffer, protocol=5)
+        self.pickler = _pickler(env, pickler, history, known, seated)(self.buffer, protocol=5)
 
     @property
     def pieces(self) -> int:
@@ -182,11 +287,13 @@ def _pickler(
     pickler: type[pickle.Pickler],
     history: dict[str, Message] | None,
     known: dict[str, Message] | None,
+    seated: array[int] | None = None,
 ) -> type[pickle.Pickler]:
     """``pickler`` with the environment's objects, messages the other side holds and memories sent as references."""
     shared = {id(env): "env", id(env.ledger): "ledger", id(env._clock): "clock"}
     fallback = getattr(pickler, "reducer_override", None)
     table = _table(pickler)
+    watches: dict[frozenset[str], frozenset[str]] = {}
 
     class _Pickler(pickler):  # type: ignore[misc,valid-type]
         if table is not None:
@@ -201,6 +308,10 @@ def _pickler(
                 return obj.__reduce__()
             if type(obj) is Memory and known is not None:
                 return _memory_sent(obj, known)
+            if seated is not None and known is not None and isinstance(obj, Role):
+                state = _state_sent(obj, known, watches) if seated[obj._env_index] == fingerprint(obj) else None
+                if state is not None:
+                    return state
             key = shared.get(id(obj))
             if key is not None:
                 return _hosted, (key,)
@@ -221,9 +332,11 @@ def loads_roles(data: bytes, env: Environment, *, known: dict[str, Message] | No
 class RolesIn:
     """Reads the pieces one :class:`RolesOut` made, in order, with one unpickler (what they share stays one object)."""
 
-    def __init__(self, env: Environment, *, known: dict[str, Message] | None = None) -> None:
-        """Roles for ``env`` (see :func:`loads_roles`)."""
-        self.host = {"env": env, "ledger": env.ledger, "clock": env._clock, "known": known}
+    def __init__(
+        self, env: Environment, *, known: dict[str, Message] | None = None, kept: dict[int, Role] | None = None
+    ) -> None:
+        """Roles for ``env`` (see :func:`loads_roles`); ``kept``: by place, the roles that come back as their state."""
+        self.host = {"env": env, "ledger": env.ledger, "clock": env._clock, "known": known, "kept": kept}
         self.host["history"] = env.history._store
         self.feed = _Feed()
         self.unpickler = pickle.Unpickler(self.feed)

@@ -357,7 +357,8 @@ class Team:
                 return await self._rounds(n_round)
             try:
                 shard_by = self.backend.shard_by or self.shard_by
-                async with sharded(self.env, self.backend.shard_set(), shard_by, self.casts, behind=True) as run:
+                shards = self.backend.shard_set()
+                async with sharded(self.env, shards, shard_by, self.casts, behind=True, keep=self.bring_back) as run:
                     self._sharded = run
                     run.record_for(self._log)
                     try:
