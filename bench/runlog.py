@@ -7,6 +7,11 @@ checkpoint every 10 rounds). Each run's rounds are one session of the environmen
 them (workers kept, the heap settled after each round). The modes run interleaved, five
 times each after a warm-up, and each slowdown is the median of the ratios to the "off" run of the
 same repetition, so the machine's drift does not leak into the figures.
+
+``otel_sdk_floor`` is what the OpenTelemetry SDK alone costs for the spans a traced ring makes (per
+message a turn, the ``process`` span of what it observed and the ``send`` span of what it published,
+with their attributes; per round a round span), made with no bus at all: the slowdown OTel would
+cause if metaroles itself cost nothing. No tracing of those spans can be cheaper than this floor.
 Run: ``python bench/runlog.py``.
 """
 
@@ -65,6 +70,47 @@ def traced_in_memory(env: Environment) -> AbstractContextManager[object]:
     return traced(env, scenario="ring", run_id="bench", tracer=provider.get_tracer("bench"), content=False)
 
 
+def otel_sdk_floor() -> float:
+    """Seconds the SDK takes for the spans of the traced ring's ``ROUNDS`` rounds (see the module), no bus."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    tracer = provider.get_tracer("floor")
+    start = time.perf_counter()
+    root = tracer.start_span("invoke_workflow ring")
+    sent: list[trace.SpanContext] = [root.get_span_context()] * ROLES
+    for round_no in range(ROUNDS):
+        round_span = tracer.start_span(f"round {round_no}", context=trace.set_span_in_context(root))
+        in_round = trace.set_span_in_context(round_span)
+        for i in range(ROLES):
+            name, after = f"r{i}", f"r{(i + 1) % ROLES}"
+            agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
+            agent |= {"gen_ai.conversation.id": "bench", "metaroles.round": round_no}
+            turn = tracer.start_span(f"invoke_agent {name}", context=in_round, attributes=agent)
+            in_turn = trace.set_span_in_context(turn)
+            message = {"messaging.system": "metaroles", "messaging.message.id": f"{round_no:06x}{i:05x}"}
+            message |= {"messaging.destination.name": after, "metaroles.round": round_no}
+            process = {**message, "messaging.operation.name": "process", "messaging.operation.type": "process"}
+            process["metaroles.recipient"] = name
+            links = [trace.Link(sent[i - 1])]
+            kind = trace.SpanKind.CONSUMER
+            tracer.start_span(f"process {name}", context=in_turn, kind=kind, links=links, attributes=process).end()
+            send = {**message, "messaging.operation.name": "send", "messaging.operation.type": "send"}
+            send |= {"metaroles.cause_by": f"Act{i}", "metaroles.sent_from": name, "metaroles.send_to": [after]}
+            send["metaroles.delivered_to"] = [after]
+            span = tracer.start_span(f"send {after}", context=in_turn, kind=trace.SpanKind.PRODUCER, attributes=send)
+            span.end()
+            sent[i] = span.get_span_context()
+            turn.end()
+        round_span.end()
+    root.end()
+    return time.perf_counter() - start
+
+
 async def rounds(
     env: Environment, log: EventLog | None, checkpoints: CheckpointWriter | None, every: int | None
 ) -> None:
@@ -89,12 +135,16 @@ async def one_round(
 
 async def main() -> None:
     values: dict[str, list[float]] = {mode: [] for mode in MODES}
+    floors: list[float] = []
     for mode in MODES:
         await run(mode)
+    otel_sdk_floor()
     for _ in range(REPEATS):
         for mode in MODES:
             gc.collect()
             values[mode].append(await run(mode))
+        gc.collect()
+        floors.append(otel_sdk_floor())
     for mode, runs in values.items():
         slowdown = statistics.median(1 - v / off for v, off in zip(runs, values["off"], strict=True))
         line = {
@@ -105,6 +155,11 @@ async def main() -> None:
             "params": {"roles": ROLES, "rounds": ROUNDS},
         }
         print(json.dumps(line), flush=True)
+    off_s = [ROLES * ROUNDS / v for v in values["off"]]  # the untraced ring's seconds, repetition by repetition
+    floor = statistics.median(sdk / (sdk + off) for sdk, off in zip(floors, off_s, strict=True))
+    line = {"figure": "otel_sdk_floor", "value": round(statistics.median(floors) / (ROLES * ROUNDS) * 1e6, 2)}
+    line |= {"unit": "us/msg", "slowdown": round(floor, 3), "params": {"roles": ROLES, "rounds": ROUNDS}}
+    print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

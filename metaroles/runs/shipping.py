@@ -70,10 +70,10 @@ def _memory_back(ids: bool, edits: int, sent: list[Any], index: dict[str, Any], 
 def _memory_sent(memory: Memory, known: dict[str, Message]) -> tuple[Any, ...]:
     """How a plain memory travels back: messages the driver holds by id, its index as it is (positions)."""
     items = memory._items
-    ids = list(map(_ID, items))
-    held = list(map(known.get, ids))
-    if all(map(is_, held, items)):  # each one the very message the driver holds
+    ids = list(map(_ID, items)) if memory.ignore_id else list(memory._store)  # the store's keys: ids, in order
+    if all(map(is_, map(known.get, ids), items)):  # each one the very message the driver holds
         return _memory_back, (not memory.ignore_id, memory._edits, ids, memory._index, True)
+    held = map(known.get, ids)
     sent = [i if h is m else m for i, h, m in zip(ids, held, items, strict=True)]
     return _memory_back, (not memory.ignore_id, memory._edits, sent, memory._index)
 
