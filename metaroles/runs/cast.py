@@ -26,7 +26,7 @@ from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue
 
-__all__ = ["Cast", "Seat", "seats"]
+__all__ = ["Cast", "Seat", "no_seat", "seats"]
 
 
 @dataclass(frozen=True)
@@ -90,11 +90,17 @@ class Seat:
         return role
 
 
-def seats(casts: Sequence[tuple[int, Cast]]) -> Callable[[Role], Seat | None]:
+def no_seat(role: Role) -> None:
+    """Every role is shipped as it is."""
+    return None
+
+
+def seats(casts: Sequence[tuple[int, Cast]], kept: dict[int, Role] | None = None) -> Callable[[Role], Seat | None]:
     """Given the casts a team hired (``(first place, cast)``), a role's seat if its shard may build it, else None.
 
     Only a role as its cast made it qualifies: nothing in its memory, a plain buffer (what it holds
-    travels with the seat).
+    travels with the seat). ``kept`` collects, by place, each role given a seat (it comes back into
+    that very role, as its state: ``runs.shipping``).
     """
     starts = [start for start, _ in casts]
 
@@ -109,6 +115,8 @@ def seats(casts: Sequence[tuple[int, Cast]]) -> Callable[[Role], Seat | None]:
         if type(role.rc.memory) is not Memory or len(role.rc.memory):
             return None
         buffer = role.rc.msg_buffer.peek_all()
+        if kept is not None:
+            kept[role._env_index] = role
         return Seat(cast, index, role.name, role.addresses, role._env_index, role.ids, role.llm, buffer)
 
     return seat

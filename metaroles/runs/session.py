@@ -12,9 +12,10 @@ from contextlib import asynccontextmanager
 import anyio
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
 from metaroles.runs.backends import ShardBy, placement
-from metaroles.runs.cast import Cast, seats
-from metaroles.runs.sharding import ShardedRun, no_seat
+from metaroles.runs.cast import Cast, no_seat, seats
+from metaroles.runs.sharding import ShardedRun
 from metaroles.runs.shardset import ShardSet
 
 __all__ = ["sharded"]
@@ -38,9 +39,10 @@ async def sharded(
     takes each round's history in before it reads it). ``keep``: this process keeps the roles shards
     build from seats, which come back as their state (when the roles are to come back).
     """
-    seat = seats(casts) if casts and env.round == 0 else no_seat
-    run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat, keep=keep)
-    run.behind = behind
+    kept: dict[int, Role] = {}
+    seat = seats(casts, kept if keep else None) if casts and env.round == 0 else no_seat
+    run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat)
+    run.behind, run.kept = behind, kept
     await run.open()
     try:
         yield run

@@ -32,6 +32,7 @@ from metaroles.bus.rounds import run_roles
 from metaroles.core.exceptions import RunError
 from metaroles.messages.message import Message
 from metaroles.runs.backends import each_of
+from metaroles.runs.cast import no_seat
 from metaroles.runs.eventlog import EventLog
 from metaroles.runs.merging import Flagged, own_messages, route_all, take_in
 from metaroles.runs.parts import part_name
@@ -43,11 +44,6 @@ from metaroles.runs.standins import RemoteRole, _first, _remote_failure
 __all__ = ["RemoteRole", "ShardedRun"]
 
 
-def no_seat(role: Role) -> None:
-    """Every role is shipped as it is."""
-    return None
-
-
 def _nothing() -> None: ...
 
 
@@ -55,24 +51,15 @@ class ShardedRun:
     """The driver's side of a sharded run: an Environment whose remote roles are stand-ins (:func:`sharded`)."""
 
     def __init__(
-        self,
-        env: Environment,
-        shards: ShardSet,
-        places: list[int | None],
-        seat: Callable[[Role], Any] = no_seat,
-        *,
-        keep: bool = False,
+        self, env: Environment, shards: ShardSet, places: list[int | None], seat: Callable[[Role], Any] = no_seat
     ) -> None:
         """Drive ``env`` on ``shards``; ``places`` gives each role's shard (``None``: the driver).
 
         ``seat(role)`` says how a shard builds ``role`` itself (``runs.cast``), or ``None``: it is shipped.
-        ``keep``: hold on to the roles shards build from seats, which then come back as their state
-        (``runs.shipping``): cheaper than unpickling them, when the roles are to come back.
         """
         self.env, self.shards, self.places, self._seat = env, shards, places, seat
         self.kept: dict[int, Role] = {}
-        """By place, this process's roles that their shards built again from seats (with ``keep``)."""
-        self._keep = keep
+        """By place, roles of this process that come back as their state (``runs.shipping``; see :func:`sharded`)."""
         self.inboxes: list[list[Entry]] = [[] for _ in range(shards.count)]
         self.ready = [0] * shards.count
         self.held = [0] * shards.count
@@ -117,11 +104,8 @@ class ShardedRun:
         with paused_gc():  # a stand-in and a seat per role, no cycles: collections would scan every role
             for role, place in zip(list(env._members), self.places, strict=True):
                 if place is not None:
-                    seated = seat(role)
-                    parts[place].append(seated or role)
+                    parts[place].append(seat(role) or role)
                     stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place], self.heard)
-                    if seated is not None and self._keep:
-                        self.kept[role._env_index] = role
         history = env.history._store
         pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
 
@@ -403,8 +387,7 @@ class ShardedRun:
         back: dict[int, Any] = {}
         readers = [RolesIn(env, kept=kept) for _ in range(self.shards.count)]
         with paused_gc():
-            pieces = self.shards.release(deliveries, broadcasts, by_state=bool(kept))
-            async for shard, piece in pieces:  # read while the next is made
+            async for shard, piece in self.shards.release(deliveries, broadcasts, by_state=bool(kept)):
                 for role in readers[shard].load(piece):
                     role._ready = False  # rebuild_ready below marks it again if its buffer holds news
                     back[role._env_index] = role

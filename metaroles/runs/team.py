@@ -356,8 +356,7 @@ class Team:
             if self.backend is None or n_round == 0 or self.env.is_idle:
                 return await self._rounds(n_round)
             try:
-                shard_by = self.backend.shard_by or self.shard_by
-                shards = self.backend.shard_set()
+                shards, shard_by = self.backend.shard_set(), self.backend.shard_by or self.shard_by
                 async with sharded(self.env, shards, shard_by, self.casts, behind=True, keep=self.bring_back) as run:
                     self._sharded = run
                     run.record_for(self._log)
