@@ -56,7 +56,12 @@ class MessageQueue(_Waitable):
         self._head = 0
         self._ids: dict[str, None] = {}  # smaller than a set when empty
         self._event = None
-        for message in messages:
+        queue = list(messages)
+        ids = dict.fromkeys([message.id for message in queue])
+        if len(ids) == len(queue):  # distinct (a buffer restored or shipped back): its lists at once
+            self._queue, self._ids = queue, ids
+            return
+        for message in queue:
             self.push(message)
 
     def push(self, message: Message) -> bool:

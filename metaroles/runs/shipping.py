@@ -155,11 +155,7 @@ def _role_back(
     held = host["history"].__getitem__
     rc = role.rc
     rc.memory, rc._working = memory, working
-    if isinstance(buffer, MessageQueue):
-        rc.msg_buffer = buffer
-    else:  # ids of distinct messages, in order: the queue's lists at once, not a push per message
-        rc.msg_buffer = MessageQueue()
-        rc.msg_buffer._queue, rc.msg_buffer._ids = list(map(held, buffer)), dict.fromkeys(buffer)
+    rc.msg_buffer = buffer if isinstance(buffer, MessageQueue) else MessageQueue(map(held, buffer))
     by_id = bool(news) and type(news[0]) is str
     rc.news = list(map(held, cast("list[str]", news))) if by_id else cast("list[Message]", news)
     role._set_state(stage)
