@@ -1,12 +1,15 @@
 """Sharded society vs one process: wall time, peak memory per process, bytes crossing shards per round.
 
     python bench/shard.py [--agents 100000] [--rounds 10] [--shards 2] [--idle 10000] [--with-run-dir-only]
+                          [--floor-only]
 
 Prints JSON. The society is rule-based (no model calls) and writes no run directory: this times
 the bus, the start (the society hires its agents as a ``Cast``: each shard builds its own) and the
 driver's merge, not the disk (``with_run_dir`` times the same run as ``metaroles run`` makes it,
 run directory and all). ``idle_round_ms`` is the driver's cost of a round in which 10,000 agents on
-2 shards have nothing to do but one does.
+2 shards have nothing to do but one does. ``parts_at_once`` is the floor of any split on this
+machine: the society cut into K separate societies run at once in K processes (nothing crosses, no
+driver), against which the sharded run's rounds, start and return can be weighed.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import multiprocessing
 import pickle
 import resource
 import tempfile
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +60,35 @@ async def one_process(agents: int, rounds: int) -> dict[str, Any]:
     start = time.perf_counter()
     await built.team.run(n_round=rounds, idea=built.idea)
     return {"wall_s": round(time.perf_counter() - start, 2), "messages": len(built.team.env.history)}
+
+
+def _part(agents: int, rounds: int, start: Any, walls: Any) -> None:
+    """One of :func:`parts_at_once`'s processes: a society of ``agents`` built, then run once all are built."""
+    built = plan(agents, rounds)
+    start.wait()
+    began = time.perf_counter()
+    anyio.run(partial(built.team.run, n_round=rounds, idea=built.idea))
+    walls.put(time.perf_counter() - began)
+
+
+def parts_at_once(agents: int, rounds: int, shards: int) -> float:
+    """The floor of any ``shards``-way split on this machine: ``shards`` separate societies of ``agents / shards``.
+
+    Each runs in its own fresh process, all at once (built first, outside the time, as
+    :func:`one_process`), so nothing crosses between them and no driver merges anything: the
+    time of the slowest is the least a sharded run's rounds can take here, before it starts its
+    shards, carries the messages that cross, keeps the history and brings the roles back.
+    """
+    context = multiprocessing.get_context("spawn")
+    start, walls = context.Barrier(shards + 1), context.Queue()
+    workers = [context.Process(target=_part, args=(agents // shards, rounds, start, walls)) for _ in range(shards)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    slowest = max(walls.get() for _ in workers)
+    for worker in workers:
+        worker.join()
+    return round(slowest, 2)
 
 
 async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
@@ -198,7 +232,13 @@ async def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--idle", type=int, default=10_000)
     parser.add_argument("--with-run-dir-only", action="store_true", help="time with_run_dir alone, in this process")
+    parser.add_argument("--floor-only", action="store_true", help="one process and parts_at_once alone")
     args = parser.parse_args()
+    if args.floor_only:
+        wall = (await one_process(args.agents, args.rounds))["wall_s"]
+        floor = parts_at_once(args.agents, args.rounds, args.shards)
+        print(json.dumps({"one_process_s": wall, "parts_at_once_s": floor, "speedup": round(wall / floor, 2)}))
+        return
     ensure_ray(num_cpus=max(2, args.shards))
     report: dict[str, Any] = {"agents": args.agents, "rounds": args.rounds, "shards": args.shards}
     if args.with_run_dir_only:  # a fresh process: no earlier run's heap in the way
@@ -209,6 +249,8 @@ async def main() -> None:
     report["one_process"]["peak_mib"] = round(peak_kib() / 1024)
     report["sharded"] = await sharded(args.agents, args.rounds, args.shards)
     report["speedup"] = round(report["one_process"]["wall_s"] / report["sharded"]["wall_s"], 2)
+    floor = parts_at_once(args.agents, args.rounds, args.shards)
+    report["parts_at_once"] = {"wall_s": floor, "speedup": round(report["one_process"]["wall_s"] / floor, 2)}
     report["driver_peak_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     report["with_run_dir"] = await with_run_dir(args.agents, args.rounds, args.shards)
     report["crossing"] = await crossing_bytes(min(args.agents, 20_000), args.rounds, args.shards)
