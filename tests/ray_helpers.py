@@ -8,7 +8,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-from metaroles import Action, Message
+from metaroles import Action, Message, Role
 from metaroles.llm.offline import TestLLM
 from metaroles.llm.protocol import LLMRequest, LLMResponse
 
@@ -35,3 +35,14 @@ class Thresholds(Action):
 
     async def run(self, history: Sequence[Message]) -> str:
         return json.dumps({"pid": os.getpid(), "thresholds": gc.get_threshold()})
+
+
+class Renumbered:
+    """A cast's recipe that names each role by how many it has made: a shard's copy makes other names."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def __call__(self, i: int) -> Role:
+        self.made += 1
+        return Role(name=f"n{self.made}")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from metaroles import Environment, RayBackend, Role, Team, TestLLM, UserRequirement
+from metaroles import Cast, Environment, RayBackend, Role, Team, TestLLM, UserRequirement
 from metaroles.core.exceptions import RunError
 from metaroles.core.heap import FULL_PASS_EVERY
 from metaroles.llm.cassette import CassetteLLM
@@ -54,6 +54,19 @@ async def test_a_shard_process_runs_its_rounds_with_rare_full_collections(ray_ad
     said = [json.loads(m.content or "") for m in team.env.history if m.sent_from != "Human"]
     assert len(said) == 2 and all(s["pid"] != os.getpid() for s in said)  # both turns ran on shards
     assert all(s["thresholds"][2] >= FULL_PASS_EVERY for s in said)  # each step freezes: no pass per round
+
+
+async def test_shards_that_fail_to_take_their_roles_are_stopped_and_the_roles_stay_here(ray_address: str) -> None:
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(ray_helpers)
+    backend = RayBackend(2, address=ray_address)
+    team = Team(env=Environment(seed=0), llm=TestLLM(), backend=backend)
+    team.hire(Cast(4, ray_helpers.Renumbered()))
+    with pytest.raises(RunError, match=r"build\(\d\) made 'n\d+'.*must make the same role in every process"):
+        await team.run(n_round=1, idea="go")
+    assert backend.last is not None and backend.last.actors == []  # started before the roles were ready: stopped
+    assert [type(role) for role in team.env.roles.values()] == [Role] * 4  # never swapped for stand-ins
 
 
 async def test_a_shard_killed_mid_round_stops_the_run_and_resume_finishes_it(ray_address: str, tmp_path: Path) -> None:

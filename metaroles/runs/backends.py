@@ -104,14 +104,15 @@ class LocalShards:
         self.calls = 0
         """Calls made to shards so far (one per shard per round at most)."""
 
-    async def load(
-        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses, key: str
-    ) -> list[int]:
-        """Start the shards with their roles."""
+    def start(self, *, total: int, concurrency: int, key: str) -> None:
+        """Make the shards, empty."""
         self.hosts = [
             ShardHost(total=total, concurrency=concurrency, shards=self.count, number=n, key=key)
             for n in range(self.count)
         ]
+
+    async def load(self, blobs: Iterable[bytes], *, addresses: Addresses) -> list[int]:
+        """Give the shards their roles."""
         return [host.load(blob, addresses) for host, blob in zip(self.hosts, blobs, strict=True)]
 
     async def step(

@@ -198,13 +198,14 @@ class RayShards:
                 by_value(module)
         self.pickler: type[pickle.Pickler] = cloudpickle.Pickler
 
-    async def load(
-        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses, key: str
-    ) -> list[int]:
-        """Start one actor per shard and give each its roles (a shard loads its part while the next is pickled)."""
+    def start(self, *, total: int, concurrency: int, key: str) -> None:
+        """Start one actor per shard (their processes come up while the driver prepares their roles)."""
         actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
         self.actors = [actor.remote(total, concurrency, self.count, n, key) for n in range(self.count)]
         self.readers = [OutboxReader() for _ in range(self.count)]
+
+    async def load(self, blobs: Iterable[bytes], *, addresses: Addresses) -> list[int]:
+        """Give each started actor its roles (a shard loads its part while the next is pickled)."""
         shared = self.ray.put(_packed(addresses))
         refs = [a.load.remote(blob, shared) for a, blob in zip(self.actors, blobs, strict=True)]
         return [await ref for ref in refs]

@@ -43,7 +43,12 @@ async def sharded(
     seat = seats(casts, kept if keep else None) if casts and env.round == 0 else no_seat
     run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat)
     run.behind, run.kept = behind, kept
-    await run.open()
+    try:
+        await run.open()
+    except BaseException:  # the roles are still here (they move last): stop the shards started for them
+        with anyio.CancelScope(shield=True):
+            await shards.close()
+        raise
     try:
         yield run
     except BaseException:

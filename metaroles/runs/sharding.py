@@ -99,6 +99,8 @@ class ShardedRun:
     async def open(self) -> None:
         """Ship every remote role to its shard (or how to build it there) and put stand-ins in their places."""
         env, count, seat = self.env, self.shards.count, self._seat
+        total = len(env._members)
+        self.shards.start(total=total, concurrency=env.concurrency, key=env.id_key)  # processes start meanwhile
         parts: list[list[Any]] = [[] for _ in range(count)]
         stand_ins: dict[int, Any] = {}
         with paused_gc():  # a stand-in and a seat per role, no cycles: collections would scan every role
@@ -116,11 +118,7 @@ class ShardedRun:
                 yield blob
 
         self._index_addresses()  # the same addresses as the stand-ins'
-        addresses = (self.where, self._everyone)
-        total = len(env._members)
-        self.ready = await self.shards.load(
-            pickled(), total=total, concurrency=env.concurrency, addresses=addresses, key=env.id_key
-        )
+        self.ready = await self.shards.load(pickled(), addresses=(self.where, self._everyone))
         self._moved = False
         with paused_gc():
             env.swap_roles(stand_ins)

@@ -91,13 +91,16 @@ class ShardSet(Protocol):
 
     count: int
 
-    async def load(
-        self, blobs: Iterable[bytes], *, total: int, concurrency: int, addresses: Addresses, key: str
-    ) -> list[int]:
-        """Start the shards with their roles (one blob each, taken as it comes); return each one's ready roles.
+    def start(self, *, total: int, concurrency: int, key: str) -> None:
+        """Start the shards, empty (on Ray their processes come up while the driver prepares their roles).
 
-        ``key`` is the run's id key (``Environment.id_key``): a shard's environment draws from it, not from its process.
+        ``total``: roles in the run; ``key`` is the run's id key (``Environment.id_key``): a shard's
+        environment draws from it, not from its process.
         """
+        ...
+
+    async def load(self, blobs: Iterable[bytes], *, addresses: Addresses) -> list[int]:
+        """Give the started shards their roles (one blob each, taken as it comes); return each one's ready roles."""
         ...
 
     async def step(
