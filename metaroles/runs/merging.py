@@ -20,6 +20,8 @@ from metaroles.runs.standins import RemoteRole
 Flagged = tuple[int, Message, int]
 """An outbox entry: ``(rank, message, flag)`` (flags: ``DEAD``, ``PINNED``)."""
 
+_MESSAGE, _FLAG = itemgetter(1), itemgetter(2)
+
 
 def to_pinned(env: Environment, message: Message) -> None:
     """Deliver ``message`` to its recipients among the driver's own roles (stand-ins are the shards' part)."""
@@ -55,9 +57,10 @@ def take_in(env: Environment, merged: list[Flagged]) -> None:
     """Put a round's outbox entries (all sources) into the history in delivery order; dead letters; pinned roles."""
     with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
         merged.sort(key=itemgetter(0))
-        remember = env.history.add
+        env.history.remember_new(list(map(_MESSAGE, merged)))  # the round at once, as one process's delivery
+        if not any(map(_FLAG, merged)):
+            return
         for _, message, flag in merged:
-            remember(message)
             if flag == DEAD:
                 env._dead_letter(message)
             elif flag == PINNED:
