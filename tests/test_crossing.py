@@ -88,3 +88,22 @@ def test_a_batch_read_out_of_order_is_refused():
     with pytest.raises(RunError, match="outbox 2 of a shard arrived after 0"):
         reader.outbox(second)
     assert reader.outbox(first)[0][1].content == "x"
+
+
+def test_a_batch_of_plain_messages_comes_back_with_every_field_as_it_left():
+    writer, reader = OutboxWriter(), OutboxReader()
+    said = [Message(f"{n}", sent_from=f"a{n % 3}", send_to={f"a{n % 2}"}, role="assistant") for n in range(9)]
+    outbox = [(n, message, n % 3) for n, message in enumerate(said)]
+    back = reader.outbox(pickle.loads(pickle.dumps(writer.columns(outbox), 5)))
+    assert [(r, f) for r, _, f in back] == [(r, f) for r, _, f in outbox]
+    fields = Message.__slots__
+    for (_, message, _), (_, sent, _) in zip(back, outbox, strict=True):
+        assert [getattr(message, field) for field in fields] == [getattr(sent, field) for field in fields]
+
+
+def test_columns_of_different_lengths_are_refused():
+    from metaroles.messages.fields import plain_messages
+
+    with pytest.raises(ValueError, match=r"columns of \[2, 1, 2, 2, 2, 2\] values"):
+        columns = (["i", "j"], ["x"], ["user", "user"], ["c", "c"], ["s", "s"], [frozenset(), frozenset()])
+        plain_messages(Message, columns)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from metaroles.core.exceptions import RunError
-from metaroles.messages.fields import ROLE_VALUES, unpickled
+from metaroles.messages.fields import ROLE_VALUES, plain_messages, unpickled
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import plain
 
@@ -88,6 +88,11 @@ class OutboxReader:
         self._batches = batch
         sets, names = self._sets, self._names
         sets.extend(frozenset(set(addresses)) for addresses in new)  # unpickled ones are built item by item: larger
+        causes, senders = list(map(names.setdefault, causes, causes)), list(map(names.setdefault, senders, senders))
+        if not whole:  # routing fields alone (the usual case): built a column at a time
+            recipients = list(map(sets.__getitem__, tos))
+            messages = plain_messages(Message, (ids, contents, roles, causes, senders, recipients))
+            return list(zip(ranks, messages, flags, strict=True))
         fields = iter(zip(ids, contents, roles, causes, senders, strict=True))
         out: Outbox = []
         for position, (rank, flag, to) in enumerate(zip(ranks, flags, tos, strict=True)):
@@ -95,7 +100,6 @@ class OutboxReader:
                 out.append((rank, whole[position], flag))
                 continue
             id_, content, role, cause_by, sent_from = next(fields)
-            cause_by, sent_from = names.setdefault(cause_by, cause_by), names.setdefault(sent_from, sent_from)
             message = unpickled(Message, id_, content, None, role, cause_by, sent_from, sets[to], *_NO_EXTRAS)
             out.append((rank, message, flag))
         return out
