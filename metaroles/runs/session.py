@@ -44,12 +44,7 @@ async def sharded(
     run = ShardedRun(env, shards, placement(env._members, shards.count, shard_by), seat)
     run.behind, run.kept = behind, kept
     try:
-        await run.open()
-    except BaseException:  # the roles are still here (they move last): stop the shards started for them
-        with anyio.CancelScope(shield=True):
-            await shards.close()
-        raise
-    try:
+        await run.open()  # if it fails, the roles are still here (they move last): close only stops the shards
         yield run
     except BaseException:
         run.broken = True

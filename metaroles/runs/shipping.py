@@ -71,7 +71,7 @@ def _memory_sent(memory: Memory, known: dict[str, Message]) -> tuple[Any, ...]:
     """How a plain memory travels back: messages the driver holds by id, its index as it is (positions)."""
     items = memory._items
     ids = list(map(_ID, items)) if memory.ignore_id else list(memory._store)  # the store's keys: ids, in order
-    if all(map(is_, map(known.get, ids), items)):  # each one the very message the driver holds
+    if _all_held(ids, items, known):
         return _memory_back, (not memory.ignore_id, memory._edits, ids, memory._index, True)
     held = map(known.get, ids)
     sent = [i if h is m else m for i, h, m in zip(ids, held, items, strict=True)]
@@ -93,10 +93,15 @@ def fingerprint(role: Role) -> int:
     return hash((tuple(attributes), tuple(kept))) or 1
 
 
+def _all_held(ids: Sequence[str], messages: Sequence[Message], known: dict[str, Message]) -> bool:
+    """Whether the driver holds each of ``messages`` (by its id among ``ids``): the very object, not a copy."""
+    return all(map(is_, map(known.get, ids), messages))
+
+
 def _held_ids(messages: Sequence[Message], known: dict[str, Message]) -> list[str] | None:
     """The ids of ``messages`` if the driver holds each one (the very object), else ``None``."""
     ids = list(map(_ID, messages))
-    return ids if all(map(is_, map(known.get, ids), messages)) else None
+    return ids if _all_held(ids, messages, known) else None
 
 
 def _state_sent(role: Role, known: dict[str, Message], watches: dict[frozenset[str], frozenset[str]]) -> Any:
