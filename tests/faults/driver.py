@@ -28,6 +28,8 @@ from metaroles.llm.offline import TestLLM
 
 def main() -> int:
     when, args = sys.argv[1], sys.argv[2:]
+    # Ctrl-C as at a terminal: a shell's background job (``make test &``) starts with it ignored, and so would this
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     kind, _, value = when.partition("=")
     if kind == "count":
         return _counted(args)
