@@ -31,11 +31,11 @@ from typing import Any
 
 import anyio
 
-from metaroles import LocalBackend, RayBackend, TestLLM
-from metaroles.messages.memory import Memory
+from metaroles import Environment, LocalBackend, RayBackend, TestLLM
 from metaroles.runs.backends import LocalShards
 from metaroles.runs.config import RunOptions
 from metaroles.runs.crossing import OutboxReader, OutboxWriter
+from metaroles.runs.merging import take_in
 from metaroles.runs.ray_shards import RayShards, ensure_ray
 from metaroles.runs.registry import load_scenario
 from metaroles.runs.scenario import run_scenario
@@ -125,7 +125,7 @@ def parts_at_once(agents: int, rounds: int, shards: int, *, ship: bool = False) 
 
 def _take_in(pipes: list[Any]) -> None:
     """The driver's side of ``parts_at_once(ship=True)``: each part's rounds into one history, in turn."""
-    history, readers = Memory(), [OutboxReader() for _ in pipes]
+    driver, readers = Environment(), [OutboxReader() for _ in pipes]
     live = list(range(len(pipes)))
     try:
         while live:
@@ -134,11 +134,12 @@ def _take_in(pipes: list[Any]) -> None:
                 if not data:
                     live.remove(n)
                     continue
-                with paused_gc():  # as ShardedRun.settle takes a round in
-                    history.remember_new([m for _, m, _ in readers[n].outbox(pickle.loads(data))])
+                with paused_gc():
+                    outbox = readers[n].outbox(pickle.loads(data))
+                take_in(driver, outbox)  # as ShardedRun.settle takes a round in
                 gc.freeze()
     finally:  # the runs timed after this one in this process settle their heaps only if nobody froze it
-        del history
+        del driver
         gc.unfreeze()
         gc.collect()
 

@@ -303,7 +303,7 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
         await run.open()
         for env in (one, driver):
             for number, (target, by_hand) in enumerate(publishes):
-                with env.id_scope():  # an id made by hand is not the run's: a role's memory then goes back by ids
+                with env.id_scope():  # an id made by hand (not the run's) crosses and comes back as any other
                     mine = {"id": f"by-hand-{number}"} if by_hand else {}
                     message = Message(f"news {number}", sent_from="Human", send_to=set(target), **mine)
                 env.publish_message(message)
