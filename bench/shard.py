@@ -12,6 +12,11 @@ machine: the society cut into K separate societies run at once in K processes (n
 driver), against which the sharded run's rounds, start and return can be weighed; ``parts_shipping``
 the floor of this design: the same parts, each sending its rounds' messages to a driver that keeps
 the history, lock-step (still nothing crosses between them, no start, no return).
+
+``rounds_cpu_s`` is the CPU each process of the sharded run used in its rounds (the shards' and the
+driver's, from ``/proc``), and ``rounds_cpu_ratio`` their sum against the one-process run's CPU: a
+run K× faster on C cores may use at most C / K times one process's CPU (2 / 1.6 = 1.25 for the
+issue's goal on two cores), and only with every core busy throughout.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import gc
 import json
 import multiprocessing
+import os
 import pickle
 import resource
 import tempfile
@@ -52,6 +58,12 @@ def plan(agents: int, rounds: int) -> Any:
     return built
 
 
+def cpu_s(pid: int) -> float:
+    """CPU-seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_kib(pid: int | str = "self") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -61,9 +73,13 @@ def peak_kib(pid: int | str = "self") -> int:
 
 async def one_process(agents: int, rounds: int) -> dict[str, Any]:
     built = plan(agents, rounds)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await built.team.run(n_round=rounds, idea=built.idea)
-    return {"wall_s": round(time.perf_counter() - start, 2), "messages": len(built.team.env.history)}
+    return {
+        "wall_s": round(time.perf_counter() - start, 2),
+        "cpu_s": round(time.process_time() - cpu, 2),
+        "messages": len(built.team.env.history),
+    }
 
 
 def _part(agents: int, rounds: int, start: Any, walls: Any, ship: Any = None) -> None:
@@ -149,12 +165,17 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
     backend = RayBackend(shards)
     phases: dict[str, float] = {}
     peaks: list[int] = []
+    cpu_at_start: dict[int, float] = {}  # pid → CPU-seconds when the rounds began (0: the driver)
+    rounds_cpu: list[float] = []  # in the rounds: the driver's, then each shard's
     opened, stepped, closed = ShardedRun.open, ShardedRun.run_round, ShardedRun.close
 
     async def open_(self: ShardedRun) -> None:
         t = time.perf_counter()
         await opened(self)
         phases["open_s"] = time.perf_counter() - t
+        assert isinstance(self.shards, RayShards)
+        cpu_at_start.update({pid: cpu_s(pid) for pid in await self.shards.pids()})
+        cpu_at_start[0] = time.process_time()
 
     async def round_(self: ShardedRun) -> None:
         t = time.perf_counter()
@@ -163,7 +184,9 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
 
     async def close_(self: ShardedRun) -> None:
         assert isinstance(self.shards, RayShards)
-        peaks.extend(peak_kib(pid) for pid in await self.shards.pids())
+        pids = await self.shards.pids()
+        rounds_cpu.extend([time.process_time() - cpu_at_start[0], *(cpu_s(pid) - cpu_at_start[pid] for pid in pids)])
+        peaks.extend(peak_kib(pid) for pid in pids)
         t = time.perf_counter()
         await closed(self)
         phases["return_s"] = time.perf_counter() - t
@@ -180,6 +203,7 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
         "wall_s": round(wall, 2),
         **{k: round(v, 2) for k, v in phases.items()},
         "shard_peak_mib": [round(p / 1024) for p in peaks],
+        "rounds_cpu_s": {"driver": round(rounds_cpu[0], 2), "shards": [round(c, 2) for c in rounds_cpu[1:]]},
         "messages": len(built.team.env.history),
     }
 
@@ -313,6 +337,8 @@ async def main() -> None:
     report["one_process"]["peak_mib"] = round(peak_kib() / 1024)
     report["sharded"] = await sharded(args.agents, args.rounds, args.shards)
     report["speedup"] = round(report["one_process"]["wall_s"] / report["sharded"]["wall_s"], 2)
+    used = report["sharded"]["rounds_cpu_s"]
+    report["rounds_cpu_ratio"] = round((used["driver"] + sum(used["shards"])) / report["one_process"]["cpu_s"], 2)
     # the driver's peak before parts_shipping, whose history this process holds
     report["driver_peak_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     for name, ship in (("parts_at_once", False), ("parts_shipping", True)):
