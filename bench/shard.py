@@ -92,8 +92,8 @@ def _part(agents: int, rounds: int, start: Any, walls: Any, ship: Any = None) ->
         writer, seen = OutboxWriter(), [len(built.team.env.history)]
 
         def shipped(team: Any) -> None:
-            items = team.env.history._items
-            outbox, seen[0] = items[seen[0] :], len(items)
+            history = team.env.history.storage
+            outbox, seen[0] = history[seen[0] :], len(history)
             ship.send_bytes(pickle.dumps(writer.columns([(n, m, 0) for n, m in enumerate(outbox)]), 5))
 
         built.team.on_round = shipped
@@ -165,8 +165,8 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
     backend = RayBackend(shards)
     phases: dict[str, float] = {}
     peaks: list[int] = []
-    cpu_at_start: dict[int, float] = {}  # pid → CPU-seconds when the rounds began (0: the driver)
-    rounds_cpu: list[float] = []  # in the rounds: the driver's, then each shard's
+    cpu_at_start: dict[int, float] = {}  # pid → CPU-seconds when the rounds began: this process's, then each shard's
+    rounds_cpu: list[float] = []  # CPU-seconds in the rounds, in the same order
     opened, stepped, closed = ShardedRun.open, ShardedRun.run_round, ShardedRun.close
 
     async def open_(self: ShardedRun) -> None:
@@ -174,8 +174,7 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
         await opened(self)
         phases["open_s"] = time.perf_counter() - t
         assert isinstance(self.shards, RayShards)
-        cpu_at_start.update({pid: cpu_s(pid) for pid in await self.shards.pids()})
-        cpu_at_start[0] = time.process_time()
+        cpu_at_start.update({pid: cpu_s(pid) for pid in (os.getpid(), *await self.shards.pids())})
 
     async def round_(self: ShardedRun) -> None:
         t = time.perf_counter()
@@ -184,9 +183,8 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
 
     async def close_(self: ShardedRun) -> None:
         assert isinstance(self.shards, RayShards)
-        pids = await self.shards.pids()
-        rounds_cpu.extend([time.process_time() - cpu_at_start[0], *(cpu_s(pid) - cpu_at_start[pid] for pid in pids)])
-        peaks.extend(peak_kib(pid) for pid in pids)
+        rounds_cpu.extend(cpu_s(pid) - began for pid, began in cpu_at_start.items())
+        peaks.extend(peak_kib(pid) for pid in await self.shards.pids())
         t = time.perf_counter()
         await closed(self)
         phases["return_s"] = time.perf_counter() - t
