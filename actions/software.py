@@ -7,15 +7,17 @@ in the sandboxed :class:`~metaroles.agents.sandbox.PythonExecute`.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
 from metaroles import Action, Message
 from metaroles.agents.sandbox import PythonExecute
+from metaroles.core import confined
 from metaroles.core.files import write_atomic
 from metaroles.core.prompts import load_prompt, render_prompt
 
@@ -116,8 +118,20 @@ class _Workspace(Action):
         self.workspace = workspace
 
     def write(self, relative: str, text: str) -> None:
-        """Write a file in the workspace."""
-        write_atomic(self.workspace / relative, text)  # a kill leaves the old file or the new one
+        """Write a file in the workspace: a kill leaves the old file or the new one, and no link is followed.
+
+        The tests' sandboxed code runs in the workspace and may have swapped a folder for a link.
+        """
+        write_atomic(self.workspace / relative, text, beneath=self.workspace)
+
+    def sources(self, folder: str, pattern: str) -> list[tuple[str, str]]:
+        """The regular files ``folder/pattern`` of the workspace, as (stem, text), read following no link."""
+        found = []
+        for relative, regular in confined.entries(self.workspace, folder):
+            if regular and "/" not in relative and fnmatch.fnmatchcase(relative, pattern):
+                data = confined.read_bytes(self.workspace, f"{folder}/{relative}")
+                found.append((PurePosixPath(relative).stem, data.decode("utf-8", errors="replace")))
+        return found
 
 
 class WritePRD(_Workspace):
@@ -190,11 +204,11 @@ class WriteTest(_Workspace):
     async def run(self, history: Sequence[Message]) -> str:
         """Write the tests for every module in src/."""
         written = []
-        for source in sorted((self.workspace / "src").glob("*.py")):
+        for stem, code in self.sources("src", "*.py"):
             template = load_prompt("metaroles.actions.prompts", "write_test.txt")
-            prompt = render_prompt(template, module=source.stem, code=source.read_text(encoding="utf-8")[:1500])
-            self.write(f"tests/test_{source.stem}.py", strip_fences(await self.aask(prompt)))
-            written.append(f"tests/test_{source.stem}.py")
+            prompt = render_prompt(template, module=stem, code=code[:1500])
+            self.write(f"tests/test_{stem}.py", strip_fences(await self.aask(prompt)))
+            written.append(f"tests/test_{stem}.py")
         return "wrote " + ", ".join(written)
 
 

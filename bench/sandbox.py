@@ -27,7 +27,7 @@ async def main() -> None:
         await anyio.run_process([sys.executable, "-I", "-c", "print(1)"])
 
     runners = {"python_bare": bare}
-    for kind in ["bubblewrap", "guard"] if isolation.bubblewrap() else ["guard"]:
+    for kind in ["bubblewrap", "unsafe-guard"] if isolation.bubblewrap() else ["unsafe-guard"]:
         tool = PythonExecute(workdir=tempfile.mkdtemp(), isolation=kind)
 
         async def call(tool: PythonExecute = tool) -> None:

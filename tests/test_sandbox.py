@@ -1,7 +1,7 @@
 """The confined tools: code runs in its own process with limits; paths stay in the workspace.
 
 Every behaviour is checked under both isolations: bubblewrap (``make test`` installs it) and the
-guard it falls back to. The escape probes live in ``tests/faults/test_sandbox_probes.py``.
+unsafe guard that runs only when asked for by name. The escape probes live in ``tests/faults/test_sandbox_probes.py``.
 """
 
 import os
@@ -9,11 +9,11 @@ import os
 import pytest
 
 from metaroles.agents import isolation
-from metaroles.agents.sandbox import FileRead, FileWrite, PythonExecute, SandboxWarning
+from metaroles.agents.sandbox import FileRead, FileWrite, PythonExecute, SandboxUnavailable, SandboxWarning
 from metaroles.core.exceptions import InvalidValueError, ToolError
 
 
-@pytest.fixture(params=["bubblewrap", "guard"])
+@pytest.fixture(params=["bubblewrap", "unsafe-guard"])
 def python(request, tmp_path):
     return PythonExecute(workdir=tmp_path / "work", timeout=3, memory_mb=256, isolation=request.param)
 
@@ -28,7 +28,7 @@ async def test_code_runs_and_its_output_comes_back(python):
     assert not result.error and result.output == "42\n\n[stderr]\nwarn\n"
 
 
-@pytest.mark.parametrize("kind", ["bubblewrap", "guard"])
+@pytest.mark.parametrize("kind", ["bubblewrap", "unsafe-guard"])
 async def test_an_endless_loop_is_killed_at_the_timeout(tmp_path, kind):
     quick = PythonExecute(workdir=tmp_path / "w", timeout=0.5, isolation=kind)
     result = await quick(code="print('started', flush=True)\nwhile True:\n    pass")
@@ -44,7 +44,7 @@ async def test_crashes_and_exits_are_reported_and_the_parent_survives(python):
     assert (await python(code="raise ValueError('boom')")).error.startswith("exit code 1: ValueError: boom")
     assert (await python(code="import os\nos._exit(7)")).error.startswith("exit code 7")
     killed = await python(code="import signal, os\nos.kill(os.getpid(), signal.SIGSEGV)")
-    if python.isolation == "guard":
+    if python.isolation == "unsafe-guard":
         assert killed.error.startswith("exit code 1: PermissionError"), "the guard refuses even killing itself"
     else:
         assert killed.error.startswith("killed by signal 11")
@@ -66,7 +66,7 @@ async def test_crashes_and_exits_are_reported_and_the_parent_survives(python):
 async def test_the_code_cannot_leave_its_working_directory(tmp_path, python, code):
     (tmp_path / "victim.txt").write_text("keep me")
     result = await python(code=code)
-    if python.isolation == "guard":
+    if python.isolation == "unsafe-guard":
         assert "PermissionError" in result.error, result  # bubblewrap may let it write in its private /tmp
     assert (tmp_path / "victim.txt").read_text() == "keep me"
     assert not (tmp_path / "escape.txt").exists()
@@ -87,14 +87,15 @@ async def test_a_file_past_the_size_limit_is_cut(python):
     assert (python.workdir / "big").stat().st_size <= 1024 * 1024
 
 
-def test_without_bubblewrap_the_tool_says_so(tmp_path, monkeypatch):
+def test_without_bubblewrap_model_code_is_refused_unless_the_guard_is_asked_for(tmp_path, monkeypatch):
     monkeypatch.setattr(isolation, "bubblewrap", lambda: None)
+    for asked in ("auto", "bubblewrap"):
+        with pytest.raises(SandboxUnavailable, match=r"install it .*or pass isolation='unsafe-guard'.*does NOT"):
+            PythonExecute(workdir=tmp_path, isolation=asked)
     with pytest.warns(SandboxWarning, match="not a security boundary"):
-        assert PythonExecute(workdir=tmp_path).isolation == "guard"
-    with pytest.raises(InvalidValueError, match="isolation='bubblewrap' but bwrap is missing"):
-        PythonExecute(workdir=tmp_path, isolation="bubblewrap")
+        assert PythonExecute(workdir=tmp_path, isolation="unsafe-guard").isolation == "unsafe-guard"
     with pytest.raises(InvalidValueError, match="network=True needs isolation='bubblewrap'"):
-        PythonExecute(workdir=tmp_path, isolation="guard", network=True)
+        PythonExecute(workdir=tmp_path, isolation="unsafe-guard", network=True)
 
 
 async def test_files_inside_the_working_directory_are_fine(python):

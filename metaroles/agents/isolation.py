@@ -7,11 +7,12 @@ path, a private ``/tmp``, a clean environment, no capabilities, ``--die-with-par
 ``--new-session``. When the code's first process ends, or the tool kills ``bwrap`` at its
 deadline, the PID namespace ends and every process in it is killed by the kernel.
 
-**guard** (the fallback): a supervisor process marks itself a child subreaper, runs the code in
-a child behind an audit hook (writes and reads outside the working directory, subprocesses,
-sockets and ``ctypes`` refused), enforces the deadline itself and kills every descendant —
-a daemonised grandchild included — before it exits. An audit hook is not a security boundary:
-``docs/sandbox.md`` lists the escapes it still loses.
+**unsafe-guard** (only when asked for by name): a supervisor process marks itself a child
+subreaper, runs the code in a fresh interpreter behind an audit hook (writes and reads outside the
+working directory, subprocesses, sockets and ``ctypes`` refused), enforces the deadline itself and
+kills every descendant it can find before it exits. An audit hook runs inside the code's own
+process: it is not a security boundary, and ``docs/sandbox.md`` lists the escapes it loses.
+Without bubblewrap, ``PythonExecute`` refuses to run model code unless told to use it.
 
 Both set rlimits (CPU seconds, address space, file size, open files, processes) and pass the
 code only the environment the tool names.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Isolation = Literal["bubblewrap", "guard"]
+Isolation = Literal["bubblewrap", "unsafe-guard"]
 
 TIMED_OUT = 124
 """Exit status the guard's supervisor reports when the code passed its deadline."""
@@ -65,9 +66,9 @@ def bubblewrap() -> str | None:
     return path if done.returncode == 0 else None
 
 
-def available() -> Isolation:
-    """The isolation ``PythonExecute`` gets here by default."""
-    return "bubblewrap" if bubblewrap() is not None else "guard"
+def available() -> Isolation | None:
+    """The kernel sandbox if it works here, else ``None`` (model code is refused unless the guard is asked for)."""
+    return "bubblewrap" if bubblewrap() is not None else None
 
 
 def clean_env(extra: dict[str, str]) -> dict[str, str]:
@@ -109,8 +110,8 @@ def bubblewrap_command(bwrap: str, workdir: Path, limits: Limits, *, network: bo
 
 
 def guard_command(workdir: Path, limits: Limits) -> list[str]:
-    """The command that runs the supervisor, which runs the code behind the audit guard."""
-    return [sys.executable, "-I", "-c", _SUPERVISED, str(workdir), str(limits.seconds), *limits.argv()]
+    """The command that runs the supervisor, which runs the code behind the audit guard in a fresh interpreter."""
+    return [sys.executable, "-I", "-c", _SUPERVISED, str(workdir), str(limits.seconds), _CHILD, *limits.argv()]
 
 
 _SET_LIMITS = r"""
@@ -134,26 +135,34 @@ exec(compile(code, "<agent code>", "exec"), {"__name__": "__main__"})
 
 _GUARD = r"""
 def install_guard(root):
-    import os, sys
+    import os, sys, types
     readable = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p})
     refused = frozenset(("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty",
-        "os.kill", "os.killpg", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
-        "socket.getaddrinfo", "socket.gethostbyname", "ctypes.dlopen", "pty.spawn", "os.mkfifo", "os.mknod",
-        "os.setxattr", "os.removexattr", "gc.get_referrers", "gc.get_objects", "gc.get_referents", "sqlite3.connect"))
-    dir_fds = {"os.chdir": (), "os.remove": (1,), "os.rmdir": (1,), "os.mkdir": (2,), "os.rename": (2, 3),
-        "os.replace": (2, 3), "os.symlink": (2,), "os.link": (2, 3), "os.truncate": (), "os.chmod": (2,),
-        "os.chown": (3,), "os.utime": (3,), "shutil.rmtree": (1,), "shutil.move": (), "os.listdir": (),
-        "os.scandir": ()}
+        "os.kill", "os.killpg", "signal.pthread_kill", "socket.connect", "socket.bind", "socket.sendto",
+        "socket.sendmsg", "socket.getaddrinfo", "socket.gethostbyname", "ctypes.dlopen", "ctypes.dlsym",
+        "ctypes.cdata", "pty.spawn", "os.mkfifo", "os.mknod", "os.setxattr", "os.removexattr", "gc.get_referrers",
+        "gc.get_objects", "gc.get_referents", "sqlite3.connect", "sys._getframe", "sys._current_frames",
+        "code.__new__", "function.__new__", "sys.setprofile", "sys.settrace"))
+    # Immutable, and bound at install: code that reaches the hook's frame (a traceback) or zeroes
+    # os.O_WRONLY cannot change what the hook checks.
+    dir_fds = types.MappingProxyType({"os.chdir": (), "os.remove": (1,), "os.rmdir": (1,), "os.mkdir": (2,),
+        "os.rename": (2, 3), "os.replace": (2, 3), "os.symlink": (2,), "os.link": (2, 3), "os.truncate": (),
+        "os.chmod": (2,), "os.chown": (3,), "os.utime": (3,), "shutil.rmtree": (1,), "shutil.move": (),
+        "os.listdir": (), "os.scandir": ()})
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
     realpath, fsdecode, pathlike = os.path.realpath, os.fsdecode, (str, bytes, os.PathLike)
-    def inside(path, roots):
+    def inside(path, roots, realpath=realpath):
         real = realpath(path)
         return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
-    def guard(event, args, refused=refused, dir_fds=dir_fds, root=root, readable=readable):
-        if event in refused or (event == "object.__setattr__" and args[1] in ("__code__", "__globals__")):
+    def guard(event, args, refused=refused, dir_fds=dir_fds, root=root, readable=readable, write_flags=write_flags,
+              inside=inside, fsdecode=fsdecode, pathlike=pathlike):
+        if event in refused or (event == "object.__setattr__" and args[1] in ("__code__", "__globals__",
+                "__defaults__", "__kwdefaults__", "__closure__")) or (event == "object.__getattr__" and args[1] in (
+                "tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals")):
             raise PermissionError(f"{event} is not allowed in this sandbox")
         if event == "open" and isinstance(args[0], pathlike):
             mode, flags = args[1] or "r", args[2] or 0
-            writing = any(c in str(mode) for c in "wax+") or flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+            writing = any(c in str(mode) for c in "wax+") or flags & write_flags
             if not inside(fsdecode(args[0]), (root,) if writing else (root, *readable)):
                 raise PermissionError(f"{fsdecode(args[0])!r} is outside the working directory {root!r}")
         elif event in dir_fds:
@@ -166,11 +175,23 @@ def install_guard(root):
     sys.addaudithook(guard)
 """
 
-_SUPERVISED = (
+_CHILD = (
     _SET_LIMITS
     + _GUARD
     + r"""
-import ctypes, select, signal
+root = sys.argv[1]
+code = sys.stdin.read()
+sys.stdin.close()
+set_limits(*sys.argv[2:7])
+install_guard(root)
+del root, set_limits, install_guard
+exec(compile(code, "<agent code>", "exec"), {"__name__": "__main__"})
+"""
+)
+"""The code's own process: a fresh interpreter (nothing of the supervisor's — its ``ctypes`` — in it)."""
+
+_SUPERVISED = r"""
+import ctypes, os, select, signal, subprocess, sys
 root, seconds = os.path.realpath(sys.argv[1]), float(sys.argv[2])
 ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back here
 def descendants():
@@ -182,28 +203,19 @@ def descendants():
                     yield int(entry)
         except (OSError, IndexError, ValueError):
             continue
-code = sys.stdin.read()
-child = os.fork()
-if child == 0:
-    os.setpgid(0, 0)
-    set_limits(*sys.argv[3:8])
-    install_guard(root)
-    try:
-        exec(compile(code, "<agent code>", "exec"), {"__name__": "__main__"})
-    except SystemExit as exit:
-        code = exit.code
-        os._exit(code if isinstance(code, int) else (0 if code is None else 1))
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        os._exit(1)
-    sys.stdout.flush(); sys.stderr.flush()
-    os._exit(0)
-ready = select.select([os.pidfd_open(child)], [], [], seconds)[0]
+code = sys.stdin.buffer.read()
+child = subprocess.Popen([sys.executable, "-I", "-c", sys.argv[3], root, *sys.argv[4:9]], stdin=subprocess.PIPE,
+                         close_fds=True)  # the environment is the supervisor's: the tool's clean one
+try:
+    child.stdin.write(code)
+    child.stdin.close()
+except BrokenPipeError:
+    pass
+ready = select.select([os.pidfd_open(child.pid)], [], [], seconds)[0]
 timed_out = not ready
 if timed_out:
-    os.kill(child, signal.SIGKILL)
-_, status = os.waitpid(child, 0)
+    os.kill(child.pid, signal.SIGKILL)
+status = child.wait()
 while True:
     found = list(descendants())
     if not found:
@@ -216,9 +228,8 @@ while True:
             pass
 if timed_out:
     os._exit(124)
-if os.WIFSIGNALED(status):
-    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-    os.kill(os.getpid(), os.WTERMSIG(status))
-os._exit(os.waitstatus_to_exitcode(status))
+if status < 0:
+    signal.signal(-status, signal.SIG_DFL)
+    os.kill(os.getpid(), -status)
+os._exit(status)
 """
-)

@@ -2,11 +2,12 @@
 
 ``PythonExecute`` runs model-written code in a separate process with a deadline, rlimits (CPU,
 address space, file size, open files, processes), a cap on the output kept, a working directory
-and a clean environment (only what the tool passes: never the parent's keys). Where bubblewrap
-works, the kernel confines it (namespaces: no network, the working directory the only writable
-path, every process killed with the sandbox); elsewhere an in-process guard does what it can and
-says so (``isolation``; see :mod:`metaroles.agents.isolation` and ``docs/sandbox.md``). Whatever
-the code does — loop, allocate, crash, exit, fork — the parent gets an observation back.
+and a clean environment (only what the tool passes: never the parent's keys). The kernel confines
+it with bubblewrap (namespaces: no network, the working directory the only writable path, every
+process killed with the sandbox). Where bubblewrap is missing the tool refuses to run, unless
+``isolation="unsafe-guard"`` asks for an in-process guard that is not a boundary (see
+:mod:`metaroles.agents.isolation` and ``docs/sandbox.md``). Whatever the code does — loop,
+allocate, crash, exit, fork — the parent gets an observation back.
 
 ``FileRead``/``FileWrite`` walk a workspace-relative path one component at a time from a
 directory descriptor with ``O_NOFOLLOW``: no ``..``, no absolute path, no symlink, even one
@@ -21,7 +22,7 @@ import os
 import signal
 import stat
 import warnings
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -30,11 +31,24 @@ from pydantic import Field
 
 from metaroles.agents import isolation as iso
 from metaroles.agents.tool import BaseTool, ToolResult
-from metaroles.core.exceptions import InvalidValueError, ToolError
+from metaroles.core import confined
+from metaroles.core.exceptions import ConfigError, InvalidValueError, ToolError
 
 
 class SandboxWarning(UserWarning):
-    """Model-written code runs without the kernel sandbox (bubblewrap is missing or does not work here)."""
+    """Model-written code runs without the kernel sandbox (``isolation="unsafe-guard"`` was asked for)."""
+
+
+class SandboxUnavailable(ConfigError):
+    """Model-written code was to run, and this machine has no working bubblewrap (nor was the guard asked for)."""
+
+
+NO_SANDBOX = (
+    "bubblewrap is missing or does not work here, so model-written code cannot run in the kernel sandbox; "
+    "install it (Debian: apt-get install bubblewrap), or pass isolation='unsafe-guard', an in-process guard "
+    "that does NOT stop the code from reading your keys, writing outside its folder or outliving the tool"
+)
+"""What ``PythonExecute`` says when it has no sandbox to run code in."""
 
 
 class PythonExecute(BaseTool):
@@ -47,8 +61,9 @@ class PythonExecute(BaseTool):
         memory_mb: Cap on each process's address space (0: none).
         file_mb: Cap on the size of any file the code writes (``RLIMIT_FSIZE``; 0: none).
         max_output: Characters of stdout and of stderr kept.
-        isolation: ``"auto"`` (bubblewrap where it works, else the guard), ``"bubblewrap"`` or ``"guard"``;
-            after construction it says which one runs.
+        isolation: ``"auto"`` or ``"bubblewrap"`` (the kernel sandbox; refused where it does not work), or
+            ``"unsafe-guard"`` (an audit hook, not a boundary: ``docs/sandbox.md``); after construction it says
+            which one runs.
         network: Let the code reach the network (bubblewrap only; off by default).
         env: The code's environment variables, beyond a neutral ``PATH``/``LANG`` (nothing is inherited).
     """
@@ -71,7 +86,7 @@ class PythonExecute(BaseTool):
     memory_mb: int = 512
     file_mb: int = 64
     max_output: int = 10_000
-    isolation: Literal["auto", "bubblewrap", "guard"] = "auto"
+    isolation: Literal["auto", "bubblewrap", "unsafe-guard"] = "auto"
     network: bool = False
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -87,22 +102,19 @@ class PythonExecute(BaseTool):
                 f"timeout={self.timeout!r} must be > 0, memory_mb={self.memory_mb!r} >= 0, "
                 f"file_mb={self.file_mb!r} >= 0, max_output={self.max_output!r} >= 1"
             )
-        if self.isolation == "bubblewrap" and iso.bubblewrap() is None:
-            raise InvalidValueError(
-                "isolation='bubblewrap' but bwrap is missing or does not work here; "
-                "install it (Debian: apt-get install bubblewrap) or pass isolation='guard'"
+        if self.isolation in ("auto", "bubblewrap"):
+            if iso.bubblewrap() is None:
+                raise SandboxUnavailable(NO_SANDBOX)
+            self.isolation = "bubblewrap"
+        else:
+            warnings.warn(
+                "isolation='unsafe-guard': model-written code runs behind an in-process audit hook, which is not "
+                "a security boundary (docs/sandbox.md lists what it loses); install bubblewrap for the kernel sandbox",
+                SandboxWarning,
+                stacklevel=2,
             )
-        if self.isolation == "auto":
-            self.isolation = iso.available()
-            if self.isolation == "guard":
-                warnings.warn(
-                    "bubblewrap is not available: model-written code runs behind an in-process guard, "
-                    "which is not a security boundary (install bubblewrap for the kernel sandbox)",
-                    SandboxWarning,
-                    stacklevel=2,
-                )
         if self.network and self.isolation != "bubblewrap":
-            raise InvalidValueError("network=True needs isolation='bubblewrap' (the guard refuses every socket)")
+            raise InvalidValueError("network=True needs isolation='bubblewrap' (the unsafe guard refuses every socket)")
         self.workdir = Path(self.workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
 
@@ -144,7 +156,9 @@ class PythonExecute(BaseTool):
                 await proc.wait()
                 if sandbox is not None:
                     await _ended(sandbox)
-        timed_out = scope.cancelled_caught or (self.isolation == "guard" and proc.returncode == iso.TIMED_OUT)
+            elif self.isolation != "bubblewrap":
+                _kill_group(proc.pid)  # the supervisor may have been killed under the code: what is left goes
+        timed_out = scope.cancelled_caught or (self.isolation != "bubblewrap" and proc.returncode == iso.TIMED_OUT)
         return self._result(out, err, proc.returncode or 0, timed_out, timeout)
 
     def _result(self, out: bytearray, err: bytearray, code: int, timed_out: bool, timeout: float) -> ToolResult:
@@ -217,34 +231,18 @@ class _Confined(BaseTool):
         """A descriptor of ``path`` inside the root, opened component by component with ``O_NOFOLLOW``.
 
         Raises:
-            ToolError: If the path is absolute, climbs with ``..``, or meets a symbolic link.
+            ToolError: If the path is absolute, climbs with ``..``, meets a symbolic link, or cannot be named.
         """
-        parts = [p for p in PurePosixPath(path).parts if p != "."]
-        if not parts or PurePosixPath(path).is_absolute() or ".." in parts:
-            raise ToolError(f"path {path!r} is outside the workspace {str(self.root)!r}; use a path inside it")
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            for part in parts[:-1]:
-                if make_parents:
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, dir_fd=fd)
-                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-                os.close(fd)
-                fd = inner
-            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+            return confined.open_file(self.root, path, flags, make_parents=make_parents)
+        except confined.LinkRefused as exc:
+            raise ToolError(str(exc)) from None
+        except (ValueError, UnicodeEncodeError) as exc:  # a NUL, a lone surrogate
+            raise ToolError(f"path {path!r} cannot name a file ({exc}); use a plain relative path") from None
         except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(self.root, parts):
-                raise ToolError(
-                    f"path {path!r} goes through a symbolic link, which may lead outside the workspace "
-                    f"{str(self.root)!r}; the workspace tools follow none"
-                ) from None
+            if exc.errno == errno.ENAMETOOLONG:
+                raise ToolError(f"path {path[:80]!r}... is too long for this file system; use a shorter name") from None
             raise
-        finally:
-            os.close(fd)
-
-
-def _is_link(root: Path, parts: list[str]) -> bool:
-    return any((root.joinpath(*parts[: i + 1])).is_symlink() for i in range(len(parts)))
 
 
 class FileRead(_Confined):
@@ -267,7 +265,7 @@ class FileRead(_Confined):
 
     def _read(self, path: str) -> str:
         try:
-            fd = self.open(path, os.O_RDONLY)
+            fd = self.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO left there must not hang the tool
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ToolError(f"no file {path!r} in the workspace") from None
         with os.fdopen(fd, "rb") as file:
@@ -298,9 +296,20 @@ class FileWrite(_Confined):
         return ToolResult(output=f"wrote {len(arguments['content'])} characters to {arguments['path']}")
 
     def _write(self, path: str, content: str) -> None:
-        fd = self.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=True)
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ToolError(
+                f"content cannot be written as UTF-8 ({exc.reason} at {exc.start}); send valid text"
+            ) from None
+        try:
+            fd = self.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, make_parents=True)
+        except OSError as exc:  # a folder there, a FIFO with no reader, no space...
+            raise ToolError(f"cannot write {path!r}: {exc.strerror}; choose another path") from None
         with os.fdopen(fd, "wb") as file:
-            file.write(content.encode("utf-8"))
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ToolError(f"cannot write {path!r}: it is not a regular file")
+            file.write(data)
 
 
 def _call_timeout(value: object, default: float, longest: float) -> float:

@@ -77,6 +77,8 @@ class AddressBook:
         self.members: list[Role] = []
         self._index: dict[str, list[Role]] = {}
         self._merged: dict[frozenset[str], list[Role]] = {}
+        self._filed: dict[int, frozenset[str]] = {}
+        """The addresses each role (by ``id``) is filed under: a re-index touches only its own buckets."""
         self.version = 0
         """Moves whenever a role joins or changes its addresses (what :meth:`route` returned may have changed)."""
 
@@ -88,6 +90,7 @@ class AddressBook:
     def _index_role(self, role: Role) -> None:
         self._merged.clear()
         self.version += 1
+        self._filed[id(role)] = role.addresses
         for address in role.addresses:
             bucket = self._index.setdefault(address, [])
             bucket.append(role)
@@ -95,8 +98,12 @@ class AddressBook:
                 bucket.sort(key=env_index)
 
     def reindex(self, role: Role) -> None:
-        """Re-read ``role``'s addresses (after they changed)."""
-        for address, bucket in list(self._index.items()):
+        """Re-read ``role``'s addresses (after they changed); unchanged, it costs nothing (a restore re-reads each)."""
+        filed = self._filed.get(id(role))
+        if filed == role.addresses:
+            return
+        for address in filed or ():
+            bucket = self._index.get(address, [])
             if role in bucket:
                 bucket.remove(role)
                 if not bucket:

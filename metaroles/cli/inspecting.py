@@ -11,6 +11,7 @@ import typer
 
 from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at
 from metaroles.core.exceptions import MetarolesError
+from metaroles.core.files import write_atomic
 from metaroles.core.text import printable
 from metaroles.runs.diff import RunDiff, diff_runs, run_messages
 from metaroles.runs.eventlog import read_events
@@ -46,6 +47,10 @@ def graph(
     if format_ in (Format.mermaid, Format.json) and out is None:
         typer.echo(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events), nl=False)
         return
+    if out is not None and (not out.name or out.is_dir()):
+        raise fail(
+            f"--out {str(out)!r} is a folder; name the file to write, e.g. {str(out / f'flow.{format_.value}')!r}"
+        )
     target = out or run_dir / f"flow.{format_.value}"
     with reported():
         if format_ in (Format.png, Format.svg):
@@ -55,7 +60,8 @@ def graph(
         elif format_ is Format.graphml:
             flowgraph.write_graphml(events, target)
         else:
-            target.write_text(flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events))
+            text = flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events)
+            write_atomic(target, text, durable=False)
     typer.echo(f"wrote {target}")
 
 

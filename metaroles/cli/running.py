@@ -25,16 +25,18 @@ from metaroles.cli.common import (
     resolve,
     run_dir_at,
 )
+from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import zstandard
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.runs.config import RunOptions, read_config_file
 from metaroles.runs.durability import checked_durability
 from metaroles.runs.registry import load_scenario
-from metaroles.runs.rundir import new_run_dir, read_manifest, scenario_label
+from metaroles.runs.rundir import MAX_ROUNDS, check_run_dir, new_run_dir, read_manifest, scenario_label
 from metaroles.runs.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
 from metaroles.runs.team import Team
 from metaroles.runs.telemetry import require_otel
 
+TRUST_HELP = "run the scenario file the manifest names even if it lies outside the current folder (it is code)"
 DURABILITY_HELP = "when to wait for the disk: 'round' (each checkpoint) or 'run' (once, at the end: faster)"
 
 
@@ -165,6 +167,25 @@ def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], di
     return name, options, settings
 
 
+def trusted(scenario: str, *, trust: bool) -> None:
+    """Refuse to import a scenario file outside the current folder unless ``--trust`` says to: it is code.
+
+    A run directory received from elsewhere names the ``.py`` it was made with; resuming or forking it
+    runs that file. Installed scenarios (a name or a module) are the user's own already.
+
+    Raises:
+        ConfigError: Showing the path and how to run it anyway.
+    """
+    if trust or not scenario.endswith(".py"):
+        return
+    path = Path(scenario).resolve()
+    if not path.is_relative_to(Path.cwd().resolve()):
+        raise ConfigError(
+            f"this run directory was made by the scenario file {str(path)!r}, outside the current folder; "
+            "resuming runs that file's code: read it, then pass --trust (or run from its folder)"
+        )
+
+
 @app.command()
 def resume(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `metaroles run`")],
@@ -174,6 +195,10 @@ def resume(
         str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port (default: a local one)")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
+    rounds: Annotated[
+        int | None, typer.Option(min=0, max=MAX_ROUNDS, help="rounds in all: extend a run stopped by --rounds")
+    ] = None,
+    trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
 ) -> None:
     """Continue a run from its last complete checkpoint (after a crash, a kill, or a budget stop).
 
@@ -182,13 +207,17 @@ def resume(
     """
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
+        check_run_dir(run_dir)
+        trusted(manifest["scenario"], trust=trust)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     llm = manifest_model(manifest)
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     quiet = quiet or manifest.get("quiet") is True
     report, team = execute(
-        lambda live: resume_scenario(run_dir, llm=llm, role_llms=role_llms, on_progress=live, backend=chosen),
-        manifest["n_round"],
+        lambda live: resume_scenario(
+            run_dir, llm=llm, role_llms=role_llms, on_progress=live, backend=chosen, rounds=rounds
+        ),
+        manifest["n_round"] if rounds is None else rounds,
         quiet=quiet,
         run_dir=run_dir,
     )
@@ -213,10 +242,16 @@ def fork(
         str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port (default: a local one)")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no transcript, no progress")] = False,
+    rounds: Annotated[
+        int | None, typer.Option(min=0, max=MAX_ROUNDS, help="rounds in all (default: as the config says)")
+    ] = None,
+    trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
 ) -> None:
     """Start a new run from a round of an earlier one, with a change; the new run records its parent."""
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
+        check_run_dir(run_dir)
+        trusted(manifest["scenario"], trust=trust)
     changes, specs = {}, dict(manifest.get("role_llms") or {})  # a fork of a fork keeps its parent's models
     for key, value in options_from(set_ or []).items():
         if key.startswith("role.") and key.endswith(".llm"):
@@ -240,7 +275,8 @@ def fork(
             manifest={"execution": execution_record(chosen), **({"role_llms": specs} if specs else {})},
             on_progress=live,
             backend=chosen,
+            rounds=rounds,
         )
 
-    report, team = execute(work, manifest["n_round"], quiet=quiet, run_dir=child)
+    report, team = execute(work, manifest["n_round"] if rounds is None else rounds, quiet=quiet, run_dir=child)
     finish(report, team, child, quiet=quiet, transcript=manifest.get("transcript"))

@@ -17,15 +17,18 @@ cut before that may leave any of them torn; the caller marks the folder (``runs.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import os
-import tempfile
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
 
+from metaroles.core import confined
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 
 ZSTD = ".zst"
@@ -185,6 +188,10 @@ def _deferred(files: Sequence[Path] = (), folder: Path | None = None) -> bool:
     return True
 
 
+def _open_folder(folder: Path) -> int:
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
 def sync_dir(folder: Path) -> None:
     """Make a rename or a new file in ``folder`` survive a power cut (fsync the directory)."""
     if _deferred(folder=folder):
@@ -197,7 +204,13 @@ def sync_dir(folder: Path) -> None:
 
 
 def write_atomic(
-    path: Path, text: str | bytes, *, after: Sequence[Path] = (), durable: bool = True, sync_name: bool = True
+    path: Path,
+    text: str | bytes,
+    *,
+    after: Sequence[Path] = (),
+    durable: bool = True,
+    sync_name: bool = True,
+    beneath: Path | None = None,
 ) -> Path:
     """Replace ``path`` with ``text`` (UTF-8) or bytes: temp file, fsync, rename, fsync of the directory.
 
@@ -208,24 +221,50 @@ def write_atomic(
     see the old text or the new, never a mix. ``sync_name=False``: the text is on the disk before the
     rename, but the new name is not waited for — the caller syncs the directory once for several files
     (:func:`sync_dir`); a power cut before that may leave the old file, never a torn one.
+    ``beneath``: a folder that untrusted code can change (a workspace): ``path`` lies inside it, and the
+    walk to it follows no symbolic link (:mod:`metaroles.core.confined`; ``LinkRefused`` if it meets one).
+    New files get mode ``0o666`` less the umask, as any file the process creates.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    deferred = bool(after or durable) and _deferred([*after, path] if durable else after)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
+    if beneath is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    else:
+        parts = confined.parts_of(beneath, path.relative_to(beneath).as_posix())
+        folder = confined.open_folder(beneath, parts[:-1], make=True, whole=parts)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(encoded(path, text))
-            handle.flush()
-            if (after or durable) and not deferred:
-                sync_together(after, handle.fileno() if durable else None)
-        reached(f"replace:{path.name}")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    if durable and sync_name:
-        sync_dir(path.parent)
+        deferred = bool(after or durable) and _deferred([*after, path] if durable else after)
+        tmp, fd = _temp_file(folder, path.name)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(encoded(path, text))
+                handle.flush()
+                if (after or durable) and not deferred:
+                    sync_together(after, handle.fileno() if durable else None)
+            reached(f"replace:{path.name}")
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+        if durable and sync_name and not _deferred(folder=path.parent):
+            os.fsync(folder)
+    finally:
+        os.close(folder)
     return path
+
+
+def _temp_file(folder: int, name: str) -> tuple[str, int]:
+    """A new temp file beside ``name`` in the folder ``folder`` (``.NAMEXXXXXXXX.tmp``), opened for writing.
+
+    Not ``tempfile.mkstemp``: that makes mode 0600 files, and the renamed file keeps the temp file's mode.
+    """
+    while True:
+        tmp = f".{name}{secrets.token_hex(4)}.tmp"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return tmp, os.open(tmp, flags, 0o666, dir_fd=folder)
+        except FileExistsError:
+            continue
 
 
 def replace_together(files: Sequence[tuple[Path, str | bytes]]) -> None:
@@ -240,9 +279,14 @@ def replace_together(files: Sequence[tuple[Path, str | bytes]]) -> None:
     try:
         for path, text in files:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}", suffix=".tmp")
+            fd = _open_folder(path.parent)
+            try:
+                name, handle_fd = _temp_file(fd, path.name)
+            finally:
+                os.close(fd)
+            tmp = str(path.parent / name)
             written.append((path, tmp))
-            with os.fdopen(fd, "wb") as handle:
+            with os.fdopen(handle_fd, "wb") as handle:
                 handle.write(encoded(path, text))
         if not _deferred([path for path, _ in files]):
             sync_together([Path(tmp) for _, tmp in written])
@@ -265,8 +309,29 @@ def append_text(path: Path, text: str | Sequence[str]) -> None:
     For lines that nothing refers to yet (a checkpoint's message rows, written as its rounds go by).
     """
     reached(f"append:{path.name}")
-    with path.open("ab") as handle:
+    with open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
         _write(handle, path, text)
+
+
+def open_own(path: Path, flags: int) -> IO[bytes]:
+    """``path`` opened with ``flags`` (created with mode 0o666 less the umask), refusing a symbolic link at its name.
+
+    A run directory's files are its own: an append or a truncation through a link planted there would
+    change whatever file it points to.
+
+    Raises:
+        RunDirCorrupt: If ``path`` is a symbolic link.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RunDirCorrupt(
+                f"{path} is a symbolic link; metaroles writes through no link in a run directory: "
+                "replace it with the file itself"
+            ) from None
+        raise
+    return os.fdopen(fd, "r+b" if flags & os.O_RDWR else "ab" if flags & os.O_APPEND else "wb")
 
 
 def create_durably(path: Path) -> None:
@@ -275,7 +340,7 @@ def create_durably(path: Path) -> None:
     For a file that only grows by appends (an event log): later appends sync its contents, not its name.
     """
     if not path.exists():
-        path.touch()
+        open_own(path, os.O_WRONLY | os.O_CREAT).close()
         sync_dir(path.parent)
 
 
@@ -306,7 +371,7 @@ def sync_together(paths: Sequence[Path], last: int | None = None) -> None:
 def append_durably(path: Path, text: str | Sequence[str]) -> None:
     """Append ``text`` (or its pieces, in order) to ``path`` and fsync it (to a ``.zst`` file: as one more frame)."""
     reached(f"append:{path.name}")
-    with path.open("ab") as handle:
+    with open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
         _write(handle, path, text)
         handle.flush()
         if not _deferred([path]):
@@ -333,13 +398,13 @@ _PIECES = 2048
 def truncate_lines(path: Path, count: int) -> None:
     """Keep the first ``count`` lines of ``path`` (drops rows no kept checkpoint refers to)."""
     if not path.exists():
-        path.write_bytes(b"")
+        open_own(path, os.O_WRONLY | os.O_CREAT).close()
         return
-    data = path.read_bytes()
-    end = 0
-    for _ in range(count):
-        end = data.index(b"\n", end) + 1
-    with path.open("r+b") as handle:
+    with open_own(path, os.O_RDWR) as handle:
+        data = handle.read()
+        end = 0
+        for _ in range(count):
+            end = data.index(b"\n", end) + 1
         handle.truncate(end)
         handle.flush()
         os.fsync(handle.fileno())

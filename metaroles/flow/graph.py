@@ -11,6 +11,7 @@ This module imports networkx (extra ``graph``); metaroles imports it only when a
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections import Counter
@@ -20,6 +21,7 @@ from typing import Any
 
 import networkx as nx
 
+from metaroles.core.files import write_atomic
 from metaroles.runs.eventlog import Event
 
 HUMAN = "Human"
@@ -148,9 +150,10 @@ def to_mermaid(events: list[Event], *, max_label: int = 40) -> str:
 
 
 def write_graphml(events: list[Event], path: Path) -> Path:
-    """Write the role graph as GraphML."""
-    nx.write_graphml(role_graph(events), path)
-    return path
+    """Write the role graph as GraphML (atomically: a link at ``path`` is replaced, not followed)."""
+    data = io.BytesIO()
+    nx.write_graphml(role_graph(events), data)
+    return write_atomic(path, data.getvalue(), durable=False)
 
 
 def to_json(events: list[Event]) -> str:

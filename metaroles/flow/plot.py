@@ -8,6 +8,7 @@ beyond, so the same run always gives the same picture. Imports matplotlib (extra
 
 from __future__ import annotations
 
+import io
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -20,6 +21,7 @@ import matplotlib.pyplot as plt
 import networkx as nx
 from matplotlib.lines import Line2D
 
+from metaroles.core.files import write_atomic
 from metaroles.flow.graph import ALL, HUMAN, role_graph
 from metaroles.runs.eventlog import Event
 
@@ -84,11 +86,12 @@ def layout(graph: nx.DiGraph) -> dict[Any, Any]:
 
 
 def render(events: list[Event], path: Path, *, title: str = "") -> Path:
-    """Draw the run's role graph into ``path`` (``.png`` or ``.svg``)."""
+    """Draw the run's role graph into ``path`` (PNG unless its name ends in ``.svg``), atomically."""
     figure = draw(events, title=title)
-    figure.savefig(path, dpi=200 if path.suffix == ".png" else None, bbox_inches="tight")
+    data, kind = io.BytesIO(), "svg" if path.suffix == ".svg" else "png"
+    figure.savefig(data, format=kind, dpi=200 if kind == "png" else None, bbox_inches="tight")
     plt.close(figure)
-    return path
+    return write_atomic(path, data.getvalue(), durable=False)
 
 
 def draw(events: list[Event], *, title: str = "") -> Any:

@@ -21,6 +21,7 @@ otherwise a *delta* against the previous round file, so that a round costs what 
 from __future__ import annotations
 
 import json
+import os
 from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from typing import Any
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
-from metaroles.core.files import append_text, sync_dir, truncate_lines, write_atomic
+from metaroles.core.files import append_text, open_own, sync_dir, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.runs.replayable import replayable, replays, signature
@@ -125,7 +126,7 @@ class CheckpointWriter(MessageRows):
         folder.mkdir(parents=True, exist_ok=True)
         table = folder / MESSAGES
         if restored is None:
-            table.write_bytes(b"")
+            open_own(table, os.O_WRONLY | os.O_CREAT | os.O_TRUNC).close()
             return
         truncate_lines(table, len(restored.rows))
         for stale in folder.glob("round-*.json"):  # past the restored round: what this run now writes again

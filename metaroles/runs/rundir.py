@@ -10,15 +10,20 @@ measures rounds), and at the end ``transcript.md``, ``state.json``, ``report.jso
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import platform
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from textwrap import indent
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from metaroles.agents import isolation
 from metaroles.core import installed
@@ -90,11 +95,56 @@ def write_manifest(run_dir: Path, record: dict[str, Any]) -> None:
     write_atomic(run_dir / MANIFEST, json.dumps(record, indent=1) + "\n")
 
 
+MAX_ROUNDS = 1_000_000
+"""The most rounds a run may ask for (``metaroles run --rounds``)."""
+
+
+class Parent(BaseModel):
+    """Where a fork branched from."""
+
+    run_dir: str
+    """The parent run directory (absolute)."""
+    from_round: int = Field(ge=0)
+    """The round whose end state the fork starts from."""
+    idea: str = ""
+    """What the fork published at the fork point."""
+    changes: dict[str, Any] = Field(default_factory=dict)
+    """The options the fork changed."""
+
+
+class Manifest(BaseModel):
+    """The fields of ``manifest.json`` that a run is rebuilt from (others — versions, the time — pass through)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    scenario: str = Field(min_length=1)
+    """A scenario name, module, or ``.py`` file."""
+    config: dict[str, Any]
+    """The scenario's options."""
+    n_round: int = Field(ge=0, le=MAX_ROUNDS)
+    """The rounds the run lasts."""
+    rounds: int | None = Field(default=None, ge=0, le=MAX_ROUNDS)
+    """The rounds given on the command line (``--rounds``), if any; else the scenario's config decides."""
+    idea: str | None = None
+    seed: int | None = None
+    budget: float | int | None = Field(default=None, ge=0)
+    prices: dict[str, list[float | int]] | None = None
+    checkpoint_every: int | None = Field(default=None, ge=1)
+    """A checkpoint every this many rounds."""
+    log_turns: bool | Literal["folded"] | None = None
+    transcript: bool | None = None
+    durability: Literal["round", "run", "sweep"] = "round"
+    events: Literal["events.jsonl", "events.jsonl.zst"] | None = None
+    parent: Parent | None = None
+    role_llms: dict[str, str] | None = None
+
+
 def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """The manifest of a run directory.
+    """The manifest of a run directory, checked against :class:`Manifest`.
 
     Raises:
         ConfigError: If ``run_dir`` is not a run directory.
+        RunDirCorrupt: If the manifest is not JSON or a field is missing or wrong, naming it.
     """
     path = run_dir / MANIFEST
     if not path.is_file():
@@ -105,13 +155,100 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_bytes().decode("utf-8"))
     except ValueError as exc:
         raise RunDirCorrupt(f"{path}: not a JSON manifest ({type(exc).__name__}); the file is damaged") from None
-    wanted = {"scenario": str, "config": dict, "n_round": int}
-    wrong = [
-        key for key, kind in wanted.items() if not isinstance(manifest, dict) or not isinstance(manifest.get(key), kind)
-    ]
-    if wrong:
-        raise RunDirCorrupt(f"{path}: the manifest lacks a valid {', '.join(wrong)}; the file is damaged")
+    if not isinstance(manifest, dict):
+        raise RunDirCorrupt(f"{path}: not a JSON object; the file is damaged")
+    try:
+        Manifest.model_validate(manifest)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        raise RunDirCorrupt(
+            f"{path}: {where}={error.get('input', '(missing)')!r}: {error['msg']}; the manifest is damaged"
+        ) from None
     return dict(manifest)
+
+
+OWN_FILES = (
+    MANIFEST,
+    EVENTS,
+    EVENTS_ZST,
+    "timings.jsonl",
+    METRICS,
+    STATE,
+    TRANSCRIPT,
+    "report.json",
+    "ledger.json",
+    "spans.jsonl",
+    f"{CHECKPOINTS}/messages.jsonl",
+)
+"""Files a command writes or appends to in a run directory (beside the round files)."""
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Check what a resume or fork reads and writes in ``run_dir`` before anything there is changed.
+
+    Raises:
+        RunDirCorrupt: If a file the run writes is a symbolic link (a write would land wherever it
+            points), ``checkpoints`` is not a folder, or a checkpoint file's name is not the run's own.
+    """
+    for name in (*OWN_FILES, CHECKPOINTS, f"{CHECKPOINTS}/blobs"):
+        path = run_dir / name
+        if path.is_symlink():
+            raise RunDirCorrupt(
+                f"{path} is a symbolic link (to {os.readlink(path)!r}); a run directory's files are its own, "
+                "and metaroles writes through no link: replace it with the file itself"
+            )
+    folder = run_dir / CHECKPOINTS
+    if folder.exists() and not folder.is_dir():
+        raise RunDirCorrupt(
+            f"{folder} is not a folder; restore the run's checkpoints folder (or remove it to start over)"
+        )
+    if folder.is_dir():
+        for path in folder.glob("*.json"):
+            kind, _, number = path.stem.partition("-")
+            if kind in ("round", "workspace") and not (number.isdigit() and number.isascii()):
+                raise RunDirCorrupt(
+                    f"{path}: not a checkpoint file of this run (NNNN must be a round number); remove or rename it"
+                )
+
+
+@contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir`` for one command: a second ``run``, ``resume`` or ``fork`` into it is refused meanwhile.
+
+    A lock on the folder itself (``flock``): nothing is written into it, and the kernel drops the
+    lock when the holder dies, even by SIGKILL.
+
+    Raises:
+        ConfigError: If another process holds it, naming its pid.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(os.fstat(fd).st_ino)
+            who = f"process {holder}" if holder else "another process"
+            raise ConfigError(
+                f"{str(run_dir)!r} is in use by {who} (a run, resume or fork); wait for it to end, or stop it"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _holder(inode: int) -> int | None:
+    """The pid holding a ``flock`` on the file with ``inode`` (Linux's ``/proc/locks``), if it can be told."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rpartition(":")[2] == str(inode):
+            return int(fields[4]) if fields[4].isdigit() else None
+    return None
 
 
 def scenario_label(name: str) -> str:

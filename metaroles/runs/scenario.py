@@ -25,9 +25,12 @@ from metaroles.runs.rundir import (
     CHECKPOINTS,
     EVENTS,
     EVENTS_ZST,
+    MANIFEST,
     METRICS,
     STATE,
+    check_run_dir,
     events_file,
+    locked,
     provenance,
     read_manifest,
     scenario_label,
@@ -95,10 +98,19 @@ async def run_scenario(
         return report, plan.team
     if run.zstd:
         zstandard()  # the extra is there before anything is written
-    durability = checked_durability(run.durability, sweep=True)
+    checked_durability(run.durability, sweep=True)
     record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
-    _sweep(out_dir)
-    write_manifest(out_dir, record)
+    with locked(out_dir):
+        _refuse_a_run_in(out_dir)
+        _sweep(out_dir)
+        write_manifest(out_dir, record)
+        return await _run_into(out_dir, plan, run, name, record)
+
+
+async def _run_into(
+    out_dir: Path, plan: ScenarioPlan, run: RunOptions, name: str, record: dict[str, Any]
+) -> tuple[TeamReport, Team]:
+    durability = checked_durability(run.durability, sweep=True)
     with _observed(run, plan.team, name, out_dir), synced_at_end(out_dir, durability):
         report = await plan.team.run(
             n_round=plan.n_round,
@@ -128,6 +140,7 @@ def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run:
         "scenario": name,
         "config": config,
         "n_round": plan.n_round,
+        "rounds": run.rounds,
         "idea": plan.idea,
         "seed": run.seed,
         "budget": run.budget,
@@ -237,12 +250,25 @@ def checked_config(module: ModuleType, options: dict[str, Any]) -> Any:
 
 
 def _rebuild(
-    manifest: dict[str, Any], llm: LLM, run_dir: Path, changes: dict[str, Any] | None = None, backend: Any = None
+    manifest: dict[str, Any],
+    llm: LLM,
+    run_dir: Path,
+    changes: dict[str, Any] | None = None,
+    backend: Any = None,
+    rounds: int | None = None,
 ) -> ScenarioPlan:
+    """The run's plan again, from its manifest (and a fork's ``changes``).
+
+    Its length: ``rounds`` if given; else the ``--rounds`` the run was given; else what the scenario's
+    config makes of it (so a fork's ``--set rounds=20`` or ``turns=5`` counts). A manifest from before
+    ``rounds`` was recorded keeps its ``n_round``.
+    """
     module = load_scenario(manifest["scenario"])
     config, _ = _configured(module, {**manifest["config"], **(changes or {})}, run_dir)
+    if rounds is None:
+        rounds = manifest["rounds"] if "rounds" in manifest else manifest["n_round"]
     run = RunOptions(
-        rounds=manifest["n_round"],
+        rounds=rounds,
         seed=manifest.get("seed"),
         budget=manifest.get("budget"),
         prices={model: (float(p[0]), float(p[1])) for model, p in (manifest.get("prices") or {}).items()},
@@ -261,22 +287,31 @@ async def resume_scenario(
     on_round: Callable[[Team], None] | None = None,
     on_progress: Callable[[Team], None] | None = None,
     backend: Any = None,
+    rounds: int | None = None,
 ) -> tuple[TeamReport, Team]:
     """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint.
 
     ``role_llms`` give roles the models a fork gave them (the manifest's ``role_llms``). A run
     killed before its first checkpoint starts over from its manifest. ``backend`` runs the roles
-    on shards (any count: shards are not part of the run).
+    on shards (any count: shards are not part of the run). ``rounds`` extends (or shortens) the
+    run to that many rounds in all; the manifest records it. Everything is checked before anything
+    in the folder changes, and the folder is held (:func:`~metaroles.runs.rundir.locked`) throughout.
     """
-    manifest = read_manifest(run_dir)
-    settle(run_dir)
-    plan = _rebuild(manifest, llm, run_dir, backend=backend)
-    _give_models(plan.team, role_llms or {})
-    plan.team.on_round, plan.team.on_progress = on_round, on_progress
-    plan.team.on_record = _metrics(load_scenario(manifest["scenario"]), run_dir)
-    with synced_at_end(run_dir, checked_durability(manifest.get("durability", "round"), sweep=True)):
-        report = await _continue(plan, run_dir, manifest)
-    write_run_dir(run_dir, plan.team, report, manifest)
+    with locked(run_dir):
+        manifest = read_manifest(run_dir)
+        check_run_dir(run_dir)
+        plan = _rebuild(manifest, llm, run_dir, backend=backend, rounds=rounds)
+        _give_models(plan.team, role_llms or {})
+        durability = checked_durability(manifest.get("durability", "round"), sweep=True)
+        settle(run_dir)
+        if rounds is not None and rounds != manifest["n_round"]:
+            manifest = {**manifest, "n_round": plan.n_round, "rounds": rounds}
+            write_manifest(run_dir, manifest)
+        plan.team.on_round, plan.team.on_progress = on_round, on_progress
+        plan.team.on_record = _metrics(load_scenario(manifest["scenario"]), run_dir)
+        with synced_at_end(run_dir, durability):
+            report = await _continue(plan, run_dir, manifest)
+        write_run_dir(run_dir, plan.team, report, manifest)
     return report, plan.team
 
 
@@ -331,31 +366,70 @@ async def fork_scenario(
     on_round: Callable[[Team], None] | None = None,
     on_progress: Callable[[Team], None] | None = None,
     backend: Any = None,
+    rounds: int | None = None,
 ) -> tuple[TeamReport, Team]:
     """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
 
-    ``changes`` update the scenario's config, ``role_llms`` give named roles another model, and
-    ``idea`` is published at the fork point. The child's manifest records its parent.
+    ``changes`` update the scenario's config (its length too: ``rounds=20``, ``turns=5``), ``role_llms``
+    give named roles another model, ``rounds`` sets the rounds in all, and ``idea`` is published at the
+    fork point. The child's manifest records its parent.
 
     Raises:
-        ConfigError: If ``parent`` is not a run directory, or names an unknown role.
+        ConfigError: If ``parent`` is not a run directory, has no checkpoint as late as ``from_round``,
+            names an unknown role, or ``out_dir`` holds a run already.
     """
     record = read_manifest(parent)
+    check_run_dir(parent)
     refuse_restarted(parent)
+    _refuse_late(parent, from_round)
     changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
-    plan = _rebuild(record, llm, out_dir, changes, backend)
+    plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
     plan.team.on_record = _metrics(load_scenario(record["scenario"]), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
+    child |= {"n_round": plan.n_round, "rounds": rounds if rounds is not None else record.get("rounds")}
     child |= provenance()
-    _sweep(out_dir)
-    write_manifest(out_dir, child := {**child, "parent": parent_record})
-    with synced_at_end(out_dir, checked_durability(child.get("durability", "round"), sweep=True)):
-        report = await _branch(plan, parent, from_round, out_dir, child)
-    write_run_dir(out_dir, plan.team, report, child)
+    with locked(out_dir):
+        _refuse_a_run_in(out_dir)
+        _sweep(out_dir)
+        write_manifest(out_dir, child := {**child, "parent": parent_record})
+        with synced_at_end(out_dir, checked_durability(child.get("durability", "round"), sweep=True)):
+            report = await _branch(plan, parent, from_round, out_dir, child)
+        write_run_dir(out_dir, plan.team, report, child)
     return report, plan.team
+
+
+def _refuse_late(parent: Path, from_round: int) -> None:
+    """Refuse a fork from a round the parent has not reached.
+
+    Raises:
+        ConfigError: Naming the parent's last checkpointed round.
+    """
+    numbers = [int(p.stem[6:]) for p in (parent / CHECKPOINTS).glob("round-*.json") if p.stem[6:].isdigit()]
+    last = max(numbers, default=None)
+    if last is None:
+        raise ConfigError(
+            f"{str(parent)!r} has no checkpoint to fork from; resume it first (metaroles resume {parent})"
+        )
+    if from_round > last:
+        raise ConfigError(
+            f"--from-round {from_round} is past the parent's last checkpoint, round {last}; pick 0..{last}"
+        )
+
+
+def _refuse_a_run_in(out_dir: Path) -> None:
+    """Refuse to write a new run into a folder that holds another run's files (or links where they go).
+
+    Raises:
+        ConfigError: Naming the folder.
+    """
+    check_run_dir(out_dir)
+    if any((out_dir / CHECKPOINTS).glob("round-*.json")) and (out_dir / MANIFEST).is_file():
+        raise ConfigError(
+            f"{str(out_dir)!r} already holds a run; resume it (metaroles resume {out_dir}) or pass a new --out"
+        )
 
 
 async def _branch(

@@ -24,7 +24,8 @@ import csv
 import io
 import itertools
 import json
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +42,28 @@ TIMED = ("wall_s",)
 """Columns the clock wrote (the only ones two sweeps of one grid may differ in)."""
 
 
-def parse_grid(specs: Iterable[str]) -> dict[str, list[Any]]:
+MAX_TRIALS = 10_000
+"""The most trials a sweep runs unless told otherwise (``--max-trials``): a typo in a range must not run for days."""
+
+
+def parse_grid(specs: Iterable[str], *, max_trials: int = MAX_TRIALS) -> dict[str, list[Any]]:
     """``["seed=0..3", "turns=2,3"]`` → ``{"seed": [0, 1, 2, 3], "turns": [2, 3]}`` (values parsed as YAML scalars).
 
+    The trials are counted before any list is made: a grid of more than ``max_trials`` is refused.
+
     Raises:
-        ConfigError: Naming the spec, for one without ``=``, an empty value, a bad range, or a key given twice.
+        ConfigError: Naming the spec, for one without ``=``, an empty value, a bad range, or a key given twice;
+            or a grid of more trials than ``max_trials``.
     """
     import yaml
 
-    grid: dict[str, list[Any]] = {}
+    sized: dict[str, Sequence[Any]] = {}
     for spec in specs:
         key, eq, values = spec.partition("=")
         key = key.strip()
         if not eq or not key or not values.strip():
             raise ConfigError(f"--grid {spec!r} must be KEY=V1,V2,... or KEY=FIRST..LAST, e.g. seed=0..9")
-        if key in grid:
+        if key in sized:
             raise ConfigError(f"--grid names {key!r} twice; give all its values at once, e.g. {key}=1,2,3")
         first, dots, last = values.partition("..")
         if dots:
@@ -65,12 +73,33 @@ def parse_grid(specs: Iterable[str]) -> dict[str, list[Any]]:
                 raise ConfigError(f"--grid {spec!r}: a range is FIRST..LAST of integers, e.g. seed=0..19") from None
             if high < low:
                 raise ConfigError(f"--grid {spec!r}: the range is empty ({low} > {high})")
-            grid[key] = list(range(low, high + 1))
+            sized[key] = range(low, high + 1)
         else:
-            grid[key] = [yaml.safe_load(v) if v.strip() else v for v in values.split(",")]
-    if not grid:
+            sized[key] = [yaml.safe_load(v) if v.strip() else v for v in values.split(",")]
+    if not sized:
         raise ConfigError("a sweep needs at least one --grid KEY=VALUES, e.g. --grid seed=0..9")
-    return grid
+    return checked_grid(sized, max_trials=max_trials)
+
+
+def checked_grid(grid: Mapping[str, Iterable[Any]], *, max_trials: int = MAX_TRIALS) -> dict[str, list[Any]]:
+    """``grid`` with its values as lists, once its trials are counted (without making them) and found few enough.
+
+    A ``range`` is counted, not listed; other iterables without a length are listed first.
+
+    Raises:
+        ConfigError: If it has more than ``max_trials`` trials, saying how to allow them.
+    """
+    sized: dict[str, Sequence[Any]] = {
+        key: values if isinstance(values, Sequence) else list(values) for key, values in grid.items()
+    }
+    count = math.prod(len(values) for values in sized.values())
+    if count > max_trials:
+        sizes = " × ".join(f"{len(values):,} {key}" for key, values in sized.items())
+        raise ConfigError(
+            f"the grid has {count:,} trials ({sizes}), more than the limit of {max_trials:,}; "
+            f"narrow it, or pass --max-trials {count} to run them all"
+        )
+    return {key: list(values) for key, values in sized.items()}
 
 
 def trials(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -216,6 +245,7 @@ def sweep(
     jobs: int = 1,
     ray_address: str | None = None,
     durability: str | None = None,
+    max_trials: int = MAX_TRIALS,
 ) -> Any:
     """Run ``scenario`` over ``grid`` (``{"seed": range(20), "turns": [2, 3]}`` or ``["seed=0..19"]``).
 
@@ -224,7 +254,11 @@ def sweep(
     """
     import pandas as pd
 
-    parsed = parse_grid(grid) if not isinstance(grid, dict) else {k: list(v) for k, v in grid.items()}
+    parsed = (
+        parse_grid(grid, max_trials=max_trials)
+        if not isinstance(grid, dict)
+        else checked_grid(grid, max_trials=max_trials)
+    )
     spec = {**(llm_settings or {}), "llm": llm}
     folder = Path(out) if out is not None else default_out(scenario, parsed, options or {}, spec)
     rows = run_sweep(

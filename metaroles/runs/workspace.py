@@ -15,6 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from metaroles.core import confined
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
 
@@ -27,13 +28,11 @@ def _record(folder: Path, round_no: int) -> Path:
 
 
 def current_files(workspace: Path) -> Files:
-    """The workspace's files now, by relative path, with the hash of each."""
-    if not workspace.is_dir():
-        return {}
+    """The workspace's regular files now, by relative path, with the hash of each (links are not followed)."""
     return {
-        path.relative_to(workspace).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(workspace.rglob("*"))
-        if path.is_file() and not path.is_symlink() and not path.name.endswith(".tmp")
+        relative: hashlib.sha256(confined.read_bytes(workspace, relative)).hexdigest()
+        for relative, regular in confined.entries(workspace)
+        if regular and not relative.endswith(".tmp")
     }
 
 
@@ -45,7 +44,7 @@ def keep(workspace: Path, folder: Path, round_no: int, last: Files | None) -> Fi
     for relative, digest in files.items():
         blob = folder / "blobs" / digest
         if not blob.exists():
-            write_atomic(blob, (workspace / relative).read_bytes())
+            write_atomic(blob, confined.read_bytes(workspace, relative))
     write_atomic(_record(folder, round_no), json.dumps(files, sort_keys=True, indent=0) + "\n")
     return files
 
@@ -81,19 +80,23 @@ def restore(workspace: Path, folder: Path, round_no: int) -> Files | None:
 
 
 def write_files(workspace: Path, folder: Path, files: Files) -> None:
-    """Make ``workspace`` hold exactly ``files``, their contents from ``folder``'s blobs."""
+    """Make ``workspace`` hold exactly ``files``, their contents from ``folder``'s blobs.
+
+    Whatever else is there goes — a half-written file, a link or a FIFO that code run in the
+    workspace left, a folder swapped for a link — and nothing is written through a link: the
+    workspace becomes the checkpoint's, not what is on disk.
+    """
     missing = [d for d in files.values() if not (folder / "blobs" / d).is_file()]
     if missing:
         raise RunDirCorrupt(f"{folder / 'blobs'}: the workspace content {missing[0]} is missing; the folder is damaged")
-    for stale in workspace.rglob(".*.tmp"):  # a write a kill interrupted
-        stale.unlink()
-    for relative, digest in current_files(workspace).items():
-        if files.get(relative) != digest:
-            (workspace / relative).unlink()
     have = current_files(workspace)
+    for relative, regular in list(confined.entries(workspace)):
+        if not regular or relative not in files or files[relative] != have.get(relative):
+            confined.unlink(workspace, relative)
     for relative, digest in files.items():
         if have.get(relative) != digest:
-            write_atomic(workspace / relative, (folder / "blobs" / digest).read_bytes())
+            confined.unlink(workspace, relative)  # an empty folder in its place
+            write_atomic(workspace / relative, (folder / "blobs" / digest).read_bytes(), beneath=workspace)
 
 
 def drop_after(folder: Path, round_no: int) -> None:

@@ -2,9 +2,9 @@
 
 Each probe is code an attacker would hand the tool, and a check on the host afterwards (a file
 outside the working directory, a datagram on the host's loopback, a process still alive, a key
-in the output). Under bubblewrap every probe is refused. Under the guard, the key never reaches
-the code and no process outlives the tool; the probes it still loses are listed in
-``GUARD_LOSES`` (and in ``docs/sandbox.md``) — the test fails if that list stops being exact.
+in the output). Under bubblewrap every probe is refused. The unsafe guard (only when asked for by
+name) loses the probes listed in ``GUARD_LOSES`` (and in ``docs/sandbox.md``'s table) — the test
+fails if that list stops being exact.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from metaroles.agents.sandbox import PythonExecute
 
 SECRET = "sk-probe-parent-secret"
 PYTHON = os.path.realpath(sys.executable)
+PURELIB = sysconfig.get_paths()["purelib"]
 
 GUARD_LOSES = frozenset({"fork_exec_writes_outside", "mkfifo"})
 """Probes the in-process guard cannot refuse: ``_posixsubprocess.fork_exec`` and ``os.mkfifo`` raise
@@ -95,6 +96,29 @@ PROBES = [
         "open('{outside}/escape', 'w').write('x')",
     ),
     Probe(
+        "read_outside_through_ctypes",  # /proc/<the tool's pid>/environ, say: the key it started with
+        "import sys\nctypes = sys.modules.get('ctypes') or __import__('ctypes')\nlibc = ctypes.pythonapi\n"
+        "fd = libc.open(b'{outside}/victim.txt', 0)\nbuf = ctypes.create_string_buffer(100)\n"
+        "print('read:', buf.raw[: max(0, libc.read(fd, buf, 100))])",
+    ),
+    Probe(
+        "guard_state_cleared_through_a_traceback",
+        "import os\nopen('mine', 'w').write('x')\ntry:\n    os.rename('mine', '{outside}/escape')\n"
+        "except PermissionError as e:\n    tb = e.__traceback__\n    while tb.tb_next:\n        tb = tb.tb_next\n"
+        "    for value in tb.tb_frame.f_locals.values():\n        getattr(value, 'clear', lambda: 0)()\n"
+        "os.rename('mine', '{outside}/escape')",
+    ),
+    Probe(
+        "supervisor_killed_so_the_code_outlives_the_tool",
+        "import os, signal\nopen('pid', 'w').write(str(os.getpid()))\n"
+        "signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)\nwhile True: pass",
+    ),
+    Probe(
+        "pth_planted_by_zeroing_the_flags",
+        "import os\nos.O_WRONLY = os.O_RDWR = os.O_CREAT = os.O_APPEND = os.O_TRUNC = 0\n"
+        "os.close(os.open('{purelib}/zz_metaroles_probe_{marker}.pth', 0o101))",
+    ),
+    Probe(
         "daemon_outlives_the_tool",
         _FORK_EXEC + "spawn(['{python}', '-c', 'import os  # {marker}\\nwhile True: os.getpid()'])\nprint('spawned')",
     ),
@@ -116,8 +140,21 @@ def _alive(marker: str) -> list[int]:
     return found
 
 
-def escaped(name: str, output: str, outside: Path, workdir: Path, udp: socket.socket, marker: str) -> str | None:
+def _running(pid: int) -> bool:
+    try:
+        return pid > 0 and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def escaped(
+    name: str, output: str, outside: Path, workdir: Path, udp: socket.socket, marker: str, kind: str
+) -> str | None:
     """What the probe achieved on the host, or ``None`` when it was refused."""
+    return _changed_outside(outside) or _leaked(output, udp) or _left_behind(workdir, marker, kind)
+
+
+def _changed_outside(outside: Path) -> str | None:
     if "escape" in {p.name for p in outside.iterdir()}:
         return f"created {outside / 'escape'}"
     victim = outside / "victim.txt"
@@ -125,8 +162,14 @@ def escaped(name: str, output: str, outside: Path, workdir: Path, udp: socket.so
         return "changed the mtime of a file outside"
     if os.listxattr(victim):
         return "set an xattr on a file outside"
+    return None
+
+
+def _leaked(output: str, udp: socket.socket) -> str | None:
     if SECRET in output:
         return "read the parent's key"
+    if "keep me" in output:
+        return "read a file outside the working directory"
     try:
         return f"sent {udp.recv(100)!r} to the host's loopback"
     except BlockingIOError:
@@ -135,12 +178,32 @@ def escaped(name: str, output: str, outside: Path, workdir: Path, udp: socket.so
         return "resolved a host name"
     if "listed:" in output and ("victim.txt" in output or "'var'" in output):
         return "listed folders outside the working directory"
+    return None
+
+
+def _left_behind(workdir: Path, marker: str, kind: str) -> str | None:
+    """A process still running, a .pth in site-packages, a file past the size limit.
+
+    (A pid the code wrote under bubblewrap is its sandbox's, not the host's: the namespace's end is
+    checked by ``daemon_outlives_the_tool``.)
+    """
     if _alive(marker):
         return "left a process running after the tool returned"
+    if kind != "bubblewrap" and (workdir / "pid").exists() and _running(int((workdir / "pid").read_text() or 0)):
+        return "its own process outlived the tool"
+    if _planted(marker):
+        return "planted a .pth file in site-packages"
     fill = workdir / "fill"
     if fill.exists() and fill.stat().st_size > 8 * 1024 * 1024:
         return f"wrote a {fill.stat().st_size}-byte file"
     return None
+
+
+def _planted(marker: str, *, remove: bool = False) -> list[Path]:
+    found = list(Path(PURELIB).glob(f"zz_metaroles_probe_{marker}.pth"))
+    for path in found if remove else ():
+        path.unlink()
+    return found
 
 
 @pytest.fixture
@@ -152,7 +215,8 @@ def udp():
     listener.close()
 
 
-@pytest.mark.parametrize("kind", ["bubblewrap", "guard"])
+@pytest.mark.filterwarnings("ignore::metaroles.agents.sandbox.SandboxWarning")
+@pytest.mark.parametrize("kind", ["bubblewrap", "unsafe-guard"])
 @pytest.mark.parametrize("probe", PROBES, ids=[p.name for p in PROBES])
 async def test_the_probe_is_refused(tmp_path, monkeypatch, udp, probe, kind):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
@@ -161,17 +225,18 @@ async def test_the_probe_is_refused(tmp_path, monkeypatch, udp, probe, kind):
     (outside / "victim.txt").write_text("keep me")
     marker = f"metaroles-probe-{tmp_path.name}-{kind}"
     tool = PythonExecute(workdir=workdir, timeout=10, memory_mb=512, file_mb=8, isolation=kind)
-    code = probe.source(outside=outside, marker=marker, python=PYTHON, port=udp.getsockname()[1])
-    result = await tool(code=code)
-    achieved = escaped(probe.name, str(result.output) + str(result.error), outside, workdir, udp, marker)
-    if kind == "guard" and probe.name in GUARD_LOSES:
+    code = probe.source(outside=outside, marker=marker, python=PYTHON, port=udp.getsockname()[1], purelib=PURELIB)
+    try:
+        result = await tool(code=code)
+        achieved = escaped(probe.name, str(result.output) + str(result.error), outside, workdir, udp, marker, kind)
+    finally:
+        _planted(marker, remove=True)
+    if kind == "unsafe-guard" and probe.name in GUARD_LOSES:
         assert achieved, f"the guard now refuses {probe.name}: take it off GUARD_LOSES and docs/sandbox.md"
     else:
         assert achieved is None, f"{probe.name} escaped under {kind}: {achieved}\n{result}"
     if probe.name == "daemon_outlives_the_tool":
         assert "spawned" in result.output, f"the probe did not run: {result}"
-    if kind == "guard" and probe.name in ("key_in_environment", "key_over_udp", "daemon_outlives_the_tool"):
-        assert achieved is None  # the fallback's promise: no key reaches the code, no process outlives the tool
 
 
 async def test_a_pth_file_cannot_reach_site_packages(tmp_path):
@@ -188,9 +253,10 @@ async def test_a_pth_file_cannot_reach_site_packages(tmp_path):
         target.unlink(missing_ok=True)
 
 
+@pytest.mark.filterwarnings("ignore::metaroles.agents.sandbox.SandboxWarning")
 async def test_the_timeout_kills_every_process_of_the_call(tmp_path):
     marker = f"metaroles-probe-timeout-{tmp_path.name}"
-    for kind in ("bubblewrap", "guard"):
+    for kind in ("bubblewrap", "unsafe-guard"):
         tool = PythonExecute(workdir=tmp_path / kind, timeout=1, isolation=kind)
         code = _FORK_EXEC + f"spawn([{PYTHON!r}, '-c', 'while True: pass  # {marker}'])\nwhile True: pass"
         result = await tool(code=code)
