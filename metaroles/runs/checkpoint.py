@@ -65,6 +65,16 @@ def round_file(folder: Path, round_no: int) -> Path:
     return folder / f"round-{round_no:04d}.json"
 
 
+def numbered(folder: Path, kind: str) -> list[tuple[int, Path]]:
+    """The files ``KIND-NNNN.json`` of ``folder`` by round, in order; a name whose NNNN is not a number is not one."""
+    found = []
+    for path in folder.glob(f"{kind}-*.json"):
+        number = path.stem[len(kind) + 1 :]
+        if number.isascii() and number.isdigit():
+            found.append((int(number), path))
+    return sorted(found)
+
+
 _RoleMark = tuple[int, int, int, int, int, frozenset[str], frozenset[str], object]
 """A role at the previous checkpoint: memory length and edits, state, working memory length and edits, watch,
 addresses, and its news list if its buffer was empty (else None: an observation replaces ``rc.news``)."""
@@ -129,8 +139,8 @@ class CheckpointWriter(MessageRows):
             open_own(table, os.O_WRONLY | os.O_CREAT | os.O_TRUNC).close()
             return
         truncate_lines(table, len(restored.rows))
-        for stale in folder.glob("round-*.json"):  # past the restored round: what this run now writes again
-            if int(stale.stem.partition("-")[2]) > restored.round:
+        for number, stale in numbered(folder, "round"):  # past the restored round: what this run now writes again
+            if number > restored.round:
                 stale.unlink()
         self.round = restored.round  # the next write is a full snapshot: nothing is expected yet
         for message in restored.rows:

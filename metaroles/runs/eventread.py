@@ -76,13 +76,37 @@ def unfolded(events: list[Event]) -> list[Event]:
     return out
 
 
+_NAMES_A_MESSAGE = frozenset({"publish", "deliver"})
+"""Kinds of event that always name their message (others may, or hold ``null``)."""
+_LISTS = ("message_ids", "caused_by", "send_to", "to")
+"""Fields that, when present, are lists of names or ids."""
+
+
 def _event(value: object) -> bool:
-    return (
+    """Whether ``value`` is an event as the log writes it: the schema every reader relies on, checked once here."""
+    if not (
         isinstance(value, dict)
         and type(value.get("seq")) is int
         and type(value.get("round")) is int
         and isinstance(value.get("kind"), str)
-    )
+    ):
+        return False
+    message_id = value.get("message_id")
+    if not (message_id is None or isinstance(message_id, str)) or not _text_or_none(value.get("role")):
+        return False
+    if value["kind"] in _NAMES_A_MESSAGE and not isinstance(message_id, str):
+        return False
+    if "turn" in value and type(value["turn"]) is not int:
+        return False
+    return all(_names(value[key]) for key in _LISTS if key in value)
+
+
+def _text_or_none(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _names(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def _timing(value: object) -> bool:
@@ -94,9 +118,20 @@ def read_lines(
 ) -> list[tuple[Event, str]]:
     """Each record of ``path`` with its line as written (kept verbatim when a log is cut back).
 
-    A torn last line (a crash mid-append) is skipped; anything else that is not a record is an error.
+    A torn last line (a crash mid-append) is skipped; anything else that is not a record is an error,
+    and so is an event log whose lines repeat a ``seq`` (duplicated or spliced).
     """
-    return read_jsonl(path, kind, warn_torn=warn_torn)
+    records = read_jsonl(path, kind, warn_torn=warn_torn)
+    if kind is _event:
+        seen: set[int] = set()
+        for event, _ in records:
+            if event["seq"] in seen:
+                raise RunDirCorrupt(
+                    f"{path}: seq {event['seq']} appears twice (the log is duplicated or spliced); "
+                    "restore it, or fork from an earlier round (metaroles fork DIR --from-round N)"
+                )
+            seen.add(event["seq"])
+    return records
 
 
 def read_jsonl(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = True) -> list[tuple[Event, str]]:

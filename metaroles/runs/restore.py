@@ -10,6 +10,7 @@ state of the round before it is used (a delta needs every delta before it).
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from metaroles.core.files import read_text
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
-from metaroles.runs.checkpoint import MESSAGES, READABLE, CheckpointWriter, Restored
+from metaroles.runs.checkpoint import MESSAGES, READABLE, CheckpointWriter, Restored, numbered
 
 
 def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | None = None) -> Restored:
@@ -36,13 +37,20 @@ def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | N
     """
     chain, table = _chain(folder, through_round)
     rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
-    env.load_state(_snapshot(chain[0][1], rows))
     sharded = max((n for n, (_, record) in enumerate(chain) if "parts" in record), default=-1)
-    for n, (_, record) in enumerate(chain):
-        if n:
-            _replay(env, record, rows)
-        if n == sharded:  # the shards' roles as their parts hold them (later records build on that)
-            _restore_parts(folder, env, record)
+    for n, (path, record) in enumerate(chain):
+        try:
+            if n:
+                _replay(env, record, rows)
+            else:
+                env.load_state(_snapshot(record, rows))
+            if n == sharded:  # the shards' roles as their parts hold them (later records build on that)
+                _restore_parts(folder, env, record)
+        except (IndexError, KeyError, TypeError) as exc:  # a place or a name the run does not have
+            raise RunDirCorrupt(
+                f"{path}: the checkpoint names what this run does not have ({type(exc).__name__}: {exc}); "
+                "restore the checkpoints folder, or fork from an earlier round (metaroles fork DIR --from-round N)"
+            ) from None
     env.rebuild_ready()
     return Restored(
         round=chain[-1][1]["round"],
@@ -61,22 +69,23 @@ def checkpoint_history(folder: Path, *, through_round: int | None = None) -> lis
     chain, table = _chain(folder, through_round)
     rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
     history: list[Message] = []
-    for _, record in chain:
+    for path, record in chain:
         if "history" in record:
             history = [rows[r] for r in record["history"]]
         history.extend(rows[r] for r in record.get("history_add", ()))
         deliveries, i = record.get("deliveries", []), 0
-        while i < len(deliveries):
-            history.append(rows[deliveries[i]])
-            i += 2 + deliveries[i + 1]
+        try:
+            while i < len(deliveries):
+                history.append(rows[deliveries[i]])
+                i += 2 + deliveries[i + 1]
+        except IndexError:
+            raise RunDirCorrupt(f"{path}: 'deliveries' names rows past the table; the checkpoint is damaged") from None
     return history
 
 
 def _chain(folder: Path, through_round: int | None) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
     """The newest readable full snapshot and the unbroken deltas after it."""
-    paths = sorted(folder.glob("round-*.json"))
-    if through_round is not None:
-        paths = [p for p in paths if int(p.stem.partition("-")[2]) <= through_round]
+    paths = [p for n, p in numbered(folder, "round") if through_round is None or n <= through_round]
     table = _read_table(folder / MESSAGES)
     chain: list[tuple[Path, dict[str, Any]]] = []
     best: list[tuple[Path, dict[str, Any]]] = []
@@ -142,7 +151,10 @@ def _rows(path: Path, lines: list[str], *, known: Mapping[str, Message] | None =
             if known is not None and line.startswith('{"ref":'):
                 rows.append(known[json.loads(line)["ref"]])
                 continue
-            rows.append(Message.model_validate(json.loads(line)))
+            data = json.loads(line)
+            if not isinstance(data, dict) or not {"id", "content"} <= data.keys():
+                raise ValueError("a message row has its id and its content")
+            rows.append(Message.model_validate(data))
         except (ValueError, KeyError):
             raise RunDirCorrupt(
                 f"{path}: line {number} is not a message ({line[:60]!r}); the checkpoints' message table is damaged"
@@ -151,16 +163,86 @@ def _rows(path: Path, lines: list[str], *, known: Mapping[str, Message] | None =
 
 
 def _read_record(path: Path, table_rows: int) -> dict[str, Any] | None:
+    """The round file at ``path``, checked whole (:func:`_check_record`); ``None``, with a warning, if it is not."""
     try:
         record = json.loads(path.read_bytes().decode("utf-8"))
         if not isinstance(record, dict) or record.get("version") not in READABLE or type(record.get("rows")) is not int:
             raise ValueError("not a checkpoint of this format")
         if record["rows"] > table_rows or type(record.get("round")) is not int or "kind" not in record:
             raise ValueError(f"rows {record['rows']} beyond the table, or no round")
+        _check_record(record)
     except (OSError, ValueError) as exc:
-        warn(f"checkpoint {path.name} is unreadable ({type(exc).__name__}); using an earlier one", stacklevel=4)
+        warn(f"checkpoint {path.name} is unreadable ({exc}); using an earlier one", stacklevel=4)
         return None
     return record
+
+
+_ROW_LISTS = ("history", "history_add", "dead_letters_add")
+_ENTRY_ROWS = ("buffer", "news", "memory", "memory_add", "working_memory")
+
+
+def _check_record(record: dict[str, Any]) -> None:
+    """Check a round file against what restoring it reads: every field there, of its type, every row in the table.
+
+    Role places (in ``ops`` and ``deliveries``) are checked against the environment when replayed.
+
+    Raises:
+        ValueError: Naming the first field that is wrong.
+    """
+    rows = record["rows"]
+    if record["kind"] not in ("full", "delta") or (record["kind"] == "full" and "history" not in record):
+        raise ValueError(f"kind {record['kind']!r} (or a full snapshot without its history)")
+    for key, kind in (("roles", dict), ("events_add", list), ("ledger_add", list), ("dead_letters_add", list)):
+        if not isinstance(record.get(key), kind):
+            raise ValueError(f"{key!r} missing or not a {kind.__name__}")
+    if not _rng_state(record.get("rng")):
+        raise ValueError("'rng' is not a random source's state")
+    for key in _ROW_LISTS:
+        if key in record and not _rows_in(record[key], rows):
+            raise ValueError(f"{key!r} names rows past the table's {rows}")
+    if not _within(record.get("deliveries", []), 0, None) or not _within(record.get("ops", []), -1, None):
+        raise ValueError("'deliveries' or 'ops' is not a list of numbers")
+    _check_roles(record["roles"], rows)
+    if "parts" in record and not _names(record["parts"]):
+        raise ValueError("'parts' is not a list of folder names")
+
+
+def _check_roles(roles: dict[str, Any], rows: int) -> None:
+    """Check a round file's role entries: each a state, naming rows of the table."""
+    for name, entry in roles.items():
+        if not isinstance(entry, dict) or not (isinstance(entry.get("state_dict"), dict) or "state" in entry):
+            raise ValueError(f"the entry of role {name!r} is not a role's state")
+        if "state_dict" not in entry and not all(_rows_in(entry.get(key, []), rows) for key in _ENTRY_ROWS):
+            raise ValueError(f"the entry of role {name!r} names rows past the table's {rows}")
+
+
+def _within(values: object, low: int, high: int | None) -> bool:
+    """Whether ``values`` is a list of numbers from ``low`` up to (not including) ``high`` (min and max: C speed)."""
+    if not isinstance(values, list):
+        return False
+    try:
+        return not values or (min(values) >= low and (high is None or max(values) < high))
+    except TypeError:  # a string among them
+        return False
+
+
+def _rows_in(values: object, rows: int) -> bool:
+    return _within(values, 0, rows)
+
+
+def _names(values: object) -> bool:
+    return isinstance(values, list) and all(isinstance(v, str) and "/" not in v and ".." not in v for v in values)
+
+
+def _rng_state(state: object) -> bool:
+    """Whether ``state`` is what :func:`~metaroles.bus.state.rng_state` writes (a random source takes it)."""
+    if not (isinstance(state, list) and len(state) == 3 and _within(state[1], 0, 1 << 32)):
+        return False
+    try:
+        set_rng_state(random.Random(), state)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def _snapshot(record: dict[str, Any], rows: list[Message]) -> EnvironmentState:

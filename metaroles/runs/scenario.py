@@ -17,6 +17,7 @@ from metaroles.core.files import append_durably, write_atomic, zstandard
 from metaroles.llm.ledger import Price
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import describe_llm
+from metaroles.runs.checkpoint import numbered
 from metaroles.runs.config import RunOptions, checked_log_turns
 from metaroles.runs.durability import checked_durability, refuse_restarted, settle, synced_at_end
 from metaroles.runs.eventlog import TIMINGS, read_jsonl
@@ -407,8 +408,7 @@ def _refuse_late(parent: Path, from_round: int) -> None:
     Raises:
         ConfigError: Naming the parent's last checkpointed round.
     """
-    numbers = [int(p.stem[6:]) for p in (parent / CHECKPOINTS).glob("round-*.json") if p.stem[6:].isdigit()]
-    last = max(numbers, default=None)
+    last = max((n for n, _ in numbered(parent / CHECKPOINTS, "round")), default=None)
     if last is None:
         raise ConfigError(
             f"{str(parent)!r} has no checkpoint to fork from; resume it first (metaroles resume {parent})"

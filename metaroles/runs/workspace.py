@@ -18,6 +18,7 @@ from pathlib import Path
 from metaroles.core import confined
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
+from metaroles.runs.checkpoint import numbered
 
 Files = dict[str, str]
 """Relative path → SHA-256 of its content."""
@@ -55,7 +56,7 @@ def recorded(folder: Path, round_no: int) -> Files | None:
     Raises:
         RunDirCorrupt: If that record is damaged.
     """
-    records = [p for p in sorted(folder.glob("workspace-*.json")) if int(p.stem.partition("-")[2]) <= round_no]
+    records = [p for n, p in numbered(folder, "workspace") if n <= round_no]
     if not records:
         return None
     try:
@@ -101,6 +102,6 @@ def write_files(workspace: Path, folder: Path, files: Files) -> None:
 
 def drop_after(folder: Path, round_no: int) -> None:
     """Remove the workspace records past ``round_no`` (a resumed run records them again)."""
-    for path in folder.glob("workspace-*.json"):
-        if int(path.stem.partition("-")[2]) > round_no:
+    for number, path in numbered(folder, "workspace"):
+        if number > round_no:
             path.unlink()
