@@ -13,7 +13,13 @@ from metaroles.bus.context import RoleContext, RoleReactMode
 from metaroles.bus.delivery import Bus
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
-from metaroles.bus.routing import DeadLetterWarning, DropMessage, Intervention, RouteExplanation
+from metaroles.bus.routing import (
+    DeadLetterWarning,
+    DropMessage,
+    Intervention,
+    RouteExplanation,
+    UnheardWatchWarning,
+)
 from metaroles.bus.state import EnvEvent, EnvironmentState, RoleState
 from metaroles.core.exceptions import (
     AgentStateError,
@@ -40,6 +46,7 @@ from metaroles.core.schema import (
     AgentState,
     ChatRole,
     Function,
+    RoleName,
     ToolCall,
     ToolChoice,
     any_to_str,
@@ -109,6 +116,7 @@ __all__ = [
     "Role",
     "RoleContext",
     "RoleFailed",
+    "RoleName",
     "RoleReactMode",
     "RoleState",
     "RouteExplanation",
@@ -132,6 +140,7 @@ __all__ = [
     "ToolFailure",
     "ToolResult",
     "UndeliverableError",
+    "UnheardWatchWarning",
     "UnknownRoleError",
     "Usage",
     "UserError",

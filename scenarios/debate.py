@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from metaroles.actions.debate import JudgeDebate, SpeakAloud
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-from metaroles import LLM, EnvironmentState, Role, ScenarioPlan, Team, UserRequirement
+from metaroles import LLM, EnvironmentState, Role, RoleName, ScenarioPlan, Team, UserRequirement
 
 JUDGE = "Judge"
 
@@ -18,12 +18,19 @@ class Config(BaseModel):
 
     topic: str = "Cities should replace cars with trams and bicycles in their centres."
     """The motion."""
-    turns: int = 3
+    turns: int = Field(default=3, ge=1, le=10_000)
     """Speeches per debater."""
-    pro: str = "Alice"
+    pro: RoleName = "Alice"
     """Name of the debater for the motion."""
-    con: str = "Bob"
+    con: RoleName = "Bob"
     """Name of the debater against it."""
+
+    @field_validator("pro", "con")
+    @classmethod
+    def _not_another_role(cls, name: str, info: ValidationInfo) -> str:
+        if name == JUDGE or (info.field_name == "con" and name == info.data.get("pro")):
+            raise ValueError(f"{name!r} is already a role of the debate (the judge, or the other side); pick another")
+        return name
 
 
 class Debater(Role):

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
 
@@ -33,7 +33,7 @@ RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
 class Config(BaseModel):
     """Options of the society."""
 
-    agents: int = Field(default=100, ge=2)
+    agents: int = Field(default=100, ge=2, le=10_000_000)
     """How many agents."""
     rounds: int = Field(default=30, ge=1)
     """Rounds of opinion exchange (after the one in which everyone states an opinion)."""
@@ -53,6 +53,29 @@ class Config(BaseModel):
     """Seed of the graph and of the initial opinions."""
     cluster_gap: float = Field(default=0.01, gt=0)
     """Opinions closer than this, in sorted order, belong to one cluster."""
+
+    @field_validator("degree")
+    @classmethod
+    def _even_and_fewer(cls, degree: int, info: ValidationInfo) -> int:
+        agents = info.data.get("agents", 2)
+        if info.data.get("graph") == "small_world" and (degree % 2 or degree >= agents):
+            raise ValueError(f"the small world's degree must be even and below the {agents} agents, e.g. 6")
+        return degree
+
+    @field_validator("llm_agents")
+    @classmethod
+    def _at_most_the_agents(cls, count: int, info: ValidationInfo) -> int:
+        if count > info.data.get("agents", count):
+            raise ValueError(f"{count} agents that ask their model, of {info.data['agents']}: at most all of them")
+        return count
+
+    @field_validator("opinions")
+    @classmethod
+    def _one_per_agent(cls, opinions: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        agents = info.data.get("agents")
+        if opinions is not None and (len(opinions) != agents or not all(0 <= o <= 1 for o in opinions)):
+            raise ValueError(f"give one opinion per agent ({agents}), each between 0 and 1")
+        return opinions
 
 
 class OpinionUpdate(BaseModel):

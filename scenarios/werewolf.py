@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from metaroles.environments.werewolf import Game, GameRole, Phase, RuleError, WerewolfEnv
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, create_model, field_validator
 
-from metaroles import LLM, Action, ActionResult, ChatRole, Message, Role, ScenarioPlan, Team, UserRequirement
+from metaroles import LLM, Action, ActionResult, ChatRole, Message, Role, RoleName, ScenarioPlan, Team, UserRequirement
 
 MODERATOR = "Moderator"
 DEFAULT_PLAYERS = ("Ann", "Ben", "Cat", "Dan", "Eve", "Fay")
@@ -30,12 +30,20 @@ NOBODY = "nobody"
 class Config(BaseModel):
     """Options of the game."""
 
-    players: list[str] = Field(default_factory=lambda: list(DEFAULT_PLAYERS))
+    players: list[RoleName] = Field(default_factory=lambda: list(DEFAULT_PLAYERS), min_length=1, max_length=1000)
     roles: list[GameRole] = Field(default_factory=lambda: list(DEFAULT_ROLES))
     """Dealt to the players after a shuffle with ``deal_seed``."""
     deal_seed: int = 0
-    max_days: int = 6
+    max_days: int = Field(default=6, ge=1, le=10_000)
     """Days before the game is called off (a draw)."""
+
+    @field_validator("players")
+    @classmethod
+    def _distinct(cls, players: list[str]) -> list[str]:
+        twice = sorted({p for p in players if players.count(p) > 1})
+        if twice or MODERATOR in players:
+            raise ValueError(f"player names must be distinct and not {MODERATOR!r}: {(twice or [MODERATOR])[0]!r}")
+        return players
 
 
 class Request(BaseModel):

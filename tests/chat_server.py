@@ -27,6 +27,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     trickle: bool = False
     """Stream the chunks, then send a keep-alive byte at every read until the test ends (never finishing)."""
+    raw: bytes | None = None
+    """Send these bytes as the JSON body (an answer that is not JSON at all)."""
 
 
 def completion(
@@ -82,7 +84,7 @@ class ChatServer:
 
 
 def send_json(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
-    data = json.dumps(reply.body or {}).encode()
+    data = reply.raw if reply.raw is not None else json.dumps(reply.body or {}).encode()
     handler.send_response(reply.status)
     handler.send_header("content-type", "application/json")
     handler.send_header("content-length", str(len(data)))

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from metaroles import Action, Environment, Intervention, Message, Role, UserRequirement
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs.checkpoint import MESSAGES, CheckpointWriter, round_file
+from metaroles.runs.checkpoint import MESSAGES, CheckpointWriter
+from metaroles.runs.numbering import round_file
 from metaroles.runs.restore import checkpoint_history, restore_checkpoint
 from metaroles.runs.rows import numbers_json
 

@@ -90,11 +90,14 @@ def test_fork_and_diff_on_the_command_line(tmp_path):
         "fork", str(tmp_path / "a"), "--from-round", "2", "--set", "role.Bob.llm=test:77", "--out", str(tmp_path / "b")
     )
     assert result.exit_code == 0, result.output
-    diff = invoke("diff", str(tmp_path / "a"), str(tmp_path / "b")).output
+    differing = invoke("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    diff = differing.output
     assert "first divergence in round 3" in diff or "first divergence in round 4" in diff
+    assert differing.exit_code == 1, "runs that differ exit 1, as diff(1) does"
     same = invoke("fork", str(tmp_path / "a"), "--from-round", "1", "--out", str(tmp_path / "c"))
     assert same.exit_code == 0
-    assert invoke("diff", str(tmp_path / "a"), str(tmp_path / "c")).output.startswith("identical:")
+    identical = invoke("diff", str(tmp_path / "a"), str(tmp_path / "c"))
+    assert identical.output.startswith("identical:") and identical.exit_code == 0
 
 
 PLUGIN = Path(__file__).resolve().parent / "plugin_pkg"

@@ -27,12 +27,12 @@ MEASURED = {"manifest.json", "timings.jsonl"}
 """The files a run directory may hold that the clock wrote into."""
 
 
-def metaroles(*args: str, hash_seed: int, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def metaroles(*args: str, hash_seed: int, cwd: Path | None = None, code: int = 0) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
     result = subprocess.run(
         [sys.executable, "-m", "metaroles", *args], capture_output=True, text=True, env=env, cwd=cwd, check=False
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == code, result.stderr[-3000:]
     return result
 
 
@@ -102,7 +102,7 @@ def test_a_fork_without_a_change_is_its_parent(tmp_path, straight, name):
 def test_diff_names_the_first_event_that_differs(tmp_path, straight):
     other = tmp_path / "other"
     metaroles("run", "debate", "--llm", "test", "--seed", str(SEED + 1), "--out", str(other), "-q", hash_seed=8)
-    result = metaroles("diff", str(straight["debate"]), str(other), hash_seed=8)
+    result = metaroles("diff", str(straight["debate"]), str(other), hash_seed=8, code=1)
     assert "first differing event:" in result.stdout
     minus = next(line for line in result.stdout.splitlines() if line.startswith("- {"))
     assert json.loads(minus[2:])["seq"] >= 1

@@ -129,6 +129,24 @@ async def test_500s_past_the_retry_bound_fail_with_a_clear_error(server):
     assert len(server.requests) == 3
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(body={"id": "x", "object": "chat.completion", "model": "m", "created": 0, "choices": []}),
+        Reply(body={**completion("x"), "choices": [{"index": 0, "message": {"role": "assistant", "content": 5}}]}),
+        Reply(body={"choices": "nope"}),
+        Reply(raw=b'{"choices": [{"message": '),
+    ],
+    ids=["no_choices", "content_a_number", "choices_a_string", "not_json"],
+)
+async def test_an_answer_that_is_not_a_chat_completion_is_retried_then_named(server, reply):
+    server.queue(reply, Reply(body=completion("whole")))
+    assert (await llm(server).complete(ask())).text == "whole" and len(server.requests) == 2
+    server.queue(reply, reply, reply)
+    with pytest.raises(ProviderError, match=r"failed 3 time\(s\) .*the answer is not a chat completion"):
+        await llm(server, max_retries=2).complete(ask())
+
+
 async def test_a_4xx_is_not_retried(server):
     server.queue(Reply(400, {"error": {"message": "bad schema"}}))
     with pytest.raises(ProviderError, match="refused the request of role 'r'"):

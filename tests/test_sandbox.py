@@ -129,3 +129,22 @@ async def test_file_tools_stay_in_the_workspace(tmp_path):
     assert (tmp_path / "secret.txt").read_text() == "secret"
     with pytest.raises(ToolError, match=r"no file 'missing\.txt'"):
         await reader(path="missing.txt")
+
+
+@pytest.mark.parametrize("path", ["a\0b.txt", "x" * 300, "lone\ud800surrogate.txt", "d" * 300 + "/f.txt"])
+async def test_file_tools_turn_unnameable_paths_into_tool_errors(tmp_path, path):
+    writer, reader = FileWrite(root=tmp_path / "ws"), FileRead(root=tmp_path / "ws")
+    with pytest.raises(ToolError, match=r"cannot|too long|no file"):
+        await writer(path=path, content="x")
+    with pytest.raises(ToolError, match=r"cannot|too long|no file"):
+        await reader(path=path)
+
+
+async def test_file_write_refuses_text_that_is_not_unicode_and_reads_no_fifo(tmp_path):
+    writer, reader = FileWrite(root=tmp_path / "ws"), FileRead(root=tmp_path / "ws")
+    with pytest.raises(ToolError, match="cannot be written as UTF-8"):
+        await writer(path="a.txt", content="half \udcff a surrogate")
+    assert not (tmp_path / "ws" / "a.txt").exists()
+    os.mkfifo(tmp_path / "ws" / "pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        await reader(path="pipe")

@@ -1,3 +1,4 @@
+import warnings
 from collections.abc import Sequence
 
 import pytest
@@ -106,3 +107,32 @@ async def test_a_clean_run_saves_its_state_too(tmp_path):
     team.hire([Role(name="a", actions=[Echo])])
     await team.run(idea="hi", save_to=tmp_path / "s.json")
     assert "echo hi" in (tmp_path / "s.json").read_text()
+
+
+class WriteDraft(Action):
+    async def run(self, history: Sequence[Message]) -> str:
+        return "a draft"
+
+
+class ReviewDraft(Action):
+    async def run(self, history: Sequence[Message]) -> str:
+        return "reviewed"
+
+
+async def test_a_watch_that_no_action_produces_but_one_resembles_is_warned_of_naming_it():
+    from metaroles import UnheardWatchWarning
+
+    team = Team(llm=TestLLM(1))
+    team.hire(
+        [Role(name="writer", actions=[WriteDraft]), Role(name="critic", actions=[ReviewDraft], watch=["WriteDraft"])]
+    )
+    with pytest.warns(UnheardWatchWarning, match=r"watches 'WriteDraft'.*did you mean 'tests\.test_team\.WriteDraft'"):
+        await team.run(2, idea="go")
+    quiet = Team(llm=TestLLM(1))
+    quiet.hire(
+        [Role(name="writer", actions=[WriteDraft]), Role(name="critic", actions=[ReviewDraft], watch=[WriteDraft])]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnheardWatchWarning)
+        await quiet.run(2, idea="go")
+    assert any(m.cause_by.endswith("ReviewDraft") for m in quiet.env.history.storage)

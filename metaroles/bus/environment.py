@@ -21,13 +21,11 @@ from typing import Literal
 import anyio
 from pydantic import ValidationError
 
+from metaroles.bus.action import UserRequirement
 from metaroles.bus.delivery import Bus
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import TurnObserver, WorkerPool, run_roles, take_turn
-from metaroles.bus.routing import (
-    Intervention,
-    env_index,
-)
+from metaroles.bus.routing import Intervention, env_index, warn_unheard_watches
 from metaroles.bus.state import STATE_REFERENCE, EnvironmentState, by_reference, resolved, rng_state, set_rng_state
 from metaroles.core.exceptions import (
     ConfigError,
@@ -36,6 +34,8 @@ from metaroles.core.exceptions import (
     RunDirCorrupt,
     RunError,
     UnknownRoleError,
+    raised_at,
+    raised_in,
 )
 from metaroles.core.files import write_atomic
 from metaroles.core.heap import SettledHeap
@@ -132,6 +132,8 @@ class Environment(Bus):
         if self._pool is not None:
             yield
             return
+        heard = {m.cause_by for m in self.history.get(100)} | {UserRequirement.action_id()}
+        warn_unheard_watches(self._members, heard=heard)  # a watch no action produces: a role idle for ever
         error: Exception | None = None
         async with anyio.create_task_group() as tg:
             self._pool, self._heap = WorkerPool(tg, self.concurrency), SettledHeap()
@@ -217,8 +219,11 @@ class Environment(Bus):
         if failures and self.on_role_error == "raise":
             role, exc = failures[0]
             more = f" (and {len(failures) - 1} more; see env.events)" if len(failures) > 1 else ""
+            where = raised_in(exc)
             raise RoleFailed(
-                f"role {role.name!r} failed in round {self.round}: {exc!r}{more}", role=role.name, round=self.round
+                f"role {role.name!r} failed in round {self.round}: {exc!r}{where}{more}",
+                role=role.name,
+                round=self.round,
             ) from exc
 
     def _order_trace(self) -> None:
@@ -256,7 +261,8 @@ class Environment(Bus):
         """
         failures.sort(key=lambda failure: failure[0]._env_index)
         for role, exc in failures:
-            self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}")
+            frames = "".join(f"\n  at {frame}" for frame in raised_at(exc))  # by module: the same in any checkout
+            self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}{frames}")
         entries = self.ledger.entries
         if len(entries) > spent[0]:
             roles, last = self.roles, len(self._members)

@@ -23,7 +23,7 @@ from metaroles.bus.state import RoleState, context_state, persist_long_term, res
 from metaroles.bus.thinking import Step, choose_state, plan_steps, prompt_vars, role_prefix
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.ids import IdScope
-from metaroles.core.schema import BROADCAST, action_ids, to_addresses
+from metaroles.core.schema import BROADCAST, action_ids, checked_name, to_addresses
 from metaroles.llm.ledger import CostLedger
 from metaroles.llm.protocol import LLM
 from metaroles.longterm.brain import BrainMemory
@@ -85,9 +85,7 @@ class Role:
         brain_memory: BrainMemory | None = None,
     ) -> None:
         """Create a role; see the class docstring for the arguments."""
-        self.name = name or type(self).name or type(self).__name__
-        if not isinstance(self.name, str):
-            raise InvalidValueError(f"name={self.name!r} must be a string")
+        self.name = checked_name(name or type(self).name or type(self).__name__)
         self.profile = profile or type(self).profile or self.name
         self.goal = goal if goal is not None else type(self).goal
         self.constraints = constraints if constraints is not None else type(self).constraints

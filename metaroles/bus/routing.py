@@ -7,13 +7,48 @@ the role's observation keeps it as news.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
+from warnings import warn
 
 from pydantic import BaseModel
 
 from metaroles.bus.role import Role
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.message import Message
+
+
+class UnheardWatchWarning(UserWarning):
+    """A role watches an action id that no role's action has, but one close to it (a typo, a short name)."""
+
+
+def warn_unheard_watches(roles: Iterable[Role], *, heard: Iterable[str] = ()) -> None:
+    """Warn, once per id, of a role that watches an id no role's action produces when some action id is close to it.
+
+    ``watch=["WriteDraft"]`` for an action whose id is ``mypkg.actions.WriteDraft`` would leave the
+    role idle for ever; the warning names the ids it may have meant. Ids that nothing resembles
+    stay quiet: an environment may publish under a ``cause_by`` of its own. ``heard``: ids that
+    count as produced besides the roles' actions (the user's requirement, what the history holds).
+    """
+    roles = list(roles)
+    produced = set(heard)
+    for role in roles:
+        produced.update(action.action_id() for action in role.actions)
+    short: dict[str, list[str]] = {}
+    for action_id in produced:
+        short.setdefault(action_id.rpartition(".")[2], []).append(action_id)
+    warned: set[str] = set()
+    for role in roles:
+        for watched in role.rc.watch - produced - warned:
+            close = short.get(watched.rpartition(".")[2]) or difflib.get_close_matches(watched, produced, n=3)
+            if close:
+                warned.add(watched)
+                warn(
+                    f"role {role.name!r} watches {watched!r}, which no role's action produces, so it may never "
+                    f"act; did you mean {', '.join(repr(c) for c in sorted(close))}? (watch the Action class itself)",
+                    UnheardWatchWarning,
+                    stacklevel=4,
+                )
 
 
 class DeadLetterWarning(UserWarning):

@@ -11,6 +11,7 @@ import errno
 import json
 import math
 import os
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
@@ -42,6 +43,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: an option's text wraps under it, readable at 80 columns
 )
 err = Console(stderr=True)
 
@@ -85,11 +87,12 @@ _DISK = {
 
 
 @contextmanager
-def reported(run_dir: Path | None = None) -> Iterator[None]:
+def reported(run_dir: Path | None = None, *, show_traceback: bool = False) -> Iterator[None]:
     """Turn errors into one line on stderr: exit 1 for a failed run, 2 for bad input, 130 for Ctrl-C.
 
     A failed run, or a disk that refused a write, says how to continue: the run directory keeps
-    its last complete checkpoint, so ``metaroles resume DIR`` goes on from there.
+    its last complete checkpoint, so ``metaroles resume DIR`` goes on from there. ``show_traceback``
+    (``--traceback``): a failed run's cause (a role's exception) is printed whole before that line.
     """
     then = f"; then: metaroles resume {run_dir}" if run_dir is not None else ""
     try:
@@ -98,6 +101,8 @@ def reported(run_dir: Path | None = None) -> Iterator[None]:
         going_on = f"; to go on: metaroles resume {run_dir}" if run_dir is not None else ""
         raise fail(f"interrupted{going_on}", code=130) from None
     except RunError as exc:
+        if show_traceback and exc.__cause__ is not None:
+            err.print(escape("".join(traceback.format_exception(exc.__cause__)).rstrip()), highlight=False)
         raise fail(f"{exc}{then.replace('; then', '; to retry it') if then else ''}", code=1) from None
     except MetarolesError as exc:
         raise fail(str(exc)) from None
@@ -164,7 +169,7 @@ def _settings(settings: dict[str, Any]) -> LLMSettings:
 
 def _resolved(settings: LLMSettings) -> LLM:
     with reported():
-        llm = llm_from_settings(settings, notify=lambda text: err.print(text))
+        llm = llm_from_settings(settings, notify=lambda text: err.print(escape(printable(text)), soft_wrap=True))
     err.print(escape(printable(f"model: {model_name(llm)}")), highlight=False, soft_wrap=True)
     return llm
 
@@ -214,12 +219,20 @@ class Live:
 
 
 def execute(
-    work: Callable[[Callable[[Team], None]], Any], total: int, *, quiet: bool, run_dir: Path | None = None
+    work: Callable[[Callable[[Team], None]], Any],
+    total: int,
+    *,
+    quiet: bool,
+    run_dir: Path | None = None,
+    show_traceback: bool = False,
 ) -> tuple[TeamReport, Team]:
     """Run ``work`` under the progress display; errors become one line and an exit code (see :func:`reported`)."""
     live = Live(total, enabled=not quiet and err.is_terminal)
 
-    with reported(run_dir), live.progress:  # the run's session settles the heap after each round (core.heap)
+    with (
+        reported(run_dir, show_traceback=show_traceback),
+        live.progress,
+    ):  # the run's session settles the heap after each round (core.heap)
         report, team = anyio.run(lambda: work(live))
     return report, team
 
@@ -278,6 +291,7 @@ def model_from(settings: dict[str, Any], replay: Path | None) -> tuple[LLM, dict
     return llm, record
 
 
+TRACEBACK_HELP = "when a role fails, print its whole traceback (the event log keeps where it was raised)"
 BACKEND_HELP = "where the roles run: 'process' (this one) or 'ray' (shards on a Ray cluster; the run is the same)"
 
 

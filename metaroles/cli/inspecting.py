@@ -32,9 +32,14 @@ def graph(
     ] = False,
 ) -> None:
     """The message-flow graph of a run: a picture, an interactive page, Mermaid, GraphML or JSON."""
-    from metaroles.flow import graph as flowgraph  # networkx/matplotlib: only for this command
-    from metaroles.flow import page as flowhtml
-    from metaroles.flow import plot as flowplot
+    try:
+        from metaroles.flow import graph as flowgraph  # networkx/matplotlib: only for this command
+        from metaroles.flow import page as flowhtml
+        from metaroles.flow import plot as flowplot
+    except ModuleNotFoundError as exc:
+        raise fail(
+            f"metaroles graph needs the graph extra ({exc.name} is missing): pip install 'metaroles[graph]'"
+        ) from None
 
     source = SPANS if from_spans else events_file(run_dir_at(run_dir)).name
     if not (run_dir_at(run_dir) / source).is_file():
@@ -98,7 +103,10 @@ def diff(
     run_a: Annotated[Path, typer.Argument(help="a run directory")],
     run_b: Annotated[Path, typer.Argument(help="another, e.g. a fork of the first")],
 ) -> None:
-    """Where two runs part: the first round whose messages differ, those messages, and the first differing event."""
+    """Where two runs part: the first round whose messages differ, those messages, and the first differing event.
+
+    Exits 0 when the runs are identical, 1 when they differ (as ``diff`` does), 2 when one cannot be read.
+    """
     with reported():
         result = diff_runs(run_dir_at(run_a), run_dir_at(run_b))
     if result.identical:
@@ -111,6 +119,7 @@ def diff(
         for left, right in result.differing:
             typer.echo(printable(f"- {_line(left)}\n+ {_line(right)}"))
     _echo_event_difference(result)
+    raise typer.Exit(1)
 
 
 def _echo_event_difference(result: RunDiff) -> None:

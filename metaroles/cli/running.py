@@ -12,10 +12,12 @@ import typer
 from metaroles.cli.common import (
     BACKEND_HELP,
     LLM_HELP,
+    TRACEBACK_HELP,
     app,
     backend_from,
     execute,
     execution_record,
+    fail,
     finish,
     manifest_model,
     model_from,
@@ -115,6 +117,7 @@ def run(
         bool, typer.Option("--zstd", help="write the event log compressed, events.jsonl.zst (a zstd frame per round)")
     ] = False,
     durability: Annotated[str, typer.Option(help=DURABILITY_HELP)] = "round",
+    show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
 ) -> None:
     """Run a scenario and write its run directory."""
     _check_extras(otel=otel, zstd=zstd)  # before anything is loaded or written
@@ -141,11 +144,17 @@ def run(
         zstd=zstd,
         durability=durability,
     )
+    if out is not None and (not out.name or out.resolve() == Path.cwd().resolve()):
+        raise fail(f"--out {str(out)!r} is the current folder; name a new folder for the run, e.g. --out runs/mine")
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
     runner = partial(run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest)
     report, team = execute(
-        lambda live: runner(run=run_options, on_progress=live), run_options.rounds or 0, quiet=quiet, run_dir=run_dir
+        lambda live: runner(run=run_options, on_progress=live),
+        run_options.rounds or 0,
+        quiet=quiet,
+        run_dir=run_dir,
+        show_traceback=show_traceback,
     )
     finish(report, team, run_dir, quiet=quiet, transcript=transcript)
 
@@ -199,6 +208,7 @@ def resume(
         int | None, typer.Option(min=0, max=MAX_ROUNDS, help="rounds in all: extend a run stopped by --rounds")
     ] = None,
     trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
+    show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
 ) -> None:
     """Continue a run from its last complete checkpoint (after a crash, a kill, or a budget stop).
 
@@ -220,6 +230,7 @@ def resume(
         manifest["n_round"] if rounds is None else rounds,
         quiet=quiet,
         run_dir=run_dir,
+        show_traceback=show_traceback,
     )
     finish(report, team, run_dir, quiet=quiet, transcript=manifest.get("transcript"))
 
@@ -246,6 +257,7 @@ def fork(
         int | None, typer.Option(min=0, max=MAX_ROUNDS, help="rounds in all (default: as the config says)")
     ] = None,
     trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
+    show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
 ) -> None:
     """Start a new run from a round of an earlier one, with a change; the new run records its parent."""
     with reported():
@@ -278,5 +290,6 @@ def fork(
             rounds=rounds,
         )
 
-    report, team = execute(work, manifest["n_round"] if rounds is None else rounds, quiet=quiet, run_dir=child)
+    total = manifest["n_round"] if rounds is None else rounds
+    report, team = execute(work, total, quiet=quiet, run_dir=child, show_traceback=show_traceback)
     finish(report, team, child, quiet=quiet, transcript=manifest.get("transcript"))

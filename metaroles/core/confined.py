@@ -16,8 +16,9 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+from typing import IO
 
-from metaroles.core.exceptions import InvalidValueError
+from metaroles.core.exceptions import InvalidValueError, RunDirCorrupt
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -34,7 +35,7 @@ def parts_of(root: Path, relative: str | PurePosixPath) -> list[str]:
     """
     path = PurePosixPath(relative)
     parts = [p for p in path.parts if p != "."]
-    if not parts or path.is_absolute() or ".." in parts or "\0" in str(relative):
+    if not parts or path.is_absolute() or ".." in parts:
         raise LinkRefused(f"path {str(relative)!r} is outside the workspace {str(root)!r}; use a path inside it")
     return parts
 
@@ -173,3 +174,24 @@ def _entries(fd: int, prefix: str) -> Iterator[tuple[str, bool]]:
                 os.close(inner)
         else:
             yield relative, entry.is_file(follow_symlinks=False)
+
+
+def open_own(path: Path, flags: int) -> IO[bytes]:
+    """``path`` opened with ``flags`` (created with mode 0o666 less the umask), refusing a symbolic link at its name.
+
+    A run directory's files are its own: an append or a truncation through a link planted there would
+    change whatever file it points to.
+
+    Raises:
+        RunDirCorrupt: If ``path`` is a symbolic link.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RunDirCorrupt(
+                f"{path} is a symbolic link; metaroles writes through no link in a run directory: "
+                "replace it with the file itself"
+            ) from None
+        raise
+    return os.fdopen(fd, "r+b" if flags & os.O_RDWR else "ab" if flags & os.O_APPEND else "wb")

@@ -124,3 +124,24 @@ class ToolCallMissing(RunError):
 
 class PortingNote(UserWarning):
     """A MetaGPT or OpenManus idiom that metaroles accepted by translating it (said once per call site)."""
+
+
+def raised_at(exc: BaseException, *, frames: int = 8) -> list[str]:
+    """Where ``exc`` was raised: its last ``frames`` frames, innermost last, as ``module:line in function``."""
+    found = []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        found.append(f"{tb.tb_frame.f_globals.get('__name__', '?')}:{tb.tb_lineno} in {code.co_name}")
+        tb = tb.tb_next
+    return found[-frames:]
+
+
+def raised_in(exc: BaseException) -> str:
+    """`` at FILE:LINE`` of the innermost frame that raised ``exc`` (``""`` without a traceback): for a message."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"

@@ -18,7 +18,6 @@ cut before that may leave any of them torn; the caller marks the folder (``runs.
 from __future__ import annotations
 
 import contextlib
-import errno
 import io
 import os
 import secrets
@@ -309,29 +308,8 @@ def append_text(path: Path, text: str | Sequence[str]) -> None:
     For lines that nothing refers to yet (a checkpoint's message rows, written as its rounds go by).
     """
     reached(f"append:{path.name}")
-    with open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
+    with confined.open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
         _write(handle, path, text)
-
-
-def open_own(path: Path, flags: int) -> IO[bytes]:
-    """``path`` opened with ``flags`` (created with mode 0o666 less the umask), refusing a symbolic link at its name.
-
-    A run directory's files are its own: an append or a truncation through a link planted there would
-    change whatever file it points to.
-
-    Raises:
-        RunDirCorrupt: If ``path`` is a symbolic link.
-    """
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise RunDirCorrupt(
-                f"{path} is a symbolic link; metaroles writes through no link in a run directory: "
-                "replace it with the file itself"
-            ) from None
-        raise
-    return os.fdopen(fd, "r+b" if flags & os.O_RDWR else "ab" if flags & os.O_APPEND else "wb")
 
 
 def create_durably(path: Path) -> None:
@@ -340,7 +318,7 @@ def create_durably(path: Path) -> None:
     For a file that only grows by appends (an event log): later appends sync its contents, not its name.
     """
     if not path.exists():
-        open_own(path, os.O_WRONLY | os.O_CREAT).close()
+        confined.open_own(path, os.O_WRONLY | os.O_CREAT).close()
         sync_dir(path.parent)
 
 
@@ -371,7 +349,7 @@ def sync_together(paths: Sequence[Path], last: int | None = None) -> None:
 def append_durably(path: Path, text: str | Sequence[str]) -> None:
     """Append ``text`` (or its pieces, in order) to ``path`` and fsync it (to a ``.zst`` file: as one more frame)."""
     reached(f"append:{path.name}")
-    with open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
+    with confined.open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
         _write(handle, path, text)
         handle.flush()
         if not _deferred([path]):
@@ -398,9 +376,9 @@ _PIECES = 2048
 def truncate_lines(path: Path, count: int) -> None:
     """Keep the first ``count`` lines of ``path`` (drops rows no kept checkpoint refers to)."""
     if not path.exists():
-        open_own(path, os.O_WRONLY | os.O_CREAT).close()
+        confined.open_own(path, os.O_WRONLY | os.O_CREAT).close()
         return
-    with open_own(path, os.O_RDWR) as handle:
+    with confined.open_own(path, os.O_RDWR) as handle:
         data = handle.read()
         end = 0
         for _ in range(count):

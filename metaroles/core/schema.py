@@ -8,11 +8,12 @@ names, Role classes or instances (:func:`to_addresses`).
 from __future__ import annotations
 
 import importlib
+import unicodedata
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
-from pydantic import BaseModel, create_model
+from pydantic import AfterValidator, BaseModel, create_model
 
 from metaroles.core.exceptions import InvalidValueError
 
@@ -72,6 +73,32 @@ class ToolCall(BaseModel):
     """Kind of call; always ``"function"`` today."""
     function: Function
     """What to call and with which arguments."""
+
+
+def checked_name(name: str, *, what: str = "role name") -> str:
+    """``name`` if it can name a role: not empty, not the broadcast address, no control or format character.
+
+    A format character (U+202E, a bidi override) would make a terminal show the name, and the lines
+    around it, in another order than it is.
+
+    Raises:
+        InvalidValueError: Naming the value and what is wrong with it.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidValueError(f"{what} {name!r} is empty; give a name")
+    if name == MESSAGE_ROUTE_TO_ALL:
+        raise InvalidValueError(f"{what} {name!r} is the broadcast address; choose another name")
+    odd = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if odd is not None:
+        raise InvalidValueError(
+            f"{what} {name!r} holds the control or format character U+{ord(odd):04X}, which changes how a "
+            "terminal shows it; remove it"
+        )
+    return name
+
+
+RoleName = Annotated[str, AfterValidator(checked_name)]
+"""A config field that names a role (:func:`checked_name`)."""
 
 
 def any_to_str(value: object) -> str:

@@ -13,6 +13,7 @@ _CONTROL = re.compile(
     r"|\x1b[P^_][^\x1b]*(?:\x1b\\)?"  # DCS, PM, APC strings
     r"|\x1b[@-Z\\-_]?"  # other escapes (and a lone ESC)
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # C0 but tab and newline, DEL, C1
+    r"|[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"  # bidi marks and overrides: text shown reordered
 )
 
 
@@ -32,5 +33,5 @@ def redacted(url: str | None) -> str | None:
 
 
 def printable(text: str) -> str:
-    """``text`` without escape sequences and control characters (tabs and newlines stay), for a terminal."""
+    """``text`` without escape sequences, control characters and bidi overrides (tabs, newlines stay): for a tty."""
     return _CONTROL.sub("", text)

@@ -76,6 +76,10 @@ class CassetteLLM:
         self._tapes: dict[tuple[str, str, str], deque[dict[str, Any]]] = defaultdict(deque)
         self._by_key: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         if self.mode is CassetteMode.RECORD:
+            if self.path.is_dir():
+                raise ConfigError(
+                    f"cassette {str(self.path)!r} is a folder; name a file to record into, e.g. calls.jsonl"
+                )
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text("", encoding="utf-8")
         else:
@@ -86,13 +90,21 @@ class CassetteLLM:
             if self.mode is CassetteMode.REPLAY:
                 raise ConfigError(f"cassette {str(self.path)!r} does not exist; record it first (mode='record')")
             return
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+        if self.path.is_dir():
+            raise ConfigError(f"cassette {str(self.path)!r} is a folder; name the recorded file")
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"cassette {str(self.path)!r} is not UTF-8 text (byte {exc.start}); record it again"
+            ) from None
+        for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line)
                 key, role, action = entry["key"], entry["role"], entry["action"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
                 raise ConfigError(f"cassette {str(self.path)!r} line {number} is not a recorded call: {exc}") from None
             self._tapes[(key, role, action)].append(entry)
             self._by_key[key].append(entry)

@@ -247,12 +247,21 @@ class ScriptedLLM:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read scripted LLM file {str(path)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"scripted LLM file {str(path)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+            ) from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(
                 f"scripted LLM file {str(path)!r} does not parse as JSON: {exc.msg} at line {exc.lineno} "
                 f'column {exc.colno}; it must hold {{"role": {{"action": ["response", ...]}}}}'
+            ) from None
+        except RecursionError:
+            raise ConfigError(
+                f"scripted LLM file {str(path)!r} nests too deep to read; "
+                'it must hold {"role": {"action": ["response", ...]}}'
             ) from None
         return cls(data, source=str(path))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.utils
 import inspect
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -34,6 +35,10 @@ class _StreamCut(Exception):
     """A streamed answer ended before its final event (the connection dropped mid-answer)."""
 
 
+class _Malformed(Exception):
+    """The server answered with something that is not a chat completion (no choices, wrong types, not JSON)."""
+
+
 _RETRYABLE = (
     openai.RateLimitError,
     openai.InternalServerError,
@@ -41,6 +46,7 @@ _RETRYABLE = (
     openai.APIConnectionError,
     TimeoutError,  # the call's total deadline passed (a server trickling bytes resets every read timeout)
     _StreamCut,
+    _Malformed,  # a proxy's error page, a body cut short: the next try may be whole
 )
 
 
@@ -161,7 +167,10 @@ class OpenAICompatibleLLM:
                 with anyio.fail_after(self.timeout):
                     if self.on_token is not None:
                         return await self._stream(kwargs)
-                    return self._response(await self._client.chat.completions.create(**kwargs))
+                    try:
+                        return self._response(await self._client.chat.completions.create(**kwargs))
+                    except (json.JSONDecodeError, AttributeError, IndexError, KeyError, TypeError) as exc:
+                        raise _Malformed(f"the answer is not a chat completion ({type(exc).__name__}: {exc})") from exc
             except _RETRYABLE as exc:
                 if attempt == self.max_retries:
                     raise ProviderError(
@@ -176,7 +185,11 @@ class OpenAICompatibleLLM:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _response(self, completion: Any) -> LLMResponse:
+        if not completion.choices:
+            raise IndexError("it has no choices")
         choice = completion.choices[0].message
+        if not isinstance(choice.content, str | None):
+            raise TypeError(f"its content is {type(choice.content).__name__}, not text")
         usage = completion.usage
         return LLMResponse(
             text=choice.content or "",

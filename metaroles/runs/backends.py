@@ -58,6 +58,17 @@ class Backend(Protocol):
         ...
 
 
+def connect(backend: Backend | None) -> None:
+    """Reach where the roles will run before a run changes anything (a backend's ``connect()``, if it has one).
+
+    Raises:
+        RunError: If it cannot be reached (Ray that does not start: ``ShardsUnavailable``).
+    """
+    reach = getattr(backend, "connect", None)
+    if reach is not None:
+        reach()
+
+
 class LocalBackend:
     """Shards in this process (:class:`LocalShards`): a sharded run without Ray, for tests and debugging.
 

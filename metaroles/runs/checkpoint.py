@@ -32,9 +32,11 @@ from typing import Any
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
-from metaroles.core.files import append_text, open_own, sync_dir, truncate_lines, write_atomic
+from metaroles.core.confined import open_own
+from metaroles.core.files import append_text, sync_dir, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
+from metaroles.runs.numbering import numbered, round_file
 from metaroles.runs.replayable import replayable, replays, signature
 from metaroles.runs.rows import MessageRows, numbers_json
 
@@ -58,21 +60,6 @@ class Restored:
     """The round of the full snapshot the restored chain starts from."""
     deltas: int = 0
     """How many deltas follow that full snapshot in the chain."""
-
-
-def round_file(folder: Path, round_no: int) -> Path:
-    """The checkpoint file of ``round_no`` in ``folder``."""
-    return folder / f"round-{round_no:04d}.json"
-
-
-def numbered(folder: Path, kind: str) -> list[tuple[int, Path]]:
-    """The files ``KIND-NNNN.json`` of ``folder`` by round, in order; a name whose NNNN is not a number is not one."""
-    found = []
-    for path in folder.glob(f"{kind}-*.json"):
-        number = path.stem[len(kind) + 1 :]
-        if number.isascii() and number.isdigit():
-            found.append((int(number), path))
-    return sorted(found)
 
 
 _RoleMark = tuple[int, int, int, int, int, frozenset[str], frozenset[str], object]

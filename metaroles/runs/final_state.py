@@ -20,7 +20,8 @@ from metaroles.bus.environment import Environment
 from metaroles.bus.state import STATE_REFERENCE
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import write_atomic
-from metaroles.runs.checkpoint import CheckpointWriter, round_file
+from metaroles.runs.checkpoint import CheckpointWriter
+from metaroles.runs.numbering import round_file
 
 STATE_LIMIT = 10_000
 """A run of more messages than this refers to its last checkpoint from ``state.json``."""

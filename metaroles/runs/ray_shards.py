@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from metaroles.bus.role import Role
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, RunError
 from metaroles.core.heap import rare_full_passes
 from metaroles.messages.message import Message
 from metaroles.runs import shipping
@@ -66,6 +66,14 @@ class RayBackend:
         self.last = RayShards(self)
         return self.last
 
+    def connect(self) -> None:
+        """Start or join Ray now, before a run changes anything (a run directory's files, a resume's log).
+
+        Raises:
+            ShardsUnavailable: If Ray cannot start or reach the cluster.
+        """
+        ensure_ray(self.address, **self.init)
+
 
 def _ray() -> Any:
     try:
@@ -76,12 +84,27 @@ def _ray() -> Any:
 
 
 def ensure_ray(address: str | None = None, **init: Any) -> Any:
-    """The ``ray`` module, connected: joins ``address`` (or starts a local cluster) unless already connected."""
+    """The ``ray`` module, connected: joins ``address`` (or starts a local cluster) unless already connected.
+
+    Raises:
+        ShardsUnavailable: If Ray cannot start or reach the cluster (nothing of the run has moved yet).
+    """
     ray = _ray()
     if not ray.is_initialized():
         options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False, **init}
-        ray.init(address=address, **options)
+        try:
+            ray.init(address=address, **options)
+        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError... for one thing
+            where = f"the cluster at {address!r}" if address else "a local Ray cluster"
+            raise ShardsUnavailable(
+                f"Ray could not start {where} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                "check the address and that Ray runs here, or run in one process (--backend process)"
+            ) from exc
     return ray
+
+
+class ShardsUnavailable(RunError):
+    """The shards could not be started (Ray did not come up); the run directory is as it was."""
 
 
 def _packed(value: Any) -> bytes:

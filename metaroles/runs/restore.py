@@ -24,7 +24,8 @@ from metaroles.core.files import read_text
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
-from metaroles.runs.checkpoint import MESSAGES, READABLE, CheckpointWriter, Restored, numbered
+from metaroles.runs.checkpoint import MESSAGES, READABLE, CheckpointWriter, Restored
+from metaroles.runs.numbering import numbered
 
 
 def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | None = None) -> Restored:
@@ -231,7 +232,10 @@ def _rows_in(values: object, rows: int) -> bool:
 
 
 def _names(values: object) -> bool:
-    return isinstance(values, list) and all(isinstance(v, str) and "/" not in v and ".." not in v for v in values)
+    """Whether ``values`` are folders inside the checkpoints (``parts/SSSS-K``): relative, never climbing out."""
+    return isinstance(values, list) and all(
+        isinstance(v, str) and v and not v.startswith("/") and ".." not in v.split("/") for v in values
+    )
 
 
 def _rng_state(state: object) -> bool:

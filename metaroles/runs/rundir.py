@@ -32,6 +32,7 @@ from metaroles.core.files import ZSTD, replace_together, write_atomic
 from metaroles.messages.message import Message
 from metaroles.messages.render import readable
 from metaroles.runs.eventlog import publish_rounds
+from metaroles.runs.numbering import numbered
 from metaroles.runs.team import Team, TeamReport
 
 MANIFEST = "manifest.json"
@@ -303,3 +304,33 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[
     files.append((out_dir / "ledger.json", json.dumps(env.ledger.dump(), indent=1) + "\n"))
     files.append((out_dir / "report.json", json.dumps(summary, indent=1) + "\n"))
     replace_together(files)
+
+
+def refuse_late(parent: Path, from_round: int) -> None:
+    """Refuse a fork from a round the parent has not reached.
+
+    Raises:
+        ConfigError: Naming the parent's last checkpointed round.
+    """
+    last = max((n for n, _ in numbered(parent / CHECKPOINTS, "round")), default=None)
+    if last is None:
+        raise ConfigError(
+            f"{str(parent)!r} has no checkpoint to fork from; resume it first (metaroles resume {parent})"
+        )
+    if from_round > last:
+        raise ConfigError(
+            f"--from-round {from_round} is past the parent's last checkpoint, round {last}; pick 0..{last}"
+        )
+
+
+def refuse_a_run_in(out_dir: Path) -> None:
+    """Refuse to write a new run into a folder that holds another run's files (or links where they go).
+
+    Raises:
+        ConfigError: Naming the folder.
+    """
+    check_run_dir(out_dir)
+    if any((out_dir / CHECKPOINTS).glob("round-*.json")) and (out_dir / MANIFEST).is_file():
+        raise ConfigError(
+            f"{str(out_dir)!r} already holds a run; resume it (metaroles resume {out_dir}) or pass a new --out"
+        )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-import json
+import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -12,21 +12,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from metaroles.core.exceptions import ConfigError, RunDirCorrupt
-from metaroles.core.files import append_durably, write_atomic, zstandard
+from metaroles.core.exceptions import ConfigError
+from metaroles.core.files import write_atomic, zstandard
 from metaroles.llm.ledger import Price
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import describe_llm
-from metaroles.runs.checkpoint import numbered
+from metaroles.runs.backends import connect
 from metaroles.runs.config import RunOptions, checked_log_turns
 from metaroles.runs.durability import checked_durability, refuse_restarted, settle, synced_at_end
-from metaroles.runs.eventlog import TIMINGS, read_jsonl
+from metaroles.runs.eventlog import TIMINGS
+from metaroles.runs.metrics import check_metrics, metrics_recorder, read_metrics
 from metaroles.runs.registry import ScenarioPlan, load_scenario
 from metaroles.runs.rundir import (
     CHECKPOINTS,
     EVENTS,
     EVENTS_ZST,
-    MANIFEST,
     METRICS,
     STATE,
     check_run_dir,
@@ -34,6 +34,8 @@ from metaroles.runs.rundir import (
     locked,
     provenance,
     read_manifest,
+    refuse_a_run_in,
+    refuse_late,
     scenario_label,
     write_manifest,
     write_run_dir,
@@ -41,8 +43,16 @@ from metaroles.runs.rundir import (
 from metaroles.runs.team import Team, TeamReport
 
 
-def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions) -> ScenarioPlan:
-    plan: ScenarioPlan = module.build(config, llm)
+def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions, run_dir: Path | None = None) -> ScenarioPlan:
+    """The scenario's plan, with the run's options applied.
+
+    A ``build`` that takes ``run_dir`` gets the run directory (``None`` for a run that keeps none): a
+    role's long-term memory, say, can then live in it and come back on resume and fork.
+    """
+    if "run_dir" in inspect.signature(module.build).parameters:
+        plan: ScenarioPlan = module.build(config, llm, run_dir=run_dir)
+    else:
+        plan = module.build(config, llm)
     folder = getattr(config, "workspace", None)
     plan.team.workspace = Path(folder) if folder else None
     if run.seed is not None:
@@ -91,8 +101,12 @@ async def run_scenario(
     run = run or RunOptions()
     module = load_scenario(name)
     config, recorded = _configured(module, options, out_dir)
-    plan = _plan(module, config, llm, run)
-    plan.team.on_round, plan.team.on_progress, plan.team.on_record = on_round, on_progress, _metrics(module, out_dir)
+    plan = _plan(module, config, llm, run, out_dir)
+    plan.team.on_round, plan.team.on_progress, plan.team.on_record = (
+        on_round,
+        on_progress,
+        metrics_recorder(module, out_dir),
+    )
     if out_dir is None:
         with _observed(run, plan.team, name, out_dir):
             report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
@@ -102,7 +116,8 @@ async def run_scenario(
     checked_durability(run.durability, sweep=True)
     record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
     with locked(out_dir):
-        _refuse_a_run_in(out_dir)
+        refuse_a_run_in(out_dir)
+        connect(plan.team.backend)
         _sweep(out_dir)
         write_manifest(out_dir, record)
         return await _run_into(out_dir, plan, run, name, record)
@@ -152,62 +167,6 @@ def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run:
         "durability": run.durability,
         "events": EVENTS_ZST if run.zstd else EVENTS,
     }
-
-
-def _metrics(module: ModuleType, out_dir: Path | None) -> Callable[[Team], None] | None:
-    """A line in ``metrics.jsonl`` per round when the scenario has ``round_metrics(team)`` (``Team.on_record``).
-
-    The first line written first cuts the file back to the rounds before it (atomically: a resumed
-    run writes them again); each line is appended and synced before the round's checkpoint.
-    """
-    measure = getattr(module, "round_metrics", None)
-    if measure is None or out_dir is None:
-        return None
-    path = out_dir / METRICS
-    started = False
-
-    def record(team: Team) -> None:
-        nonlocal started
-        if not started:
-            started = True
-            kept = [line for row, line in read_metrics(path) if row["round"] < team.env.round]
-            write_atomic(path, "".join(line + "\n" for line in kept))
-        append_durably(path, json.dumps({"round": team.env.round, **measure(team)}) + "\n")
-
-    return record
-
-
-def _metrics_check(module: ModuleType, run_dir: Path) -> Callable[[int], None] | None:
-    """Refuse a resume whose ``metrics.jsonl`` lost a row of a round the checkpoint holds (it cannot be rebuilt)."""
-    if getattr(module, "round_metrics", None) is None:
-        return None
-
-    def check(through_round: int) -> None:
-        have = {row["round"] for row, _ in read_metrics(run_dir / METRICS)}
-        log = read_jsonl(events_file(run_dir), _metric_row)
-        ended = {e["round"] for e, _ in log if e.get("kind") == "round_end"}
-        missing = sorted(r for r in ended - have if r <= through_round)
-        if missing:
-            raise RunDirCorrupt(
-                f"{run_dir / METRICS}: the rows of round(s) {missing[:5]} are gone, and the checkpoint is of round "
-                f"{through_round}; restore the file, or fork from round {max(0, missing[0] - 1)} "
-                f"(metaroles fork {run_dir} --from-round {max(0, missing[0] - 1)})"
-            )
-
-    return check
-
-
-def _metric_row(value: object) -> bool:
-    return isinstance(value, dict) and type(value.get("round")) is int
-
-
-def read_metrics(path: Path) -> list[tuple[dict[str, Any], str]]:
-    """The rows of a ``metrics.jsonl`` with their lines (a torn last line skipped with a warning).
-
-    Raises:
-        RunDirCorrupt: If a line before the last is not a row with a ``round``.
-    """
-    return read_jsonl(path, _metric_row)
 
 
 def _configured(module: ModuleType, options: dict[str, Any], run_dir: Path | None) -> tuple[Any, dict[str, Any]]:
@@ -277,7 +236,7 @@ def _rebuild(
         log_turns=manifest.get("log_turns"),
         backend=backend,
     )
-    return _plan(module, config, llm, run)
+    return _plan(module, config, llm, run, run_dir)
 
 
 async def resume_scenario(
@@ -304,12 +263,13 @@ async def resume_scenario(
         plan = _rebuild(manifest, llm, run_dir, backend=backend, rounds=rounds)
         _give_models(plan.team, role_llms or {})
         durability = checked_durability(manifest.get("durability", "round"), sweep=True)
+        connect(backend)
         settle(run_dir)
         if rounds is not None and rounds != manifest["n_round"]:
             manifest = {**manifest, "n_round": plan.n_round, "rounds": rounds}
             write_manifest(run_dir, manifest)
         plan.team.on_round, plan.team.on_progress = on_round, on_progress
-        plan.team.on_record = _metrics(load_scenario(manifest["scenario"]), run_dir)
+        plan.team.on_record = metrics_recorder(load_scenario(manifest["scenario"]), run_dir)
         with synced_at_end(run_dir, durability):
             report = await _continue(plan, run_dir, manifest)
         write_run_dir(run_dir, plan.team, report, manifest)
@@ -329,7 +289,7 @@ async def _continue(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any])
         plan.n_round,
         save_to=run_dir / STATE,
         events=events_file(run_dir, manifest),
-        check=_metrics_check(load_scenario(manifest["scenario"]), run_dir),
+        check=check_metrics(load_scenario(manifest["scenario"]), run_dir),
     )
 
 
@@ -382,54 +342,25 @@ async def fork_scenario(
     record = read_manifest(parent)
     check_run_dir(parent)
     refuse_restarted(parent)
-    _refuse_late(parent, from_round)
+    refuse_late(parent, from_round)
     changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
     plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
-    plan.team.on_record = _metrics(load_scenario(record["scenario"]), out_dir)
+    plan.team.on_record = metrics_recorder(load_scenario(record["scenario"]), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
     child |= {"n_round": plan.n_round, "rounds": rounds if rounds is not None else record.get("rounds")}
     child |= provenance()
     with locked(out_dir):
-        _refuse_a_run_in(out_dir)
+        refuse_a_run_in(out_dir)
+        connect(backend)
         _sweep(out_dir)
         write_manifest(out_dir, child := {**child, "parent": parent_record})
         with synced_at_end(out_dir, checked_durability(child.get("durability", "round"), sweep=True)):
             report = await _branch(plan, parent, from_round, out_dir, child)
         write_run_dir(out_dir, plan.team, report, child)
     return report, plan.team
-
-
-def _refuse_late(parent: Path, from_round: int) -> None:
-    """Refuse a fork from a round the parent has not reached.
-
-    Raises:
-        ConfigError: Naming the parent's last checkpointed round.
-    """
-    last = max((n for n, _ in numbered(parent / CHECKPOINTS, "round")), default=None)
-    if last is None:
-        raise ConfigError(
-            f"{str(parent)!r} has no checkpoint to fork from; resume it first (metaroles resume {parent})"
-        )
-    if from_round > last:
-        raise ConfigError(
-            f"--from-round {from_round} is past the parent's last checkpoint, round {last}; pick 0..{last}"
-        )
-
-
-def _refuse_a_run_in(out_dir: Path) -> None:
-    """Refuse to write a new run into a folder that holds another run's files (or links where they go).
-
-    Raises:
-        ConfigError: Naming the folder.
-    """
-    check_run_dir(out_dir)
-    if any((out_dir / CHECKPOINTS).glob("round-*.json")) and (out_dir / MANIFEST).is_file():
-        raise ConfigError(
-            f"{str(out_dir)!r} already holds a run; resume it (metaroles resume {out_dir}) or pass a new --out"
-        )
 
 
 async def _branch(

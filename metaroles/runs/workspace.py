@@ -18,7 +18,7 @@ from pathlib import Path
 from metaroles.core import confined
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
-from metaroles.runs.checkpoint import numbered
+from metaroles.runs.numbering import numbered
 
 Files = dict[str, str]
 """Relative path → SHA-256 of its content."""

@@ -16,9 +16,13 @@ BAD_RUN_OPTIONS = {
     "--seed": ["x", "1.5", ""],
     "--budget": ["x", "-1", "nan"],
     "--llm": ["bogus", "scripted:/nonexistent", "replay:/nonexistent", "test:x", "openai:"],
-    "--set": ["turns", "=1", "turns=abc", "nope=1", "turns=[1]", "turns=1e999", 'topic={"a": 1}', "turns=-5"],
+    "--set": [
+        *("turns", "=1", "turns=abc", "nope=1", "turns=[1]", "turns=1e999", 'topic={"a": 1}', "turns=-5", "turns=0"),
+        *("pro=<all>", "pro=", "pro=Judge", "con=Alice", "pro=Al\u202eice"),
+    ],
     "--checkpoint-every": ["0", "x"],
     "--replay": ["/nonexistent.jsonl"],
+    "--record": ["/tmp"],
     "--bogus": ["1"],
 }
 
@@ -40,6 +44,23 @@ def cases(tmp: Path, parent: Path) -> list[list[str]]:
     found += [["graph", str(parent), "-f", "gif"], ["graph", str(parent), "-f", "png", "--out", "/proc/x/y.png"]]
     found += [["show", str(parent), "--round", "abc"], ["diff", str(parent)], ["list", "extra"], ["resume"]]
     found += [["run", "debate", *pair] for pair in itertools.product(["--rounds"], ["--seed"])]
+    society = ["run", "society", "--llm", "test", "--no-save", "-q", "--set"]
+    for value in ("opinions=[2,3]", "opinions=[0.5]", "agents=1e11", "degree=3", "degree=100000", "llm_agents=500"):
+        found.append([*society, value])
+    werewolf = ["run", "werewolf", "--llm", "test", "--no-save", "-q", "--set"]
+    found += [[*werewolf, value] for value in ("max_days=-1", 'players=["", "b", "c", "d", "e", "f"]')]
+    found += [[*werewolf, 'players=["a", "a", "c", "d", "e", "f"]'], [*werewolf, 'players=["<all>"]']]
+    found += [["run", "debate", "--no-save", "-q", "--llm", name] for name in ("gpt-4o-2024-08-06", "openai")]
+    found += [["run", "debate", "--no-save", "-q", "--model", "gpt-4o-2024-08-06"]]  # a model and no server
+    found += [["fork", str(parent), "--from-round", "999", "--out", str(tmp / "late"), "-q"]]
+    found += [["graph", str(parent), "-f", "png", "--out", str(tmp)], ["graph", str(parent), "--out", ""]]
+    found += [["run", "debate", "--llm", "test", "-q", "--out", ""]]
+    found += [["sweep", "debate", "--grid", "seed=0..999999", "-q"]]
+    bad = tmp / "bad.json"
+    bad.write_bytes(b"\xff\xfe")
+    deep = tmp / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    found += [["run", "debate", "--no-save", "-q", "--llm", f"scripted:{path}"] for path in (bad, deep)]
     return found
 
 
@@ -50,7 +71,9 @@ def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_every_bad_invocation_gets_one_line_and_exit_2(tmp_path, parent, capsys):
+def test_every_bad_invocation_gets_one_line_and_exit_2(tmp_path, parent, capsys, monkeypatch):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "METAROLES_MODEL", "METAROLES_LLM"):
+        monkeypatch.delenv(name, raising=False)
     (tmp_path / "file.txt").write_text("not a run")
     said = []
     for args in cases(tmp_path, parent):
@@ -62,7 +85,7 @@ def test_every_bad_invocation_gets_one_line_and_exit_2(tmp_path, parent, capsys)
     bad = [(args, code, errs, rest) for args, code, errs, rest in said if code != 2 or len(errs) != 1 or rest]
     assert bad == [], f"{len(bad)} of {len(said)} bad invocations were not one line and exit 2: {bad[:5]}"
     assert [args for args, _, errors, _ in said if "a metaroles bug" in errors[0]] == []
-    assert len(said) >= 60
+    assert len(said) >= 90
 
 
 @pytest.mark.parametrize(

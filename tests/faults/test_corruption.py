@@ -83,7 +83,7 @@ def test_a_damaged_run_directory_gets_a_clear_word_never_a_traceback(tmp_path, c
         code = cli(*args)
         stderr = capsys.readouterr().err
         assert code in (0, 1, 2), (args, code)
-        if code:
+        if code and not (args[0] == "diff" and code == 1):  # diff: 1 is "they differ", as diff(1) says
             said = [line for line in stderr.splitlines() if line.startswith("error:")]
             assert len(said) == 1 and "a metaroles bug" not in said[0], (args, stderr)
     if code == 0:
@@ -150,7 +150,7 @@ def test_damage_that_parses_gets_a_clear_word_and_a_refused_resume_changes_nothi
         code = cli(*args)
         stderr = capsys.readouterr().err
         assert code in (0, 1, 2), (args, code)
-        if code:
+        if code and not (args[0] == "diff" and code == 1):  # diff: 1 is "they differ", as diff(1) says
             said = [line for line in stderr.splitlines() if line.startswith("error:")]
             assert len(said) == 1 and "a metaroles bug" not in said[0], (args, stderr)
     if code == 0:  # it read what it could (a damaged round file: the one before it) and went on
