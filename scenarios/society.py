@@ -73,8 +73,10 @@ class Config(BaseModel):
     @classmethod
     def _one_per_agent(cls, opinions: list[float] | None, info: ValidationInfo) -> list[float] | None:
         agents = info.data.get("agents")
-        if opinions is not None and (len(opinions) != agents or not all(0 <= o <= 1 for o in opinions)):
-            raise ValueError(f"give one opinion per agent ({agents}), each between 0 and 1")
+        if opinions is not None and len(opinions) != agents:
+            raise ValueError(f"opinions has {len(opinions)} values for {agents} agents; give one per agent")
+        if opinions is not None and not all(0 <= o <= 1 for o in opinions):
+            raise ValueError("opinions must each lie between 0 and 1")
         return opinions
 
 
@@ -232,8 +234,6 @@ def build(config: Config, llm: LLM) -> ScenarioPlan:
     graph = social_graph(config)
     rng = random.Random(config.graph_seed)
     opinions = config.opinions or [rng.random() for _ in range(config.agents)]
-    if len(opinions) != config.agents:
-        raise ValueError(f"opinions has {len(opinions)} values for {config.agents} agents; give one per agent")
     neighbours = [sorted(graph.neighbors(i)) for i in range(config.agents)]
     graph.clear()  # networkx's graph is in a reference cycle with its views: its dicts go now, not at a full pass
     team = Team(llm=llm)

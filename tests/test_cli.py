@@ -220,7 +220,7 @@ NAMED_BAD = [
     (["bogus"], "No such command 'bogus'"),
     (["--bogus"], "No such option: --bogus (see: metaroles --help)"),
     (["run", "debate", "--llm", "tset"], "llm='tset' is not a known model"),
-    (["run", "debate", "--llm", "gpt-nonsense"], "llm='gpt-nonsense' is not a known model"),
+    (["run", "debate", "--llm", "gpt-nonsense"], "pass --llm openai --model gpt-nonsense"),
     (["run", "debate", "--llm", "test:abc"], "must be an integer"),
     (["run", "debate", "--llm", "openai"], "needs a model name"),
     (["run", "debate", "--llm", "test", "--set", "turns=two"], "option turns='two'"),
@@ -253,7 +253,7 @@ def test_named_bad_invocations_are_one_clear_line_and_exit_2(monkeypatch, capsys
         assert (code, len(errors)) == (2, 1) and said in errors[0], (args, errors)
     monkeypatch.setenv("METAROLES_LLM", "nonsense")
     assert main(["run", "debate", "--no-save", "-q"]) == 2
-    assert "llm='nonsense' is not a known model" in capsys.readouterr().err
+    assert "--llm 'nonsense' is not a provider" in capsys.readouterr().err
 
 
 SCENARIO_FILE = '''"""A two-reviewer peer review, written by a user."""
@@ -366,3 +366,65 @@ def test_a_scenario_file_or_module_that_fails_to_load_is_one_line_and_exit_2(tmp
         assert main(["run", target, "--llm", "test", "--no-save", "-q"]) == 2
         errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(errors) == 1 and said in errors[0] and "a metaroles bug" not in errors[0], errors
+
+
+def test_help_at_80_columns_wraps_each_options_text_under_it():
+    env = {**os.environ, "COLUMNS": "80"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "metaroles", "run", "--help"], capture_output=True, text=True, env=env, check=True
+    )
+    lines = shown.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    llm = next(i for i, line in enumerate(lines) if line.lstrip().startswith("--llm"))
+    assert "OpenAI-compatible server" in " ".join(lines[llm : llm + 3]), "the text sits beside its option, not squeezed"
+
+
+def test_the_no_model_notice_is_one_line_that_keeps_the_extra_to_install(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "METAROLES_"))}
+    code = "from metaroles.cli.common import _resolved\nfrom metaroles.llm.settings import LLMSettings\n"
+    code += "import metaroles.llm.providers as p\np._auto.__defaults__ = (lambda: False,)\n_resolved(LLMSettings())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "COLUMNS": "60"})
+    notice = [line for line in done.stderr.splitlines() if "no model configured" in line]
+    assert len(notice) == 1 and "pip install 'metaroles[local]'" in notice[0], done.stderr
+
+
+FAILING_SCENARIO = """
+from pydantic import BaseModel
+from metaroles import Action, Role, ScenarioPlan, Team
+
+class Config(BaseModel):
+    pass
+
+class Boom(Action):
+    async def run(self, history):
+        raise ValueError("boom")
+
+def build(config, llm, run_dir=None):
+    run_dir.mkdir(parents=True, exist_ok=True)  # it may not exist yet
+    open(run_dir / "built-here", "w").write("the run directory")
+    team = Team(llm=llm)
+    team.hire([Role(name="b", actions=[Boom])])
+    return ScenarioPlan(team=team, idea="go", send_to="b", n_round=2)
+"""
+
+
+def test_a_failing_action_is_named_where_it_raised_and_traceback_prints_it(tmp_path, monkeypatch):
+    path = tmp_path / "failing.py"
+    path.write_text(FAILING_SCENARIO)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    failed = subprocess.run(
+        [sys.executable, "-m", "metaroles", "run", str(path), "--llm", "test", "-q", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert failed.returncode == 1 and len(errors) == 1 and f"at {path}:10" in errors[0], failed.stderr
+    assert (out / "built-here").read_text() == "the run directory", "build() is given the run directory"
+    logged = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if "role_error" in line]
+    assert logged[0]["detail"].startswith("ValueError: boom") and ":10 in run" in logged[0]["detail"]
+    again = subprocess.run(
+        [sys.executable, "-m", "metaroles", "resume", str(out), "-q", "--traceback"], capture_output=True, text=True
+    )
+    assert again.returncode == 1 and "Traceback (most recent call last)" in again.stderr
+    assert 'raise ValueError("boom")' in again.stderr

@@ -200,7 +200,8 @@ async def test_role_errors_can_be_recorded_instead_of_raised():
     env.add_roles([Role(name="bad", actions=[Boom]), Role(name="ok", actions=[Say])])
     env.publish_message(Message("go"))
     await env.run_round()
-    assert env.events[0].detail == "ValueError: boom"
+    assert env.events[0].detail.startswith("ValueError: boom\n  at ")  # then where it was raised, by module
+    assert env.events[0].detail.endswith(" in run")
     assert any(m.sent_from == "ok" for m in env.history)
 
 

@@ -116,8 +116,10 @@ async def test_resolve_llm_by_name(tmp_path):
     assert (await llm.complete(req())).text == "scripted answer"
     mine = TestLLM()
     assert resolve_llm(mine) is mine
-    with pytest.raises(ConfigError, match=r"llm='gpt-9' is not a known model; .*'test'"):
+    with pytest.raises(ConfigError, match=r"--llm 'gpt-9' is not a provider; .*--llm openai --model gpt-9"):
         resolve_llm("gpt-9")
+    with pytest.raises(ConfigError, match=r"llm='tset' is not a known model; did you mean 'test'"):
+        resolve_llm("tset")
     with pytest.raises(ConfigError, match="seed after 'test:' must be an integer"):
         resolve_llm("test:abc")
 

@@ -72,7 +72,11 @@ async def test_a_society_resumes_to_the_same_opinions(tmp_path):
 def test_bad_options_are_refused():
     module = load_scenario("society")
     with pytest.raises(ValueError, match="opinions has 2 values for 4 agents"):
-        module.build(module.Config(agents=4, opinions=[0.1, 0.2]), TestLLM())
+        module.Config(agents=4, opinions=[0.1, 0.2])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        module.Config(agents=2, opinions=[0.5, 2])
+    with pytest.raises(ValueError, match="degree must be even"):
+        module.Config(agents=100, degree=3)
     with pytest.raises(ValueError, match="agents"):
         module.Config(agents=1)
 

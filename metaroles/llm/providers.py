@@ -11,6 +11,7 @@ notice saying how to get a real model.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from warnings import warn
 
@@ -57,12 +58,20 @@ def resolve_llm(spec: str | LLM, settings: LLMSettings | None = None, *, notify:
         if not arg:
             raise ConfigError(f"llm={spec!r} needs a file: '{kind}:path/to/file'")
         return CassetteLLM(arg, mode=CassetteMode.REPLAY) if kind == "replay" else ScriptedLLM.from_file(arg)
-    if kind not in KNOWN_KINDS and not arg:  # a model's name where the provider goes: gpt-4o-2024-08-06
-        raise ConfigError(
+    raise _unknown(spec, kind, arg)
+
+
+def _unknown(spec: str, kind: str, arg: str) -> ConfigError:
+    """What to say of a name that is no provider: the provider it resembles, or how to name a served model."""
+    close = difflib.get_close_matches(kind, KNOWN_KINDS, n=1)
+    if close:
+        return ConfigError(f"llm={spec!r} is not a known model; did you mean {close[0]!r}? one of {KNOWN_NAMES}")
+    if not arg:  # a model's name where the provider goes: gpt-4o-2024-08-06
+        return ConfigError(
             f"--llm {spec!r} is not a provider; for that model on an OpenAI-compatible server pass "
             f"--llm openai --model {spec} (with OPENAI_API_KEY or --base-url); providers: {', '.join(KNOWN_NAMES)}"
         )
-    raise ConfigError(f"llm={spec!r} is not a known model; use an LLM instance or one of {KNOWN_NAMES}")
+    return ConfigError(f"llm={spec!r} is not a known model; use an LLM instance or one of {KNOWN_NAMES}")
 
 
 def llm_from_settings(settings: LLMSettings, *, notify: Notify | None = None) -> LLM:
