@@ -23,12 +23,13 @@ class UnheardWatchWarning(UserWarning):
 
 
 def warn_unheard_watches(roles: Iterable[Role], *, heard: Iterable[str] = ()) -> None:
-    """Warn, once per id, of a role that watches an id no role's action produces when some action id is close to it.
+    """Warn, once per id, of a role that watches a bare name no action has when an action's class is named so.
 
     ``watch=["WriteDraft"]`` for an action whose id is ``mypkg.actions.WriteDraft`` would leave the
-    role idle for ever; the warning names the ids it may have meant. Ids that nothing resembles
-    stay quiet: an environment may publish under a ``cause_by`` of its own. ``heard``: ids that
-    count as produced besides the roles' actions (the user's requirement, what the history holds).
+    role idle for ever; the warning names the ids it may have meant (an action's id is always
+    qualified). Ids that no action's name resembles stay quiet, and so do qualified ones: an
+    environment may publish under a ``cause_by`` of its own. ``heard``: ids that count as produced
+    besides the roles' actions (the user's requirement, what the history holds).
     """
     roles = list(roles)
     produced = set(heard)
@@ -40,7 +41,10 @@ def warn_unheard_watches(roles: Iterable[Role], *, heard: Iterable[str] = ()) ->
     warned: set[str] = set()
     for role in roles:
         for watched in role.rc.watch - produced - warned:
-            close = short.get(watched.rpartition(".")[2]) or difflib.get_close_matches(watched, produced, n=3)
+            if "." in watched:  # a qualified id that nothing produces yet: an environment's own cause_by, say
+                continue
+            names = difflib.get_close_matches(watched, list(short), n=3, cutoff=0.8)
+            close = [action_id for name in names for action_id in short[name]]
             if close:
                 warned.add(watched)
                 warn(

@@ -26,6 +26,7 @@ from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.runs.checkpoint import MESSAGES, READABLE, CheckpointWriter, Restored
 from metaroles.runs.numbering import numbered
+from metaroles.runs.shipping import paused_gc
 
 
 def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | None = None) -> Restored:
@@ -36,6 +37,11 @@ def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | N
     Raises:
         ConfigError: If the folder holds no readable checkpoint (up to ``through_round``).
     """
+    with paused_gc():  # many objects, no garbage: collections would walk every one made so far (O(state²))
+        return _restored(folder, env, through_round)
+
+
+def _restored(folder: Path, env: Environment, through_round: int | None) -> Restored:
     chain, table = _chain(folder, through_round)
     rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
     sharded = max((n for n, (_, record) in enumerate(chain) if "parts" in record), default=-1)
