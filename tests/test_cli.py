@@ -428,3 +428,20 @@ def test_a_failing_action_is_named_where_it_raised_and_traceback_prints_it(tmp_p
     )
     assert again.returncode == 1 and "Traceback (most recent call last)" in again.stderr
     assert 'raise ValueError("boom")' in again.stderr
+
+
+def test_a_missing_extra_is_named_with_how_to_install_it(tmp_path):
+    out = tmp_path / "run"
+    assert invoke("run", "debate", "--llm", "test", "-q", "--out", str(out)).exit_code == 0
+    for missing, args, said in (
+        ("networkx", ["graph", str(out), "-f", "json"], "pip install 'metaroles[graph]'"),
+        (
+            "openai",
+            ["run", "debate", "--llm", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"],
+            "[openai]",
+        ),
+    ):
+        code = f"import sys\nsys.modules[{missing!r}] = None\nfrom metaroles.cli import main\nsys.exit(main({args!r}))"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert done.returncode == 2 and len(errors) == 1 and said in errors[0], done.stderr
