@@ -29,6 +29,8 @@ class Reply:
     """Stream the chunks, then send a keep-alive byte at every read until the test ends (never finishing)."""
     raw: bytes | None = None
     """Send these bytes as the JSON body (an answer that is not JSON at all)."""
+    truncated: bool = False
+    """Announce the whole body's length, send half of it, and hold the connection until the test ends."""
 
 
 def completion(
@@ -91,7 +93,7 @@ def send_json(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
     for name, value in reply.headers.items():
         handler.send_header(name, value)
     handler.end_headers()
-    handler.wfile.write(data)
+    handler.wfile.write(data[: len(data) // 2] if reply.truncated else data)
 
 
 def start(server_state: ChatServer) -> ThreadingHTTPServer:
@@ -127,6 +129,9 @@ def start(server_state: ChatServer) -> ThreadingHTTPServer:
                 self.close_connection = True
                 return
             send_json(self, reply)
+            if reply.truncated:
+                self.wfile.flush()
+                server_state.release.wait()
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True

@@ -147,6 +147,12 @@ async def test_an_answer_that_is_not_a_chat_completion_is_retried_then_named(ser
         await llm(server, max_retries=2).complete(ask())
 
 
+async def test_a_body_cut_short_under_a_held_connection_is_retried_without_waiting_out_the_call(server):
+    server.queue(Reply(body=completion("lost"), truncated=True), Reply(body=completion("whole")))
+    answer = await llm(server, timeout=3600, body_timeout=0.2).complete(ask())  # the test's own timeout: 120 s
+    assert answer.text == "whole" and len(server.requests) == 2
+
+
 async def test_a_4xx_is_not_retried(server):
     server.queue(Reply(400, {"error": {"message": "bad schema"}}))
     with pytest.raises(ProviderError, match="refused the request of role 'r'"):

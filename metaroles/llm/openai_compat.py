@@ -94,6 +94,8 @@ class OpenAICompatibleLLM:
         backoff: Base delay in seconds of the exponential backoff (0 retries at once).
         sleep: How to wait between attempts (``anyio.sleep``); a server's ``Retry-After`` sets how long.
         on_token: Stream answers and call this with each piece of text.
+        body_timeout: Seconds an answer's body may take once its headers came (the model has answered by
+            then: a body that stalls is cut short, and the call is retried without waiting out ``timeout``).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class OpenAICompatibleLLM:
         backoff: float = 0.5,
         on_token: TokenCallback | None = None,
         sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
+        body_timeout: float = 10.0,
     ) -> None:
         """Create the client; no request is sent until the first call."""
         self._args: dict[str, Any] = {
@@ -123,11 +126,13 @@ class OpenAICompatibleLLM:
             "backoff": backoff,
             "on_token": on_token,
             "sleep": sleep,
+            "body_timeout": body_timeout,
         }
         self.model = model
         self.max_retries = max_retries
         self.backoff = backoff
         self.timeout = timeout
+        self.body_timeout = body_timeout
         self.on_token = on_token
         self._sleep = sleep
         self._defaults: dict[str, Any] = {"model": model}
@@ -168,7 +173,7 @@ class OpenAICompatibleLLM:
                     if self.on_token is not None:
                         return await self._stream(kwargs)
                     try:
-                        return self._response(await self._client.chat.completions.create(**kwargs))
+                        return self._response(await self._answer(kwargs))
                     except (json.JSONDecodeError, AttributeError, IndexError, KeyError, TypeError) as exc:
                         raise _Malformed(f"the answer is not a chat completion ({type(exc).__name__}: {exc})") from exc
             except _RETRYABLE as exc:
@@ -183,6 +188,16 @@ class OpenAICompatibleLLM:
                     f"{self.model!r} refused the request of role {request.role!r}, action {request.action!r}: {exc}"
                 ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _answer(self, kwargs: dict[str, Any]) -> Any:
+        """The completion, its body read within ``body_timeout`` of its headers (a body cut short fails fast)."""
+        async with self._client.chat.completions.with_streaming_response.create(**kwargs) as raw:
+            try:
+                with anyio.fail_after(self.body_timeout):
+                    await raw.read()
+            except TimeoutError:
+                raise _StreamCut(f"the answer's body stalled {self.body_timeout:g}s after its headers") from None
+            return await raw.parse()
 
     def _response(self, completion: Any) -> LLMResponse:
         if not completion.choices:
