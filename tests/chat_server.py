@@ -85,7 +85,7 @@ class ChatServer:
         self.replies.extend(replies)
 
 
-def send_json(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+def send_json(handler: BaseHTTPRequestHandler, reply: Reply, hold: threading.Event | None = None) -> None:
     data = reply.raw if reply.raw is not None else json.dumps(reply.body or {}).encode()
     handler.send_response(reply.status)
     handler.send_header("content-type", "application/json")
@@ -94,6 +94,9 @@ def send_json(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
         handler.send_header(name, value)
     handler.end_headers()
     handler.wfile.write(data[: len(data) // 2] if reply.truncated else data)
+    if reply.truncated and hold is not None:  # the connection stays open, the rest of the body never comes
+        handler.wfile.flush()
+        hold.wait()
 
 
 def start(server_state: ChatServer) -> ThreadingHTTPServer:
@@ -128,10 +131,7 @@ def start(server_state: ChatServer) -> ThreadingHTTPServer:
                     self.wfile.write(b"data: [DONE]\n\n")
                 self.close_connection = True
                 return
-            send_json(self, reply)
-            if reply.truncated:
-                self.wfile.flush()
-                server_state.release.wait()
+            send_json(self, reply, hold=server_state.release)
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
