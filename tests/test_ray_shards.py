@@ -240,3 +240,44 @@ async def test_a_failure_while_recording_a_round_on_ray_shards_stops_at_the_chec
     assert not (cut / "state.json").exists()
     await resume_scenario(cut, llm=TestLLM(), backend=RayBackend(3, address=ray_address))
     assert run_files(cut) == run_files(tmp_path / "one")
+
+
+KILLED_DRIVER = """
+import os, signal
+from metaroles.runs import ray_reaper
+from metaroles.runs.ray_shards import ensure_ray
+ensure_ray(num_cpus=1, object_store_memory=80 * 1024 * 1024)
+print(ray_reaper.raylet_of_this_process(), ray_reaper._held[-1][1].pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _cluster_processes(raylet: int) -> list[int]:
+    """Processes that carry this raylet's pid in their environment (its workers and agents), or are it."""
+    marker = f"RAY_RAYLET_PID={raylet}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_killed_driver_takes_the_local_cluster_it_started_with_it_agents_and_all() -> None:
+    import select
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", KILLED_DRIVER], capture_output=True, text=True, check=False)
+    assert done.returncode == -9, done.stderr[-2000:]
+    raylet, reaper = map(int, done.stdout.split())
+    try:
+        exited = os.pidfd_open(reaper)  # readable once the reaper has exited (its work done)
+    except ProcessLookupError:
+        exited = None
+    if exited is not None:
+        assert select.select([exited], [], [], 60)[0], "the reaper did not end within a minute"
+        os.close(exited)
+    assert _cluster_processes(raylet) == [], "Ray's processes outlived the driver that started them"

@@ -25,6 +25,7 @@ from metaroles.messages.message import Message
 from metaroles.runs import shipping
 from metaroles.runs.backends import ShardBy, check_shards
 from metaroles.runs.crossing import OutboxReader, OutboxWriter
+from metaroles.runs.ray_reaper import reap_with_this_process
 from metaroles.runs.registry import USER_SCENARIO
 from metaroles.runs.shards import ShardHost
 from metaroles.runs.shardset import Addresses, Delivery, Stepped, StepResult
@@ -100,6 +101,8 @@ def ensure_ray(address: str | None = None, **init: Any) -> Any:
                 f"Ray could not start {where} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                 "check the address and that Ray runs here, or run in one process (--backend process)"
             ) from exc
+        if address is None:
+            reap_with_this_process()  # a cluster this process started ends with it, its agents too
     return ray
 
 
