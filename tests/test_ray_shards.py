@@ -247,7 +247,7 @@ import os, signal
 from metaroles.runs import ray_reaper
 from metaroles.runs.ray_shards import ensure_ray
 ensure_ray(num_cpus=1, object_store_memory=80 * 1024 * 1024)
-print(ray_reaper.raylet_of_this_process(), ray_reaper._held[-1][1].pid, flush=True)
+print(ray_reaper.raylet_of_this_process(), ray_reaper._held[-1][1], flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 

@@ -12,7 +12,6 @@ Linux only (``/proc``); elsewhere nothing is started.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,8 +30,8 @@ for entry in os.listdir("/proc"):
             continue
 """
 
-_held: list[tuple[int, subprocess.Popen[bytes]]] = []
-"""The write end of each reaper's pipe (held, never written, for as long as this process lives), and the reaper."""
+_held: list[tuple[int, int]] = []
+"""The write end of each reaper's pipe (held, never written, for as long as this process lives), and its pid."""
 
 
 def raylet_of_this_process() -> int | None:
@@ -58,10 +57,16 @@ def reap_with_this_process() -> int | None:
     raylet = raylet_of_this_process()
     if raylet is None:
         return None
-    read, write = os.pipe()  # not inheritable: no child of this process holds the write end open
-    reaper = subprocess.Popen(
-        [sys.executable, "-I", "-c", _REAPER, str(raylet)], stdin=read, close_fds=True, start_new_session=True
-    )
-    os.close(read)
+    read, write = os.pipe()  # not inheritable: no program this process starts holds the write end open
+    try:  # spawned, not a Popen: it outlives this process by design, and no object here waits for it
+        reaper = os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-I", "-c", _REAPER, str(raylet)],
+            os.environ,
+            file_actions=[(os.POSIX_SPAWN_DUP2, read, 0)],
+            setsid=True,  # a terminal's Ctrl-C reaches the driver, not the reaper
+        )
+    finally:
+        os.close(read)
     _held.append((write, reaper))
-    return reaper.pid
+    return reaper
