@@ -22,7 +22,7 @@ class UnheardWatchWarning(UserWarning):
     """A role watches an action id that no role's action has, but one close to it (a typo, a short name)."""
 
 
-def warn_unheard_watches(roles: Iterable[Role], *, heard: Iterable[str] = ()) -> None:
+def warn_unheard_watches(roles: Sequence[Role], *, heard: Iterable[str] = ()) -> None:
     """Warn, once per id, of a role that watches a bare name no action has when an action's class is named so.
 
     ``watch=["WriteDraft"]`` for an action whose id is ``mypkg.actions.WriteDraft`` would leave the
@@ -31,28 +31,25 @@ def warn_unheard_watches(roles: Iterable[Role], *, heard: Iterable[str] = ()) ->
     environment may publish under a ``cause_by`` of its own. ``heard``: ids that count as produced
     besides the roles' actions (the user's requirement, what the history holds).
     """
-    roles = list(roles)
+    bare = {w: role for role in roles for w in role.rc.watch if "." not in w}  # action ids are qualified
+    if not bare:
+        return
     produced = set(heard)
     for role in roles:
         produced.update(action.action_id() for action in role.actions)
     short: dict[str, list[str]] = {}
     for action_id in produced:
         short.setdefault(action_id.rpartition(".")[2], []).append(action_id)
-    warned: set[str] = set()
-    for role in roles:
-        for watched in role.rc.watch - produced - warned:
-            if "." in watched:  # a qualified id that nothing produces yet: an environment's own cause_by, say
-                continue
-            names = difflib.get_close_matches(watched, list(short), n=3, cutoff=0.8)
-            close = [action_id for name in names for action_id in short[name]]
-            if close:
-                warned.add(watched)
-                warn(
-                    f"role {role.name!r} watches {watched!r}, which no role's action produces, so it may never "
-                    f"act; did you mean {', '.join(repr(c) for c in sorted(close))}? (watch the Action class itself)",
-                    UnheardWatchWarning,
-                    stacklevel=4,
-                )
+    for watched, role in bare.items():
+        names = [] if watched in produced else difflib.get_close_matches(watched, list(short), n=3, cutoff=0.8)
+        close = [action_id for name in names for action_id in short[name]]
+        if close:
+            warn(
+                f"role {role.name!r} watches {watched!r}, which no role's action produces, so it may never "
+                f"act; did you mean {', '.join(repr(c) for c in sorted(close))}? (watch the Action class itself)",
+                UnheardWatchWarning,
+                stacklevel=4,
+            )
 
 
 class DeadLetterWarning(UserWarning):

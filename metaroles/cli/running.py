@@ -54,7 +54,7 @@ def _check_extras(*, otel: bool, zstd: bool) -> None:
 def run(
     target: Annotated[str, typer.Argument(help="scenario name (see `metaroles list`) or a YAML config file")],
     rounds: Annotated[
-        int | None, typer.Option(min=0, max=1_000_000, help="rounds to run (default: the scenario's)")
+        int | None, typer.Option(min=0, max=MAX_ROUNDS, help="rounds to run (default: the scenario's)")
     ] = None,
     idea: Annotated[str | None, typer.Option(help="the idea/topic published at the start")] = None,
     llm: Annotated[str | None, typer.Option(help=LLM_HELP)] = None,

@@ -226,7 +226,7 @@ def write_atomic(
     """
     if beneath is None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        folder = _open_folder(path.parent)
     else:
         parts = confined.parts_of(beneath, path.relative_to(beneath).as_posix())
         folder = confined.open_folder(beneath, parts[:-1], make=True, whole=parts)

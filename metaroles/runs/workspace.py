@@ -31,10 +31,14 @@ def _record(folder: Path, round_no: int) -> Path:
 def current_files(workspace: Path) -> Files:
     """The workspace's regular files now, by relative path, with the hash of each (links are not followed)."""
     return {
-        relative: hashlib.sha256(confined.read_bytes(workspace, relative)).hexdigest()
+        relative: _digest(confined.read_bytes(workspace, relative))
         for relative, regular in confined.entries(workspace)
         if regular and not relative.endswith(".tmp")
     }
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def keep(workspace: Path, folder: Path, round_no: int, last: Files | None) -> Files:
@@ -90,8 +94,9 @@ def write_files(workspace: Path, folder: Path, files: Files) -> None:
     missing = [d for d in files.values() if not (folder / "blobs" / d).is_file()]
     if missing:
         raise RunDirCorrupt(f"{folder / 'blobs'}: the workspace content {missing[0]} is missing; the folder is damaged")
-    have = current_files(workspace)
-    for relative, regular in list(confined.entries(workspace)):
+    present = list(confined.entries(workspace))  # one walk; only the files the record keeps are read
+    have = {r: _digest(confined.read_bytes(workspace, r)) for r, regular in present if regular and r in files}
+    for relative, regular in present:
         if not regular or relative not in files or files[relative] != have.get(relative):
             confined.unlink(workspace, relative)
     for relative, digest in files.items():

@@ -65,19 +65,17 @@ def cli(*args: str) -> int:
         return main(list(args))
 
 
-@pytest.mark.parametrize("how", MUTATIONS)
-@pytest.mark.parametrize("name", FILES)
-def test_a_damaged_run_directory_gets_a_clear_word_never_a_traceback(tmp_path, capsys, runs, name, how):
-    straight, killed_run = runs
-    run_dir = tmp_path / "run"
-    shutil.copytree(killed_run, run_dir)
-    mutate(run_dir / name, how)
+def every_reader(straight: Path, run_dir: Path, fork: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run show, graph, diff, fork and resume on ``run_dir``: each exits 0, 1 or 2 with at most one line.
+
+    Returns the resume's exit code and what it said on stderr.
+    """
     capsys.readouterr()
     for args in (
         ["show", str(run_dir)],
         ["graph", str(run_dir), "-f", "json"],
         ["diff", str(straight), str(run_dir)],
-        ["fork", str(run_dir), "--from-round", "2", "--out", str(tmp_path / "fork"), "-q"],
+        ["fork", str(run_dir), "--from-round", "2", "--out", str(fork), "-q"],
         ["resume", str(run_dir), "-q"],
     ):
         code = cli(*args)
@@ -86,6 +84,17 @@ def test_a_damaged_run_directory_gets_a_clear_word_never_a_traceback(tmp_path, c
         if code and not (args[0] == "diff" and code == 1):  # diff: 1 is "they differ", as diff(1) says
             said = [line for line in stderr.splitlines() if line.startswith("error:")]
             assert len(said) == 1 and "a metaroles bug" not in said[0], (args, stderr)
+    return code, stderr
+
+
+@pytest.mark.parametrize("how", MUTATIONS)
+@pytest.mark.parametrize("name", FILES)
+def test_a_damaged_run_directory_gets_a_clear_word_never_a_traceback(tmp_path, capsys, runs, name, how):
+    straight, killed_run = runs
+    run_dir = tmp_path / "run"
+    shutil.copytree(killed_run, run_dir)
+    mutate(run_dir / name, how)
+    code, stderr = every_reader(straight, run_dir, tmp_path / "fork", capsys)
     if code == 0:
         assert differences(straight, run_dir) == [], f"resume went on from a damaged {name} ({how})"
         return
@@ -139,20 +148,7 @@ def test_damage_that_parses_gets_a_clear_word_and_a_refused_resume_changes_nothi
     shutil.copytree(killed_run, run_dir)
     DAMAGES[damage](run_dir)
     before = digest(run_dir)
-    capsys.readouterr()
-    for args in (
-        ["show", str(run_dir)],
-        ["graph", str(run_dir), "-f", "json"],
-        ["diff", str(straight), str(run_dir)],
-        ["fork", str(run_dir), "--from-round", "2", "--out", str(tmp_path / "fork"), "-q"],
-        ["resume", str(run_dir), "-q"],
-    ):
-        code = cli(*args)
-        stderr = capsys.readouterr().err
-        assert code in (0, 1, 2), (args, code)
-        if code and not (args[0] == "diff" and code == 1):  # diff: 1 is "they differ", as diff(1) says
-            said = [line for line in stderr.splitlines() if line.startswith("error:")]
-            assert len(said) == 1 and "a metaroles bug" not in said[0], (args, stderr)
+    code, stderr = every_reader(straight, run_dir, tmp_path / "fork", capsys)
     if code == 0:  # it read what it could (a damaged round file: the one before it) and went on
         assert differences(straight, run_dir) == [], f"resume kept the damage ({damage})"
         return
