@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import statistics
 import time
@@ -304,6 +305,62 @@ def memory_figures(total: int) -> None:
     emit("memory_get_by_actions_rare", median_of(lookup_rare), "us/call", stored=memory.count(), returned=11)
 
 
+def actions_figures(total: int = 50_000, kinds: int = 10) -> None:
+    """``get_by_actions`` with three common actions (3 of ``kinds``) at ``total`` stored, the result iterated.
+
+    Against MetaGPT's way (its index lists concatenated, not in storage order): asked again with
+    nothing new, with ``kinds`` new messages between asks (a role's ``important_memory`` each turn),
+    and the first ask of a memory.
+    """
+    actions = [f"bench.Act{i}" for i in range(kinds)]
+    messages = [Message("m", cause_by=actions[i % kinds]) for i in range(total)]
+    asked = (actions[1], actions[4], actions[7])
+    index = {a: [m for m in messages if m.cause_by == a] for a in actions}
+    memory = Memory(messages)
+    arriving = iter([Message("m", cause_by=actions[i % kinds]) for i in range(1000 * kinds)])
+
+    def timed_calls(call: Callable[[], object], between: Callable[[], object] = lambda: None) -> float:
+        spent = 0.0
+        for _ in range(200):
+            between()
+            begin = time.perf_counter()
+            call()
+            spent += time.perf_counter() - begin
+        return spent / 200 * 1e6
+
+    def metagpt() -> None:
+        found: list[Message] = []
+        for action in asked:
+            if action in index:
+                found += index[action]
+        for _ in found:
+            pass
+
+    def ours(memory: Memory = memory) -> None:
+        for _ in memory.get_by_actions(asked):
+            pass
+
+    def arrive() -> None:
+        for message in itertools.islice(arriving, kinds):
+            memory.add(message)
+            index[message.cause_by].append(message)  # MetaGPT's index grows too
+
+    reference = median_of(lambda: timed_calls(metagpt))
+    emit("memory_get_by_actions_metagpt", reference, "us/call", stored=total, returned=3 * total // kinds)
+    emit("memory_get_by_actions_common", median_of(lambda: timed_calls(ours)), "us/call", stored=total)
+    new = median_of(lambda: timed_calls(ours, arrive))
+    emit("memory_get_by_actions_common_with_news", new, "us/call", stored=total, new_between=kinds)
+    reference = median_of(lambda: timed_calls(metagpt, arrive))
+    emit("memory_get_by_actions_metagpt_with_news", reference, "us/call", stored=total, new_between=kinds)
+    def first_ask() -> float:
+        fresh = Memory(messages)
+        begin = time.perf_counter()
+        ours(fresh)
+        return (time.perf_counter() - begin) * 1e6
+
+    emit("memory_get_by_actions_first_ask", statistics.median(first_ask() for _ in range(20)), "us/call", stored=total)
+
+
 class PydanticMessage(BaseModel):
     """The reference for ``Message.dump``: MetaGPT's message is a pydantic model with these fields."""
 
@@ -425,6 +482,7 @@ def main() -> None:
     dump_figures()
     emit("idle_round_10k_roles", median_of(lambda: idle_round(10_000, 100)), "ms/round", roles=10_000)
     memory_figures(100_000 if args.quick else 1_000_000)
+    actions_figures()
     for roles in (10_000, 100_000):
         emit("idle_role", idle_role_bytes(roles), "bytes/role", roles=roles)
     history_figures(100 if args.quick else 1000)

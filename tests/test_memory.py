@@ -110,6 +110,14 @@ class MemoryMachine(RuleBasedStateMachine):
         if added:
             self.model.append(msg)
 
+    @rule(count=st.integers(1, 90), action=actions)
+    def add_many(self, count: int, action: object) -> None:
+        """Enough at once that get_by_actions' kept merge folds its tail (past 64) into its body."""
+        for i in range(count):
+            msg = Message(f"bulk{i}", cause_by=action if i % 3 else WritePRD)
+            assert self.memory.add(msg)
+            self.model.append(msg)
+
     @rule(n=messages, action=actions)
     def delete(self, n: int, action: object) -> None:
         msg = self.message(n, action)

@@ -4,13 +4,15 @@
 is idempotent in O(1) and ``find_news`` is O(len(observed)) — where MetaGPT compares full models
 in lists (O(n) per add, O(n·m) per observe). ``index`` maps each ``cause_by`` to the positions of
 its messages. Reads hand out read-only views in O(1) (the history an action runs on, ``get``,
-``get_by_action``) and ``get_by_actions`` merges index entries in O(k) for k messages returned.
+``get_by_action``); ``get_by_actions`` keeps its merge of index entries per set of actions and
+extends it by what was remembered since.
 """
 
 from __future__ import annotations
 
 import itertools
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Self
@@ -18,7 +20,7 @@ from typing import Any, ClassVar, Self
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.schema import ChatRole, action_ids, any_to_str
 from metaroles.messages.message import Message
-from metaroles.messages.view import EMPTY, IndexedView, MessageView
+from metaroles.messages.view import EMPTY, IndexedView, JoinedView, MessageView
 
 POSITIONS = "I"
 """The array type of an index entry's positions: 4 bytes each (a memory holds fewer than 2**32 messages:
@@ -38,7 +40,7 @@ class Memory:
     A view is a snapshot; a later removal copies the lists first when a view may still read them.
     """
 
-    __slots__ = ("_edits", "_index", "_items", "_shared", "_store", "ignore_id")
+    __slots__ = ("_edits", "_index", "_items", "_merged", "_shared", "_store", "ignore_id")
 
     _fused: ClassVar[bool] = True  # remember_news may inline remember_new: no subclass overrides it
 
@@ -55,6 +57,8 @@ class Memory:
         self._items: list[Message] = []  # storage order; views read it, so it is only ever appended to in place
         self._index: dict[str, array[int]] = {}  # cause_by -> positions in _items, ascending
         self._shared = False  # whether a view may read _items or an index entry (a removal then copies)
+        self._merged: dict[frozenset[str], _Merged] = {}
+        """What :meth:`get_by_actions` merged, per set of actions: kept, and extended by what came since."""
         self.add_batch(messages)
 
     def _key(self, message: Message) -> str:
@@ -198,15 +202,29 @@ class Memory:
     def get_by_actions(self, actions: Iterable[object]) -> MessageView:
         """Return messages caused by any of ``actions``, in the order they were remembered.
 
-        O(k) in the number of messages returned (their index entries merged by position), a read-only view.
+        A read-only view. The merge of several actions' index entries is kept per set of actions
+        and extended by the messages remembered since: asked again (a role's ``important_memory``
+        each turn), it costs O(new), and the view iterates as fast as a list.
         """
-        buckets = [b for b in map(self._index.get, action_ids(actions)) if b]
+        ids = frozenset(action_ids(actions))
+        buckets = [b for b in map(self._index.get, ids) if b]
         if not buckets:
             return EMPTY
         self._shared = True
         if len(buckets) == 1:
             return IndexedView(self._items, buckets[0])
-        return IndexedView(self._items, sorted(itertools.chain.from_iterable(buckets)))
+        merged = self._merged.get(ids)
+        if merged is None:
+            if len(self._merged) >= _MERGES_KEPT:
+                self._merged.clear()
+            merged = self._merged[ids] = _Merged()
+        items = self._items
+        if merged.upto < len(items):
+            upto = merged.upto
+            tails = [b[bisect_left(b, upto) :] if upto else b for b in buckets]
+            merged.extend(map(items.__getitem__, sorted(itertools.chain.from_iterable(tails))))
+            merged.upto = len(items)
+        return JoinedView(merged.body, merged.tail, len(merged.tail))
 
     def find_news(self, observed: Iterable[Message], k: int = 0) -> list[Message]:
         """Return the messages of ``observed`` not among the newest ``k`` remembered (all if 0).
@@ -237,6 +255,7 @@ class Memory:
             return None
         _, message = self._store.popitem()
         self._edits += 1
+        self._merged = {}
         if self._shared:
             self._rebuild(self._items[:-1])
             return message
@@ -256,13 +275,13 @@ class Memory:
                 index[message.cause_by] = array(POSITIONS, (position,))
             else:
                 bucket.append(position)
-        self._items, self._index, self._shared = items, index, False
+        self._items, self._index, self._shared, self._merged = items, index, False, {}
 
     def clear(self) -> None:
         """Forget everything."""
         self._edits += 1
         self._store = {}
-        self._items, self._index, self._shared = [], {}, False
+        self._items, self._index, self._shared, self._merged = [], {}, False, {}
 
     def dump(self) -> list[dict[str, Any]]:
         """Serialise the remembered messages, oldest first."""
@@ -273,6 +292,32 @@ class Memory:
         """Restore a memory serialised by :meth:`dump`."""
         messages = (m if isinstance(m, Message) else Message.model_validate(m) for m in data)
         return cls(messages, ignore_id=ignore_id)
+
+
+_MERGES_KEPT = 8
+"""How many sets of actions a memory keeps merged (a role asks for its watch set, rarely for others)."""
+
+
+class _Merged:
+    """The messages of a set of actions in storage order, as far as the memory's first ``upto`` messages.
+
+    A tuple (``body``) and the messages merged since (``tail``, only ever appended to): a view of
+    both iterates at the tuple's speed, and sees its snapshot of the tail. The tail joins the body
+    when it reaches a quarter of it, so each message is copied a few times in all.
+    """
+
+    __slots__ = ("body", "tail", "upto")
+
+    def __init__(self) -> None:
+        self.body: tuple[Message, ...] = ()
+        self.tail: list[Message] = []
+        self.upto = 0
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        tail = self.tail
+        tail += messages
+        if len(tail) > 64 and len(tail) * 4 > len(self.body):
+            self.body, self.tail = self.body + tuple(tail), []
 
 
 class _Index(Mapping[str, MessageView]):

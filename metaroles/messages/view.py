@@ -128,5 +128,59 @@ class IndexedView(MessageView):
         return f"IndexedView({list(self)!r})"
 
 
+class FixedView(MessageView):
+    """All of a tuple of messages: nothing is ever added to it, so it iterates as the tuple does."""
+
+    __slots__ = ()
+
+    def __init__(self, items: tuple[Message, ...]) -> None:
+        """View all of ``items``."""
+        super().__init__(items)  # type: ignore[arg-type]  # read-only use: a tuple serves as the list
+
+    def __iter__(self) -> Iterator[Message]:
+        """Iterate oldest first (the tuple's own iterator: no bound to check)."""
+        return iter(self._items)
+
+
+class JoinedView(MessageView):
+    """A tuple of messages, then the first ``count`` of a list (appended to later, unseen here), oldest first."""
+
+    __slots__ = ("_body",)
+
+    def __init__(self, body: tuple[Message, ...], tail: list[Message], count: int) -> None:
+        """View all of ``body``, then ``tail[:count]``."""
+        super().__init__(tail, 0, count)
+        self._body = body
+
+    def __len__(self) -> int:
+        """Return the number of messages in view."""
+        return len(self._body) + self._stop
+
+    def __getitem__(self, index: Any) -> Any:
+        """Return the ``index``-th message (negative counts from the newest), or a slice as a list."""
+        if isinstance(index, slice):
+            return list(self)[index]
+        body, size = self._body, len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError(f"message index {index} out of range for a view of {size} messages")
+        return body[index] if index < len(body) else self._items[index - len(body)]
+
+    def __iter__(self) -> Iterator[Message]:
+        """Iterate oldest first, at the tuple's speed for its part."""
+        if not self._stop:
+            return iter(self._body)
+        return itertools.chain(self._body, itertools.islice(self._items, self._stop))
+
+    def __reversed__(self) -> Iterator[Message]:
+        """Iterate newest first."""
+        return itertools.chain(reversed(self._items[: self._stop]), reversed(self._body))
+
+    def __repr__(self) -> str:
+        """Show the messages as a list would."""
+        return f"JoinedView({list(self)!r})"
+
+
 EMPTY = MessageView([])
 """The view of no messages."""
