@@ -203,9 +203,9 @@ async def run_ring(role_cls: type[Role]) -> tuple[list[tuple[str, str, list[str]
     return transcript, memories
 
 
-async def test_inlined_one_action_turn_behaves_like_the_hook_chain():
-    assert Role._plain_turn and Writer._plain_turn, "Writer only sets actions in __init__"
-    assert not HookedRole._plain_turn
+async def test_a_default_turn_and_one_through_overridden_hooks_say_the_same():
+    assert Role._default_turn and Writer._default_turn, "Writer only sets actions in __init__"
+    assert not HookedRole._default_turn
     plain, hooked = await run_ring(Role), await run_ring(HookedRole)
     assert plain == hooked
     transcript, _ = plain

@@ -10,18 +10,18 @@ A custom role needs only :meth:`Role.set_actions` and :meth:`Role._watch`, or ov
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 from warnings import warn
 
 if TYPE_CHECKING:
     from metaroles.longterm.storage import MemoryStorage
 
-from metaroles.bus.action import Action, ActionResult, UserRequirement, result_message, run_action
+from metaroles.bus.action import Action, UserRequirement, failure_message, result_message
 from metaroles.bus.context import RoleContext, RoleHost, RoleReactMode, check_react_mode
 from metaroles.bus.state import RoleState, context_state, persist_long_term, restore_context
 from metaroles.bus.thinking import Step, choose_state, plan_steps, prompt_vars, role_prefix
-from metaroles.core.exceptions import InvalidValueError
+from metaroles.core.exceptions import InvalidValueError, LLMOutputInvalid
 from metaroles.core.ids import IdScope
 from metaroles.core.schema import BROADCAST, action_ids, checked_name, to_addresses
 from metaroles.llm.ledger import CostLedger
@@ -30,8 +30,8 @@ from metaroles.longterm.brain import BrainMemory
 from metaroles.longterm.memory import LongtermMemory
 from metaroles.messages.message import Message
 
-_PLAN = RoleReactMode.PLAN_AND_ACT
-_TURN_HOOKS = ("run", "_run_action", "_observe", "react", "_react", "_think", "_act", "_to_message", "publish_message")
+_PLAN, _BY_ORDER = RoleReactMode.PLAN_AND_ACT, RoleReactMode.BY_ORDER
+_TURN_HOOKS = ("run", "_observe", "react", "_react", "_think", "_act", "publish_message")
 
 
 class Role:
@@ -60,12 +60,12 @@ class Role:
     goal: str = ""
     constraints: str = ""
     desc: str = ""
-    _plain_turn: ClassVar[bool] = True
+    _default_turn: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Note whether the subclass keeps every hook of a turn (then a one-action turn is inlined)."""
+        """Note whether the subclass keeps every hook of a turn (a checkpoint then replays its turns)."""
         super().__init_subclass__(**kwargs)
-        cls._plain_turn = all(getattr(cls, hook) is getattr(Role, hook) for hook in _TURN_HOOKS)
+        cls._default_turn = all(getattr(cls, hook) is getattr(Role, hook) for hook in _TURN_HOOKS)
 
     def __init__(
         self,
@@ -239,14 +239,16 @@ class Role:
         if env is not None and env.trace is not None:
             env.trace.append((kind, self.name, detail, self.rc.remembered if kind == "observe" else 0))
 
-    def _take_news(self) -> int:
+    async def _observe(self) -> int:
+        """Pop the buffer, remember what is new, keep what is watched or addressed as news; count it.
+
+        The news are the buffer's messages ``find_news`` gives (not yet remembered) that ``watch`` or
+        the role's name admits (``messages.memory.news_of``), taken in one pass with their adding to
+        memory (:meth:`Memory.remember_news`): O(buffered), whatever the memory holds.
+        """
         rc = self.rc
         rc.remembered, rc.news = rc.memory.remember_news(rc.msg_buffer.pop_all(), rc.watch, self.name)
         return len(rc.news)
-
-    async def _observe(self) -> int:
-        """Pop the buffer, remember what is new, keep what is watched or addressed as news; count it."""
-        return self._take_news()
 
     @property
     def is_idle(self) -> bool:
@@ -261,17 +263,17 @@ class Role:
 
     async def _think(self) -> bool:
         """Choose the next action into ``rc.todo``; return whether there is one."""
-        count = len(self.actions)
+        rc, count = self.rc, len(self.actions)
         if count == 1:
-            self.rc.state, self.rc.todo = 0, self.actions[0]
+            rc.state, rc.todo = 0, self.actions[0]
             return True
         if count == 0:
             return False
-        if self.rc.react_mode is RoleReactMode.BY_ORDER:
-            self._set_state(self.rc.state + 1)
-            return self.rc.todo is not None
+        if rc.react_mode is _BY_ORDER:
+            self._set_state(rc.state + 1)
+            return rc.todo is not None
         self._set_state(await self._choose_state())
-        return self.rc.todo is not None
+        return rc.todo is not None
 
     def _prompt_vars(self) -> dict[str, str]:
         return prompt_vars(self.name, self.profile, self.goal, self.constraints, self.rc.memory)
@@ -293,32 +295,38 @@ class Role:
         return await plan_steps(step, [a.name for a in self.actions])
 
     async def _act(self) -> Message | None:
-        """Run ``rc.todo`` on the history and remember its response."""
-        todo = self.rc.todo
+        """Run ``rc.todo`` on the history and remember its response.
+
+        An answer that never validated (``LLMOutputInvalid``) becomes a failure message, published
+        like any response (``metadata["error"]`` says what went wrong), so the run goes on.
+        """
+        rc = self.rc
+        todo = rc.todo
         if todo is None:
             return None
-        message = self._to_message(await self._run_action(todo), todo)
+        try:
+            result = await todo.run(rc.memory.get())
+        except LLMOutputInvalid as exc:
+            result = failure_message(todo, exc, self.name, self._send_to)
+        message = result_message(result, todo, self.name, self._send_to)
         if message is not None:
-            self.rc.memory.add(message)
+            rc.memory.add(message)
         return message
 
-    async def _run_action(self, todo: Action) -> ActionResult:
-        """Run ``todo`` on the history; an answer that never validated becomes a failure message."""
-        return await run_action(todo, self.rc.memory.get(), sender=self.name, send_to=self.send_to)
-
-    def _to_message(self, result: ActionResult, action: Action) -> Message | None:
-        return result_message(result, action, sender=self.name, send_to=self.send_to)
-
     async def _react(self) -> Message | None:
-        """Think and act up to ``max_react_loop`` times (by_order: once per action)."""
-        limit = len(self.actions) if self.rc.react_mode is RoleReactMode.BY_ORDER else self.rc.max_react_loop
+        """Think and act up to ``max_react_loop`` times (by_order: once per action); then nothing is to do."""
+        rc, env = self.rc, self.rc.env
+        limit = len(self.actions) if rc.react_mode is _BY_ORDER else rc.max_react_loop
+        trace = env.trace if env is not None else None
         response: Message | None = None
         for _ in range(limit):
             if not await self._think():
                 break
-            self._trace("think", self.rc.todo)
+            if trace is not None:
+                trace.append(("think", self.name, rc.todo, 0))
             acted = await self._act()
-            self._trace("act", acted)
+            if trace is not None:
+                trace.append(("act", self.name, acted, 0))
             response = acted or response
         return response
 
@@ -336,33 +344,39 @@ class Role:
                 response = step
         return response
 
-    async def react(self) -> Message | None:
-        """Take this turn's actions per ``react_mode``; return the response to publish."""
-        if self.rc.react_mode is RoleReactMode.PLAN_AND_ACT:
-            response = await self._plan_and_act()
-        else:
-            response = await self._react()
-        self.rc.state, self.rc.todo = -1, None
-        return response
+    def react(self) -> Awaitable[Message | None]:
+        """Take this turn's actions per ``react_mode`` (await it); the response to publish.
+
+        ``_react`` (react, by_order) or ``_plan_and_act``, handed over rather than awaited here: a turn
+        pays no coroutine for the choice. :meth:`run` then puts the stage back to -1 (nothing to do).
+        An override may be ``async def react(self)``.
+        """
+        return self._plan_and_act() if self.rc.react_mode is _PLAN else self._react()
 
     async def run(self, with_message: Message | str | None = None) -> Message | None:
-        """One turn: observe, react, publish. Returns the published response, if any."""
+        """One turn: ``_observe``, then ``react`` (``_think`` → ``_act``), then publish. Returns the response, if any.
+
+        Every role takes its turns here, a default one as a custom one.
+        """
         if with_message is not None:
             self.put_message(Message(with_message) if isinstance(with_message, str) else with_message)
         observed = await self._observe()
-        self._trace("observe", self.rc.news)
+        rc = self.rc
+        env = rc.env
+        if env is not None and env.trace is not None:
+            env.trace.append(("observe", self.name, rc.news, rc.remembered))
         if not observed:
             return None
         response = await self.react()
-        self.rc.todo = None
+        rc.state, rc.todo = -1, None
         self.publish_message(response)
         return response
 
     @property
-    def takes_plain_turn(self) -> bool:
-        """Whether a turn is the default one (observe, run the one action, publish), which the bus runs inlined."""
+    def default_turn(self) -> bool:
+        """Whether a turn is the default one (observe, run the one action, publish): a checkpoint then replays it."""
         rc = self.rc
-        return self._plain_turn and len(self.actions) <= 1 and rc.max_react_loop == 1 and rc.react_mode is not _PLAN
+        return self._default_turn and len(self.actions) <= 1 and rc.max_react_loop == 1 and rc.react_mode is not _PLAN
 
     # -- state ---------------------------------------------------------------------------------
 

@@ -17,12 +17,8 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import TaskGroup
 
-from metaroles.bus.action import failure_message, result_message
 from metaroles.bus.role import Role
-from metaroles.core.exceptions import LLMOutputInvalid
 from metaroles.core.ids import SCOPE
-from metaroles.core.schema import ChatRole
-from metaroles.messages.message import Message
 
 OnError = Callable[[Role, Exception], None]
 
@@ -42,10 +38,6 @@ class TurnObserver(Protocol):
 
     def agent_event(self, role: Role, kind: str, fields: dict[str, Any]) -> None:
         """An agent on the bus made a ``tool_call`` or got its ``tool_result``."""
-
-
-def _turn(role: Role) -> Coroutine[Any, Any, Any]:
-    return plain_turn(role) if role.takes_plain_turn else role.run()
 
 
 class WorkerPool:
@@ -108,20 +100,14 @@ class WorkerPool:
                 await parked.wait()
 
     async def _drain(self) -> None:
-        queue = self.queue
-        outer = _enter(None)  # each turn below sets its role's scope; the drain restores the caller's
+        queue, observer = self.queue, self.observer
+        outer = _enter(None)  # each turn below enters its role's scope; the drain restores the caller's
         try:
             while queue:
                 role = queue.popleft()
-                ids = role.ids  # take_turn, inlined: one frame and one reset less per turn
-                if ids is not None and ids.clock is None:
-                    ids.at(self.round)
-                _enter(ids)
+                enter_turn(role, self.round)
                 try:
-                    if self.observer is None:
-                        await (plain_turn(role) if role.takes_plain_turn else role.run())
-                    else:
-                        await self.observer.turn(role, _turn(role))
+                    await (role.run() if observer is None else observer.turn(role, role.run()))
                 except Exception as exc:
                     self.on_error(role, exc)
                 self.unfinished -= 1
@@ -138,61 +124,26 @@ def _raise(role: Role, exc: Exception) -> None:  # pragma: no cover - replaced b
 _enter, _leave = SCOPE.set, SCOPE.reset  # bound once: a turn pays no extra frame for its ids
 
 
-async def take_turn(role: Role, round_no: int, observer: TurnObserver | None = None) -> None:
-    """One turn of ``role`` in round ``round_no``, the ids it makes drawn from its own scope.
+def enter_turn(role: Role, round_no: int) -> None:
+    """Make the ids the current task creates ``role``'s, in round ``round_no``, until the next turn it enters.
 
     Its ids then depend only on the round, the role's place and what it does, never on which
-    worker ran it or when (see ``core.ids``).
+    worker ran it or when (see ``core.ids``). The caller restores its own scope when its turns are over.
     """
     ids = role.ids
     if ids is not None and ids.clock is None:
         ids.at(round_no)
-    token = _enter(ids)
+    _enter(ids)
+
+
+async def take_turn(role: Role, round_no: int, observer: TurnObserver | None = None) -> None:
+    """One turn of ``role`` in round ``round_no`` (``Role.run``, seen by ``observer``), in its own id scope."""
+    outer = _enter(None)
     try:
-        await (_turn(role) if observer is None else observer.turn(role, _turn(role)))
+        enter_turn(role, round_no)
+        await (role.run() if observer is None else observer.turn(role, role.run()))
     finally:
-        _leave(token)
-
-
-async def plain_turn(role: Role) -> Message | None:
-    """The default turn of a role with at most one action whose class overrides no turn hook.
-
-    Behaves exactly as ``_observe`` → ``react`` → ``publish_message`` do for such a role,
-    with their bodies inlined: fewer awaits and calls on the hot path of large societies.
-    """
-    rc = role.rc
-    env = rc.env
-    trace = env.trace if env is not None else None
-    memory = rc.memory
-    rc.remembered, news = memory.remember_news(rc.msg_buffer.pop_all(), rc.watch, role.name)
-    rc.news = news
-    if trace is not None:
-        trace.append(("observe", role.name, news, rc.remembered))
-    if not news or not role.actions:
-        return None
-    todo = rc.todo = role.actions[0]
-    rc.state = 0
-    if trace is not None:
-        trace.append(("think", role.name, todo, 0))
-    name, send_to = role.name, role._send_to
-    try:  # run_action, inlined
-        result = await todo.run(memory.get())
-    except LLMOutputInvalid as exc:
-        result = failure_message(todo, exc, name, send_to)
-    if type(result) is str:
-        message: Message | None = Message._trusted(result, None, ChatRole.ASSISTANT, todo._action_id, name, send_to)
-    elif type(result) is Message and result.sent_from:  # the action addressed it itself
-        message = result
-    else:
-        message = result_message(result, todo, name, send_to)
-    if message is not None:
-        memory.add(message)
-    if trace is not None:
-        trace.append(("act", role.name, message, 0))
-    rc.state, rc.todo = -1, None
-    if message is not None and env is not None:
-        env.publish_message(message)
-    return message
+        _leave(outer)
 
 
 async def run_roles(

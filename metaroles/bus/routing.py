@@ -8,13 +8,15 @@ the role's observation keeps it as news.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from warnings import warn
 
 from pydantic import BaseModel
 
 from metaroles.bus.role import Role
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
+from metaroles.messages.memory import news_of
 from metaroles.messages.message import Message
 
 
@@ -91,9 +93,8 @@ class RouteExplanation(BaseModel):
         return "\n".join(self.reasons)
 
 
-def env_index(role: Role) -> int:
-    """A role's place in its Environment (the order of delivery)."""
-    return role._env_index
+env_index: Callable[[Role], int] = attrgetter("_env_index")
+"""A role's place in its Environment (the order of delivery); C-level: a round sorts its ready roles by it."""
 
 
 class AddressBook:
@@ -192,11 +193,11 @@ def _admission(message: Message, role: Role) -> tuple[bool, str]:
         return False, f"news or not is decided where the role runs ({role!r}); its observation there keeps it or not"
     if message in role.rc.memory:
         return False, "not news: the role already remembers this message (find_news skips it)"
+    if not news_of((message,), role.rc.watch, role.name):  # the rule the role's observation applies
+        return False, (
+            f"remembered but not news: cause_by {message.cause_by!r} is not in watch {sorted(role.rc.watch)} "
+            f"and the name {role.name!r} is not in send_to"
+        )
     if message.cause_by in role.rc.watch:
         return True, f"news: cause_by {message.cause_by!r} is in the role's watch set"
-    if role.name in message.send_to:
-        return True, f"news: the role's name {role.name!r} is in send_to"
-    return False, (
-        f"remembered but not news: cause_by {message.cause_by!r} is not in watch {sorted(role.rc.watch)} "
-        f"and the name {role.name!r} is not in send_to"
-    )
+    return True, f"news: the role's name {role.name!r} is in send_to"

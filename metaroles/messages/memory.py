@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.schema import ChatRole, action_ids, any_to_str
@@ -25,6 +25,18 @@ from metaroles.messages.view import EMPTY, IndexedView, JoinedView, MessageView
 POSITIONS = "I"
 """The array type of an index entry's positions: 4 bytes each (a memory holds fewer than 2**32 messages:
 at ~100 bytes the least a message takes, more would need 400 GB), half what 8-byte positions took."""
+
+
+def news_of(messages: Iterable[Message], watch: Container[str], address: str) -> list[Message]:
+    """The news among ``messages`` for a role watching ``watch`` named ``address``: the bus's one news rule.
+
+    A message is news when the action that caused it is watched, or when it is sent to the role by name.
+    """
+    news = []
+    for message in messages:  # a loop, not a comprehension: this runs in every turn (no inner frame)
+        if message.cause_by in watch or address in message.send_to:
+            news.append(message)
+    return news
 
 
 class Memory:
@@ -41,13 +53,6 @@ class Memory:
     """
 
     __slots__ = ("_edits", "_index", "_items", "_merged", "_shared", "_store", "ignore_id")
-
-    _fused: ClassVar[bool] = True  # remember_news may inline remember_new: no subclass overrides it
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Note whether the subclass keeps :meth:`remember_new`, which :meth:`remember_news` inlines."""
-        super().__init_subclass__(**kwargs)
-        cls._fused = cls.remember_new is Memory.remember_new
 
     def __init__(self, messages: Iterable[Message] = (), *, ignore_id: bool = False) -> None:
         """Create a memory, optionally holding ``messages``."""
@@ -81,12 +86,15 @@ class Memory:
         return True
 
     def remember_new(self, messages: Iterable[Message]) -> list[Message]:
-        """Add ``messages`` and return those that were new (``find_news`` + ``add_batch`` in one pass)."""
+        """Add ``messages`` and return those that were new (``find_news`` + ``add_batch`` in one pass).
+
+        The batch form of :meth:`add` (its body, in the loop: this runs once per delivery on the bus's hot path).
+        """
         if self.ignore_id:
             add = self.add
             return [m for m in messages if add(m)]
         store, items, index, new = self._store, self._items, self._index, []
-        for message in messages:  # add() inlined: this runs once per delivery on the bus's hot path
+        for message in messages:
             if message.id in store:
                 continue
             store[message.id] = message
@@ -102,30 +110,13 @@ class Memory:
     def remember_news(
         self, messages: Iterable[Message], watch: Container[str], address: str
     ) -> tuple[int, list[Message]]:
-        """Add ``messages``; return how many were new and, of those, the ones ``watch`` or ``address`` admits.
+        """Add ``messages``; return how many were new and, of those, the news (:func:`news_of`).
 
-        A new message is news when its ``cause_by`` is watched or its ``send_to`` names ``address``
-        (a role's observation, in the same single pass as :meth:`remember_new`).
+        A role's observation: :meth:`remember_new` (a subclass's own, e.g. long-term memory's, decides
+        what is new), then the one news rule.
         """
-        if self.ignore_id or not self._fused:
-            new = self.remember_new(messages)  # a subclass's own remember_new (long-term memory) decides
-            return len(new), [m for m in new if m.cause_by in watch or address in m.send_to]
-        store, items, index, news, count = self._store, self._items, self._index, [], 0
-        for message in messages:  # add() inlined: this runs once per delivery on the bus's hot path
-            if message.id in store:
-                continue
-            store[message.id] = message
-            cause = message.cause_by
-            bucket = index.get(cause)
-            if bucket is None:
-                index[cause] = array(POSITIONS, (len(items),))
-            else:
-                bucket.append(len(items))
-            items.append(message)
-            count += 1
-            if cause in watch or address in message.send_to:
-                news.append(message)
-        return count, news
+        new = self.remember_new(messages)
+        return len(new), news_of(new, watch, address) if new else new
 
     def add_batch(self, messages: Iterable[Message]) -> None:
         """Remember each of ``messages`` in order."""

@@ -32,7 +32,7 @@ def replayable(role: Role) -> bool:
     """Whether a replay of the bus's ops rebuilds this role: a default turn over plain memory and buffer."""
     rc = role.rc
     return (
-        role.takes_plain_turn
+        role.default_turn
         and type(rc.memory) is Memory
         and not rc.memory.ignore_id
         and type(rc.msg_buffer) is MessageQueue

@@ -299,7 +299,8 @@ def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> No
             continue
         role = roles[ops[i + 1]]
         if ops[i] == 0:
-            role._take_news()
+            rc = role.rc  # the role's observation (Role._observe), replayed
+            rc.remembered, rc.news = rc.memory.remember_news(rc.msg_buffer.pop_all(), rc.watch, role.name)
             i += 2
             continue
         if ops[i + 2] >= 0:
