@@ -118,7 +118,7 @@ class RelayTo(Action):
     target: ClassVar[str] = ""
 
     async def run(self, history: Sequence[Message]) -> Message:
-        return Message("relay", cause_by=self._action_id, sent_from=self.sender, send_to={self.target})
+        return Message("relay", cause_by=self.cause_by, sent_from=self.sender, send_to={self.target})
 
 
 def ring_env_per_message(roles: int) -> Environment:

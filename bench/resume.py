@@ -23,16 +23,16 @@ from typing import Any
 import anyio
 
 from metaroles import TestLLM
-from metaroles.runs.config import RunOptions
-from metaroles.runs.registry import load_scenario
-from metaroles.runs.restore import restore_checkpoint
-from metaroles.runs.scenario import run_scenario
+from metaroles.project.registry import load_scenario
+from metaroles.project.scenario import run_scenario
+from metaroles.record.restore import restore_checkpoint
+from metaroles.team.options import RunOptions
 
 
 def _run(agents: int, rounds: int, out: Path, shards: int) -> None:
     backend = None
     if shards:
-        from metaroles.runs.ray_shards import RayBackend
+        from metaroles.sharding.ray import RayBackend
 
         backend = RayBackend(shards)
     options = {"agents": agents, "rounds": rounds}

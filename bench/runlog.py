@@ -29,8 +29,8 @@ import anyio
 from bus import ring_env
 
 from metaroles import Environment
-from metaroles.runs.checkpoint import CheckpointWriter
-from metaroles.runs.eventlog import EventLog
+from metaroles.record.checkpoint import CheckpointWriter
+from metaroles.record.eventlog import EventLog
 
 ROLES, ROUNDS, REPEATS = 1000, 10, 5
 MODES: dict[str, tuple[bool | str | None, int | None]] = {  # name: (turn events in the log?, checkpoint every N)
@@ -63,7 +63,7 @@ def traced_in_memory(env: Environment) -> AbstractContextManager[object]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from metaroles.runs.telemetry import traced
+    from metaroles.telemetry.tracing import traced
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))

@@ -38,16 +38,16 @@ from typing import Any
 import anyio
 
 from metaroles import Environment, LocalBackend, RayBackend, TestLLM
-from metaroles.runs.backends import LocalShards
-from metaroles.runs.config import RunOptions
-from metaroles.runs.crossing import OutboxReader, OutboxWriter
-from metaroles.runs.merging import take_in
-from metaroles.runs.ray_shards import RayShards, ensure_ray
-from metaroles.runs.registry import load_scenario
-from metaroles.runs.scenario import run_scenario
-from metaroles.runs.sharding import ShardedRun
-from metaroles.runs.shardset import StepResult
-from metaroles.runs.shipping import paused_gc
+from metaroles.core.heap import paused_gc
+from metaroles.project.registry import load_scenario
+from metaroles.project.scenario import run_scenario
+from metaroles.sharding.backends import LocalShards
+from metaroles.sharding.crossing import OutboxReader, OutboxWriter
+from metaroles.sharding.driver import ShardedRun
+from metaroles.sharding.merging import take_in
+from metaroles.sharding.ray import RayShards, ensure_ray
+from metaroles.sharding.shardset import StepResult
+from metaroles.team.options import RunOptions
 
 
 def plan(agents: int, rounds: int) -> Any:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from metaroles.runs.sweep import run_sweep
+from metaroles.project.sweep import run_sweep
 
 
 def timed(trials: int, jobs: int, out: Path, durability: str) -> float:

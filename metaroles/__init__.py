@@ -58,13 +58,13 @@ from metaroles.llm.providers import resolve_llm
 from metaroles.messages.memory import ChatMemory, Memory
 from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue, PriorityMessageQueue
-from metaroles.runs.backends import LocalBackend
-from metaroles.runs.cast import Cast
-from metaroles.runs.ray_shards import RayBackend
-from metaroles.runs.registry import ScenarioPlan, load_scenario
-from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
-from metaroles.runs.sweep import sweep
-from metaroles.runs.team import StopReason, Team, TeamReport
+from metaroles.project.registry import ScenarioPlan, load_scenario
+from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.project.sweep import sweep
+from metaroles.sharding.backends import LocalBackend
+from metaroles.sharding.cast import Cast
+from metaroles.sharding.ray import RayBackend
+from metaroles.team.team import StopReason, Team, TeamReport
 
 __all__ = [
     "LLM",

@@ -171,7 +171,7 @@ class Agent(Role):
     @property
     def opinion(self) -> float:
         """What the agent last said, else its initial opinion."""
-        said = self.rc.memory.get_by_action(self.actions[0]._action_id)
+        said = self.rc.memory.get_by_action(self.actions[0].cause_by)
         for message in reversed(said):  # its own answer is among the newest: neighbours' come after it
             if message.sent_from == self.name:
                 opinion = opinion_of(message)
@@ -183,7 +183,7 @@ class Agent(Role):
         """How many of this agent's answers failed (a model's structured answer that never validated)."""
         if not isinstance(self.actions[0], Reconsider):
             return 0  # the rule never fails
-        said = self.rc.memory.get_by_action(self.actions[0]._action_id)
+        said = self.rc.memory.get_by_action(self.actions[0].cause_by)
         return sum(1 for m in said if m.sent_from == self.name and "error" in m.metadata)
 
     def heard(self) -> list[float]:

@@ -13,7 +13,7 @@ from metaroles.agents.tool import BaseTool, Terminate
 from metaroles.core.schema import AgentState, ChatRole
 from metaroles.flow.graph import role_graph
 from metaroles.llm.model_files import local_model_available
-from metaroles.runs.eventlog import read_events
+from metaroles.record.eventlog import read_events
 
 
 class Coder(ToolCallAgent):

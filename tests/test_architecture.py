@@ -16,7 +16,21 @@ import pytest
 import metaroles
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["core", "messages", "llm", "longterm", "bus", "agents", "runs", "flow", "cli"]
+LAYERS = [
+    "core",
+    "messages",
+    "llm",
+    "longterm",
+    "bus",
+    "agents",
+    "record",
+    "telemetry",
+    "sharding",
+    "team",
+    "project",
+    "flow",
+    "cli",
+]
 """Bottom to top, as the import-linter contract in pyproject.toml lists them (top first)."""
 
 
@@ -120,3 +134,58 @@ def test_pip_install_puts_nothing_named_scenarios_actions_or_environments_at_the
 def _site_packages(python: Path) -> str:
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _package_of(path: Path) -> str:
+    """``bus`` for ``metaroles/bus/role.py``; the installed folders (scenarios, actions...) count as packages too."""
+    parts = path.relative_to(ROOT).parts
+    return parts[1] if parts[0] == "metaroles" and len(parts) > 2 else parts[0]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _own_private_names(trees: dict[Path, ast.Module]) -> dict[str, set[str]]:
+    """Each private name, with the packages that define it: a def, a class, ``self.name =``, a module name, a slot."""
+    owners: dict[str, set[str]] = {}
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.append(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    names.append(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.append(node.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+                names.append(node.value)  # a __slots__ entry
+            for name in filter(_private, names):
+                owners.setdefault(name, set()).add(_package_of(path))
+    return owners
+
+
+def test_no_package_reads_another_packages_private_names():
+    """Outside ``self``/``cls``, ``x._name`` (read or written) must be a name the reader's own package defines.
+
+    The scan cannot know ``x``'s type: a name that two packages define passes in both (a stand-in
+    defines the ``_env_index`` its role has). ``from metaroles.other import _name`` fails too.
+    """
+    folders = ("metaroles", "scenarios", "actions", "environments")
+    sources = [path for folder in folders for path in (ROOT / folder).rglob("*.py")]
+    trees = {path: ast.parse(path.read_text()) for path in sources}
+    owners = _own_private_names(trees)
+    reads = []
+    for path, tree in sorted(trees.items()):
+        package, where = _package_of(path), str(path.relative_to(ROOT))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("metaroles."):
+                source = node.module.split(".")[1]  # type: ignore[union-attr]
+                reads += [(where, node.lineno, a.name) for a in node.names if _private(a.name) and source != package]
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    continue
+                if package not in owners.get(node.attr, {package}):
+                    reads.append((where, node.lineno, node.attr))
+    assert reads == []

@@ -7,7 +7,7 @@ from anyio import wait_all_tasks_blocked
 from metaroles import FunctionLLM, LLMRequest, TestLLM
 from metaroles.core.exceptions import ConfigError
 from metaroles.llm.cassette import CassetteLLM, CassetteMiss, request_key
-from metaroles.runs.scenario import run_scenario
+from metaroles.project.scenario import run_scenario
 
 
 def ask(text: str, role: str = "r", action: str = "a", **kw: object) -> LLMRequest:

@@ -12,7 +12,7 @@ import pytest
 
 from metaroles import Action, ActionResult, Cast, Environment, Message, Role, Team, TestLLM
 from metaroles.core.exceptions import InvalidValueError, RunError
-from metaroles.runs.backends import LocalBackend
+from metaroles.sharding.backends import LocalBackend
 
 BUILT: list[int] = []
 """Every ``build(i)`` of :class:`Ring` in this process, in order."""

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from metaroles import Action, Environment, Intervention, Message, Role, UserRequirement
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs.checkpoint import MESSAGES, CheckpointWriter
-from metaroles.runs.numbering import round_file
-from metaroles.runs.restore import checkpoint_history, restore_checkpoint
-from metaroles.runs.rows import numbers_json
+from metaroles.record.checkpoint import MESSAGES, CheckpointWriter
+from metaroles.record.numbering import round_file
+from metaroles.record.restore import checkpoint_history, restore_checkpoint
+from metaroles.record.rows import numbers_json
 
 
 class Echo(Action):
@@ -182,7 +182,7 @@ def test_an_empty_folder_has_no_checkpoint(tmp_path):
 
 
 async def test_a_sharded_rounds_driver_file_holds_its_own_roles_whole_when_it_is_a_full_snapshot(tmp_path):
-    from metaroles.runs.parts import write_driver
+    from metaroles.record.parts import write_driver
 
     def team() -> Environment:
         env = Environment(seed=3)
@@ -214,7 +214,7 @@ def test_numbers_are_written_as_the_json_list_of_their_text(numbers: list[int]) 
 )
 def test_a_senders_rows_follow_its_actions_and_addresses(said: list[tuple[str, str, str]]) -> None:
     """Rows of one sender share its encoded fields only while its action and addresses stay the same."""
-    from metaroles.runs.rows import MessageRows
+    from metaroles.record.rows import MessageRows
 
     rows = MessageRows()
     for n, (sender, action, to) in enumerate(said):
@@ -228,7 +228,7 @@ def test_a_senders_rows_follow_its_actions_and_addresses(said: list[tuple[str, s
 @given(st.lists(st.integers(0, 5), max_size=30), st.sampled_from(["user", "assistant", "system"]))
 def test_rows_of_a_list_name_each_message_once_in_the_order_first_seen(picks: list[int], role: str) -> None:
     """Repeats in one list (or across lists) get the row first given; each new message adds one line."""
-    from metaroles.runs.rows import MessageRows
+    from metaroles.record.rows import MessageRows
 
     messages = [Message(f"m{n}", role=role, sent_from="a", send_to={"b"}) for n in range(6)]
     rows, lines = MessageRows(), []

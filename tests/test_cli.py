@@ -120,7 +120,7 @@ def test_an_installed_plugin_scenario_is_listed_and_runs(tmp_path):
         [
             sys.executable,
             "-c",
-            "from metaroles.runs.registry import load_plugin; print(load_plugin('roles', 'echoer')().name)",
+            "from metaroles.project.registry import load_plugin; print(load_plugin('roles', 'echoer')().name)",
         ],
         capture_output=True,
         text=True,
@@ -188,7 +188,7 @@ def test_replay_a_recorded_cassette_with_no_model(tmp_path):
 def test_the_progress_display_follows_the_rounds():
     from metaroles import TestLLM
     from metaroles.cli.common import Live
-    from metaroles.runs.registry import load_scenario
+    from metaroles.project.registry import load_scenario
 
     module = load_scenario("debate")
     plan = module.build(module.Config(turns=1), TestLLM(1))
@@ -303,7 +303,7 @@ def test_your_own_scenario_runs_from_a_file_and_from_a_module(tmp_path, monkeypa
 def test_the_progress_shows_the_real_total_time_and_a_readable_model(capsys):
     from metaroles import TestLLM
     from metaroles.cli.common import Live, resolve
-    from metaroles.runs.registry import load_scenario
+    from metaroles.project.registry import load_scenario
 
     module = load_scenario("debate")
     plan = module.build(module.Config(turns=1), TestLLM(1))
@@ -320,7 +320,7 @@ def test_the_progress_shows_the_real_total_time_and_a_readable_model(capsys):
 
 def test_a_long_transcript_is_printed_only_on_request(tmp_path, monkeypatch):
     """Past the length a run directory keeps, the terminal gets a line saying where to read it, not the transcript."""
-    from metaroles.runs import rundir
+    from metaroles.project import rundir
 
     short = invoke("run", "debate", "--llm", "test:3", "--set", "turns=1", "--out", str(tmp_path / "short"))
     printed = [line for line in short.output.splitlines() if line.startswith("[")]

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from metaroles import Message
 from metaroles.core.exceptions import RunError
 from metaroles.messages.fields import pickled_values
-from metaroles.runs.crossing import OutboxReader, OutboxWriter
+from metaroles.sharding.crossing import OutboxReader, OutboxWriter
 
 
 class Verdict(BaseModel):

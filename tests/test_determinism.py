@@ -147,8 +147,8 @@ from pathlib import Path
 import anyio
 
 from metaroles import LocalBackend, TestLLM
-from metaroles.runs.config import RunOptions
-from metaroles.runs.scenario import run_scenario
+from metaroles.team.options import RunOptions
+from metaroles.project.scenario import run_scenario
 
 options = {"agents": 40, "rounds": 6, "llm_agents": 4}
 run = RunOptions(seed=5, backend=LocalBackend(2), checkpoint_every=2)

@@ -13,11 +13,11 @@ import pytest
 from metaroles import TestLLM
 from metaroles.core import files
 from metaroles.core.exceptions import InvalidValueError, RunDirCorrupt
-from metaroles.runs import durability
-from metaroles.runs.config import RunOptions
-from metaroles.runs.durability import SYNCED, UNSYNCED, boot_id, restarted_since, settle
-from metaroles.runs.scenario import resume_scenario, run_scenario
-from metaroles.runs.sweep import read_table, run_sweep
+from metaroles.project.scenario import resume_scenario, run_scenario
+from metaroles.project.sweep import read_table, run_sweep
+from metaroles.record import durability
+from metaroles.record.durability import SYNCED, UNSYNCED, boot_id, restarted_since, settle
+from metaroles.team.options import RunOptions
 from tests.faults.helpers import command
 
 CLOCKED = {"manifest.json", "timings.jsonl"}
@@ -109,8 +109,8 @@ CRASHING_RUN = textwrap.dedent(
     from pathlib import Path
     import anyio
     from metaroles import TestLLM
-    from metaroles.runs.config import RunOptions
-    from metaroles.runs.scenario import run_scenario
+    from metaroles.team.options import RunOptions
+    from metaroles.project.scenario import run_scenario
 
     out, kill_round = Path(sys.argv[1]), int(sys.argv[2])
 

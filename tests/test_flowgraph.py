@@ -9,8 +9,8 @@ import pytest
 from metaroles import Action, Environment, Message, Role, TestLLM
 from metaroles.cli import main
 from metaroles.flow.graph import causal_dag, metrics, role_graph, to_json, to_mermaid, write_graphml
-from metaroles.runs.eventlog import read_events
-from metaroles.runs.scenario import run_scenario
+from metaroles.project.scenario import run_scenario
+from metaroles.record.eventlog import read_events
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ class Echo(Action):
 
 
 async def test_a_folded_log_reads_as_the_same_events_in_a_fraction_of_the_bytes(tmp_path):
-    from metaroles.runs.eventlog import EventLog
+    from metaroles.record.eventlog import EventLog
 
     env = Environment()
     names = [f"n{i}" for i in range(12)]

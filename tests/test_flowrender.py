@@ -17,9 +17,9 @@ from metaroles.cli import main
 from metaroles.flow.graph import role_graph, to_mermaid, write_graphml
 from metaroles.flow.page import page_data, render_html
 from metaroles.flow.plot import aggregate, draw, render
-from metaroles.runs.diff import run_messages
-from metaroles.runs.eventlog import read_events
-from metaroles.runs.scenario import run_scenario
+from metaroles.project.diff import run_messages
+from metaroles.project.scenario import run_scenario
+from metaroles.record.eventlog import read_events
 
 
 @pytest.fixture

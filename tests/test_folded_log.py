@@ -16,11 +16,11 @@ import pytest
 
 from metaroles import Action, Environment, Message, Role, TestLLM
 from metaroles.core.exceptions import InvalidValueError
-from metaroles.runs.backends import LocalBackend
-from metaroles.runs.config import RunOptions
-from metaroles.runs.eventlog import EventLog, read_events
-from metaroles.runs.scenario import run_scenario
-from metaroles.runs.team import Team
+from metaroles.project.scenario import run_scenario
+from metaroles.record.eventlog import EventLog, read_events
+from metaroles.sharding.backends import LocalBackend
+from metaroles.team.options import RunOptions
+from metaroles.team.team import Team
 from tests.faults.helpers import SCENARIOS, SEED, differences, killed, ok, run_args
 
 SAME = ("transcript.md", "state.json", "report.json", "ledger.json", "metrics.jsonl")
@@ -72,7 +72,7 @@ class Ventriloquist(Action):
     """Speaks in someone else's name: its message's line does not tell its turn's story."""
 
     async def run(self, history: Any) -> Message:
-        return Message("in another voice", cause_by=self._action_id, sent_from="puppet", send_to={"a"})
+        return Message("in another voice", cause_by=self.cause_by, sent_from="puppet", send_to={"a"})
 
 
 def relays(turns: Any) -> tuple[Environment, EventLog, Path]:

@@ -6,9 +6,9 @@ import pytest
 
 from metaroles import TestLLM
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs.diff import diff_runs, run_messages
-from metaroles.runs.rundir import read_manifest
-from metaroles.runs.scenario import fork_scenario, run_scenario
+from metaroles.project.diff import diff_runs, run_messages
+from metaroles.project.rundir import read_manifest
+from metaroles.project.scenario import fork_scenario, run_scenario
 
 OPTIONS = {"turns": 3}
 

@@ -10,7 +10,7 @@ import pytest
 
 from metaroles import Action, Environment, LocalBackend, Message, Role, Team, UserRequirement
 from metaroles.core.heap import FULL_PASS_EVERY, SettledHeap
-from metaroles.runs.session import sharded
+from metaroles.sharding.session import sharded
 
 
 class Cycle:
@@ -127,7 +127,7 @@ async def test_within_a_session_full_passes_are_rare_and_the_thresholds_come_bac
 async def test_keep_takes_a_bulk_load_out_of_the_passes_even_while_the_collector_is_paused() -> None:
     heap = SettledHeap()
     try:
-        gc.disable()  # as a bulk load pauses it (``runs.shipping.paused_gc``)
+        gc.disable()  # as a bulk load pauses it (``core.heap.paused_gc``)
         loaded = [Cycle() for _ in range(1000)]
         heap.keep()
         gc.enable()

@@ -17,8 +17,8 @@ from metaroles.core.heap import FULL_PASS_EVERY
 from metaroles.llm.cassette import CassetteLLM
 from metaroles.llm.limits import LimitedLLM
 from metaroles.llm.openai_compat import OpenAICompatibleLLM
-from metaroles.runs.config import RunOptions
-from metaroles.runs.scenario import resume_scenario, run_scenario
+from metaroles.project.scenario import resume_scenario, run_scenario
+from metaroles.team.options import RunOptions
 from tests import ray_helpers
 from tests.chat_server import ChatServer, Reply, completion, start
 from tests.faults.helpers import killed, ok, run_args
@@ -244,8 +244,8 @@ async def test_a_failure_while_recording_a_round_on_ray_shards_stops_at_the_chec
 
 KILLED_DRIVER = """
 import os, signal
-from metaroles.runs import ray_reaper
-from metaroles.runs.ray_shards import ensure_ray
+from metaroles.sharding import ray_reaper
+from metaroles.sharding.ray import ensure_ray
 ensure_ray(num_cpus=1, object_store_memory=80 * 1024 * 1024)
 print(ray_reaper.raylet_of_this_process(), ray_reaper._held[-1][1], flush=True)
 os.kill(os.getpid(), signal.SIGKILL)

@@ -53,7 +53,7 @@ def test_the_write_a_scenario_section_runs_its_scenario():
 def test_the_write_a_scenario_entry_points_are_the_registry_s_groups():
     import tomllib
 
-    from metaroles.runs.registry import ENTRY_POINTS
+    from metaroles.project.registry import ENTRY_POINTS
 
     text = README.read_text(encoding="utf-8")
     block = re.search(r"## Write a scenario.*?```toml\n(.*?)```", text, flags=re.DOTALL)

@@ -16,11 +16,11 @@ from metaroles import Environment, Message, Role, TestLLM, UserRequirement
 from metaroles.bus.routing import DeadLetterWarning
 from metaroles.core import files
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs.diff import run_messages
-from metaroles.runs.final_state import STATE_LIMIT, referenced_checkpoint
-from metaroles.runs.registry import load_scenario
-from metaroles.runs.restore import restore_checkpoint
-from metaroles.runs.scenario import run_scenario
+from metaroles.project.diff import run_messages
+from metaroles.project.registry import load_scenario
+from metaroles.project.scenario import run_scenario
+from metaroles.record.final_state import STATE_LIMIT, referenced_checkpoint
+from metaroles.record.restore import restore_checkpoint
 
 ADDRESSES = ["a", "b", "c", "d", "<all>"]
 
@@ -117,7 +117,7 @@ def test_message_ids_in_the_log_are_the_json_of_any_id(ids: list[str]) -> None:
     """Ids the bus makes take one join; any other id (quotes, backslashes, control characters) is escaped alike."""
     from json.encoder import encode_basestring
 
-    from metaroles.runs.eventlog import _ids
+    from metaroles.record.eventlog import _ids
 
     messages = [Message("x", id=i) if i else Message("x") for i in ids]
     written = _ids(messages)
@@ -128,7 +128,7 @@ def test_message_ids_in_the_log_are_the_json_of_any_id(ids: list[str]) -> None:
 async def test_the_log_follows_a_sender_whose_addresses_change(tmp_path) -> None:
     """A sender's addresses and recipients are remembered between its messages, never after they changed."""
     from metaroles import Action
-    from metaroles.runs.eventlog import EventLog, read_events
+    from metaroles.record.eventlog import EventLog, read_events
 
     class Say(Action):
         async def run(self, history):

@@ -10,8 +10,8 @@ import pytest
 
 from metaroles import TestLLM
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs.registry import load_scenario
-from metaroles.runs.restore import restore_checkpoint
+from metaroles.project.registry import load_scenario
+from metaroles.record.restore import restore_checkpoint
 
 SEED = 5
 ROUNDS = 7  # the debate with turns=3: six speeches, then the verdict
@@ -21,7 +21,7 @@ CRASHING_RUN = textwrap.dedent(
     from pathlib import Path
     import anyio
     from metaroles import Intervention, TestLLM
-    from metaroles.runs.registry import load_scenario
+    from metaroles.project.registry import load_scenario
 
     folder, kill_round, where, seed = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     module = load_scenario("debate")

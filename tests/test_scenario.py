@@ -7,7 +7,7 @@ from metaroles import ConfigError, FunctionLLM, TestLLM
 from metaroles.cli import main
 from metaroles.llm.model_files import local_model_available
 from metaroles.messages.render import readable
-from metaroles.runs.scenario import run_scenario
+from metaroles.project.scenario import run_scenario
 
 
 async def run_debate(seed: int) -> list[tuple[str, str]]:
@@ -166,8 +166,8 @@ async def test_a_structured_verdict_reads_as_fields_in_the_transcript_and_in_sho
 
 
 async def test_a_big_run_writes_its_transcript_only_when_asked_and_show_still_prints_it(tmp_path, monkeypatch, capsys):
-    from metaroles.runs import rundir
-    from metaroles.runs.config import RunOptions
+    from metaroles.project import rundir
+    from metaroles.team.options import RunOptions
 
     monkeypatch.setattr(rundir, "TRANSCRIPT_LIMIT", 3)  # a debate of 2 turns holds more messages than that
     big, asked = tmp_path / "big", tmp_path / "asked"

@@ -270,7 +270,7 @@ def test_trusted_construction_matches_validated_construction(content, structured
     """The bus's fast path builds the very message the validated constructor builds from the same values."""
     plan = Plan(steps=[content]) if structured else None
     cause_id = cause if isinstance(cause, str) else cause.action_id()
-    trusted = Message._trusted(content, plan, role, cause_id, sender, to)
+    trusted = Message.trusted(content, plan, role, cause_id, sender, to)
     checked = Message(
         content,
         id=trusted.id,

@@ -14,9 +14,9 @@ import pytest
 from metaroles import Team, TestLLM
 from metaroles.bus.action import UserRequirement
 from metaroles.messages.message import Message
-from metaroles.runs.backends import LocalBackend, LocalShards
-from metaroles.runs.config import RunOptions
-from metaroles.runs.scenario import resume_scenario, run_scenario
+from metaroles.project.scenario import resume_scenario, run_scenario
+from metaroles.sharding.backends import LocalBackend, LocalShards
+from metaroles.team.options import RunOptions
 from tests.test_sharding import SEED, run_files
 
 SOCIETY: dict[str, object] = {"agents": 200, "rounds": 5, "llm_agents": 3}
@@ -196,7 +196,7 @@ async def test_with_on_round_set_a_sharded_round_is_recorded_before_the_next_sta
 
 async def history_by_round(name: str, options: dict[str, Any], shards: int) -> tuple[list[list[Message]], Any, Team]:
     """Each round's messages of a one-process run, and the watch of the same run on ``shards`` in-process shards."""
-    from metaroles.runs.registry import load_scenario
+    from metaroles.project.registry import load_scenario
 
     module = load_scenario(name)
     plans = [module.build(module.Config(**options), TestLLM()) for _ in range(2)]
@@ -241,7 +241,7 @@ async def test_a_round_that_reaches_the_drivers_roles_is_taken_in_before_the_nex
 
 async def test_the_progress_display_counts_the_remote_roles_that_spoke(tmp_path: Path) -> None:
     """A stand-in is active when its role spoke with news in the last round (the shards' news, as the log reads it)."""
-    from metaroles.runs.registry import load_scenario
+    from metaroles.project.registry import load_scenario
 
     module = load_scenario("society")
     built = module.build(module.Config(agents=12, rounds=3), TestLLM())
@@ -263,7 +263,7 @@ async def test_the_drivers_log_routes_only_the_senders_it_has_not_met(tmp_path: 
     """The shards routed a round: the driver's log takes each sender's recipients from its last message
     (the address book unchanged), routing only a sender's first; the log is the one-process log."""
     from metaroles.bus.routing import AddressBook
-    from metaroles.runs.eventlog import EventLog
+    from metaroles.record.eventlog import EventLog
 
     logging: list[int] = []
     routed: dict[int, int] = {}

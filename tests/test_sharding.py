@@ -22,14 +22,14 @@ from metaroles.scenarios.society import Agent
 
 from metaroles import Action, ActionResult, DeadLetterWarning, Environment, Message, Role, Team, TestLLM
 from metaroles.core.exceptions import InvalidValueError, RunError
-from metaroles.runs import shipping
-from metaroles.runs.backends import LocalBackend, LocalShards, placement
-from metaroles.runs.config import RunOptions
-from metaroles.runs.registry import load_scenario
-from metaroles.runs.restore import restore_checkpoint
-from metaroles.runs.scenario import resume_scenario, run_scenario
-from metaroles.runs.sharding import RemoteRole, ShardedRun
-from metaroles.runs.shards import ShardHost
+from metaroles.project.registry import load_scenario
+from metaroles.project.scenario import resume_scenario, run_scenario
+from metaroles.record.restore import restore_checkpoint
+from metaroles.sharding import transfer
+from metaroles.sharding.backends import LocalBackend, LocalShards, placement
+from metaroles.sharding.driver import RemoteRole, ShardedRun
+from metaroles.sharding.worker import ShardHost
+from metaroles.team.options import RunOptions
 
 SEED = 5
 SCENARIOS: dict[str, dict[str, object]] = {
@@ -324,12 +324,12 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
 
 @contextmanager
 def pieces_of(size: int) -> Iterator[None]:
-    """Shards give their roles back ``size`` at a time (``runs.shipping.PIECE``) inside the block."""
-    before, shipping.PIECE = shipping.PIECE, size
+    """Shards give their roles back ``size`` at a time (``sharding.transfer.PIECE``) inside the block."""
+    before, transfer.PIECE = transfer.PIECE, size
     try:
         yield
     finally:
-        shipping.PIECE = before
+        transfer.PIECE = before
 
 
 class Keeper(Role):

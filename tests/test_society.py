@@ -8,8 +8,8 @@ from metaroles.scenarios.society import OpinionUpdate, hegselmann_krause, round_
 
 from metaroles import TestLLM
 from metaroles.llm.model_files import local_model_available
-from metaroles.runs.registry import load_scenario
-from metaroles.runs.scenario import resume_scenario, run_scenario
+from metaroles.project.registry import load_scenario
+from metaroles.project.scenario import resume_scenario, run_scenario
 
 TINY = {"agents": 4, "graph": "ring", "opinions": [0.0, 0.2, 0.5, 0.9], "epsilon": 0.35, "rounds": 1}
 

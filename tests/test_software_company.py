@@ -7,7 +7,7 @@ from metaroles.actions.software import PRD, Design, TaskList, TestReport, module
 
 from metaroles import FunctionLLM, TestLLM
 from metaroles.llm.model_files import local_model_available
-from metaroles.runs.scenario import run_scenario
+from metaroles.project.scenario import run_scenario
 
 ANSWERS = {
     "WritePRD": json.dumps(

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from metaroles import sweep
 from metaroles.core import files
 from metaroles.core.exceptions import ConfigError
-from metaroles.runs import trials
-from metaroles.runs.sweep import TABLE, TIMED, Table, parse_grid, read_table, run_sweep
+from metaroles.project import trials
+from metaroles.project.sweep import TABLE, TIMED, Table, parse_grid, read_table, run_sweep
 from tests.faults.helpers import command, killed, ok
 from tests.test_sharding import run_files
 

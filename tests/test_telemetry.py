@@ -19,11 +19,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from metaroles import TestLLM
-from metaroles.runs.config import RunOptions
-from metaroles.runs.eventlog import read_events
-from metaroles.runs.scenario import run_scenario
-from metaroles.runs.spans import SPANS, events_from_spans, read_spans
-from metaroles.runs.telemetry import CAPTURE_CONTENT
+from metaroles.project.scenario import run_scenario
+from metaroles.record.eventlog import read_events
+from metaroles.team.options import RunOptions
+from metaroles.telemetry.spans import SPANS, events_from_spans, read_spans
+from metaroles.telemetry.tracing import CAPTURE_CONTENT
 
 EXPORTER = InMemorySpanExporter()
 READER = InMemoryMetricReader()
@@ -307,7 +307,7 @@ async def test_metrics_count_tokens_calls_rounds_and_deliveries(spans, tmp_path)
 async def test_a_tool_calling_agent_traces_its_tool_calls_under_its_turn(spans, tmp_path, monkeypatch):
     from metaroles import FunctionLLM, Role, Team
     from metaroles.agents.agent_role import AgentRole
-    from metaroles.runs.telemetry import traced
+    from metaroles.telemetry.tracing import traced
     from tests.test_agent_role import COMPUTE, DONE, Coder, Review, coder
 
     monkeypatch.delenv(CAPTURE_CONTENT, raising=False)
@@ -337,7 +337,7 @@ async def test_a_tool_calling_agent_traces_its_tool_calls_under_its_turn(spans, 
 
 async def test_long_term_memory_traces_its_embeddings_and_retrievals_under_the_turn(spans, tmp_path):
     from metaroles import Environment, Message
-    from metaroles.runs.telemetry import traced
+    from metaroles.telemetry.tracing import traced
     from tests.test_long_term import archivist
 
     env = Environment()

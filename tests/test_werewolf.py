@@ -8,7 +8,7 @@ from metaroles.environments.werewolf import Game, Phase, RuleError
 from metaroles import Message, TestLLM
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.llm.model_files import local_model_available
-from metaroles.runs.scenario import run_scenario
+from metaroles.project.scenario import run_scenario
 
 
 def game() -> Game:

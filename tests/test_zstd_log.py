@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 from metaroles import LocalBackend, TestLLM
 from metaroles.cli import app, main
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
-from metaroles.runs.config import RunOptions
-from metaroles.runs.diff import diff_runs
-from metaroles.runs.eventlog import publish_rounds, read_events
-from metaroles.runs.rundir import EVENTS, EVENTS_ZST, events_file, read_manifest
-from metaroles.runs.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.project.diff import diff_runs
+from metaroles.project.rundir import EVENTS, EVENTS_ZST, events_file, read_manifest
+from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.record.eventlog import publish_rounds, read_events
+from metaroles.team.options import RunOptions
 
 OPTIONS = {"turns": 3}
 SEED = 4

@@ -51,7 +51,7 @@ def _run_action_class(agent: ToolCallAgent) -> type[RunAgent]:
     found = _RUN_ACTIONS.get(agent_id)
     if found is None:
         found = type(f"Run{type(agent).__name__}", (RunAgent,), {"__module__": __name__})
-        found._action_id = agent_id
+        found.cause_by = agent_id
         _RUN_ACTIONS[agent_id] = found
     return found
 

@@ -139,12 +139,12 @@ class Action:
     system_prompt: str = ""
     """The system message of this action's requests; when empty, its role's prefix (profile, goal, constraints)."""
 
-    _action_id: ClassVar[str] = "metaroles.bus.action.Action"
+    cause_by: ClassVar[str] = "metaroles.bus.action.Action"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Compute the subclass's action id once."""
         super().__init_subclass__(**kwargs)
-        cls._action_id = f"{cls.__module__}.{cls.__qualname__}"
+        cls.cause_by = f"{cls.__module__}.{cls.__qualname__}"
 
     def __init__(
         self,
@@ -177,7 +177,7 @@ class Action:
     @classmethod
     def action_id(cls) -> str:
         """The id that messages caused by this action carry in ``cause_by``."""
-        return cls._action_id
+        return cls.cause_by
 
     def __repr__(self) -> str:
         """Show the action's name."""
@@ -267,7 +267,7 @@ def failure_message(action: Action, exc: LLMOutputInvalid, sender: str, send_to:
     return Message(
         f"{action.name} failed: {exc}",
         role=ChatRole.ASSISTANT,
-        cause_by=action._action_id,
+        cause_by=action.cause_by,
         sent_from=sender,
         send_to=send_to,
         metadata={"error": {"type": "LLMOutputInvalid", "raw": exc.raw, "errors": exc.errors}},
@@ -281,12 +281,12 @@ def result_message(result: ActionResult, action: Action, sender: str, send_to: f
         InvalidValueError: If the action returned anything else.
     """
     if isinstance(result, str):
-        return Message._trusted(result, None, ChatRole.ASSISTANT, action._action_id, sender, send_to)
+        return Message.trusted(result, None, ChatRole.ASSISTANT, action.cause_by, sender, send_to)
     if isinstance(result, Message):
         return result if result.sent_from else result.model_copy(update={"sent_from": sender})
     if isinstance(result, BaseModel):
         content = result.model_dump_json()
-        return Message._trusted(content, result, ChatRole.ASSISTANT, action._action_id, sender, send_to)
+        return Message.trusted(content, result, ChatRole.ASSISTANT, action.cause_by, sender, send_to)
     if result is None:
         return None
     raise InvalidValueError(

@@ -113,6 +113,15 @@ class RoleContext:
         self._working = memory
 
     @property
+    def planned(self) -> Memory | None:
+        """The working memory if a plan_and_act turn made one, else ``None`` (reading makes none)."""
+        return self._working
+
+    @planned.setter
+    def planned(self, memory: Memory | None) -> None:
+        self._working = memory
+
+    @property
     def working_so_far(self) -> Memory:
         """The working memory without making one: an empty memory (not to be changed) when none was used."""
         return _NO_WORK if self._working is None else self._working

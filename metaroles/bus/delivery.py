@@ -70,7 +70,7 @@ class Bus:
         self._undelivered: list[Message] = []
         self._outsider = 0  # delivery rank of what no registered role publishes in a round: after all roles
 
-    def _role_ids(self, index: int) -> IdScope | None:
+    def role_ids(self, index: int) -> IdScope | None:
         """Where the ``index``-th role's ids come from (an Environment's run scope; none on a bare bus)."""
         return None
 
@@ -88,7 +88,7 @@ class Bus:
             raise DuplicateRoleError(
                 f"a role named {role.name!r} is already in this environment; give each role a unique name="
             )
-        role.attach(self, len(self._members), ids=self._role_ids(len(self._members)))
+        role.attach(self, len(self._members), ids=self.role_ids(len(self._members)))
         self.roles[role.name] = role
         self._book.add(role)
         self._outsider = len(self._members)
@@ -99,7 +99,7 @@ class Bus:
         """Put ``stand_ins`` (by place) where roles were, keeping every place; the address index is rebuilt.
 
         A sharded run puts the driver's stand-ins for the roles it ships to shards, and the roles
-        back when they return (``runs.sharding``); a stand-in carries ``name``, ``addresses`` and
+        back when they return (``sharding.driver``); a stand-in carries ``name``, ``addresses`` and
         ``_env_index`` like the role it stands for.
         """
         members = list(self._members)
@@ -169,6 +169,33 @@ class Bus:
             self._ready.append(role)
 
     @property
+    def members(self) -> Sequence[Role]:
+        """The roles (or a sharded run's stand-ins) in place order: the order of delivery. Not to be changed."""
+        return self._members
+
+    @property
+    def ready_count(self) -> int:
+        """How many roles have buffered messages (they run in the next round)."""
+        return len(self._ready)
+
+    @property
+    def published(self) -> Sequence[tuple[int, Message]]:
+        """What the running round published so far, as ``(rank, message)`` in publish order. Not to be changed."""
+        return self._pending
+
+    def route(self, send_to: frozenset[str]) -> Sequence[Role]:
+        """The roles a message sent to ``send_to`` reaches, in place order (the index's own list: not to be changed)."""
+        return self._book.route(send_to)
+
+    def push(self, message: Message, recipients: Iterable[Role]) -> None:
+        """Put ``message`` into the buffer of each of ``recipients`` and mark those it was new to ready."""
+        ready = self._ready
+        for role in recipients:
+            if role.rc.msg_buffer.push(message) and not role._ready:
+                role._ready = True
+                ready.append(role)
+
+    @property
     def is_idle(self) -> bool:
         """True when no role has anything buffered."""
         return not self._ready
@@ -178,7 +205,7 @@ class Bus:
     def record_routes(self) -> None:
         """Start (or start again) :attr:`routed`: from now on, delivery keeps each message's recipients."""
         self.routed, self.routed_from = [], len(self.history)
-        self._routed_mark = (self._book, self._book.version, self.history._edits)
+        self._routed_mark = (self._book, self._book.version, self.history.edits)
 
     def recipients(self, message: Message) -> list[Role]:
         """The roles ``message`` would be delivered to, in registration order."""
@@ -197,7 +224,7 @@ class Bus:
             routed is not None
             and self.routed_from <= since
             and len(routed) == len(history) - self.routed_from
-            and self._routed_mark == (self._book, self._book.version, history._edits)
+            and self._routed_mark == (self._book, self._book.version, history.edits)
         ):
             return messages, routed[since - self.routed_from :]
         route = self._book.route
@@ -220,6 +247,15 @@ class Bus:
         self._deliver((message,))
         self._raise_undelivered()
 
+    def publish_ranked(self, published: Iterable[tuple[int, Message]]) -> None:
+        """Add messages published elsewhere in this round (a shard's) to its delivery, each at its rank."""
+        self._pending.extend(published)
+
+    @property
+    def in_round(self) -> bool:
+        """Whether a round's turns are running (what is published then waits for the round's delivery)."""
+        return self._in_round
+
     def _rank(self, message: Message) -> int:
         """Where a message published during a round goes out: with the role whose turn published it.
 
@@ -238,17 +274,14 @@ class Bus:
                 self._deliver_intercepted(message)
             return
         self.history.remember_new(messages)  # one call for the round's messages, not one per message
-        route, ready, routed = self._book.route, self._ready, self.routed
+        route, push, routed = self._book.route, self.push, self.routed
         for message in messages:
             recipients = route(message.send_to)
             if routed is not None:
                 routed.append(recipients)
             if not recipients:
-                self._dead_letter(message)
-            for role in recipients:
-                if role.rc.msg_buffer.push(message) and not role._ready:
-                    role._ready = True
-                    ready.append(role)
+                self.dead_letter(message)
+            push(message, recipients)
 
     def _deliver_intercepted(self, message: Message) -> None:
         for hook in self.interventions:
@@ -262,7 +295,7 @@ class Bus:
         if self.routed is not None:
             self.routed.append(recipients)
         if not recipients:
-            self._dead_letter(message)
+            self.dead_letter(message)
         for role in recipients:
             delivered = self._intercept_delivery(message, role)
             if delivered is not None:
@@ -277,7 +310,8 @@ class Bus:
             message = _checked(result, hook)
         return message
 
-    def _dead_letter(self, message: Message) -> None:
+    def dead_letter(self, message: Message) -> None:
+        """Keep ``message``, which reached no role, in :attr:`dead_letters` (an event, a warning; strict: an error)."""
         self.dead_letters.append(message)
         self._undelivered.append(message)
         detail = f"send_to {sorted(message.send_to)} meets no role; known addresses: {self._book.addresses()[:20]}"

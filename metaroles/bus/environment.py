@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
-from functools import partial
+from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import Literal
@@ -42,6 +42,24 @@ from metaroles.core.heap import SettledHeap
 from metaroles.core.ids import Clock, IdScope, id_scope, run_key
 from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
+from metaroles.messages.message import Message
+
+
+@dataclass(slots=True)
+class Round:
+    """One round while it runs, from :meth:`Environment.begin_round` to :meth:`Environment.raise_round_errors`."""
+
+    number: int
+    ready: list[Role]
+    """The roles that take a turn, in place order."""
+    spent: tuple[int, float, int]
+    """The ledger before the round (``CostLedger.mark``)."""
+    failures: list[tuple[Role, Exception]] = field(default_factory=list)
+    """The roles whose turn raised, with what (in role order once :meth:`Environment.order_round` ran)."""
+
+    def fail(self, role: Role, exc: Exception) -> None:
+        """Note that ``role``'s turn raised ``exc``."""
+        self.failures.append((role, exc))
 
 
 class Environment(Bus):
@@ -89,26 +107,33 @@ class Environment(Bus):
         self._heap: SettledHeap | None = None
         """Within a session, what settles the heap after each round (``core.heap``)."""
         self.observer: TurnObserver | None = None
-        """Sees each round and turn while it runs (OpenTelemetry: ``runs.telemetry.traced``); off when ``None``."""
+        """Sees each round and turn while it runs (OpenTelemetry: ``telemetry.tracing.traced``); off when ``None``."""
 
     # -- the run's ids ----------------------------------------------------------------------
 
     def reseed(self, seed: int | None) -> None:
         """Seed :attr:`rng` and the run's ids anew (a scenario's ``--seed``); call before the run starts."""
         self.rng.seed(seed)
-        self._set_id_key(run_key(seed))
+        self.set_id_key(run_key(seed))
 
-    def _set_id_key(self, key: str) -> None:
+    def set_id_key(self, key: str) -> None:
+        """Make the run's ids from ``key`` (a shard takes its run's; a resumed run its saved one)."""
         self.id_key = key
         self._ids = IdScope(key, 0)
         for index, role in enumerate(self._members):
             role.ids = IdScope(key, index + 1, self._clock)
 
+    @property
+    def clock(self) -> Clock:
+        """The round the ids of the roles' turns are made in (their scopes read it)."""
+        return self._clock
+
     def id_scope(self) -> AbstractContextManager[IdScope]:
         """Make the ids created inside the block the run's own, at the current round (e.g. a Team's idea)."""
         return id_scope(self._ids.at(self.round))
 
-    def _role_ids(self, index: int) -> IdScope:
+    def role_ids(self, index: int) -> IdScope:
+        """Where the ``index``-th role's ids come from: the run's key, its slot, the environment's clock."""
         return IdScope(self.id_key, index + 1, self._clock)
 
     # -- rounds --------------------------------------------------------------------------------
@@ -151,43 +176,117 @@ class Environment(Bus):
     async def run_round(self) -> None:
         """Run every role with buffered messages, then deliver what they published.
 
+        The round protocol, as every driver runs it (one process here; a shard and a sharded run's
+        driver in ``sharding``): :meth:`begin_round`, :meth:`run_turns`, :meth:`close_turns`,
+        :meth:`order_round`, delivery (:meth:`deliver_published`, or :meth:`take_published` for a
+        driver that routes elsewhere), :meth:`end_round`, :meth:`raise_round_errors`.
+
         Raises:
             RoleFailed: If a role raised and ``on_role_error`` is ``"raise"`` (after delivery).
             UndeliverableError: In strict mode, when a message reached no role (after delivery).
         """
+        this = self.begin_round()
+        try:
+            await self.run_turns(this)
+        finally:
+            self.close_turns()
+            self.order_round(this)
+            self.deliver_published()
+            self.end_round(this)
+        self.raise_round_errors(this)
+
+    def begin_round(self, number: int | None = None) -> Round:
+        """Start the next round (a shard: round ``number``): its clock, its records, the observer; take the ready roles.
+
+        From now until :meth:`close_turns`, what is published waits for the round's delivery.
+
+        Raises:
+            RunError: If a round is already running.
+        """
         if self._in_round:
             raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
-        self.round += 1
+        self.round = self.round + 1 if number is None else number
         self._clock.set(self.round)
         self._new_records()
-        observer = self.observer
-        if observer is not None:
-            observer.round_begin(self)
+        if self.observer is not None:
+            self.observer.round_begin(self)
         ready = self._take_ready()
-        failures: list[tuple[Role, Exception]] = []
-        spent = self.ledger.mark()
+        this = Round(self.round, ready, self.ledger.mark())
         self._in_round = True
-        try:
-            if len(ready) == 1:
-                await self._run_role(ready[0], failures)
-            elif ready:
-                on_error = partial(self._fail, failures=failures)
-                if self._pool is not None:
-                    self._pool.observer = observer
-                    await self._pool.run(ready, self.round, on_error=on_error)
-                else:
-                    await run_roles(
-                        ready, self.round, concurrency=self.concurrency, on_error=on_error, observer=observer
-                    )
-        finally:
-            self._in_round = False
-            self._order_trace()
-            self._settle(failures, spent)
-            self._flush()
-            if observer is not None:
-                observer.round_end(self, failures)
-            self.settle_heap()
-        self._raise_failures(failures)
+        return this
+
+    async def run_turns(self, this: Round) -> None:
+        """Run one turn of each of the round's ready roles, concurrently (in the session's pool, if any).
+
+        A role that raises is noted in ``this.failures``; the others go on.
+        """
+        ready = this.ready
+        if len(ready) == 1:
+            try:
+                await take_turn(ready[0], self.round, self.observer)
+            except Exception as exc:
+                this.fail(ready[0], exc)
+        elif ready:
+            if self._pool is not None:
+                self._pool.observer = self.observer
+                await self._pool.run(ready, self.round, on_error=this.fail)
+            else:
+                await run_roles(
+                    ready, self.round, concurrency=self.concurrency, on_error=this.fail, observer=self.observer
+                )
+
+    def close_turns(self) -> None:
+        """The round's turns are over: a message published from now on is delivered at once."""
+        self._in_round = False
+
+    def order_round(self, this: Round) -> None:
+        """Put the round's turn steps, failures and model calls in role order, whichever finished first.
+
+        Concurrent turns append, fail and call their models in an order the scheduler picks; the
+        record (trace, events, ledger) must not depend on it, in one process or on many shards.
+        Each failure becomes a ``role_error`` event.
+        """
+        self._order_trace()
+        failures = this.failures
+        failures.sort(key=lambda failure: failure[0]._env_index)
+        for role, exc in failures:
+            frames = "".join(f"\n  at {frame}" for frame in raised_at(exc))  # by module: the same in any checkout
+            self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}{frames}")
+        entries, spent = self.ledger.entries, this.spent
+        if len(entries) > spent[0]:
+            roles, last = self.roles, len(self._members)
+            entries[spent[0] :] = sorted(
+                entries[spent[0] :], key=lambda e: roles[e.role]._env_index if e.role in roles else last
+            )
+            self.ledger.settle(spent)
+
+    def take_published(self) -> list[tuple[int, Message]]:
+        """What was published during the round, in delivery order, as ``(rank, message)``; the caller delivers it.
+
+        The rank is the publishing turn's role's place (see ``Bus.publish_message``).
+        """
+        pending, self._pending = self._pending, []
+        pending.sort(key=itemgetter(0))
+        return pending
+
+    def deliver_published(self) -> None:
+        """Deliver what was published during the round: the history, then the recipients' buffers."""
+        self._deliver([message for _, message in self.take_published()])
+
+    def end_round(self, this: Round) -> None:
+        """The round is over and delivered: tell the observer, and settle the heap (see :meth:`settle_heap`)."""
+        if self.observer is not None:
+            self.observer.round_end(self, this.failures)
+        self.settle_heap()
+
+    def raise_round_errors(self, this: Round) -> None:
+        """Raise the round's first failure (``on_role_error="raise"``), then, in strict mode, what reached no role.
+
+        Raises:
+            RoleFailed: If a role raised and ``on_role_error`` is ``"raise"``.
+            UndeliverableError: In strict mode, when a message reached no role.
+        """
+        self._raise_failures(this.failures)
         self._raise_undelivered()
 
     def settle_heap(self, *, full: bool = False) -> None:
@@ -244,43 +343,11 @@ class Environment(Bus):
             ready.sort(key=env_index)
         return ready
 
-    async def _run_role(self, role: Role, failures: list[tuple[Role, Exception]]) -> None:
-        try:
-            await take_turn(role, self.round, self.observer)
-        except Exception as exc:
-            self._fail(role, exc, failures=failures)
-
-    def _fail(self, role: Role, exc: Exception, *, failures: list[tuple[Role, Exception]]) -> None:
-        failures.append((role, exc))
-
-    def _settle(self, failures: list[tuple[Role, Exception]], spent: tuple[int, float, int]) -> None:
-        """Put the round's failures and model calls in role order, whichever finished first.
-
-        Concurrent turns fail and call their models in an order the scheduler picks; the record
-        (events, ledger) must not depend on it, in one process or on many shards.
-        """
-        failures.sort(key=lambda failure: failure[0]._env_index)
-        for role, exc in failures:
-            frames = "".join(f"\n  at {frame}" for frame in raised_at(exc))  # by module: the same in any checkout
-            self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}{frames}")
-        entries = self.ledger.entries
-        if len(entries) > spent[0]:
-            roles, last = self.roles, len(self._members)
-            entries[spent[0] :] = sorted(
-                entries[spent[0] :], key=lambda e: roles[e.role]._env_index if e.role in roles else last
-            )
-            self.ledger.settle(spent)
-
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        pending.sort(key=itemgetter(0))
-        self._deliver([message for _, message in pending])
-
     # -- state ---------------------------------------------------------------------------------
 
     def state_dict(self) -> EnvironmentState:
         """The whole environment as data (call between rounds)."""
-        shared = self.history._store
+        shared = self.history.keyed
         return EnvironmentState(
             round=self.round,
             roles=[by_reference(role.state_dict(), shared) for role in self._members],
@@ -316,14 +383,14 @@ class Environment(Bus):
                 ) from None
         self.round = state.round
         self.history = Memory(state.history)
-        shared = self.history._store
+        shared = self.history.keyed
         self.dead_letters = list(state.dead_letters)
         self.events = list(state.events)
         self.ledger.reset(state.ledger)
         if state.rng is not None:
             set_rng_state(self.rng, state.rng)
         if state.id_key is not None:
-            self._set_id_key(state.id_key)
+            self.set_id_key(state.id_key)
         for role_state in state.roles:
             role = self.roles[role_state.name]
             role.load_state(resolved(role_state, shared))
@@ -361,7 +428,7 @@ class Environment(Bus):
             raise ConfigError(
                 f"{path} refers to the run's last checkpoint instead of holding the state (a large run saves it "
                 "once); restore from there: "
-                "metaroles.runs.restore.restore_checkpoint(run_dir / 'checkpoints', env)"
+                "metaroles.record.restore.restore_checkpoint(run_dir / 'checkpoints', env)"
             )
         try:
             state = EnvironmentState.model_validate_json(raw)

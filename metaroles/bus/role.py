@@ -206,9 +206,12 @@ class Role:
         self.rc.react_mode = check_react_mode(react_mode, max_react_loop)
         self.rc.max_react_loop = max_react_loop
 
-    def _set_state(self, state: int) -> None:
+    def set_state(self, state: int) -> None:
+        """Go to stage ``state``: its action is the one to do (none outside ``0 .. len(actions) - 1``)."""
         self.rc.state = state
         self.rc.todo = self.actions[state] if 0 <= state < len(self.actions) else None
+
+    _set_state = set_state  # MetaGPT's name
 
     def set_todo(self, action: Action | None) -> None:
         """Set the action to run next (``None`` for nothing)."""

@@ -24,7 +24,7 @@ OnError = Callable[[Role, Exception], None]
 
 
 class TurnObserver(Protocol):
-    """Sees each round and turn while it runs (telemetry: ``runs.telemetry``); ``None`` on the bus costs nothing."""
+    """Sees each round and turn while it runs (telemetry: ``telemetry.tracing``); ``None`` on the bus costs nothing."""
 
     def round_begin(self, env: Any) -> None:
         """Round ``env.round`` is about to run its turns."""

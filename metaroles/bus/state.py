@@ -9,6 +9,7 @@ by id (:func:`by_reference`), and loading resolves the ids (:func:`resolved`).
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, Field, field_serializer
@@ -87,7 +88,7 @@ class EnvironmentState(BaseModel):
 _SHARED_FIELDS = ("buffer", "memory", "working_memory", "news")
 
 
-def by_reference(state: RoleState, history: dict[str, Message]) -> RoleState:
+def by_reference(state: RoleState, history: Mapping[str, Message]) -> RoleState:
     """``state`` with messages that are in the history given by id (a state file holds each message once)."""
     update = {}
     for field in _SHARED_FIELDS:
@@ -109,7 +110,7 @@ def _same_as(kept: Message | None, message: Message) -> bool:
     return kept.same_fields(message)
 
 
-def resolved(state: RoleState, history: dict[str, Message]) -> RoleState:
+def resolved(state: RoleState, history: Mapping[str, Message]) -> RoleState:
     """``state`` with history ids replaced by the history's messages.
 
     Raises:

@@ -33,9 +33,9 @@ from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.messages.message import Message
-from metaroles.runs import rundir
-from metaroles.runs.rundir import format_message
-from metaroles.runs.team import Team, TeamReport
+from metaroles.project import rundir
+from metaroles.project.rundir import format_message
+from metaroles.team.team import Team, TeamReport
 
 app = typer.Typer(
     name="metaroles",
@@ -309,7 +309,7 @@ def backend_from(backend: str | None, shards: int | None, address: str | None, r
         if shards is not None:
             raise fail(f"--shards {shards} needs --backend ray (shards run on Ray)")
         return None
-    from metaroles.runs.ray_shards import RayBackend
+    from metaroles.sharding.ray import RayBackend
 
     count = shards if shards is not None else int(saved.get("shards") or 2)
     return RayBackend(count, address=address or saved.get("address"))

@@ -13,11 +13,11 @@ from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at
 from metaroles.core.exceptions import MetarolesError
 from metaroles.core.files import write_atomic
 from metaroles.core.text import printable
-from metaroles.runs.diff import RunDiff, diff_runs, run_messages
-from metaroles.runs.eventlog import read_events
-from metaroles.runs.registry import PLUGIN_KINDS, known_scenarios, plugins
-from metaroles.runs.rundir import events_file, read_manifest
-from metaroles.runs.spans import SPANS, events_from_spans, read_spans
+from metaroles.project.diff import RunDiff, diff_runs, run_messages
+from metaroles.project.registry import PLUGIN_KINDS, known_scenarios, plugins
+from metaroles.project.rundir import events_file, read_manifest
+from metaroles.record.eventlog import read_events
+from metaroles.telemetry.spans import SPANS, events_from_spans, read_spans
 
 
 @app.command()

@@ -30,13 +30,13 @@ from metaroles.cli.common import (
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import zstandard
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
-from metaroles.runs.config import RunOptions, read_config_file
-from metaroles.runs.durability import checked_durability
-from metaroles.runs.registry import load_scenario
-from metaroles.runs.rundir import MAX_ROUNDS, check_run_dir, new_run_dir, read_manifest, scenario_label
-from metaroles.runs.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
-from metaroles.runs.team import Team
-from metaroles.runs.telemetry import require_otel
+from metaroles.project.registry import load_scenario
+from metaroles.project.rundir import MAX_ROUNDS, check_run_dir, new_run_dir, read_manifest, scenario_label
+from metaroles.project.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
+from metaroles.record.durability import checked_durability
+from metaroles.team.options import RunOptions, read_config_file
+from metaroles.team.team import Team
+from metaroles.telemetry.tracing import require_otel
 
 TRUST_HELP = "run the scenario file the manifest names even if it lies outside the current folder (it is code)"
 DURABILITY_HELP = "when to wait for the disk: 'round' (each checkpoint) or 'run' (once, at the end: faster)"

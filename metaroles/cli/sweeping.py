@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
 from metaroles.core.text import printable
 from metaroles.llm.settings import LLMSettings
-from metaroles.runs.sweep import MAX_TRIALS, TABLE, default_out, parse_grid, run_sweep, trials
+from metaroles.project.sweep import MAX_TRIALS, TABLE, default_out, parse_grid, run_sweep, trials
 
 
 @app.command()

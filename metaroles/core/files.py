@@ -12,7 +12,7 @@ mid-append, is left out as a torn last line is. ``zstandard`` is imported only t
 Inside :func:`syncs_deferred` nothing waits for the disk: writes are made as above (a killed
 process still leaves old or new files, never torn ones, since what it wrote is the kernel's), and
 every file and folder that would have been synced is synced once, together, on leaving. A power
-cut before that may leave any of them torn; the caller marks the folder (``runs.durability``).
+cut before that may leave any of them torn; the caller marks the folder (``record.durability``).
 """
 
 from __future__ import annotations

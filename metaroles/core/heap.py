@@ -22,8 +22,10 @@ collector is off, is left as it is.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["FULL_PASS_EVERY", "SettledHeap", "rare_full_passes"]
+__all__ = ["FULL_PASS_EVERY", "SettledHeap", "paused_gc", "rare_full_passes"]
 
 FULL_PASS_EVERY = 100
 """Within a session, collections of the second generation between two automatic full passes (CPython: 10)."""
@@ -74,3 +76,15 @@ class SettledHeap:
             self.owned = False
             gc.set_threshold(*self.thresholds)
             gc.unfreeze()
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside the block (unpickling a round: many objects, no cycles)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -22,7 +22,7 @@ from typing import Any
 import networkx as nx
 
 from metaroles.core.files import write_atomic
-from metaroles.runs.eventlog import Event
+from metaroles.record.eventlog import Event
 
 HUMAN = "Human"
 ALL = "<all>"

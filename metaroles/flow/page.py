@@ -19,7 +19,7 @@ from typing import Any
 from metaroles.core.files import write_atomic
 from metaroles.flow.graph import ALL, HUMAN, role_graph
 from metaroles.flow.plot import action_colours, aggregate, flow_edges, layout
-from metaroles.runs.eventlog import Event
+from metaroles.record.eventlog import Event
 
 
 def page_data(events: list[Event], texts: dict[str, str] | None = None) -> dict[str, Any]:

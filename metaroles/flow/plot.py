@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D
 
 from metaroles.core.files import write_atomic
 from metaroles.flow.graph import ALL, HUMAN, role_graph
-from metaroles.runs.eventlog import Event
+from metaroles.record.eventlog import Event
 
 ROLE_FILL, HUMAN_FILL, ALL_FILL = "#e8eef4", "#f4d35e", "#cfe8d5"
 """Node fills (the page's stylesheet uses the same)."""

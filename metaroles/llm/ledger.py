@@ -84,7 +84,7 @@ class Spend(BaseModel):
 
 
 class CallObserver(Protocol):
-    """Sees each model call a ledger accounts for (telemetry: ``runs.telemetry``)."""
+    """Sees each model call a ledger accounts for (telemetry: ``telemetry.tracing``)."""
 
     def call_done(self, llm: LLM, request: LLMRequest, response: LLMResponse, entry: LedgerEntry) -> None:
         """``llm`` answered ``request``; ``entry`` is what the ledger recorded (its latency included)."""
@@ -108,7 +108,7 @@ class CostLedger:
         self.total_cost = 0.0
         self.total_tokens = 0
         self.observer: CallObserver | None = None
-        """Sees each call accounted for (``None``: nobody; see ``runs.telemetry``)."""
+        """Sees each call accounted for (``None``: nobody; see ``telemetry.tracing``)."""
         self.reset(entries or [])
 
     def mark(self) -> tuple[int, float, int]:

@@ -15,6 +15,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, Self
 
 from metaroles.core.exceptions import InvalidValueError
@@ -139,6 +140,41 @@ class Memory:
     def count(self) -> int:
         """Return the number of remembered messages."""
         return len(self._items)
+
+    @property
+    def edits(self) -> int:
+        """How many removals the memory has seen (a checkpoint tells an append-only memory from an edited one)."""
+        return self._edits
+
+    @property
+    def keyed(self) -> Mapping[str, Message]:
+        """Key (id, or content with ``ignore_id``) → remembered message, oldest first: a read-only live view."""
+        return MappingProxyType(self._store)
+
+    def parts(self) -> tuple[list[str], list[Message], dict[str, array[int]], int]:
+        """The memory as it is held: keys and messages in storage order, the action index, the removals.
+
+        The memory's own objects, to be read, not changed (a shard sends a memory back as them);
+        :meth:`from_parts` makes a memory of them again.
+        """
+        self._shared = True
+        return list(self._store), self._items, self._index, self._edits
+
+    @classmethod
+    def from_parts(
+        cls,
+        keys: list[str],
+        messages: list[Message],
+        index: dict[str, array[int]],
+        edits: int,
+        *,
+        ignore_id: bool = False,
+    ) -> Self:
+        """The memory :meth:`parts` gave (``keys`` and ``messages`` in step), taken over as they are, unchecked."""
+        memory = cls(ignore_id=ignore_id)
+        memory._store = dict(zip(keys, messages, strict=True))
+        memory._items, memory._index, memory._edits = messages, index, edits
+        return memory
 
     def by_key(self, key: str) -> Message | None:
         """The remembered message with this id (or content, with ``ignore_id``), if any. O(1)."""

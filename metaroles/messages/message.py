@@ -154,7 +154,7 @@ class Message:
         self.base64_image = base64_image if base64_image is None else optional_str("base64_image", base64_image)
 
     @classmethod
-    def _trusted(
+    def trusted(
         cls,
         content: str,
         instruct_content: BaseModel | None,
@@ -163,9 +163,9 @@ class Message:
         sent_from: str,
         send_to: frozenset[str],
     ) -> Self:
-        """Build a message from values the framework has already normalised, skipping validation.
+        """Build a message from values already normalised, skipping validation (the bus's constructor).
 
-        Only for the bus's hot path (a Role wrapping its own action's output): ``cause_by`` comes
+        For the bus's hot path (a Role wrapping its own action's output): ``cause_by`` comes
         from an Action class, ``send_to`` was normalised when the Role was built.
         """
         message = cls.__new__(cls)
@@ -222,6 +222,11 @@ class Message:
         cause_by = property(attrgetter("_cause_by"), set_cause_by, doc="The id of the Action that produced it.")
         send_to = property(attrgetter("_send_to"), set_send_to, doc="Recipients (``'Bob'`` is ``{'Bob'}``).")
         metadata = property(get_metadata, set_metadata, doc="Extra data (JSON-serialisable), made when first read.")
+
+    @property
+    def has_metadata(self) -> bool:
+        """Whether the message carries any metadata (reading :attr:`metadata` would make an empty dict)."""
+        return bool(self._metadata)
 
     def same_fields(self, other: Message) -> bool:
         """Whether ``other`` carries the very same values in every field (``==`` compares ids only)."""
@@ -398,3 +403,15 @@ class Message:
             for call in tool_calls
         ]
         return cls(content, role=ChatRole.ASSISTANT, tool_calls=calls, base64_image=base64_image, **kwargs)
+
+
+def share_recipients(messages: Iterable[Message], sets: dict[frozenset[str], frozenset[str]]) -> None:
+    """Let ``messages`` share one ``send_to`` object per set of recipients (``sets`` keeps them).
+
+    A copy from another process brings its own ``send_to``; a sender writes to the same recipients
+    round after round, so one set per sender is kept, not one per message (and the bus's routing,
+    which remembers sets by object, meets each once).
+    """
+    for message in messages:
+        send_to = message._send_to
+        message._send_to = sets.setdefault(send_to, send_to)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from metaroles.core.confined import LinkRefused
-from metaroles.runs.rundir import locked
+from metaroles.project.rundir import locked
 from tests.faults.helpers import command, differences, digest, killed, ok, run_args
 
 

@@ -1,0 +1,75 @@
+"""``metrics.jsonl``: a line per round when the scenario measures its rounds (``round_metrics(team)``).
+
+Each line is appended and synced before the round's checkpoint; a resumed run cuts the file back to
+the rounds before it and writes them again, and refuses to go on when a row the checkpoint holds is lost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from metaroles.core.exceptions import RunDirCorrupt
+from metaroles.core.files import append_durably, write_atomic
+from metaroles.project.rundir import METRICS, events_file
+from metaroles.record.eventlog import read_jsonl
+from metaroles.team.team import Team
+
+
+def metrics_recorder(module: ModuleType, out_dir: Path | None) -> Callable[[Team], None] | None:
+    """A line in ``metrics.jsonl`` per round when the scenario has ``round_metrics(team)`` (``Team.on_record``).
+
+    The first line written first cuts the file back to the rounds before it (atomically: a resumed
+    run writes them again); each line is appended and synced before the round's checkpoint.
+    """
+    measure = getattr(module, "round_metrics", None)
+    if measure is None or out_dir is None:
+        return None
+    path = out_dir / METRICS
+    started = False
+
+    def record(team: Team) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            kept = [line for row, line in read_metrics(path) if row["round"] < team.env.round]
+            write_atomic(path, "".join(line + "\n" for line in kept))
+        append_durably(path, json.dumps({"round": team.env.round, **measure(team)}) + "\n")
+
+    return record
+
+
+def check_metrics(module: ModuleType, run_dir: Path) -> Callable[[int], None] | None:
+    """Refuse a resume whose ``metrics.jsonl`` lost a row of a round the checkpoint holds (it cannot be rebuilt)."""
+    if getattr(module, "round_metrics", None) is None:
+        return None
+
+    def check(through_round: int) -> None:
+        have = {row["round"] for row, _ in read_metrics(run_dir / METRICS)}
+        log = read_jsonl(events_file(run_dir), _metric_row)
+        ended = {e["round"] for e, _ in log if e.get("kind") == "round_end"}
+        missing = sorted(r for r in ended - have if r <= through_round)
+        if missing:
+            raise RunDirCorrupt(
+                f"{run_dir / METRICS}: the rows of round(s) {missing[:5]} are gone, and the checkpoint is of round "
+                f"{through_round}; restore the file, or fork from round {max(0, missing[0] - 1)} "
+                f"(metaroles fork {run_dir} --from-round {max(0, missing[0] - 1)})"
+            )
+
+    return check
+
+
+def _metric_row(value: object) -> bool:
+    return isinstance(value, dict) and type(value.get("round")) is int
+
+
+def read_metrics(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """The rows of a ``metrics.jsonl`` with their lines (a torn last line skipped with a warning).
+
+    Raises:
+        RunDirCorrupt: If a line before the last is not a row with a ``round``.
+    """
+    return read_jsonl(path, _metric_row)

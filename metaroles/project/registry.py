@@ -1,0 +1,153 @@
+"""The scenario registry: scenarios that ship with metaroles and those installed plug-ins contribute.
+
+A scenario is a module ``metaroles.scenarios.NAME`` (the repository's ``scenarios/`` folder) or
+one a plug-in names in entry-point group ``metaroles.scenarios``, with a pydantic ``Config`` and
+``build(config, llm) -> ScenarioPlan``. Plug-ins may also contribute roles, actions and
+environments (groups ``metaroles.roles``, ``metaroles.actions``, ``metaroles.environments``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from metaroles.core import installed
+from metaroles.core.exceptions import ConfigError
+from metaroles.sharding.transfer import USER_SCENARIO
+from metaroles.team.team import Team
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER_CHARS = re.compile(r"[^A-Za-z0-9_]")
+SCENARIOS = "metaroles.scenarios"
+"""The package of the scenarios that ship with metaroles."""
+
+
+@dataclass(frozen=True)
+class ScenarioPlan:
+    """A built scenario: the team and how to start it."""
+
+    team: Team
+    idea: str
+    send_to: str | set[str]
+    n_round: int
+
+
+ENTRY_POINTS = "metaroles.scenarios"
+"""Entry-point group through which installed packages contribute scenarios (name = module)."""
+
+
+def load_scenario(name: str) -> ModuleType:
+    """Import scenario ``name``: a registered name, a module's dotted path, or a ``.py`` file.
+
+    A registered name is ``metaroles.scenarios.NAME`` or one an installed plug-in contributes;
+    ``mypkg.scenarios.peer_review`` is imported as is; ``path/to/peer_review.py`` is loaded from
+    the file. Either must define ``Config`` (a pydantic model) and ``build(config, llm)``.
+
+    Raises:
+        ConfigError: If there is no such scenario (the message suggests the closest name), or the
+            module lacks ``Config`` or ``build``.
+    """
+    if name.endswith(".py"):
+        return _checked(name, _from_file(Path(name)))
+    if "." in name and all(_IDENTIFIER.match(part) for part in name.split(".")):
+        try:
+            return _checked(name, importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f"scenario module {name!r} cannot be imported ({exc}); is its package installed?"
+            ) from None
+        except Exception as exc:  # the user's module raised while it was imported
+            raise ConfigError(f"scenario module {name!r} failed while importing: {type(exc).__name__}: {exc}") from None
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"scenario {name!r} is not a scenario name (e.g. 'debate'), a module (e.g. 'mypkg.scenarios.review') "
+            "or a .py file (e.g. 'review.py')"
+        )
+    known = known_scenarios()
+    if name not in known:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"no scenario named {name!r}; {hint}known scenarios: {sorted(known)}")
+    return importlib.import_module(known[name])
+
+
+def _from_file(path: Path) -> ModuleType:
+    """The scenario module in file ``path`` (imported once per process under a name derived from the file)."""
+    if not path.is_file():
+        raise ConfigError(
+            f"scenario file {str(path)!r} does not exist; pass the path of a .py file with Config and build"
+        )
+    resolved = path.resolve()
+    module_name = f"{USER_SCENARIO}{_IDENTIFIER_CHARS.sub('_', resolved.stem)}"
+    known = sys.modules.get(module_name)
+    if known is not None and getattr(known, "__file__", None) == str(resolved):
+        return known
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"scenario file {str(path)!r} cannot be loaded as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # pydantic and pickle look classes up by their module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        del sys.modules[module_name]
+        raise ConfigError(f"scenario file {str(path)!r} line {exc.lineno}: {exc.msg}") from None
+    except Exception as exc:  # the file raised while it ran
+        del sys.modules[module_name]
+        raise ConfigError(f"scenario file {str(path)!r} failed while loading: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def _checked(name: str, module: ModuleType) -> ModuleType:
+    missing = [attr for attr in ("Config", "build") if not hasattr(module, attr)]
+    if missing:
+        raise ConfigError(
+            f"scenario {name!r} lacks {' and '.join(missing)}; a scenario module defines a pydantic Config "
+            "and build(config, llm) -> ScenarioPlan (see the README's 'Write a scenario')"
+        )
+    return module
+
+
+def known_scenarios() -> dict[str, str]:
+    """Scenario name → module: those that ship with metaroles and those plug-ins contribute."""
+    package = importlib.import_module(SCENARIOS)
+    folder = Path(next(iter(package.__path__)))
+    found = {p.stem: f"{SCENARIOS}.{p.stem}" for p in folder.glob("*.py") if not p.stem.startswith("_")}
+    for entry in installed.entry_points(ENTRY_POINTS):
+        found.setdefault(entry.name, entry.value.partition(":")[0])
+    return dict(sorted(found.items()))
+
+
+PLUGIN_KINDS = ("roles", "actions", "environments")
+"""Besides scenarios, plug-ins contribute these, each through entry-point group ``metaroles.KIND``."""
+
+
+def plugins(kind: str) -> dict[str, str]:
+    """Name → ``module:attribute`` of the roles, actions or environments installed plug-ins contribute.
+
+    Raises:
+        ConfigError: On an unknown kind.
+    """
+    if kind not in PLUGIN_KINDS:
+        raise ConfigError(f"plug-in kind {kind!r} is not one of {PLUGIN_KINDS}")
+    return dict(sorted((e.name, e.value) for e in installed.entry_points(f"metaroles.{kind}")))
+
+
+def load_plugin(kind: str, name: str) -> Any:
+    """The role class, action class or environment class a plug-in contributes as ``name``.
+
+    Raises:
+        ConfigError: If no installed plug-in contributes it (the message lists those that do).
+    """
+    for entry in installed.entry_points(f"metaroles.{kind}"):
+        if entry.name == name:
+            return entry.load()
+    raise ConfigError(f"no plug-in contributes {kind[:-1]} {name!r}; installed: {sorted(plugins(kind))}")

@@ -1,0 +1,400 @@
+"""Running a named scenario into a run directory: run, resume and fork."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from pydantic import ValidationError
+
+from metaroles.core.exceptions import ConfigError
+from metaroles.core.files import write_atomic, zstandard
+from metaroles.llm.ledger import Price
+from metaroles.llm.protocol import LLM
+from metaroles.llm.providers import describe_llm
+from metaroles.project.metrics import check_metrics, metrics_recorder, read_metrics
+from metaroles.project.registry import ScenarioPlan, load_scenario
+from metaroles.project.rundir import (
+    CHECKPOINTS,
+    EVENTS,
+    EVENTS_ZST,
+    METRICS,
+    STATE,
+    check_run_dir,
+    events_file,
+    locked,
+    provenance,
+    read_manifest,
+    refuse_a_run_in,
+    refuse_late,
+    scenario_label,
+    write_manifest,
+    write_run_dir,
+)
+from metaroles.record.durability import checked_durability, refuse_restarted, settle, synced_at_end
+from metaroles.record.eventlog import TIMINGS
+from metaroles.sharding.backends import connect
+from metaroles.team.options import RunOptions, checked_log_turns
+from metaroles.team.team import Team, TeamReport
+
+
+def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions, run_dir: Path | None = None) -> ScenarioPlan:
+    """The scenario's plan, with the run's options applied.
+
+    A ``build`` that takes ``run_dir`` gets the run directory (``None`` for a run that keeps none): a
+    role's long-term memory, say, can then live in it and come back on resume and fork.
+    """
+    if "run_dir" in inspect.signature(module.build).parameters:
+        plan: ScenarioPlan = module.build(config, llm, run_dir=run_dir)
+    else:
+        plan = module.build(config, llm)
+    folder = getattr(config, "workspace", None)
+    plan.team.workspace = Path(folder) if folder else None
+    if run.seed is not None:
+        plan.team.env.reseed(run.seed)
+    if run.budget is not None:
+        plan.team.invest(run.budget)
+    for model, (prompt, completion) in (run.prices or {}).items():
+        plan.team.env.ledger.prices[model] = Price(prompt=prompt, completion=completion)
+    defaults: dict[str, Any] = getattr(module, "RUN_DEFAULTS", {})
+    every = run.checkpoint_every if run.checkpoint_every is not None else defaults.get("checkpoint_every", 1)
+    plan.team.checkpoint_every = every
+    turns = run.log_turns if run.log_turns is not None else defaults.get("log_turns", True)
+    plan.team.log_turns = checked_log_turns(turns)
+    plan.team.metric_parts = list(getattr(module, "METRIC_PARTS", ()))
+    plan.team.shard_by = getattr(module, "shard_by", None)
+    if run.backend is not None:
+        plan.team.backend = run.backend
+    plan.team.bring_back = False  # a large sharded run's roles stay on their shards: its run directory holds them
+    return ScenarioPlan(
+        team=plan.team,
+        idea=plan.idea if run.idea is None else run.idea,
+        send_to=plan.send_to,
+        n_round=plan.n_round if run.rounds is None else run.rounds,
+    )
+
+
+async def run_scenario(
+    name: str,
+    *,
+    llm: LLM,
+    options: dict[str, Any],
+    out_dir: Path | None,
+    manifest: dict[str, Any] | None = None,
+    run: RunOptions | None = None,
+    on_round: Callable[[Team], None] | None = None,
+    on_progress: Callable[[Team], None] | None = None,
+) -> tuple[TeamReport, Team]:
+    """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
+
+    The run directory holds ``manifest.json`` (what to rebuild the run from, and what produced
+    it), ``events.jsonl``, ``checkpoints/`` (one per round), and at the end ``transcript.md``,
+    ``state.json``, ``report.json`` and ``ledger.json``. On shards, the roles of a run whose
+    ``state.json`` names its last checkpoint (a large one) stay there when it ends: the returned
+    team's environment holds their stand-ins, and the run continues from its directory (resume).
+    """
+    run = run or RunOptions()
+    module = load_scenario(name)
+    config, recorded = _configured(module, options, out_dir)
+    plan = _plan(module, config, llm, run, out_dir)
+    plan.team.on_round, plan.team.on_progress, plan.team.on_record = (
+        on_round,
+        on_progress,
+        metrics_recorder(module, out_dir),
+    )
+    if out_dir is None:
+        with _observed(run, plan.team, name, out_dir):
+            report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
+        return report, plan.team
+    if run.zstd:
+        zstandard()  # the extra is there before anything is written
+    checked_durability(run.durability, sweep=True)
+    record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
+    with locked(out_dir):
+        refuse_a_run_in(out_dir)
+        connect(plan.team.backend)
+        _sweep(out_dir)
+        write_manifest(out_dir, record)
+        return await _run_into(out_dir, plan, run, name, record)
+
+
+async def _run_into(
+    out_dir: Path, plan: ScenarioPlan, run: RunOptions, name: str, record: dict[str, Any]
+) -> tuple[TeamReport, Team]:
+    durability = checked_durability(run.durability, sweep=True)
+    with _observed(run, plan.team, name, out_dir), synced_at_end(out_dir, durability):
+        report = await plan.team.run(
+            n_round=plan.n_round,
+            idea=plan.idea,
+            send_to=plan.send_to,
+            save_to=out_dir / STATE,
+            checkpoints=out_dir / CHECKPOINTS,
+            events=events_file(out_dir, record),
+        )
+    write_run_dir(out_dir, plan.team, report, record)
+    return report, plan.team
+
+
+def _observed(run: RunOptions, team: Team, name: str, out_dir: Path | None) -> AbstractContextManager[object]:
+    """The run's OpenTelemetry trace when ``run.otel`` asks for one (imported only then), else nothing."""
+    if not run.otel:
+        return nullcontext()
+    from metaroles.telemetry.spans import run_telemetry
+
+    run_id = out_dir.name if out_dir is not None else f"{scenario_label(name)}-{team.env.id_key}"
+    return run_telemetry(team.env, scenario=scenario_label(name), run_id=run_id, out_dir=out_dir)
+
+
+def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run: RunOptions) -> dict[str, Any]:
+    """What a run is rebuilt from: the scenario, its config and how it runs."""
+    return {
+        "scenario": name,
+        "config": config,
+        "n_round": plan.n_round,
+        "rounds": run.rounds,
+        "idea": plan.idea,
+        "seed": run.seed,
+        "budget": run.budget,
+        "prices": run.prices,
+        "checkpoint_every": plan.team.checkpoint_every,
+        "log_turns": plan.team.log_turns,
+        "transcript": run.transcript,
+        "durability": run.durability,
+        "events": EVENTS_ZST if run.zstd else EVENTS,
+    }
+
+
+def _configured(module: ModuleType, options: dict[str, Any], run_dir: Path | None) -> tuple[Any, dict[str, Any]]:
+    """The scenario's validated config, and the config as the manifest records it.
+
+    A scenario with a ``workspace`` option and none given writes its artifacts into the run
+    directory's ``workspace/``; the manifest then records none, so the run directory can move
+    (and a fork gets a workspace of its own). A relative workspace is relative to the run
+    directory, wherever the command runs from.
+    """
+    if run_dir is None or "workspace" not in module.Config.model_fields:
+        config = checked_config(module, options)
+        return config, config.model_dump(mode="json")
+    given = options.get("workspace")
+    place = str(run_dir / (given or "workspace")) if not given or not Path(str(given)).is_absolute() else given
+    config = checked_config(module, {**options, "workspace": place})
+    return config, {**config.model_dump(mode="json"), "workspace": given or None}
+
+
+def checked_config(module: ModuleType, options: dict[str, Any]) -> Any:
+    """The scenario's ``Config`` from ``options``.
+
+    Raises:
+        ConfigError: Naming the option, the value and what is wrong (an unknown option included).
+    """
+    fields = module.Config.model_fields
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(fields), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(
+            f"{unknown[0]!r} is not an option of this scenario; {hint}"
+            f"its options: {', '.join(sorted(fields)) or 'none'}"
+        )
+    try:
+        return module.Config.model_validate(options)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = ".".join(str(p) for p in error["loc"])
+        raise ConfigError(f"option {name}={error.get('input')!r}: {error['msg']}") from None
+
+
+def _rebuild(
+    manifest: dict[str, Any],
+    llm: LLM,
+    run_dir: Path,
+    changes: dict[str, Any] | None = None,
+    backend: Any = None,
+    rounds: int | None = None,
+) -> ScenarioPlan:
+    """The run's plan again, from its manifest (and a fork's ``changes``).
+
+    Its length: ``rounds`` if given; else the ``--rounds`` the run was given; else what the scenario's
+    config makes of it (so a fork's ``--set rounds=20`` or ``turns=5`` counts). A manifest from before
+    ``rounds`` was recorded keeps its ``n_round``.
+    """
+    module = load_scenario(manifest["scenario"])
+    config, _ = _configured(module, {**manifest["config"], **(changes or {})}, run_dir)
+    if rounds is None:
+        rounds = manifest["rounds"] if "rounds" in manifest else manifest["n_round"]
+    run = RunOptions(
+        rounds=rounds,
+        seed=manifest.get("seed"),
+        budget=manifest.get("budget"),
+        prices={model: (float(p[0]), float(p[1])) for model, p in (manifest.get("prices") or {}).items()},
+        checkpoint_every=manifest.get("checkpoint_every"),
+        log_turns=manifest.get("log_turns"),
+        backend=backend,
+    )
+    return _plan(module, config, llm, run, run_dir)
+
+
+async def resume_scenario(
+    run_dir: Path,
+    *,
+    llm: LLM,
+    role_llms: dict[str, LLM] | None = None,
+    on_round: Callable[[Team], None] | None = None,
+    on_progress: Callable[[Team], None] | None = None,
+    backend: Any = None,
+    rounds: int | None = None,
+) -> tuple[TeamReport, Team]:
+    """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint.
+
+    ``role_llms`` give roles the models a fork gave them (the manifest's ``role_llms``). A run
+    killed before its first checkpoint starts over from its manifest. ``backend`` runs the roles
+    on shards (any count: shards are not part of the run). ``rounds`` extends (or shortens) the
+    run to that many rounds in all; the manifest records it. Everything is checked before anything
+    in the folder changes, and the folder is held (:func:`~metaroles.project.rundir.locked`) throughout.
+    """
+    with locked(run_dir):
+        manifest = read_manifest(run_dir)
+        check_run_dir(run_dir)
+        plan = _rebuild(manifest, llm, run_dir, backend=backend, rounds=rounds)
+        _give_models(plan.team, role_llms or {})
+        durability = checked_durability(manifest.get("durability", "round"), sweep=True)
+        connect(backend)
+        settle(run_dir)
+        if rounds is not None and rounds != manifest["n_round"]:
+            manifest = {**manifest, "n_round": plan.n_round, "rounds": rounds}
+            write_manifest(run_dir, manifest)
+        plan.team.on_round, plan.team.on_progress = on_round, on_progress
+        plan.team.on_record = metrics_recorder(load_scenario(manifest["scenario"]), run_dir)
+        with synced_at_end(run_dir, durability):
+            report = await _continue(plan, run_dir, manifest)
+        write_run_dir(run_dir, plan.team, report, manifest)
+    return report, plan.team
+
+
+async def _continue(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any]) -> TeamReport:
+    """Resume the run in ``run_dir`` from its last checkpoint, or run it again if it has none."""
+    parent = manifest.get("parent")
+    _sweep(run_dir)
+    if not any((run_dir / CHECKPOINTS).glob("round-*.json")):  # killed before its first checkpoint
+        if isinstance(parent, dict):
+            return await _branch(plan, Path(parent["run_dir"]), parent["from_round"], run_dir, manifest)
+        return await _start_over(plan, run_dir, manifest)
+    return await plan.team.resume(
+        run_dir / CHECKPOINTS,
+        plan.n_round,
+        save_to=run_dir / STATE,
+        events=events_file(run_dir, manifest),
+        check=check_metrics(load_scenario(manifest["scenario"]), run_dir),
+    )
+
+
+def _sweep(run_dir: Path) -> None:
+    """Remove the temporary files of writes a kill interrupted (never renamed into place)."""
+    for folder in (run_dir, run_dir / CHECKPOINTS, run_dir / CHECKPOINTS / "blobs"):
+        for stale in folder.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+
+
+async def _start_over(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any]) -> TeamReport:
+    """Run again from the manifest: nothing before the first checkpoint can be continued."""
+    for name in (EVENTS, EVENTS_ZST, TIMINGS, METRICS):
+        (run_dir / name).unlink(missing_ok=True)
+    return await plan.team.run(
+        n_round=plan.n_round,
+        idea=manifest.get("idea") or plan.idea,
+        send_to=plan.send_to,
+        save_to=run_dir / STATE,
+        checkpoints=run_dir / CHECKPOINTS,
+        events=events_file(run_dir, manifest),
+    )
+
+
+async def fork_scenario(
+    parent: Path,
+    *,
+    from_round: int,
+    out_dir: Path,
+    llm: LLM,
+    changes: dict[str, Any] | None = None,
+    role_llms: dict[str, LLM] | None = None,
+    idea: str = "",
+    manifest: dict[str, Any] | None = None,
+    on_round: Callable[[Team], None] | None = None,
+    on_progress: Callable[[Team], None] | None = None,
+    backend: Any = None,
+    rounds: int | None = None,
+) -> tuple[TeamReport, Team]:
+    """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
+
+    ``changes`` update the scenario's config (its length too: ``rounds=20``, ``turns=5``), ``role_llms``
+    give named roles another model, ``rounds`` sets the rounds in all, and ``idea`` is published at the
+    fork point. The child's manifest records its parent.
+
+    Raises:
+        ConfigError: If ``parent`` is not a run directory, has no checkpoint as late as ``from_round``,
+            names an unknown role, or ``out_dir`` holds a run already.
+    """
+    record = read_manifest(parent)
+    check_run_dir(parent)
+    refuse_restarted(parent)
+    refuse_late(parent, from_round)
+    changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
+    plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds)
+    _give_models(plan.team, role_llms or {})
+    plan.team.on_round, plan.team.on_progress = on_round, on_progress
+    plan.team.on_record = metrics_recorder(load_scenario(record["scenario"]), out_dir)
+    parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
+    child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
+    child |= {"n_round": plan.n_round, "rounds": rounds if rounds is not None else record.get("rounds")}
+    child |= provenance()
+    with locked(out_dir):
+        refuse_a_run_in(out_dir)
+        connect(backend)
+        _sweep(out_dir)
+        write_manifest(out_dir, child := {**child, "parent": parent_record})
+        with synced_at_end(out_dir, checked_durability(child.get("durability", "round"), sweep=True)):
+            report = await _branch(plan, parent, from_round, out_dir, child)
+        write_run_dir(out_dir, plan.team, report, child)
+    return report, plan.team
+
+
+async def _branch(
+    plan: ScenarioPlan, parent: Path, from_round: int, out_dir: Path, child: dict[str, Any]
+) -> TeamReport:
+    """Run a fork (``child``: its manifest) from its parent's checkpoint (again, if killed before its first)."""
+    for name in (EVENTS, EVENTS_ZST, TIMINGS):
+        (out_dir / name).unlink(missing_ok=True)
+    if (parent / METRICS).is_file():  # the child's first round cuts it back to the rounds before the fork
+        write_atomic(out_dir / METRICS, "".join(line + "\n" for _, line in read_metrics(parent / METRICS)))
+    return await plan.team.fork(
+        parent / CHECKPOINTS,
+        from_round,
+        plan.n_round,
+        checkpoints=out_dir / CHECKPOINTS,
+        events=events_file(out_dir, child),
+        parent_events=events_file(parent),
+        idea=child["parent"]["idea"],
+        save_to=out_dir / STATE,
+    )
+
+
+def _give_models(team: Team, role_llms: dict[str, LLM]) -> None:
+    """Give the named roles their own models (a fork's ``role.NAME.llm=...``).
+
+    Raises:
+        ConfigError: If a name is not a role of the run.
+    """
+    for role_name, role_llm in role_llms.items():
+        if role_name not in team.env.roles:
+            raise ConfigError(f"no role named {role_name!r} in this run; roles: {sorted(team.env.roles)}")
+        team.env.roles[role_name].set_llm(role_llm)
+
+
+def _absolute(path: Path) -> str:
+    """``path`` resolved, for a manifest (a fork records where its parent is, wherever it is run from)."""
+    return str(path.resolve())

@@ -1,0 +1,244 @@
+"""A sweep's trials: each a run directory, run here and in worker processes, or as Ray tasks.
+
+With ``--jobs N`` this process runs trials too, beside N - 1 workers forked from it: they take the
+next trial from one shared counter, so none waits for another and nobody hands work out. Each
+process started and stopped costs milliseconds, and a fork makes the first trial on either side
+of it slower than the next (each page both share is copied at its first write): one process
+fewer pays that once less. A thread here gives each worker's rows to the sweep as they come. A
+worker that dies (killed, out of memory) fails only the trial it was running; the others go on,
+and running the sweep again resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from multiprocessing import get_context
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from multiprocessing.sharedctypes import Synchronized
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+
+from metaroles.core.files import syncs_deferred
+from metaroles.core.text import redacted
+from metaroles.llm.providers import llm_from_settings
+from metaroles.llm.settings import LLMSettings
+from metaroles.project.registry import load_scenario
+from metaroles.project.rundir import MANIFEST
+from metaroles.project.scenario import resume_scenario, run_scenario
+from metaroles.record.durability import restarted_since
+from metaroles.team.options import RunOptions
+
+RUN_KEYS = ("seed", "rounds", "budget")
+"""Grid keys that are run options; every other key is an option of the scenario."""
+
+Row = dict[str, Any]
+Done = Callable[[int, Row], None]
+
+
+def run_trial(
+    scenario: str,
+    run_dir: str,
+    params: dict[str, Any],
+    options: dict[str, Any],
+    llm: dict[str, Any],
+    durability: str = "run",
+) -> Row:
+    """Run (or resume, or skip if finished) one trial in ``run_dir``; return its row. Runs in a worker."""
+    folder = Path(run_dir)
+    row: Row = {"trial": folder.name, **params}
+    started = time.perf_counter()
+    try:
+        if (folder / "report.json").is_file():
+            row["status"] = "done"
+        else:
+            with syncs_deferred(sync=False) if durability == "sweep" else nullcontext():  # its sweep syncs it
+                anyio.run(_trial, scenario, folder, params, options, llm, durability)
+            row["status"] = "done"
+    except Exception as exc:  # a trial that fails is a row that says so; the sweep goes on
+        row["status"] = "failed"
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    row["wall_s"] = round(time.perf_counter() - started, 3)
+    row.update(_measured(scenario, folder))
+    return row
+
+
+def lost_row(scenario: str, run_dir: str, params: dict[str, Any], *_: Any) -> Row:
+    """The row of a trial whose process died under it: running the sweep again resumes it."""
+    error = "the process running it died (killed, or out of memory); run the sweep again to resume it"
+    return {"trial": Path(run_dir).name, **params, "status": "failed", "error": error, "wall_s": None}
+
+
+async def _trial(
+    scenario: str, folder: Path, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any], durability: str
+) -> None:
+    seed = params.get("seed", options.get("seed"))
+    model = llm_from_settings(LLMSettings(**{**llm, "seed": seed}))
+    if restarted_since(folder):  # a power cut stopped it before it synced its files: from the start
+        shutil.rmtree(folder)
+    if (folder / MANIFEST).is_file():  # interrupted: continue from its last checkpoint
+        await resume_scenario(folder, llm=model)
+        return
+    run = RunOptions(**{k: params[k] for k in RUN_KEYS if k in params}, durability=durability)
+    config = {**options, **{k: v for k, v in params.items() if k not in RUN_KEYS}}
+    record = {"llm": llm.get("llm", "test"), "model": llm.get("model"), "base_url": redacted(llm.get("base_url"))}
+    await run_scenario(
+        scenario, llm=model, options=config, out_dir=folder, manifest={**record, "sweep": params}, run=run
+    )
+
+
+def _measured(scenario: str, folder: Path) -> Row:
+    """What the run directory says: rounds, messages, tokens, cost, and the scenario's summary."""
+    report_file = folder / "report.json"
+    if not report_file.is_file():
+        return {}
+    report = json.loads(report_file.read_text(encoding="utf-8"))["report"]
+    row = {k: report[k] for k in ("rounds", "messages", "total_tokens", "total_cost", "stop_reason")}
+    summary = getattr(load_scenario(scenario), "summary", None)
+    if summary is not None:
+        row.update({f"summary.{k}": v for k, v in summary(folder).items()})
+    return row
+
+
+class LocalTrials:
+    """Trials in this process and ``jobs - 1`` worker processes of this machine (no Ray needed)."""
+
+    def __init__(self, jobs: int) -> None:
+        """Run up to ``jobs`` trials at once."""
+        self.jobs = jobs
+
+    def run(self, calls: list[tuple[Any, ...]], done: Done) -> None:
+        """Run each call of ``run_trial``; ``done(index, row)`` as each ends (from one thread at a time)."""
+        ended: set[int] = set()
+
+        def record(index: int, row: Row) -> None:
+            ended.add(index)
+            done(index, row)
+
+        self._run(calls, record)
+        for index in sorted(set(range(len(calls))) - ended):  # taken by a worker that died before it sent its row
+            done(index, lost_row(*calls[index]))
+
+    def _run(self, calls: list[tuple[Any, ...]], done: Done) -> None:
+        context: Any = _context()
+        lock = threading.Lock()
+        taken = context.Value("i", 0)
+        workers: list[tuple[BaseProcess, Connection]] = []
+        here = not _in_event_loop()  # a notebook's cell runs in one: its trials all go to workers
+        # The heap is not frozen before forking: a trial's session settles its heap only where nobody froze
+        # it (core.heap), and a worker that inherits a frozen heap ran each trial ~30 % slower than this process.
+        for _ in range(min(self.jobs, len(calls)) - here):
+            receive, send = context.Pipe(duplex=False)
+            worker = context.Process(target=_work, args=(calls, taken, send), daemon=True)
+            worker.start()
+            send.close()
+            workers.append((worker, receive))
+        failed: list[BaseException] = []
+        collector = threading.Thread(target=_collect, args=(workers, done, lock, failed), daemon=True)
+        collector.start()
+        try:
+            while here and (index := _take(taken, len(calls))) is not None:
+                row = run_trial(*calls[index])
+                with lock:
+                    done(index, row)
+            collector.join()
+        finally:
+            for worker, _ in workers:  # stopped early (an interrupt, a failure): the workers stop too
+                if collector.is_alive():
+                    worker.terminate()
+                worker.join()
+        if failed:
+            raise failed[0]
+
+
+def _in_event_loop() -> bool:
+    """Whether this thread runs an event loop (a trial here would need its own)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _take(taken: Synchronized[int], count: int) -> int | None:
+    """The next trial nobody has taken, if any."""
+    with taken.get_lock():
+        index = taken.value
+        if index >= count:
+            return None
+        taken.value = index + 1
+    return index
+
+
+def _work(calls: Sequence[tuple[Any, ...]], taken: Synchronized[int], out: Connection) -> None:
+    """A worker: take trials until none is left, sending each one's row."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the sweep's process, which stops its workers
+    while (index := _take(taken, len(calls))) is not None:
+        out.send((index, run_trial(*calls[index])))
+    out.close()
+
+
+def _collect(
+    workers: list[tuple[BaseProcess, Connection]], done: Done, lock: threading.Lock, failed: list[BaseException]
+) -> None:
+    """Give the workers' rows to ``done`` as they come, until every worker has ended (or died: see ``run``)."""
+    open_ = {receive: worker for worker, receive in workers}
+    while open_:
+        for receive in cast(list[Connection], wait(list(open_))):
+            try:
+                index, row = receive.recv()
+            except EOFError:  # its worker ended: nothing left to take, or it died
+                open_.pop(receive).join()
+                continue
+            try:
+                with lock:
+                    done(index, row)
+            except BaseException as exc:  # the sweep's own failure: the main thread raises it
+                failed.append(exc)
+                return
+
+
+def _context() -> BaseContext:
+    """How to start workers: forked (instant: metaroles is already imported) from a one-thread process.
+
+    A process with threads (a notebook's Ray client, a GUI) is not safe to fork, nor is one inside
+    an event loop (the child would find it running and could not start its own); their workers
+    start fresh from a fork server instead.
+    """
+    return get_context("fork" if threading.active_count() == 1 and not _in_event_loop() else "forkserver")
+
+
+class RayTrials:
+    """One Ray task per trial (``num_cpus`` each) on a local or remote cluster."""
+
+    def __init__(self, address: str | None = None, num_cpus: float = 1) -> None:
+        """Run on the cluster at ``address`` (a local one by default)."""
+        self.address = address
+        self.num_cpus = num_cpus
+
+    def run(self, calls: list[tuple[Any, ...]], done: Callable[[int, Row], None]) -> None:
+        """Submit every trial; ``done(index, row)`` as each ends."""
+        from metaroles.sharding.ray import ensure_ray
+
+        ray = ensure_ray(self.address)
+        task = ray.remote(num_cpus=self.num_cpus)(run_trial)
+        pending = {task.remote(*call): i for i, call in enumerate(calls)}
+        while pending:
+            finished, _ = ray.wait(list(pending), num_returns=1)
+            for ref in finished:
+                index = pending.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except ray.exceptions.RayError:  # its worker died past Ray's retries
+                    row = lost_row(*calls[index])
+                done(index, row)

@@ -1,0 +1,398 @@
+"""Incremental, crash-safe checkpoints of an Environment, one per round (reading: ``restore``; shards: ``parts``).
+
+A checkpoint folder holds ``messages.jsonl`` — every message a checkpoint refers to, once, in the
+order first seen, named by its row (line number, from 0); appended as the rounds go and fsynced
+before the round file that refers to it (rows past the last checkpoint are cut off on resume) —
+and ``round-NNNN.json``, the state at the end of round NNNN, written
+atomically (temp file, fsync, rename): a *full* snapshot every ``every`` checkpoints (and first),
+otherwise a *delta* against the previous round file, so that a round costs what happened in it:
+
+- ``ops`` and ``deliveries``: what the bus did — which roles took a default turn (observe, then
+  remember their own answer) and which message reached whom; when a delta spans several rounds,
+  an op ``2, n`` marks where a round ends (deliver up to position ``n`` first). Replaying these
+  with the roles' own code rebuilds every *replayable* role (a default one-action turn, plain
+  memory) exactly; the writer checks, per role, that its state is what the replay will give.
+- ``roles``: an entry for every other role that changed (custom turns, long-term or brain
+  memory, or anything touched outside the bus): the rows it added to memory, its buffer and
+  news, its state.
+- the ledger, events and dead letters appended since, and the random source's state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import namedtuple
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring
+from pathlib import Path
+from typing import Any
+
+from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
+from metaroles.bus.state import rng_state
+from metaroles.core.confined import open_own
+from metaroles.core.files import append_text, sync_dir, truncate_lines, write_atomic
+from metaroles.messages.memory import Memory
+from metaroles.messages.message import Message
+from metaroles.record.numbering import numbered, round_file
+from metaroles.record.replayable import replayable, replays, signature
+from metaroles.record.rows import MessageRows, numbers_json
+
+MESSAGES = "messages.jsonl"
+FULL_EVERY = 25
+FORMAT = 3
+SHARDED = 4
+"""The format of a sharded round's driver file (3 and the shards' ``parts``, the history's ``history_add``)."""
+READABLE = (2, 3, 4)
+"""The formats :func:`~metaroles.record.restore.restore_checkpoint` reads (3 added the round marks of a delta's ops)."""
+
+
+@dataclass
+class Restored:
+    """What a restore read: the round, its file, and the message table (rows) it used."""
+
+    round: int
+    path: Path
+    rows: list[Message] = field(default_factory=list)
+    full_round: int | None = None
+    """The round of the full snapshot the restored chain starts from."""
+    deltas: int = 0
+    """How many deltas follow that full snapshot in the chain."""
+
+
+_RoleMark = tuple[int, int, int, int, int, frozenset[str], frozenset[str], object]
+"""A role at the previous checkpoint: memory length and edits, state, working memory length and edits, watch,
+addresses, and its news list if its buffer was empty (else None: an observation replaces ``rc.news``)."""
+
+_Target = tuple[Sequence[Role], list[int], list[list[Any]]]
+"""A list of recipients, their places (env index) and the expectations of the replayable ones among them."""
+_EnvMark = namedtuple("_EnvMark", "history edits dead_letters events ledger", defaults=(-1, 0, 0, 0, 0))
+"""The environment at the previous checkpoint: the lengths (and the history's edits) a delta starts from."""
+
+
+class CheckpointWriter(MessageRows):
+    """Writes an environment's checkpoints into ``folder``, one per round.
+
+    Args:
+        folder: The checkpoint folder.
+        every: A full snapshot every this many checkpoints; deltas in between (a delta of a team that
+            checkpoints every few rounds spans them, so this bounds the chain a restore reads).
+        restored: What :func:`load_checkpoint` read, when continuing a run in the same folder.
+        replay: ``False`` for a shard's part (``record.parts``): every delta lists the roles that changed.
+        known: For a shard's part, the messages of the driver's history, which its rows name by id.
+        each_name: Sync each round file's name as it is written (a shard's part: the driver's file names it);
+            else :meth:`sync_names`, once. A power cut may lose the newest round files, never tear one.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        every: int = FULL_EVERY,
+        restored: Restored | None = None,
+        replay: bool = True,
+        known: Mapping[str, Message] | None = None,
+        each_name: bool = False,
+    ) -> None:
+        """Open the folder; when continuing, cut the message table back to what the checkpoint used."""
+        self.folder = folder
+        self.every = every
+        self.replay = replay
+        self.each_name = each_name
+        self._names_unsynced = False
+        super().__init__(known)
+        self._roles: dict[str, _RoleMark] = {}
+        self._env = _EnvMark()
+        self._full_round: int | None = None
+        self._deltas = 0
+        self._expect: dict[str, list[Any]] = {}
+        self._ops: list[int] = []
+        self._deliveries: list[int] = []
+        self._noted_history = 0
+        self._seen: object = None
+        self._blind = True
+        self._index: dict[str, int] = {}
+        self._unsynced = False  # rows appended since the last checkpoint, not yet fsynced
+        self._targets: dict[int, _Target] = {}
+        """Per list of recipients routing gave (by ``id``): their places and expectations, until a checkpoint."""
+        self._book: tuple[object, int] | None = None
+        self.round: int | None = None
+        """The round of the last checkpoint written (``None`` before the first)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        table = folder / MESSAGES
+        if restored is None:
+            open_own(table, os.O_WRONLY | os.O_CREAT | os.O_TRUNC).close()
+            return
+        truncate_lines(table, len(restored.rows))
+        for number, stale in numbered(folder, "round"):  # past the restored round: what this run now writes again
+            if number > restored.round:
+                stale.unlink()
+        self.round = restored.round  # the next write is a full snapshot: nothing is expected yet
+        for message in restored.rows:
+            self._rows[id(message)] = len(self._held)
+            self._held.append(message)
+
+    def continue_after(self, env: Environment, restored: Restored) -> None:
+        """Hold the marks the restored run's writer held after its checkpoint: a resumed run writes the same files."""
+        held = len(self._held)
+        self._role_index(env)
+        self._env_parts(env, self._pending_rows, full=True)
+        self._role_entries(env, self._pending_rows, replayed=False)
+        if self._pending_rows:  # a message the table lacks: then no delta could refer to it, start afresh
+            for message in self._held[held:]:
+                del self._rows[id(message)]
+            del self._held[held:]
+            self._pending_rows.clear()
+            self._full_round = None
+            return
+        if env.trace is None:
+            env.trace = []  # as the first write of the run did
+        self._noted_history = len(env.history)
+        self._full_round, self._deltas = restored.full_round, restored.deltas
+        self._blind = False
+
+    def note(self, env: Environment) -> None:
+        """Take in the round that just ran (its turns and deliveries); idempotent: :meth:`write` calls it too."""
+        self._role_index(env)
+        if env.trace is None:
+            env.trace, self._blind = [], True  # this round's turns are unknown: the next delta lists roles
+        elif env.trace is not self._seen:
+            self._seen = env.trace
+            if self._deliveries:  # an earlier round's deliveries come before this round's turns (code 2)
+                self._ops += (2, len(self._deliveries))
+            self._note_turns(env.trace)
+        if env.interventions:
+            self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
+        self._note_deliveries(env)
+        self.write_rows()
+
+    def write_rows(self) -> None:
+        """Append the rows noted so far: written as the rounds go, synced by the checkpoint that names them."""
+        if self._pending_rows:
+            append_text(self.folder / MESSAGES, self._pending_rows)
+            self._pending_rows.clear()
+            self._unsynced = True
+
+    def write(self, env: Environment, *, after: Sequence[Path] = ()) -> Path:
+        """Write the checkpoint of ``env``'s round (between rounds), once the files ``after`` are durable."""
+        self.note(env)
+        full, parts = self.begin(env)
+        new_rows = self._pending_rows
+        parts.extend(self._env_parts(env, new_rows, full=full))
+        self._blind = self._blind or not self.replay
+        if not full and not self._blind:
+            parts.append(f'"ops":{numbers_json(self._ops)}')
+        roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
+        parts.append('"roles":{' + ",".join(roles) + "}")
+        self._blind = False
+        return self._finish(env, parts, after)
+
+    def begin(self, env: Environment, version: int = FORMAT) -> tuple[bool, list[str]]:
+        """Whether the checkpoint of ``env``'s round is a full snapshot (which forgets every mark), and its head."""
+        full = self._full_round is None or self._deltas >= self.every - 1
+        self._deltas = 0 if full else self._deltas + 1
+        if full:
+            self._full_round = env.round
+            self._roles.clear()
+            self.forget_expectations()
+            self._env = _EnvMark()
+        kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
+        return full, [f'"version":{version},"round":{env.round},"kind":{kind}']
+
+    def _finish(self, env: Environment, parts: list[str], after: Sequence[Path] = ()) -> Path:
+        """Write the round file once ``after`` (the round's event log) and the message rows are durable: complete."""
+        parts.append(f'"rows":{len(self._held)}')
+        self._ops.clear()
+        self._deliveries.clear()
+        self.write_rows()
+        rows = [self.folder / MESSAGES] if self._unsynced else []
+        path = round_file(self.folder, env.round)
+        write_atomic(path, "{" + ",".join(parts) + "}\n", after=[*after, *rows], sync_name=self.each_name)
+        self._unsynced, self._names_unsynced = False, not self.each_name
+        self.round = env.round
+        return path
+
+    def sync_names(self, *, by: list[Path] | None = None) -> None:
+        """Sync the folder once, so round files are found by name after a power cut; or add it to ``by`` (to sync)."""
+        if self._names_unsynced:
+            if by is None:
+                sync_dir(self.folder)
+            else:
+                by.append(self.folder)
+            self._names_unsynced = False
+
+    # -- what the bus did -----------------------------------------------------------------------
+
+    def _role_index(self, env: Environment) -> dict[str, int]:
+        if len(self._index) != len(env.roles):
+            self._index, self._targets = {name: i for i, name in enumerate(env.roles)}, {}
+        return self._index
+
+    def _note_turns(self, trace: list[tuple[str, str, Any, int]]) -> None:
+        """Record the default turns of replayable roles: observe (code 0), act (code 1 with its row)."""
+        expect, index, ops, rows = self._expect, self._index, self._ops, self._rows
+        for kind, name, detail, remembered in trace:
+            if kind == "observe":
+                expected = expect.get(name)
+                if expected is not None:
+                    ops += (0, index[name])
+                    expected[0] += remembered
+                    expected[2], expected[3], expected[4] = 0, None, detail
+            elif kind == "act" and (expected := expect.get(name)) is not None:
+                if detail is None:
+                    ops += (1, index[name], -1)
+                else:
+                    row = rows.get(id(detail))
+                    ops += (1, index[name], self._new_row(detail, self._pending_rows) if row is None else row)
+                    expected[0] += 1
+
+    def _note_deliveries(self, env: Environment) -> None:
+        """Record each message published since the last note with the roles it reached."""
+        history = env.history
+        if len(history) <= self._noted_history:
+            self._noted_history = len(history)
+            return
+        if env.routed is None:
+            env.record_routes()
+        self._role_index(env)
+        if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
+            self._book, self._targets = (env._book, env._book.version), {}
+        out, rows, targets = self._deliveries, self._rows, self._targets
+        for message, recipients in zip(*env.delivered(self._noted_history), strict=True):
+            row = rows.get(id(message))
+            out += (self._new_row(message, self._pending_rows) if row is None else row, len(recipients))
+            known = targets.get(id(recipients))
+            if known is None or known[0] is not recipients:
+                known = self._target(recipients)
+            out += known[1]
+            for expected in known[2]:  # the buffer a replay gives each replayable recipient
+                expected[2] += 1
+                expected[3] = message
+        self._noted_history = len(history)
+
+    def _target(self, recipients: Sequence[Role]) -> _Target:
+        """The places of ``recipients`` and the expectations of the replayable ones, kept per list (routing's own)."""
+        if len(self._targets) >= 1 << 18:
+            self._targets.clear()
+        index, expect = self._index, self._expect
+        places = [index[role.name] for role in recipients]
+        expected = [e for e in map(expect.get, [role.name for role in recipients]) if e is not None]
+        known = self._targets[id(recipients)] = (recipients, places, expected)
+        return known
+
+    # -- the environment -------------------------------------------------------------------------
+
+    def _env_parts(self, env: Environment, new_rows: list[str], *, full: bool, appended: bool = False) -> list[str]:
+        mark, history = self._env, env.history
+        parts = [f'"rng":{json.dumps(rng_state(env.rng))},"id_key":{json.dumps(env.id_key)}']
+        if full or history.edits != mark.edits or len(history) < mark.history:
+            parts.append(f'"history":{self._rows_of(history, new_rows)}')
+            self._blind = self._blind or not full  # an edited history: the deliveries do not tell the story
+        elif appended:  # a sharded round: the shards delivered; the history grew by these
+            parts.append(f'"history_add":{self._rows_of(history.storage[mark.history :], new_rows)}')
+        else:
+            parts.append(f'"deliveries":{numbers_json(self._deliveries)}')
+        dead = env.dead_letters[mark.dead_letters :]
+        parts.append(f'"dead_letters_add":{self._rows_of(dead, new_rows)}')
+        events = [e.model_dump(mode="json") for e in env.events[mark.events :]]
+        ledger = [e.saved() for e in env.ledger.entries[mark.ledger :]]
+        parts.append(f'"events_add":{json.dumps(events)},"ledger_add":{json.dumps(ledger)}')
+        self._env = _EnvMark(
+            len(history), history.edits, len(env.dead_letters), len(env.events), len(env.ledger.entries)
+        )
+        return parts
+
+    # -- roles ----------------------------------------------------------------------------------
+
+    def forget_expectations(self) -> None:
+        """Drop what the writer expects of every replayable role (and the recipients' lists that point at it)."""
+        self._expect.clear()
+        self._targets = {}
+
+    def _role_entries(self, env: Environment, new_rows: list[str], *, replayed: bool) -> list[str]:
+        """Entries for the roles a replay of ``ops`` and ``deliveries`` would not rebuild exactly.
+
+        Expectations are renewed in place: the recipients' lists (:meth:`_target`) hold them across rounds.
+        """
+        entries, expect, changed = [], self._expect, False
+        for role in env.roles.values():
+            expected = expect.get(role.name)
+            if replayed and expected is not None and replays(role, expected):
+                continue
+            if expected is not None:
+                self._roles.pop(role.name, None)  # its mark predates the replayed rounds: write it whole
+            entry = self._role_entry(role, new_rows)
+            if entry:
+                entries.append(entry)
+            if self.replay and replayable(role):
+                if expected is None:
+                    expect[role.name], changed = signature(role), True
+                else:
+                    expected[:] = signature(role)
+            elif expect.pop(role.name, None) is not None:
+                changed = True
+        if changed:
+            self._targets = {}
+        return entries
+
+    def _role_entry(self, role: Role, new_rows: list[str]) -> str:
+        """The role's JSON entry (``"name":{...}``) if it changed since the last checkpoint, else ``""``.
+
+        Runs once per role per round, so it compares a few counters instead of contents: memory
+        and working memory only ever grow between two checkpoints unless their edit counter moved.
+        """
+        rc = role.rc
+        memory, working = rc.memory, rc.working_so_far
+        if (
+            type(memory) is not Memory
+            or role.brain_memory is not None
+            or type(role).extra_state is not Role.extra_state
+        ):
+            self._roles.pop(role.name, None)  # long-term/brain memory or extra state: the role's full state each time
+            return f'{self._enc(role.name)}:{{"state_dict":{role.state_dict().model_dump_json()}}}'
+        buffer, news = rc.msg_buffer.peek_all(), rc.news
+        size, edits, state, watch, addresses = len(memory), memory.edits, rc.state, rc.watch, role.addresses
+        mark = self._roles.get(role.name)
+        if (
+            mark is not None
+            and not buffer
+            and mark[7] is news
+            and mark[:5] == (size, edits, state, len(working), working.edits)
+            and mark[5] == watch
+            and mark[6] is addresses
+        ):
+            return ""
+        parts, watched = self._changed_parts(role, mark, buffer, new_rows)
+        self._roles[role.name] = (
+            size,
+            edits,
+            state,
+            len(working),
+            working.edits,
+            watched,
+            addresses,
+            None if buffer else news,
+        )
+        return f"{self._enc(role.name)}:{{{','.join(parts)}}}"
+
+    def _changed_parts(
+        self, role: Role, mark: _RoleMark | None, buffer: list[Message], new_rows: list[str]
+    ) -> tuple[list[str], frozenset[str]]:
+        """The JSON fields of a role entry: buffer, news and stage always, the rest when it changed."""
+        rc, rows = role.rc, self._rows_of
+        memory, working, watch, addresses = rc.memory, rc.working_so_far, rc.watch, role.addresses
+        size, edits = len(memory), memory.edits
+        parts = [f'"buffer":{rows(buffer, new_rows)},"news":{rows(rc.news, new_rows)},"state":{rc.state}']
+        if mark is None or edits != mark[1] or size < mark[0]:
+            cls = f"{type(role).__module__}.{type(role).__qualname__}"
+            parts.append(f'"cls":{encode_basestring(cls)},"memory":{rows(memory, new_rows)}')
+        elif size > mark[0]:
+            parts.append(f'"memory_add":{rows(memory.get(size - mark[0]), new_rows)}')
+        if mark is None or (len(working), working.edits) != mark[3:5]:
+            parts.append(f'"working_memory":{rows(working, new_rows)}')
+        watched = frozenset(watch) if mark is None or mark[5] != watch else mark[5]
+        if mark is None or mark[5] != watch or mark[6] is not addresses:
+            parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
+        return parts, watched

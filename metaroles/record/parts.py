@@ -1,0 +1,89 @@
+"""A sharded round's checkpoint: each shard writes its roles' part, then the driver writes the round's file.
+
+Each shard keeps a :class:`~metaroles.record.checkpoint.CheckpointWriter` of its own over its own
+roles, in a folder of its own under the run's checkpoints (``parts/SSSS-K``: the round the sharded
+stretch of the run started from, and the shard), so a round costs each shard what changed on it
+and nothing crosses to the driver but the folder's name. The driver's file, written last, holds
+the environment (the history as the rows it grew by), the roles pinned to the driver and the
+names of the parts; a round is complete once that file exists. A restore reads the driver's
+chain, then each part's chain up to the same round (``record.restore``); shards are no part of the
+run, so a run resumes or forks on any number of them (the next stretch writes new parts, full
+first).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
+from metaroles.messages.message import Message
+from metaroles.record.checkpoint import SHARDED, CheckpointWriter
+
+PARTS = "parts"
+"""The folder, inside the run's checkpoints, of the shards' parts."""
+
+
+def part_name(segment: int, shard: int) -> str:
+    """The folder (relative to the checkpoints) of ``shard``'s part in the stretch started at round ``segment``."""
+    return f"{PARTS}/{segment:04d}-{shard}"
+
+
+def part_writer(folder: Path, known: Mapping[str, Message]) -> CheckpointWriter:
+    """A shard's writer for its part: a fresh folder (what an earlier attempt of this stretch left is dropped).
+
+    ``known`` are the messages of the driver's history (by id) that the shard has seen: its rows
+    name them by id (``{"ref": id}``), so a message is written once, in the driver's table.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("round-*.json"):
+        stale.unlink()
+    return CheckpointWriter(folder, replay=False, known=known, each_name=True)  # the driver's file names it
+
+
+def note_driver(writer: CheckpointWriter, env: Environment) -> None:
+    """Give the messages the history grew by since the last note their rows (a sharded round the driver does not write).
+
+    They are encoded and appended to the message table now, while the shards run the next round,
+    not all at once when a checkpoint is due (rows past the last checkpoint's are cut on resume).
+    """
+    history = env.history
+    if len(history) > writer._noted_history:
+        writer._rows_of(history.storage[writer._noted_history :], writer._pending_rows)
+    writer._noted_history = len(history)
+    writer.write_rows()
+
+
+def note_round(writer: CheckpointWriter, env: Environment, *, sharded: bool) -> None:
+    """Take in a round that gets no checkpoint file.
+
+    In one process: its turns and deliveries, which the next delta replays; on a sharded run's
+    driver: the history's new rows (:func:`note_driver`).
+    """
+    if sharded:
+        note_driver(writer, env)
+    else:
+        writer.note(env)
+
+
+def write_driver(
+    writer: CheckpointWriter, env: Environment, roles: list[Role], shards: list[str], after: Sequence[Path] = ()
+) -> Path:
+    """Write the driver's file of ``env``'s round: the environment, its own ``roles`` and the shards' parts.
+
+    ``shards`` are the folders (relative to the writer's) where each shard just wrote its part;
+    this file, written last, is what makes the round's checkpoint complete.
+    """
+    full, parts = writer.begin(env, SHARDED)
+    names = {role.name for role in roles}
+    writer._roles = {name: mark for name, mark in writer._roles.items() if name in names}  # the others: the parts'
+    writer.forget_expectations()
+    rows = writer._pending_rows
+    parts.extend(writer._env_parts(env, rows, full=full, appended=True))
+    entries = [entry for entry in (writer._role_entry(role, rows) for role in roles) if entry]
+    parts.append(f'"roles":{{{",".join(entries)}}},"parts":{json.dumps(shards)}')
+    writer._noted_history = len(env.history)
+    writer._blind = True  # a later delta written in one process lists every role whole
+    return writer._finish(env, parts, after)

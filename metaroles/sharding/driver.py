@@ -1,0 +1,392 @@
+"""One Environment's roles on several shards, run in lock-step so the run is the one-process run.
+
+The driver (the process that holds the Team) keeps the bus: the history, the address index, dead
+letters, events, the ledger, interventions and the roles pinned to it. Every other role goes to
+a shard when the run starts — built there if a cast made it (``sharding.cast``), else shipped pickled
+(``sharding.transfer``) — and the driver keeps a stand-in
+(:class:`RemoteRole`: name, addresses, place). A round is one call per shard (``sharding.worker``):
+the shard delivers what reached it — what it kept for its own roles, the parts other shards sent
+it, the driver's own messages — merged by the publishing role's place, runs its ready roles, and
+routes what they published itself. The driver merges the outboxes in that same order into the
+history, records dead letters and delivers to its own roles; when an address changed in the round
+or interventions decide per recipient, it routes the whole round itself instead (the shards then
+drop their own routing). Ids depend on the run, the round and the role's place (``core.ids``), so
+every file of the run directory is the one-process run's, byte for byte; each shard writes its
+roles' part of a checkpoint (``record.parts``), and a run resumes on any number of shards.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from metaroles.bus.environment import Environment, Round
+from metaroles.bus.role import Role
+from metaroles.core.exceptions import RunError
+from metaroles.core.heap import paused_gc
+from metaroles.messages.message import Message
+from metaroles.record.eventlog import EventLog
+from metaroles.record.parts import part_name
+from metaroles.sharding.backends import each_of
+from metaroles.sharding.cast import no_seat
+from metaroles.sharding.merging import Flagged, own_messages, route_all, take_in
+from metaroles.sharding.shardset import Delivery, Entry, ShardSet, Stepped, shared_broadcasts
+from metaroles.sharding.standins import RemoteRole, _first, _remote_failure
+from metaroles.sharding.transfer import RolesIn, dumps_roles
+from metaroles.sharding.worker import DRIVER, interned
+
+__all__ = ["RemoteRole", "ShardedRun"]
+
+
+def _nothing() -> None: ...
+
+
+class ShardedRun:
+    """The driver's side of a sharded run: an Environment whose remote roles are stand-ins (:func:`sharded`)."""
+
+    def __init__(
+        self, env: Environment, shards: ShardSet, places: list[int | None], seat: Callable[[Role], Any] = no_seat
+    ) -> None:
+        """Drive ``env`` on ``shards``; ``places`` gives each role's shard (``None``: the driver).
+
+        ``seat(role)`` says how a shard builds ``role`` itself (``sharding.cast``), or ``None``: it is shipped.
+        """
+        self.env, self.shards, self.places, self._seat = env, shards, places, seat
+        self.kept: dict[int, Role] = {}
+        """By place, roles of this process that come back as their state (``transfer``; see :func:`sharded`)."""
+        self.inboxes: list[list[Entry]] = [[] for _ in range(shards.count)]
+        self.ready = [0] * shards.count
+        self.held = [0] * shards.count
+        """Messages each shard keeps for its own roles from the last round (delivered before the next)."""
+        self.ranked: list[list[tuple[int, Message]]] | None = None
+        """When the shards routed the last round: the driver's own messages for each, by rank."""
+        self.crossing: list[list[tuple[int, Any]]] = [[] for _ in range(shards.count)]
+        """Per shard, ``(source shard, handle)`` of the parts other shards' outboxes hold for it."""
+        self._moved = False
+        """Whether the address map changed since the shards last had it."""
+        self._sets: dict[frozenset[str], frozenset[str]] = {}
+        self.broken = False
+        self.heard: dict[str, str] = {}
+        """Each remote sender of the last round: the ids of the news it had, as JSON (the log's ``caused_by``)."""
+        self.news = self.turns = True
+        """Whether shards send each sender's news (the log's ``caused_by``); and their turn steps (its turn events)."""
+        self.where: dict[str, tuple[int, ...]] = {}
+        """Address → the shards whose roles receive on it (``DRIVER`` for the driver's own roles)."""
+        self._pinned: list[tuple[Role, frozenset[str]]] = []
+        self.segment = env.round
+        """The round this sharded stretch of the run started from (it names the checkpoint parts)."""
+        self.stay = False
+        """Leave the roles on their shards when the run ends (its last checkpoint holds them all)."""
+        self.behind = False
+        """Take a round's outboxes into the history while the shards run the next (:meth:`settle` catches up)."""
+        self._unmerged: tuple[list[Flagged], list[Stepped | None]] | None = None
+        self.later: Callable[[], None] = _nothing
+        """The rest of recording the last round (a Team's), run while the shards run the next: :meth:`take_later`."""
+        self._shipped = False
+        """Whether the roles shipped at open, garbage cycles now, still wait for a full pass (in the first round)."""
+
+    @property
+    def shard_map(self) -> dict[str, int | None]:
+        """Role name → its shard (``None``: the driver)."""
+        return {role.name: place for role, place in zip(self.env.members, self.places, strict=True)}
+
+    async def open(self) -> None:
+        """Ship every remote role to its shard (or how to build it there) and put stand-ins in their places."""
+        env, count, seat = self.env, self.shards.count, self._seat
+        total = len(env.members)
+        self.shards.start(total=total, concurrency=env.concurrency, key=env.id_key)  # processes start meanwhile
+        parts: list[list[Any]] = [[] for _ in range(count)]
+        stand_ins: dict[int, Any] = {}
+        with paused_gc():  # a stand-in and a seat per role, no cycles: collections would scan every role
+            for role, place in zip(list(env.members), self.places, strict=True):
+                if place is not None:
+                    parts[place].append(seat(role) or role)
+                    stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place], self.heard)
+        history = env.history.keyed
+        pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
+
+        def pickled() -> Iterator[bytes]:  # one part at a time: a shard loads its part while the next is pickled
+            for part in parts:
+                with paused_gc():  # a pass over many roles: no garbage to find, and collections would scan them all
+                    blob = dumps_roles(env, part, pickler, history=history)
+                yield blob
+
+        self._index_addresses()  # the same addresses as the stand-ins'
+        self.ready = await self.shards.load(pickled(), addresses=(self.where, self._everyone))
+        self._moved = False
+        with paused_gc():
+            env.swap_roles(stand_ins)
+        self._pinned = [(r, r.addresses) for r, p in zip(env.members, self.places, strict=True) if p is None]
+        self._shipped = True
+
+    def _index_addresses(self) -> None:
+        """Which shards receive on each address (rebuilt when a role changes its addresses)."""
+        where: dict[str, set[int]] = {}
+        shared: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per set of shards: every shard gets the map
+        with paused_gc():  # a set per address, no cycles: collections would scan every role
+            for role, place in zip(self.env.members, self.places, strict=True):
+                for address in role.addresses:
+                    where.setdefault(address, set()).add(DRIVER if place is None else place)
+            self.where = {address: shared.setdefault(t := tuple(sorted(s)), t) for address, s in where.items()}
+        self._pinned = [(r, r.addresses) for r, p in zip(self.env.members, self.places, strict=True) if p is None]
+        self._everyone = tuple(sorted({DRIVER if p is None else p for p in self.places}))
+        self._moved = True
+
+    @property
+    def is_idle(self) -> bool:
+        """True when no role anywhere has anything buffered or on its way."""
+        pending = any(self.inboxes) or any(self.held) or any(self.crossing) or any(self.ranked or ())
+        return self.env.is_idle and not any(self.ready) and not pending
+
+    def _take_deliveries(self) -> tuple[list[Delivery], list[Message]]:
+        """What each shard is to deliver before its next round (or states, or roles); a broadcast once for all."""
+        inboxes, broadcasts = shared_broadcasts(self.inboxes)
+        addresses = (self.where, self._everyone) if self._moved else None
+        ranked, crossing = self.ranked, self.crossing
+        deliveries = [
+            Delivery(
+                inbox=inbox,
+                ranked=None if ranked is None else ranked[shard],
+                sources=[source for source, _ in crossing[shard]],
+                parts=[handle for _, handle in crossing[shard]],
+                addresses=addresses,
+            )
+            for shard, inbox in enumerate(inboxes)
+        ]
+        self.ranked, self.crossing, self._moved = None, [[] for _ in inboxes], False
+        return deliveries, broadcasts
+
+    def take_later(self) -> Callable[[], None]:
+        """:attr:`later`, handed over once (after that, there is nothing left to run)."""
+        later, self.later = self.later, _nothing
+        return later
+
+    async def run_round(self) -> None:
+        """Run one round on the driver and every shard; deliver as one process does (see the module).
+
+        :attr:`later` (the rest of recording the last round: the driver's checkpoint file, or the log and
+        metrics if not written yet) runs while the shards work, before the round changes anything here; if
+        it fails, the run stops and the shards' roles stay there (a resume starts from the last checkpoint).
+        """
+        env = self.env
+        if env.in_round:
+            raise RunError(f"round {env.round} of this environment is still running; await it before starting another")
+        deliveries, broadcasts = self._take_deliveries()
+        busy = [d if (d or self.ready[n] or self.held[n]) else None for n, d in enumerate(deliveries)]
+        self.held = [0] * len(deliveries)
+        begun: list[Round] = []
+        results: list[Stepped | None] = []
+        try:
+            async with anyio.create_task_group() as tg:
+                begin = partial(self._begin, self.take_later(), tg, begun)
+                results = await self._step(env.round + 1, busy, broadcasts, begin)
+        except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
+            raise _first(group) from None
+        finally:
+            env.close_turns()
+        this = begun[0]
+        with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
+            moved = self._merge(results, this.failures)
+            env.order_round(this)
+            self._deliver(results, moved)
+        env.end_round(this)
+        env.raise_round_errors(this)
+
+    def _begin(self, later: Callable[[], None], tg: TaskGroup, begun: list[Round]) -> None:
+        """The driver's side of a round, once the shards have theirs: ``later()``, then its own roles' turns."""
+        env = self.env
+        if self._shipped:  # one full pass while the shards work, not before: the round's end freezes what is left
+            self._shipped = False
+            env.settle_heap(full=True)
+        self.settle()
+        later()
+        this = env.begin_round()
+        begun.append(this)
+        if this.ready:
+            tg.start_soon(env.run_turns, this)
+
+    async def _step(
+        self, round_no: int, busy: list[Delivery | None], broadcasts: list[Message], begin: Callable[[], None]
+    ) -> list[Stepped | None]:
+        """The shards' results of round ``round_no``; ``begin()`` runs while they work (its error is its own)."""
+        failed: list[BaseException] = []
+
+        def meanwhile() -> None:
+            try:
+                begin()
+            except BaseException as exc:  # raised below, once the shards' calls are answered
+                failed.append(exc)
+
+        trace = self.env.trace is not None and self.turns  # a checkpoint's trace is of no use here: shards write parts
+        try:
+            results = await self.shards.step(
+                round_no, busy, broadcasts, trace=trace, news=trace or self.news, meanwhile=meanwhile
+            )
+        except Exception as exc:
+            self.broken = True
+            first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise RunError(
+                f"a shard failed in round {round_no} ({type(exc).__name__}: {first_line}); the run stops at its "
+                "last checkpoint — resume it (metaroles resume DIR)"
+            ) from exc
+        if failed:
+            self.broken = True  # the shards ran a round the driver did not take in: their roles stay there
+            raise failed[0]
+        return results
+
+    def _deliver(self, results: list[Stepped | None], moved: bool) -> None:
+        """Deliver the round: left to the shards' own routing, unless an address changed or interventions decide.
+
+        Either way each shard gets the parts other shards' outboxes hold for it (it drops them when
+        the driver routed the round, but reads them: they number the sets of recipients it is sent).
+        """
+        env = self.env
+        for source, stepped in enumerate(results):
+            for shard, handle in enumerate(() if stepped is None else stepped[1]):
+                if handle is not None:
+                    self.crossing[shard].append((source, handle))
+        if any(role.addresses is not seen for role, seen in self._pinned):
+            self._index_addresses()
+            moved = True
+        if not moved and not env.interventions:
+            self._record(results)
+            return
+        self._hear(results)
+        for stepped in results:  # the shards' routing may be stale: the driver routes it all, as it would alone
+            if stepped is not None:
+                env.publish_ranked((rank, message) for rank, message, _ in stepped[0].outbox)
+        if env.interventions:
+            env.deliver_published()  # hooks decide per recipient: the bus routes to stand-ins one by one
+        else:
+            route_all(env, self.inboxes, (self.where, self._everyone))
+
+    def _record(self, results: list[Stepped | None]) -> None:
+        """The round as the shards routed it: what each shard holds and sends, then the history (maybe behind)."""
+        own, self.ranked = own_messages(self.env, (self.where, self._everyone), self.shards.count)
+        flagged = any(flag for _, _, flag in own)
+        for source, stepped in enumerate(results):
+            if stepped is not None:
+                flagged = flagged or stepped[0].flagged > 0
+                self.held[source] = stepped[0].held
+        self._unmerged = (own, results)
+        if flagged or not self.behind:  # a dead letter or a delivery to the driver's roles: the next round needs it
+            self.settle()
+
+    def settle(self) -> None:
+        """Take the last round's outboxes into the history: messages, dead letters, the driver's roles' deliveries.
+
+        With :attr:`behind`, a round without either is taken in while the shards run the next one
+        (``run_round``'s ``later`` and everything that reads the history come after this). The collector
+        waits meanwhile (the messages hold no cycles), and what came in is frozen at once (``core.heap``):
+        the round's own end then has only its own objects to walk, not 100,000 messages more.
+        """
+        if self._unmerged is None:
+            return
+        (merged, results), self._unmerged = self._unmerged, None
+        self.env.settle_heap()  # the garbage so far goes first: what comes in below lives on, and no pass walks it
+        with paused_gc():
+            self._hear(results)
+            for stepped in (s for s in results if s is not None):
+                interned(stepped[0].outbox, self._sets)
+                merged += stepped[0].outbox
+            take_in(self.env, merged)
+        self.env.keep_heap()
+
+    def record_for(self, log: EventLog | None) -> None:
+        """Have the shards send what ``log`` writes (``None``: nothing): senders' news, and turn steps if it logs them.
+
+        The log reads the remote senders' news from :attr:`heard` (emptied when the shards close).
+        """
+        self.news, self.turns = log is not None, log is not None and log.turns
+        if log is not None:
+            log.heard = self.heard
+
+    def _hear(self, results: list[Stepped | None]) -> None:
+        """Take in the shards' outboxes and each sender's news of the last round (:attr:`heard`)."""
+        heard = self.heard
+        heard.clear()
+        for stepped in results:
+            if stepped is not None:
+                heard.update(stepped[0].open().news)
+
+    def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
+        """Take in the shards' results (ledger, failures, trace, news, addresses); whether an address changed."""
+        env = self.env
+        members, trace, moved = env.members, env.trace, False
+        roles: dict[str, Any] = env.roles
+        for shard, stepped in enumerate(results):
+            if stepped is None:
+                continue
+            result = stepped[0]
+            self.ready[shard] = result.ready
+            env.ledger.entries.extend(result.ledger)
+            for place, kind, text, shown in result.failures:
+                failures.append((members[place], _remote_failure(kind, text, shown)))
+            if trace is not None:
+                trace.extend(result.trace)
+            for name, addresses in result.readdressed.items():
+                roles[name].addresses = frozenset(addresses)
+                env.reindex(roles[name])
+                moved = True
+        if moved:
+            self._index_addresses()
+        return moved
+
+    async def checkpoint(self, folder: Path, meanwhile: Callable[[], None] = _nothing) -> list[str]:
+        """Have every shard write its roles' part of this round's checkpoint (after the round's deliveries).
+
+        Returns the parts' folders, relative to ``folder`` (``record.parts``): the driver's file names them.
+        ``meanwhile()`` runs while the shards write.
+        """
+        deliveries, broadcasts = self._take_deliveries()
+        names = [part_name(self.segment, shard) for shard in range(self.shards.count)]
+        folders = [str(folder / name) for name in names]
+        self.ready = await self.shards.checkpoint(folders, self.env.round, deliveries, broadcasts, meanwhile=meanwhile)
+        self.held = [0] * len(deliveries)
+        return names
+
+    @property
+    def pinned(self) -> list[Role]:
+        """The roles that run on the driver."""
+        return [role for role, _ in self._pinned]
+
+    async def measure(
+        self, fns: list[Callable[[list[Role]], Any]], meanwhile: Callable[[], None] = _nothing
+    ) -> dict[Any, Any]:
+        """Each of ``fns`` of each shard's roles (one call; ``meanwhile()`` as they work), then of the driver's."""
+        if not fns:
+            meanwhile()
+            return {}
+        deliveries, broadcasts = self._take_deliveries()
+        remote = await self.shards.parts(partial(each_of, fns), deliveries, broadcasts, meanwhile=meanwhile)
+        self.held, self.ready = [0] * len(deliveries), [ready for _, ready in remote]
+        local = [r for r, p in zip(self.env.members, self.places, strict=True) if p is None]
+        return {fn: [*(part[n] for part, _ in remote), fn(local)] for n, fn in enumerate(fns)}
+
+    async def close(self) -> None:
+        """Bring the roles back (unless a shard failed, or they :attr:`stay`: the checkpoint has them); stop shards."""
+        env, kept, self.kept = self.env, self.kept, {}
+        if not self.broken:
+            self.settle()
+        self.heard.clear()  # the roles' own news speaks for them from now on (the log's caused_by)
+        if self.broken or self.stay:
+            await self.shards.close()
+            return
+        deliveries, broadcasts = self._take_deliveries()
+        back: dict[int, Any] = {}
+        readers = [RolesIn(env, kept=kept) for _ in range(self.shards.count)]
+        with paused_gc():
+            async for shard, piece in self.shards.release(deliveries, broadcasts, by_state=bool(kept)):
+                for role in readers[shard].load(piece):
+                    role._ready = False  # rebuild_ready below marks it again if its buffer holds news
+                    back[role._env_index] = role
+            await self.shards.close()
+            env.swap_roles(back)
+            env.rebuild_ready()
+            env.keep_heap()  # the roles are back to stay: no young pass over every object they brought

@@ -1,0 +1,86 @@
+"""The driver's share of a sharded round's delivery: its own messages, its own roles, and the history.
+
+A sharded round's messages are routed by the shards (``sharding.worker``); the driver routes its own
+roles' messages (each shard gets its share with their rank), delivers to the roles pinned to it,
+and takes every shard's outbox into the history in the one-process order (``sharding.driver``
+decides when: right away, or while the shards run the next round).
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+from metaroles.bus.environment import Environment
+from metaroles.core.heap import paused_gc
+from metaroles.messages.message import Message
+from metaroles.sharding.shardset import Addresses, Entry
+from metaroles.sharding.standins import RemoteRole
+from metaroles.sharding.worker import DEAD, DRIVER, PINNED, targets
+
+Flagged = tuple[int, Message, int]
+"""An outbox entry: ``(rank, message, flag)`` (flags: ``DEAD``, ``PINNED``)."""
+
+_MESSAGE, _FLAG = itemgetter(1), itemgetter(2)
+
+
+def to_pinned(env: Environment, message: Message) -> None:
+    """Deliver ``message`` to its recipients among the driver's own roles (stand-ins are the shards' part)."""
+    env.push(message, [role for role in env.route(message.send_to) if not isinstance(role, RemoteRole)])
+
+
+def own_messages(
+    env: Environment, addresses: Addresses, count: int
+) -> tuple[list[Flagged], list[list[tuple[int, Message]]]]:
+    """The driver's own messages of the round, flagged, and each shard's share of them with their rank.
+
+    A shard merges its share with what it holds and what other shards sent it, in the driver's order.
+    """
+    pending = env.take_published()
+    ranked: list[list[tuple[int, Message]]] = [[] for _ in range(count)]
+    own: list[Flagged] = []
+    for rank, message in pending:
+        shards = targets(message.send_to, addresses)
+        flag = 0 if shards else DEAD
+        for shard in shards:
+            if shard == DRIVER:
+                flag = PINNED
+            else:
+                ranked[shard].append((rank, message))
+        own.append((rank, message, flag))
+    return own, ranked
+
+
+def take_in(env: Environment, merged: list[Flagged]) -> None:
+    """Put a round's outbox entries (all sources) into the history in delivery order; dead letters; pinned roles."""
+    with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
+        merged.sort(key=itemgetter(0))
+        env.history.remember_new(list(map(_MESSAGE, merged)))  # the round at once, as one process's delivery
+        if not any(map(_FLAG, merged)):
+            return
+        for _, message, flag in merged:
+            if flag == DEAD:
+                env.dead_letter(message)
+            elif flag == PINNED:
+                to_pinned(env, message)
+
+
+def route_all(env: Environment, inboxes: list[list[Entry]], addresses: Addresses) -> None:
+    """Deliver the round's messages as ``Environment._flush`` does, routing to shards, not to each stand-in.
+
+    A message goes once into the inbox of every shard that has a recipient (the shard's own
+    index finds which of its roles); the driver's own roles get theirs here. The cost is per
+    address, not per recipient.
+    """
+    pending = env.take_published()
+    remember = env.history.add
+    for _, message in pending:
+        remember(message)
+        shards = targets(message.send_to, addresses)
+        if not shards:
+            env.dead_letter(message)
+            continue
+        for shard in shards:
+            if shard == DRIVER:
+                to_pinned(env, message)
+            else:
+                inboxes[shard].append(message)

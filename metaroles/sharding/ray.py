@@ -1,0 +1,344 @@
+"""Shards as Ray actors: ``Team(backend=RayBackend(shards=K))`` (the ``ray`` extra).
+
+Each shard is one async Ray actor (``num_cpus=1`` by default) holding a :class:`ShardHost`; the
+driver makes one call per shard per round (``step``), puts a round's broadcasts in the object
+store once for all shards, and otherwise only the messages a shard's roles receive travel to it.
+Nothing here is imported unless a run asks for Ray; ``ray.init`` runs once per process (a session
+already open — a notebook's, a test suite's — is used as it is).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import io
+import os
+import pickle
+import sys
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from metaroles.bus.role import Role
+from metaroles.core.exceptions import ConfigError, RunError
+from metaroles.core.heap import paused_gc, rare_full_passes
+from metaroles.messages.message import Message
+from metaroles.sharding import transfer
+from metaroles.sharding.backends import ShardBy, check_shards
+from metaroles.sharding.crossing import OutboxReader, OutboxWriter
+from metaroles.sharding.ray_reaper import reap_with_this_process
+from metaroles.sharding.shardset import Addresses, Delivery, Stepped, StepResult
+from metaroles.sharding.transfer import USER_SCENARIO, quick
+from metaroles.sharding.worker import ShardHost
+
+
+class RayBackend:
+    """Run a Team's roles on ``shards`` Ray actors.
+
+    Args:
+        shards: How many shard actors.
+        address: The Ray cluster: ``None`` starts a local one (unless this process already joined
+            one), ``"auto"`` joins the running local cluster, ``"ray://host:port"`` a remote one.
+        num_cpus: CPUs each shard actor reserves.
+        shard_by: Which shard a role runs on (``None`` from it: the driver); by place otherwise.
+        init: More keyword arguments for ``ray.init`` (e.g. ``num_cpus`` of a local cluster).
+    """
+
+    def __init__(
+        self,
+        shards: int = 2,
+        *,
+        address: str | None = None,
+        num_cpus: float = 1,
+        shard_by: ShardBy | None = None,
+        init: dict[str, Any] | None = None,
+    ) -> None:
+        """Create the backend; Ray starts when a run does."""
+        self.shards = check_shards(shards)
+        self.address = address
+        self.num_cpus = num_cpus
+        self.shard_by = shard_by
+        self.init = dict(init or {})
+        self.last: RayShards | None = None
+        """The shards of the last run (their actors, while it runs)."""
+
+    def shard_set(self) -> RayShards:
+        """Fresh shard actors for one run."""
+        self.last = RayShards(self)
+        return self.last
+
+    def connect(self) -> None:
+        """Start or join Ray now, before a run changes anything (a run directory's files, a resume's log).
+
+        Raises:
+            ShardsUnavailable: If Ray cannot start or reach the cluster.
+        """
+        ensure_ray(self.address, **self.init)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("running on Ray needs the ray extra: pip install 'metaroles[ray]'") from None
+    return ray
+
+
+def ensure_ray(address: str | None = None, **init: Any) -> Any:
+    """The ``ray`` module, connected: joins ``address`` (or starts a local cluster) unless already connected.
+
+    Raises:
+        ShardsUnavailable: If Ray cannot start or reach the cluster (nothing of the run has moved yet).
+    """
+    ray = _ray()
+    if not ray.is_initialized():
+        options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False, **init}
+        try:
+            ray.init(address=address, **options)
+        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError... for one thing
+            where = f"the cluster at {address!r}" if address else "a local Ray cluster"
+            raise ShardsUnavailable(
+                f"Ray could not start {where} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                "check the address and that Ray runs here, or run in one process (--backend process)"
+            ) from exc
+        if address is None:
+            reap_with_this_process()  # a cluster this process started ends with it, its agents too
+    return ray
+
+
+class ShardsUnavailable(RunError):
+    """The shards could not be started (Ray did not come up); the run directory is as it was."""
+
+
+def _packed(value: Any) -> bytes:
+    """``value`` pickled for a shard: classes a worker cannot import (a notebook's) travel by value.
+
+    Ray would pickle arguments itself; a round's messages travel as one ``bytes`` instead, which
+    Ray moves without looking inside, and a message pickles as its fields (no generic walk).
+    """
+    buffer = io.BytesIO()
+    _pickler()(buffer, protocol=5).dump(value)
+    return buffer.getvalue()
+
+
+@functools.cache
+def _pickler() -> Any:
+    from ray import cloudpickle
+
+    return quick(cloudpickle.Pickler)
+
+
+def _opened(ray: Any, ref: Any, reader: OutboxReader) -> tuple[Any, dict[str, str]]:
+    """The outbox and news behind ``ref`` (ready: its call has answered), read by the shard's ``reader``."""
+    columns, news = _unpacked(ray.get(ref))
+    with paused_gc():
+        return reader.outbox(columns), news
+
+
+def _unpacked(data: bytes) -> Any:
+    """What :func:`_packed` pickled (no garbage collection meanwhile: a round is many objects, no cycles)."""
+    with paused_gc():
+        return pickle.loads(data)
+
+
+class _Actor:
+    """The body of a shard actor: a :class:`ShardHost` behind async methods.
+
+    The parts other shards' outboxes hold for this one arrive as the last arguments (Ray resolves
+    them straight from its object store: they never pass through the driver).
+    """
+
+    def __init__(self, total: int, concurrency: int, shards: int, number: int, key: str) -> None:
+        rare_full_passes()  # the process is the shard's; each step freezes what it kept: a full pass walks one round
+        self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number, key=key)
+        self.outboxes = OutboxWriter()
+
+    async def load(self, blob: bytes, addresses: bytes) -> int:
+        with paused_gc():
+            ready = self.host.load(blob, pickle.loads(addresses))
+        gc.freeze()  # this process is the shard's: its roles live as long as it does, collections skip them
+        return ready
+
+    async def step(
+        self, round_no: int, delivery: bytes, broadcasts: bytes, trace: bool, news: bool, *parts: bytes
+    ) -> tuple[bytes | None, ...]:
+        result, crossing = await self.host.step(
+            round_no, _unpacked(delivery), _unpacked(broadcasts), parts, trace=trace, news=news
+        )
+        heavy = (self.outboxes.columns(result.outbox), result.news)  # apart: the driver takes them in when it needs
+        result.outbox, result.news = [], {}
+        packed = (_packed(result), _packed(heavy), *(_packed(part) if part else None for part in crossing))
+        gc.freeze()  # what the roles now remember stays: later collections skip it
+        return packed
+
+    async def checkpoint(self, folder: str, round_no: int, delivery: bytes, broadcasts: bytes, *parts: bytes) -> int:
+        ready = self.host.checkpoint(folder, round_no, _unpacked(delivery), _unpacked(broadcasts), parts)
+        gc.freeze()  # the rows the writer keeps stay: later collections skip them
+        return ready
+
+    async def parts(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
+        return self.host.parts(fn, _unpacked(delivery), _unpacked(broadcasts), parts)
+
+    async def release(
+        self, piece: int, by_state: bool, delivery: bytes, broadcasts: bytes, *parts: bytes
+    ) -> tuple[bytes, int]:
+        from ray import cloudpickle
+
+        delivered, shared = _unpacked(delivery), _unpacked(broadcasts)
+        with paused_gc():
+            return self.host.release(delivered, shared, parts, cloudpickle.Pickler, piece, by_state=by_state)
+
+    async def release_more(self, number: int) -> bytes:
+        with paused_gc():
+            return self.host.release_more(number)
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+
+def _carried(delivery: Delivery) -> tuple[bytes, list[Any]]:
+    """``delivery`` packed for the call, and the handles of its parts (passed as arguments, resolved by Ray)."""
+    handles = delivery.parts
+    delivery.parts = []
+    return _packed(delivery), handles
+
+
+class RayShards:
+    """The shard actors of one run (a ``sharding.driver.ShardSet``)."""
+
+    def __init__(self, backend: RayBackend) -> None:
+        """Shards as ``backend`` says; the actors start in :meth:`load`."""
+        self.backend = backend
+        self.count = backend.shards
+        self.actors: list[Any] = []
+        self.readers: list[OutboxReader] = []
+        """Per shard, what reads its outboxes (the sets of recipients it sent so far)."""
+        self.calls = 0
+        """Calls made to shards so far: at most one per shard per round, one to start, one per piece given back."""
+        self.ray = ensure_ray(backend.address, **backend.init)
+        from ray import cloudpickle
+
+        by_value: Callable[[Any], None] = cloudpickle.register_pickle_by_value  # (ray's cloudpickle is untyped)
+        for name, module in list(sys.modules.items()):  # a scenario from a file: no worker can import it
+            if name.startswith(USER_SCENARIO):
+                by_value(module)
+        self.pickler: type[pickle.Pickler] = cloudpickle.Pickler
+
+    def start(self, *, total: int, concurrency: int, key: str) -> None:
+        """Start one actor per shard (their processes come up while the driver prepares their roles)."""
+        actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
+        self.actors = [actor.remote(total, concurrency, self.count, n, key) for n in range(self.count)]
+        self.readers = [OutboxReader() for _ in range(self.count)]
+
+    async def load(self, blobs: Iterable[bytes], *, addresses: Addresses) -> list[int]:
+        """Give each started actor its roles (a shard loads its part while the next is pickled)."""
+        shared = self.ray.put(_packed(addresses))
+        refs = [a.load.remote(blob, shared) for a, blob in zip(self.actors, blobs, strict=True)]
+        return [await ref for ref in refs]
+
+    async def step(
+        self,
+        round_no: int,
+        deliveries: list[Delivery | None],
+        broadcasts: list[Message],
+        *,
+        trace: bool,
+        news: bool,
+        meanwhile: Callable[[], None],
+    ) -> list[Stepped | None]:
+        """One ``step`` call per shard with something to do, all in flight at once; ``meanwhile()`` as they work.
+
+        Each returns its result and, as separate objects, its outbox and news (the driver takes them
+        in when it needs them: ``StepResult.open``) and its parts for the other shards: the driver
+        keeps only their handles and passes them to the next call of the shard they are for.
+        """
+        shared = self.ray.put(_packed(broadcasts))  # once, whatever the number of shards
+        calls: list[Any] = []
+        for a, delivery in zip(self.actors, deliveries, strict=True):
+            if delivery is None:
+                calls.append(None)
+                continue
+            packed, handles = _carried(delivery)
+            method = a.step.options(num_returns=self.count + 2)
+            calls.append(method.remote(round_no, packed, shared, trace, news, *handles))
+        self.calls += sum(refs is not None for refs in calls)
+        meanwhile()
+        results: list[Stepped | None] = []
+        for refs, reader in zip(calls, self.readers, strict=True):
+            if refs is None:
+                results.append(None)
+                continue
+            result: StepResult = _unpacked(await refs[0])
+            result.sealed = functools.partial(_opened, self.ray, refs[1], reader)
+            results.append((result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)]))
+        return results
+
+    async def _each(
+        self,
+        method: str,
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        *lead: Any,
+        each: Any = None,
+        meanwhile: Callable[[], None] = lambda: None,
+    ) -> list[Any]:
+        """Call ``method`` on every shard with its delivery (broadcasts put in the object store once); the answers.
+
+        ``each``, if given, holds a first argument per shard; ``meanwhile()`` runs once the calls are made.
+        """
+        shared = self.ray.put(_packed(broadcasts))
+        refs = []
+        for n, (a, delivery) in enumerate(zip(self.actors, deliveries, strict=True)):
+            packed, handles = _carried(delivery)
+            first = () if each is None else (each[n],)
+            refs.append(getattr(a, method).remote(*first, *lead, packed, shared, *handles))
+        meanwhile()
+        return [await ref for ref in refs]
+
+    async def checkpoint(
+        self,
+        folders: list[str],
+        round_no: int,
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        *,
+        meanwhile: Callable[[], None],
+    ) -> list[int]:
+        """Each shard writes its part of the round's checkpoint; the ready counts."""
+        return await self._each("checkpoint", deliveries, broadcasts, round_no, each=folders, meanwhile=meanwhile)
+
+    async def parts(
+        self,
+        fn: Callable[[list[Role]], Any],
+        deliveries: list[Delivery],
+        broadcasts: list[Message],
+        *,
+        meanwhile: Callable[[], None],
+    ) -> list[tuple[Any, int]]:
+        """``fn`` of each shard's roles, and its count of ready roles."""
+        return await self._each("parts", deliveries, broadcasts, fn, meanwhile=meanwhile)
+
+    async def release(
+        self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """Each shard's roles, pickled in pieces: every shard's first, then their seconds... (asked for all at once)."""
+        firsts: list[tuple[bytes, int]] = await self._each("release", deliveries, broadcasts, transfer.PIECE, by_state)
+        counts = [pieces for _, pieces in firsts]
+        more = [[a.release_more.remote(k) for k in range(1, n)] for a, n in zip(self.actors, counts, strict=True)]
+        self.calls += sum(map(len, more))
+        for n, (first, _) in enumerate(firsts):
+            yield n, first
+        for k in range(max(map(len, more), default=0)):
+            for n, refs in enumerate(more):
+                if k < len(refs):
+                    yield n, await refs[k]
+
+    async def pids(self) -> list[int]:
+        """The process id of each shard actor (to watch or kill one)."""
+        refs = [a.pid.remote() for a in self.actors]
+        return [await ref for ref in refs]
+
+    async def close(self) -> None:
+        """Stop the actors."""
+        for a in self.actors:
+            self.ray.kill(a)
+        self.actors = []

@@ -1,0 +1,347 @@
+"""A shard of a sharded run: the roles it was given, run a round at a time, and the calls that reach it.
+
+Roles travel pickled (``sharding.transfer``). A :class:`ShardHost` delivers what reached it since its
+last round, runs its ready roles with the worker pool, and routes what they published: a message
+for roles of this shard stays here (delivered before the next round), one for roles elsewhere
+goes in that shard's part (one batch per shard and round), and the driver gets the whole outbox
+for the history and the log (``sharding.driver`` has the driver's side). Every message is delivered
+in the one-process order: the round's messages of all sources merged by the publishing role's
+place. :class:`LocalShards` runs shards in this process; ``sharding.ray`` runs each as a Ray
+actor.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from json.encoder import encode_basestring
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
+from metaroles.core.heap import paused_gc
+from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
+from metaroles.messages.message import Message, share_recipients
+from metaroles.record.checkpoint import CheckpointWriter
+from metaroles.record.parts import part_writer
+from metaroles.sharding.crossing import OutboxReader, OutboxWriter
+from metaroles.sharding.shardset import Addresses, Delivery, Entry, Step, StepResult
+from metaroles.sharding.transfer import RolesOut, fingerprint, loads_roles
+
+DRIVER = -1
+"""Where a role pinned to the driver lives (in the address map)."""
+
+DEAD, PINNED = 1, 2
+"""Flags of an outbox entry: the message reaches no role; it reaches a role on the driver."""
+
+_MAX_REMEMBERED = 1 << 18
+"""Sets of recipients whose shards a shard remembers at most (then it starts afresh)."""
+
+
+def targets(send_to: frozenset[str] | set[str], addresses: Addresses) -> tuple[int, ...] | set[int]:
+    """The shards (``DRIVER`` included) with a recipient of a message sent to ``send_to``."""
+    where, everyone = addresses
+    if MESSAGE_ROUTE_TO_ALL in send_to:
+        return everyone
+    if len(send_to) == 1:
+        for address in send_to:
+            return where.get(address, ())
+    return {shard for address in send_to for shard in where.get(address, ())}
+
+
+_MESSAGE = itemgetter(1)
+
+
+def interned(entries: Iterable[tuple[Any, ...]], sets: dict[frozenset[str], frozenset[str]]) -> None:
+    """Let the messages of ``entries`` (``(rank, message, ...)``) share one object per set of recipients.
+
+    A copy from another process brings its own ``send_to``; a sender writes to the same recipients
+    round after round, so one set per sender is kept (``sets``), not one per message.
+    """
+    if len(sets) >= _MAX_REMEMBERED:
+        sets.clear()
+    share_recipients(map(_MESSAGE, entries), sets)
+
+
+class _Seen:
+    """A message known by id only (what a remote turn observed, for the event log's turn events)."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, message_id: str) -> None:
+        self.id = message_id
+
+
+class _ActionRef:
+    """An action known by id only (a remote turn's ``think`` step)."""
+
+    __slots__ = ("cause_by",)
+
+    def __init__(self, action_id: str) -> None:
+        self.cause_by = action_id
+
+
+# -- a shard -------------------------------------------------------------------------------------------
+
+
+class ShardHost:
+    """A shard: the roles it was given, in an Environment of their own, run a round at a time.
+
+    Args:
+        total: How many roles the whole run has (what others publish ranks after them all).
+        concurrency: Roles mid-turn at once on this shard.
+        shards: How many shards the run has.
+        number: Which of them this is.
+        key: The run's id key (``Environment.id_key``); the shard's environment takes it and seeds its
+            random source from it, so its part of a checkpoint is the same in every process.
+    """
+
+    def __init__(self, *, total: int, key: str, concurrency: int = 32, shards: int = 1, number: int = 0) -> None:
+        """Create an empty shard."""
+        self.shards = shards
+        self.number = number
+        self.env = Environment(concurrency=concurrency, on_role_error="record")
+        self.env.set_id_key(key)
+        self.env.rng.seed(key)
+        self.total = total
+        self.readdressed: dict[str, list[str]] = {}
+        self.env.reindex = self._reindexed  # type: ignore[method-assign]
+        self.addresses: Addresses = ({}, ())
+        self._targets: dict[frozenset[str], tuple[int, ...]] = {}
+        """The shards of each set of recipients met so far (forgotten when the address map changes)."""
+        self._sets: dict[frozenset[str], frozenset[str]] = {}
+        """One object per set of recipients that crossed from another shard (see :func:`interned`)."""
+        self.held: list[tuple[int, Message]] = []
+        self.known: dict[str, Message] = {}
+        """Messages the driver's history holds, by id (they go back by id)."""
+        self.writer: CheckpointWriter | None = None
+        """This shard's writer of its checkpoint parts."""
+        self.out: RolesOut | None = None
+        """The roles on their way back (:meth:`release`)."""
+        self.seated = array("q", bytes(8 * total))
+        """By place: the ``fingerprint`` of a role this shard built from its seat (``sharding.cast``), else 0."""
+        self.ahead: dict[int, bytes] = {}
+        """Pieces made before they were asked for (:meth:`release_more`)."""
+        self._out = [OutboxWriter() for _ in range(shards)]
+        self._in = [OutboxReader() for _ in range(shards)]
+        """Per other shard, the parts sent to it and read from it (``sharding.crossing``: recipients sent once)."""
+
+    def _reindexed(self, role: Role) -> None:
+        """A role here changed its addresses: index them, and tell the driver with the round's result."""
+        Environment.reindex(self.env, role)
+        self.readdressed[role.name] = sorted(role.addresses)
+
+    def load(self, data: bytes, addresses: Addresses) -> int:
+        """Host the roles ``dumps_roles`` pickled (a ``sharding.cast.Seat`` is built here); return how many are ready.
+
+        A model with limits (``LimitedLLM``) keeps to this shard's share of them, so the cluster
+        as a whole stays within what the user set.
+        """
+        env, seated = self.env, self.seated
+        self.addresses = addresses
+        roles = []
+        for role in loads_roles(data, env, known=self.known):
+            if not isinstance(role, Role):
+                role = role.build(env)
+                seated[role._env_index] = fingerprint(role)
+            roles.append(role)
+        env.adopt_roles(roles, total=self.total)
+        shared: dict[int, Any] = {}
+        for role in roles:
+            for llm in (role.llm, *(action.llm for action in role.actions)):
+                if hasattr(llm, "shard_share"):
+                    shared[id(llm)] = llm
+        for llm in shared.values():
+            llm.shard_share(self.shards)
+        return len(env._ready)
+
+    def take(self, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]) -> None:
+        """Deliver ``delivery`` (its ``parts`` unpickled), in the one-process order."""
+        if delivery.addresses is not None:
+            self.addresses = delivery.addresses
+            self._targets = {}
+        held, self.held = self.held, []
+        crossed: dict[int, list[tuple[int, Message, int]]] = {}
+        for source, part in zip(delivery.sources, parts, strict=True):
+            crossed.setdefault(source, []).extend(self._crossed(source, part))
+        if delivery.ranked is not None:  # else the driver routed the round: what was held or crossed is dropped
+            flush: list[tuple[Any, ...]] = list(delivery.ranked)
+            for shard in range(self.shards):  # the driver's first, then each shard's: as the driver merges
+                flush += held if shard == self.number else crossed.get(shard, ())
+            flush.sort(key=itemgetter(0))
+            self.deliver([entry[1] for entry in flush], ())
+        self.deliver(delivery.inbox, broadcasts)
+
+    def _crossed(self, source: int, part: bytes) -> list[tuple[int, Message, int]]:
+        """The part of ``source``'s outbox for this shard (read even when dropped: the numbering of its sets)."""
+        with paused_gc():
+            crossed = self._in[source].outbox(pickle.loads(part))
+        interned(crossed, self._sets)
+        return crossed
+
+    def deliver(self, inbox: Sequence[Entry], broadcasts: Sequence[Message]) -> None:
+        """Put messages into the buffers of this shard's recipients, in order."""
+        env = self.env
+        route, push, roles, known = env.route, env.push, env.roles, self.known
+        for entry in inbox:
+            if type(entry) is int:
+                message = broadcasts[entry]
+            elif type(entry) is tuple:
+                roles[entry[1]].put_message(entry[0])
+                continue
+            else:
+                message = entry  # type: ignore[assignment]
+            known[message.id] = message
+            push(message, route(message.send_to))
+
+    async def step(
+        self,
+        round_no: int,
+        delivery: Delivery,
+        broadcasts: Sequence[Message],
+        parts: Sequence[bytes],
+        *,
+        trace: bool,
+        news: bool,
+    ) -> tuple[StepResult, list[tuple[Any, ...] | None]]:
+        """Deliver, then run round ``round_no``'s turns of this shard's ready roles; route what they published.
+
+        Returns the result for the driver and, per shard, the part of the outbox for its roles (as
+        ``sharding.crossing`` columns; ``None``: nothing for that shard).
+        """
+        started = time.perf_counter()
+        self.take(delivery, broadcasts, parts)
+        env = self.env
+        env.trace = [] if trace else None
+        this = env.begin_round(round_no)
+        try:
+            await env.run_turns(this)
+        finally:
+            env.close_turns()
+        spent, failures = this.spent[0], this.failures
+        calls = env.ledger.entries[spent:]
+        del env.ledger.entries[spent:]
+        outbox, crossing, flagged = self._route()
+        result = StepResult(
+            outbox=outbox,
+            flagged=flagged,
+            ledger=calls,
+            failures=[(role._env_index, type(exc).__name__, str(exc), repr(exc)) for role, exc in failures],
+            ready=env.ready_count,
+            held=len(self.held),
+            crossing=[len(part) for part in crossing],
+            readdressed=self.readdressed,
+            busy_s=time.perf_counter() - started,
+        )
+        self.readdressed = {}
+        result.trace = [_portable(step) for step in env.trace or ()]
+        if news:
+            result.news = self._news(outbox)
+        return result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)]
+
+    def _route(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
+        """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard.
+
+        Also returns how many entries are flagged (the driver merges a round without any behind the next).
+        """
+        pending = self.env.take_published()
+        addresses, number, held, known, historic = self.addresses, self.number, self.held, self._targets, self.known
+        crossing: list[list[tuple[int, Message, int]]] = [[] for _ in range(self.shards)]
+        outbox, flagged = [], 0
+        for rank, message in pending:
+            historic[message.id] = message  # the driver's history will hold it
+            flag = 0
+            shards = known.get(message.send_to)
+            if shards is None:  # a role sends to the same recipients round after round: once per recipients
+                if len(known) >= _MAX_REMEMBERED:
+                    known.clear()
+                shards = known[message.send_to] = tuple(targets(message.send_to, addresses))
+            if not shards:
+                flag = DEAD
+            for shard in shards:
+                if shard == number:
+                    held.append((rank, message))
+                elif shard == DRIVER:
+                    flag = PINNED
+                else:
+                    crossing[shard].append((rank, message, 0))
+            outbox.append((rank, message, flag))
+            flagged += flag != 0
+        return outbox, crossing, flagged
+
+    def _news(self, outbox: list[tuple[int, Message, int]]) -> dict[str, str]:
+        roles, news, enc = self.env.roles, {}, encode_basestring
+        for _, message, _ in outbox:
+            sender = roles.get(message.sent_from)
+            if sender is not None and sender.name not in news:
+                news[sender.name] = ",".join([enc(m.id) for m in sender.rc.news])
+        return news
+
+    def checkpoint(
+        self, folder: str, round_no: int, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
+    ) -> int:
+        """Deliver, then write this shard's part of round ``round_no``'s checkpoint (``record.parts``); ready roles."""
+        self.take(delivery, broadcasts, parts)
+        if self.writer is None or str(self.writer.folder) != folder:
+            self.writer = part_writer(Path(folder), self.known)
+        self.env.round = round_no
+        self.writer.write(self.env)
+        return self.env.ready_count
+
+    def parts(
+        self, fn: Callable[[list[Role]], Any], delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
+    ) -> tuple[Any, int]:
+        """Deliver, then ``fn`` of this shard's roles in place order (a scenario's metrics), and how many are ready."""
+        self.take(delivery, broadcasts, parts)
+        return fn(list(self.env.members)), self.env.ready_count
+
+    def release(
+        self,
+        delivery: Delivery,
+        broadcasts: Sequence[Message],
+        parts: Sequence[bytes],
+        pickler: type[pickle.Pickler],
+        piece: int | None = None,
+        *,
+        by_state: bool = False,
+    ) -> tuple[bytes, int]:
+        """Deliver, then give the roles back, pickled: messages the driver holds go by id.
+
+        The first piece of ``piece`` roles (all if ``None``), and how many pieces in all
+        (:meth:`release_more` gives the others). ``by_state``: the driver kept the roles this shard
+        built from seats, so those go back as their state (``sharding.transfer``).
+        """
+        self.take(delivery, broadcasts, parts)
+        seated = self.seated if by_state else None
+        self.out = RolesOut(self.env, self.env.members, pickler, known=self.known, piece=piece, seated=seated)
+        self.ahead = {}
+        return self.out.next(), self.out.pieces
+
+    def release_more(self, number: int) -> bytes:
+        """Piece ``number`` (the first is 0) of the roles :meth:`release` gives back.
+
+        One pickler makes the pieces, so they are made in their order whatever order they are asked
+        in: an async Ray actor may run calls submitted together out of order, and a piece read
+        before the one it follows names objects its reader has not met.
+        """
+        out = self.out
+        assert out is not None and 0 < number < out.pieces, f"piece {number}: release first; pieces number 1 to n-1"
+        while number not in self.ahead:
+            made = out.at // out.piece
+            assert made <= number, f"piece {number} was given already"
+            self.ahead[made] = out.next()
+        return self.ahead.pop(number)
+
+
+def _portable(step: Step) -> Step:
+    """A turn step the driver's event log reads: messages and actions by id where it needs only that."""
+    kind, name, detail, remembered = step
+    if kind == "observe":
+        return kind, name, [_Seen(m.id) for m in detail], remembered
+    if kind == "think":
+        return kind, name, None if detail is None else _ActionRef(detail.cause_by), remembered
+    return step

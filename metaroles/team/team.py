@@ -1,0 +1,400 @@
+"""A Team hires roles into an Environment, holds the budget and runs the project until idle, spent or done."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from metaroles.bus.environment import Environment
+from metaroles.bus.role import Role
+from metaroles.core.exceptions import InvalidValueError, RoleFailed, RunError
+from metaroles.core.heap import paused_gc
+from metaroles.core.schema import BROADCAST, to_addresses
+from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, check_role_budgets, warn_unpriced
+from metaroles.llm.protocol import LLM
+from metaroles.messages.message import Message
+from metaroles.record import workspace
+from metaroles.record.checkpoint import CheckpointWriter
+from metaroles.record.eventlog import EventLog
+from metaroles.record.final_state import refers_to_checkpoint, save_state
+from metaroles.record.parts import note_round, write_driver
+from metaroles.record.restore import fresh_writer
+from metaroles.sharding.backends import Backend, ShardBy
+from metaroles.sharding.cast import Cast
+from metaroles.sharding.driver import RemoteRole, ShardedRun
+from metaroles.sharding.session import sharded
+from metaroles.sharding.standins import check_home
+from metaroles.team.continuing import forked, resumed
+from metaroles.team.options import LogTurns, checked_log_turns
+from metaroles.team.report import StopReason, TeamReport
+
+__all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
+
+HUMAN = "Human"
+"""``sent_from`` of the idea a Team publishes."""
+
+
+class Team:
+    """Roles, an Environment and budgets.
+
+    Args:
+        env: The environment to use (a new one by default).
+        llm: Model given to hired roles that have none.
+        investment: Money budget of the run; see :meth:`invest`.
+        budget: Budget of the run in money and/or tokens.
+        role_budgets: Budgets per role name; crossing any stops the run.
+        prices: Prices of models the ledger's table lacks (or to override it), by model name; a dated
+            name such as ``gpt-4o-mini-2024-07-18`` takes the price of ``gpt-4o-mini``.
+        checkpoint_every: With a checkpoint folder, write a checkpoint every this many rounds
+            (and when the run stops); a resumed run goes back to the last one.
+        log_turns: With an event log, also log each turn's observe, think and act events (``"folded"``: a
+            default turn's on its message's publish line); large societies keep publishes, deliveries, calls and errors.
+        backend: Where the roles run: in this process (``None``), or on shards
+            (``RayBackend(shards=K)``, ``LocalBackend(shards=K)``); every file of the run is the same.
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Environment | None = None,
+        llm: LLM | None = None,
+        investment: float | None = None,
+        budget: Budget | None = None,
+        role_budgets: Mapping[str, Budget] | None = None,
+        prices: Mapping[str, Price] | None = None,
+        checkpoint_every: int = 1,
+        log_turns: LogTurns = True,
+        backend: Backend | None = None,
+    ) -> None:
+        """Create a team; see the class docstring for the arguments."""
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+            raise InvalidValueError(f"checkpoint_every={checkpoint_every!r} must be a positive integer, e.g. 1")
+        self.checkpoint_every = checkpoint_every
+        self.log_turns = checked_log_turns(log_turns)
+        self.env = env if env is not None else Environment()
+        self.llm = llm
+        self.budget = budget
+        self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
+        self.env.ledger.prices.update(prices or {})
+        self._checked_entries, self._unpriced = 0, set[str]()
+        self._checkpoints: CheckpointWriter | None = None
+        self._log: EventLog | None = None
+        self.last_round: int | None = None
+        """The round the current run stops at, at the latest (for progress displays)."""
+        self.on_round: Callable[[Team], None] | None = None
+        """Called after each round is logged and checkpointed (and after the idea), before the next; it may publish."""
+        self.on_progress: Callable[[Team], None] | None = None
+        """Called after every round is recorded, only to look (on shards, maybe while the next round runs)."""
+        self.on_record: Callable[[Team], None] | None = None
+        """Called after a round's events are logged, before its checkpoint; only records (as ``on_progress``)."""
+        self._failed = self._stranded = self._idea_due = False
+        self.workspace: Path | None = None
+        """The folder the roles' actions write files into, if any: kept with every checkpoint (see ``workspace``)."""
+        self._kept: workspace.Files | None = None
+        self.backend = backend
+        self.shard_by: ShardBy | None = None
+        """Which shard a role runs on, when the backend does not say (a scenario's ``shard_by``)."""
+        self.metric_parts: list[Callable[[list[Role]], Any]] = []
+        """Functions of a list of roles that round metrics combine (:meth:`gathered`); on shards, run where they are."""
+        self._sharded: ShardedRun | None = None
+        self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
+        self.casts: list[tuple[int, Cast]] = []
+        """The casts hired, by the place of their first role (shards build those roles themselves)."""
+        self.bring_back = True
+        """Whether a sharded run's roles come back here; ``False``: not if its ``state.json`` names its checkpoint."""
+        if investment is not None:
+            self.invest(investment)
+
+    @property
+    def cost_ledger(self) -> CostLedger:
+        """Every model call's cost, per role, action and model."""
+        return self.env.ledger
+
+    def hire(self, roles: Iterable[Role] | Cast) -> None:
+        """Add ``roles`` to the environment; those without a model get the team's.
+
+        A :class:`~metaroles.sharding.cast.Cast`'s roles are built here; on shards, again where each one runs.
+        """
+        if isinstance(roles, Cast):
+            self.casts.append((len(self.env.members), roles))
+            roles = roles.roles()
+        with paused_gc():  # new objects, no garbage: collections would walk every role built so far
+            for role in roles:
+                if role.llm is None and self.llm is not None:
+                    role.set_llm(self.llm)
+                self.env.add_role(role)
+
+    def invest(self, investment: float) -> None:
+        """Set the run's money budget: the run stops cleanly once the ledger's total cost reaches it."""
+        if isinstance(investment, bool) or not isinstance(investment, int | float) or investment <= 0:
+            raise InvalidValueError(f"investment={investment!r} must be a positive number, e.g. invest(3.0)")
+        self.budget = Budget(max_cost=float(investment), max_tokens=self.budget and self.budget.max_tokens)
+
+    def run_project(self, idea: str, send_to: object = "") -> Message:
+        """Publish ``idea`` as a user requirement to ``send_to`` (every role when empty)."""
+        target = BROADCAST if send_to in ("", None) else to_addresses(send_to)
+        with self.env.id_scope():
+            message = Message(idea, sent_from=HUMAN, send_to=target)
+        self.env.publish_message(message)
+        return message
+
+    def gathered(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
+        """``fn`` of the run's roles: one part per shard (and the driver's) on shards, else one of all roles.
+
+        Round metrics that combine these parts are the same on one process and on many (on shards:
+        register ``fn`` in :attr:`metric_parts`).
+
+        Raises:
+            RunError: If the run is sharded and ``fn`` is not in :attr:`metric_parts`.
+        """
+        parts = self._parts.get(fn)
+        if parts is not None:
+            return parts
+        if self._sharded is None:
+            return [fn(list(self.env.roles.values()))]
+        raise RunError(
+            f"{getattr(fn, '__name__', fn)!r} reads roles that live on shards; add it to Team.metric_parts "
+            "(a scenario: METRIC_PARTS) so each shard computes its part"
+        )
+
+    def budget_crossed(self) -> str | None:
+        """Which budget the spending so far has crossed, if any (a money budget blind to a model warns, once)."""
+        budgets, ledger = (self.budget, *self.role_budgets.values()), self.env.ledger
+        self._checked_entries = warn_unpriced(ledger, self._checked_entries, budgets, self._unpriced)
+        return budget_crossed(ledger, self.budget, self.role_budgets)
+
+    async def run(
+        self,
+        n_round: int = 3,
+        idea: str = "",
+        send_to: object = "",
+        *,
+        save_to: str | Path | None = None,
+        checkpoints: str | Path | None = None,
+        events: str | Path | None = None,
+    ) -> TeamReport:
+        """Publish ``idea`` (if any), then run up to ``n_round`` rounds.
+
+        Stops early when every role is idle or a budget is crossed; both are clean stops. With
+        ``save_to``, the state is written there when the run stops, cleanly or because a role
+        failed. With ``checkpoints`` (a folder), also at the end of every round (``round-NNNN.json``,
+        atomically; on shards, once they hold their roles), so :meth:`resume` can continue after a
+        crash. With ``events`` (a file), each round's events are appended to it first.
+
+        Raises:
+            UnknownRoleError: If a role budget names a role that was not hired.
+        """
+        self._check(n_round)
+        self.last_round = self.env.round + n_round
+        if checkpoints is not None and self._checkpoints is None:
+            self._checkpoints = fresh_writer(Path(checkpoints))
+        self._log = None
+        if events is not None:
+            self._log = EventLog(Path(events), self.env, through_round=self.env.round, turns=self.log_turns)
+        self._failed = False
+        try:
+            if idea:
+                self.run_project(idea, send_to)
+                self._idea_due = True  # committed as a round of its own once the roles are where they run
+            try:
+                rounds, reason = await self._run_rounds(n_round)
+            finally:  # a clean stop is checkpointed; a failed round is not, so resume runs it again
+                await self._final_checkpoint()
+        finally:
+            writer, self._checkpoints = self._checkpoints, None
+            if writer is not None and (save_to is None or self._stranded):
+                writer.sync_names()  # the round files' names, once (else synced with state.json, which may name one)
+            if save_to is not None and not self._stranded:  # a lost shard took roles: the checkpoint stands
+                save_state(self.env, Path(save_to), writer, whole=self._failed)
+        detail = self.budget_crossed() or "" if reason is StopReason.BUDGET else ""
+        return TeamReport.of(self.env, rounds, reason, detail=detail, budget=self.budget)
+
+    def _check(self, n_round: int) -> None:
+        if isinstance(n_round, bool) or not isinstance(n_round, int) or n_round < 0:
+            raise InvalidValueError(f"n_round={n_round!r} must be a non-negative integer")
+        check_home(self.env)
+        check_role_budgets(self.role_budgets, self.env.roles)
+
+    async def resume(
+        self,
+        checkpoints: str | Path,
+        n_round: int,
+        *,
+        save_to: str | Path | None = None,
+        events: str | Path | None = None,
+        check: Callable[[int], None] | None = None,
+    ) -> TeamReport:
+        """Continue a run from its last complete checkpoint, until ``n_round`` rounds in all.
+
+        ``check`` is given the restored round before anything on disk changes (a run directory
+        checks its other per-round files there) and may refuse by raising.
+
+        The team must have hired the same roles (a scenario rebuilds them from its config). A
+        torn or unreadable checkpoint is skipped with a warning and the one before it is used.
+
+        Everything is read and checked before any file changes: a log that cannot be read whole,
+        or that stops before the checkpoint's round, is refused.
+
+        Raises:
+            ConfigError: If the folder holds no readable checkpoint.
+            RunDirCorrupt: If the event log is damaged or lacks rounds the checkpoint holds.
+        """
+        self._checkpoints, self._kept = resumed(self.env, checkpoints, events=events, check=check, files=self.workspace)
+        self.casts = []  # restored roles are not as their casts built them: they travel
+        return await self.run(max(0, n_round - self.env.round), save_to=save_to, events=events)
+
+    async def fork(
+        self,
+        parent: str | Path,
+        from_round: int,
+        n_round: int,
+        *,
+        checkpoints: str | Path,
+        events: str | Path | None = None,
+        parent_events: str | Path | None = None,
+        idea: str = "",
+        send_to: object = "",
+        save_to: str | Path | None = None,
+    ) -> TeamReport:
+        """Branch a run: start from its checkpoint at ``from_round`` and go on in new folders.
+
+        The parent's event log up to ``from_round`` is copied into ``events``, so the child's log
+        tells the whole story. ``idea``, if given, is published at the fork point; any other change
+        (a role's model, the scenario's config) is made to this team before calling.
+
+        Raises:
+            ConfigError: If the parent has no readable checkpoint up to ``from_round``, or
+                ``checkpoints`` already holds a run.
+        """
+        self._checkpoints = forked(
+            self.env, parent, from_round, checkpoints, events=events, parent_events=parent_events, files=self.workspace
+        )
+        self._kept = None
+        self.casts = []  # restored roles are not as their casts built them: they travel
+        return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
+
+    async def _final_checkpoint(self) -> None:
+        """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
+        writer, run = self._checkpoints, self._sharded
+        if writer is not None and writer.round != self.env.round and not self._failed and not self._stranded:
+            after = self._log.unsynced() if self._log is not None else []  # the log's lines, synced first
+            self._keep_files(writer)
+            if run is None:
+                writer.write(self.env, after=after)
+            else:  # before the roles come back, each shard writes its part; the driver's file completes the round
+                write_driver(writer, self.env, run.pinned, await run.checkpoint(writer.folder), after)
+
+    def _keep_files(self, writer: CheckpointWriter) -> None:
+        if self.workspace is not None:
+            self._kept = workspace.keep(self.workspace, writer.folder, self.env.round, self._kept)
+
+    async def _checkpoint(self) -> None:
+        """Commit the round: its events, then its record (metrics), then the checkpoint, last.
+
+        On shards, what needs the shards (metric parts, checkpoint parts) is done now — the history taken in
+        while they measure, the log and metrics while they write — and the rest while they run the next round
+        (``ShardedRun.later``), in the same order, unless :attr:`on_round` is set (it publishes to the next round).
+        """
+        run, writer, parts = self._sharded, self._checkpoints, None
+        due = writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None)
+        logged: list[bool] = []  # whether the round's events and metrics are recorded (once)
+        try:
+            if run is not None and self.on_record is not None:
+                self._parts = await run.measure(self.metric_parts, run.settle)  # the history, while they measure
+            if run is not None and writer is not None and due:
+                self._keep_files(writer)  # as the round left them: the next one may change them
+                parts = await run.checkpoint(writer.folder, partial(self._log_round, logged))
+        except BaseException:
+            self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
+            raise
+        later = partial(self._record, writer if due else None, parts, run.pinned if run else [], logged)
+        if run is None or self.on_round is not None:  # what on_round publishes reaches the next round's roles
+            later()
+        else:
+            run.later = later
+
+    def _log_round(self, logged: list[bool], sync: bool = False) -> None:
+        """Log the round's events (``sync``: on the disk now, else with its checkpoint), metrics; unless ``logged``."""
+        if logged:
+            return
+        logged.append(True)
+        if self._sharded is not None:  # the round's outboxes, if still behind
+            self._sharded.settle()
+        if self._log is not None:
+            self._log.round_done(sync=sync)
+        if self.on_record is not None:
+            self.on_record(self)
+
+    def _record(
+        self, writer: CheckpointWriter | None, parts: list[str] | None, pinned: list[Role], logged: list[bool]
+    ) -> None:
+        """Log the round and its metrics (unless ``logged``), then write its checkpoint (``writer``: one is due)."""
+        env = self.env
+        try:
+            self._log_round(logged, sync=self._checkpoints is None)  # else the next checkpoint syncs it (after)
+            after = self._log.unsynced() if self._log is not None and writer is not None else []  # synced by it
+            if writer is not None and parts is not None:  # last, the driver's file completes the round
+                write_driver(writer, env, pinned, parts, after)
+            elif writer is not None:
+                self._keep_files(writer)
+                writer.write(env, after=after)
+            elif self._checkpoints is not None:
+                note_round(self._checkpoints, env, sharded=self._sharded is not None)
+        except BaseException:
+            self._failed = True
+            raise
+        if self.on_progress is not None:
+            self.on_progress(self)
+        if self.on_round is not None:
+            self.on_round(self)
+
+    async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
+        self._stranded = False
+        async with self.env.session():
+            if self.backend is None or n_round == 0 or self.env.is_idle:
+                return await self._rounds(n_round)
+            try:
+                shards, shard_by = self.backend.shard_set(), self.backend.shard_by or self.shard_by
+                async with sharded(self.env, shards, shard_by, self.casts, behind=True, keep=self.bring_back) as run:
+                    self._sharded = run
+                    run.record_for(self._log)
+                    try:
+                        done = await self._rounds(n_round)
+                        run.take_later()()
+                        await self._final_checkpoint()
+                        run.stay = not self.bring_back and refers_to_checkpoint(self.env, self._checkpoints)
+                        return done
+                    finally:
+                        run.take_later()()  # the round before a failure was complete: its recording too
+                        self._sharded, self._parts = None, {}
+                        self._stranded = run.broken
+            except BaseException:
+                self._stranded = self._stranded or any(isinstance(r, RemoteRole) for r in self.env.members)
+                raise
+
+    async def _rounds(self, n_round: int) -> tuple[int, StopReason]:
+        if self._idea_due:
+            self._idea_due = False
+            await self._checkpoint()
+        rounds = 0
+        while rounds < n_round:
+            if (self._sharded or self.env).is_idle:
+                return rounds, StopReason.IDLE
+            if self.budget_crossed():
+                return rounds, StopReason.BUDGET
+            try:
+                await (self.env.run_round() if self._sharded is None else self._sharded.run_round())
+            except BaseException as exc:
+                self._failed = True  # the round's state is not whole: its checkpoint is never written
+                if isinstance(exc, RoleFailed) and self._log is not None:
+                    self._log.round_done()  # its role_error reaches the log; resume cuts it back and retries
+                raise
+            await self._checkpoint()
+            rounds += 1
+        if (self._sharded or self.env).is_idle:
+            return rounds, StopReason.IDLE
+        if self.budget_crossed():
+            return rounds, StopReason.BUDGET
+        return rounds, StopReason.MAX_ROUNDS
