@@ -12,6 +12,12 @@ same repetition, so the machine's drift does not leak into the figures.
 message a turn, the ``process`` span of what it observed and the ``send`` span of what it published,
 with their attributes; per round a round span), made with no bus at all: the slowdown OTel would
 cause if metaroles itself cost nothing. No tracing of those spans can be cheaper than this floor.
+``record_floor_*`` is what recording the ring's rounds costs with no bus at all: each round's messages
+taken from the history into columns (round, id, sender, cause_by, send_to, content: what a publish
+and its folded turn and deliveries need), encoded in one batch per round — as folded JSON columns with
+orjson (``record_floor_json``) and as an Arrow IPC record batch (``record_floor_arrow``) — and appended
+to one file; ``record_floor_fsync`` is one fsync per round on top (the durability a checkpoint needs).
+No log of those rounds can cost less on the round's path. Needs the ``bench`` extra (pyarrow, orjson).
 Run: ``python bench/runlog.py``.
 """
 
@@ -19,16 +25,18 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import anyio
 from bus import ring_env
 
-from metaroles import Environment
+from metaroles import Environment, Message
 from metaroles.record.checkpoint import CheckpointWriter
 from metaroles.record.eventlog import EventLog
 
@@ -111,6 +119,38 @@ def otel_sdk_floor() -> float:
     return time.perf_counter() - start
 
 
+def record_floor(history: Sequence[Message], how: str) -> float:
+    """Seconds to record the ring's rounds from ``history`` (R messages a round) as ``how``, no bus (see the module)."""
+    import orjson
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    path = Path(tempfile.mkdtemp()) / "record"
+    start = time.perf_counter()
+    with path.open("wb") as file:
+        writer = None
+        for round_no in range(ROUNDS):
+            said = history[round_no * ROLES : (round_no + 1) * ROLES]
+            columns = {
+                "round": [round_no + 1] * len(said),
+                "message_id": [m.id for m in said],
+                "role": [m.sent_from for m in said],
+                "cause_by": [m.cause_by for m in said],
+                "send_to": [sorted(m.send_to) for m in said],
+                "content": [m.content for m in said],
+            }
+            if how == "arrow":
+                batch = pa.record_batch(columns)
+                writer = writer or ipc.new_stream(file, batch.schema)
+                writer.write_batch(batch)
+            else:
+                file.write(orjson.dumps(columns) + b"\n")
+            file.flush()
+            if how == "fsync":
+                os.fsync(file.fileno())
+    return time.perf_counter() - start
+
+
 async def rounds(
     env: Environment, log: EventLog | None, checkpoints: CheckpointWriter | None, every: int | None
 ) -> None:
@@ -139,12 +179,16 @@ async def main() -> None:
     for mode in MODES:
         await run(mode)
     otel_sdk_floor()
+    said = await ring_history()
+    records: dict[str, list[float]] = {how: [] for how in ("json", "arrow", "fsync")}
     for _ in range(REPEATS):
         for mode in MODES:
             gc.collect()
             values[mode].append(await run(mode))
         gc.collect()
         floors.append(otel_sdk_floor())
+        for how, seconds in records.items():
+            seconds.append(record_floor(said, how))
     for mode, runs in values.items():
         slowdown = statistics.median(1 - v / off for v, off in zip(runs, values["off"], strict=True))
         line = {
@@ -160,6 +204,18 @@ async def main() -> None:
     line = {"figure": "otel_sdk_floor", "value": round(statistics.median(floors) / (ROLES * ROUNDS) * 1e6, 2)}
     line |= {"unit": "us/msg", "slowdown": round(floor, 3), "params": {"roles": ROLES, "rounds": ROUNDS}}
     print(json.dumps(line), flush=True)
+    for how, seconds in records.items():  # each against the untraced ring's time, repetition by repetition
+        floor = statistics.median(rec / (rec + off) for rec, off in zip(seconds, off_s, strict=True))
+        line = {"figure": f"record_floor_{how}", "value": round(statistics.median(seconds) / (ROLES * ROUNDS) * 1e6, 2)}
+        line |= {"unit": "us/msg", "slowdown": round(floor, 3), "params": {"roles": ROLES, "rounds": ROUNDS}}
+        print(json.dumps(line), flush=True)
+
+
+async def ring_history() -> list[Message]:
+    """The messages the ring publishes in its ``ROUNDS`` rounds (the seed left out)."""
+    env = ring_env(ROLES)
+    await env.run(ROUNDS)
+    return list(env.history)[1:]
 
 
 if __name__ == "__main__":
