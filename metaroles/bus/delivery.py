@@ -189,11 +189,16 @@ class Bus:
 
     def push(self, message: Message, recipients: Iterable[Role]) -> None:
         """Put ``message`` into the buffer of each of ``recipients`` and mark those it was new to ready."""
+        self.push_all((message,), (recipients,))
+
+    def push_all(self, messages: Iterable[Message], recipients: Iterable[Iterable[Role]]) -> None:
+        """:meth:`push` each of ``messages`` to its recipients (``recipients``, in step): a round's delivery."""
         ready = self._ready
-        for role in recipients:
-            if role.rc.msg_buffer.push(message) and not role._ready:
-                role._ready = True
-                ready.append(role)
+        for message, roles in zip(messages, recipients, strict=True):
+            for role in roles:
+                if role.rc.msg_buffer.push(message) and not role._ready:
+                    role._ready = True
+                    ready.append(role)
 
     @property
     def is_idle(self) -> bool:
@@ -274,14 +279,15 @@ class Bus:
                 self._deliver_intercepted(message)
             return
         self.history.remember_new(messages)  # one call for the round's messages, not one per message
-        route, push, routed = self._book.route, self.push, self.routed
-        for message in messages:
-            recipients = route(message.send_to)
-            if routed is not None:
-                routed.append(recipients)
-            if not recipients:
-                self.dead_letter(message)
-            push(message, recipients)
+        route = self._book.route
+        recipients = [route(message.send_to) for message in messages]
+        if self.routed is not None:
+            self.routed.extend(recipients)
+        if not all(recipients):
+            for message, roles in zip(messages, recipients, strict=True):
+                if not roles:
+                    self.dead_letter(message)
+        self.push_all(messages, recipients)
 
     def _deliver_intercepted(self, message: Message) -> None:
         for hook in self.interventions:

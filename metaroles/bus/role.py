@@ -61,11 +61,19 @@ class Role:
     constraints: str = ""
     desc: str = ""
     _default_turn: ClassVar[bool] = True
+    _own_observe: ClassVar[bool] = False
+    _own_think: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Note whether the subclass keeps every hook of a turn (a checkpoint then replays its turns)."""
+        """Note which hooks of a turn the subclass overrides.
+
+        A checkpoint replays the turns of a class that keeps them all; a turn calls the body of a kept
+        ``_observe`` or ``_think`` directly (:meth:`take_news`, :meth:`_next_action`), not through
+        a coroutine of its own.
+        """
         super().__init_subclass__(**kwargs)
         cls._default_turn = all(getattr(cls, hook) is getattr(Role, hook) for hook in _TURN_HOOKS)
+        cls._own_observe, cls._own_think = cls._observe is not Role._observe, cls._think is not Role._think
 
     def __init__(
         self,
@@ -249,6 +257,10 @@ class Role:
         the role's name admits (``messages.memory.news_of``), taken in one pass with their adding to
         memory (:meth:`Memory.remember_news`): O(buffered), whatever the memory holds.
         """
+        return self.take_news()
+
+    def take_news(self) -> int:
+        """:meth:`_observe`'s body: a turn (and a checkpoint's replay) calls it directly when the class keeps it."""
         rc = self.rc
         rc.remembered, rc.news = rc.memory.remember_news(rc.msg_buffer.pop_all(), rc.watch, self.name)
         return len(rc.news)
@@ -265,7 +277,21 @@ class Role:
     # -- thinking and acting -------------------------------------------------------------------
 
     async def _think(self) -> bool:
-        """Choose the next action into ``rc.todo``; return whether there is one."""
+        """Choose the next action into ``rc.todo``; return whether there is one.
+
+        :meth:`_next_action` decides, unless the model must choose (react mode, several actions).
+        """
+        chosen = self._next_action()
+        if chosen is None:
+            self.set_state(await self._choose_state())
+            chosen = self.rc.todo is not None
+        return chosen
+
+    def _next_action(self) -> bool | None:
+        """What :meth:`_think` chooses without the model: the one action, none, by_order's next; else ``None``.
+
+        A turn calls it directly when the class keeps ``_think``.
+        """
         rc, count = self.rc, len(self.actions)
         if count == 1:
             rc.state, rc.todo = 0, self.actions[0]
@@ -273,10 +299,9 @@ class Role:
         if count == 0:
             return False
         if rc.react_mode is _BY_ORDER:
-            self._set_state(rc.state + 1)
+            self.set_state(rc.state + 1)
             return rc.todo is not None
-        self._set_state(await self._choose_state())
-        return rc.todo is not None
+        return None
 
     def _prompt_vars(self) -> dict[str, str]:
         return prompt_vars(self.name, self.profile, self.goal, self.constraints, self.rc.memory)
@@ -322,8 +347,10 @@ class Role:
         limit = len(self.actions) if rc.react_mode is _BY_ORDER else rc.max_react_loop
         trace = env.trace if env is not None else None
         response: Message | None = None
+        kept = not self._own_think
         for _ in range(limit):
-            if not await self._think():
+            chosen = self._next_action() if kept else None
+            if not (await self._think() if chosen is None else chosen):
                 break
             if trace is not None:
                 trace.append(("think", self.name, rc.todo, 0))
@@ -363,7 +390,7 @@ class Role:
         """
         if with_message is not None:
             self.put_message(Message(with_message) if isinstance(with_message, str) else with_message)
-        observed = await self._observe()
+        observed = await self._observe() if self._own_observe else self.take_news()
         rc = self.rc
         env = rc.env
         if env is not None and env.trace is not None:

@@ -299,8 +299,7 @@ def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> No
             continue
         role = roles[ops[i + 1]]
         if ops[i] == 0:
-            rc = role.rc  # the role's observation (Role._observe), replayed
-            rc.remembered, rc.news = rc.memory.remember_news(rc.msg_buffer.pop_all(), rc.watch, role.name)
+            role.take_news()  # the role's observation, replayed
             i += 2
             continue
         if ops[i + 2] >= 0:
