@@ -152,7 +152,7 @@ def _take_in(pipes: list[Any]) -> None:
                     continue
                 with paused_gc():
                     outbox = readers[n].outbox(pickle.loads(data))
-                take_in(driver, outbox)  # as ShardedRun.settle takes a round in
+                take_in(driver, outbox)  # as ShardedRun.catch_up takes a round in
                 gc.freeze()
     finally:  # the runs timed after this one in this process settle their heaps only if nobody froze it
         del driver
@@ -254,8 +254,8 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
             + len(pickle.dumps(broadcasts, 5))
         )
         results = await original(self, round_no, deliveries, broadcasts, **kw)
-        up.append(sum(sent(n, r[0]) for n, r in enumerate(results) if r is not None))
-        across.append(sum(len(h) for r in results if r is not None for h in r[1] if h is not None))
+        up.append(sum(sent(n, r.result) for n, r in enumerate(results) if r is not None))
+        across.append(sum(len(h) for r in results if r is not None for h in r.parts if h is not None))
         return results
 
     LocalShards.step = step  # type: ignore[method-assign]

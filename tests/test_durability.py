@@ -16,7 +16,7 @@ from metaroles.core.exceptions import InvalidValueError, RunDirCorrupt
 from metaroles.project.scenario import resume_scenario, run_scenario
 from metaroles.project.sweep import read_table, run_sweep
 from metaroles.record import durability
-from metaroles.record.durability import SYNCED, UNSYNCED, boot_id, restarted_since, settle
+from metaroles.record.durability import SYNCED, UNSYNCED, boot_id, finish_syncing, restarted_since
 from metaroles.team.options import RunOptions
 from tests.faults.helpers import command
 
@@ -151,7 +151,7 @@ async def test_after_a_restart_an_unsynced_run_is_refused(tmp_path: Path) -> Non
     with pytest.raises(RunDirCorrupt, match="restarted since: its files may be torn"):
         await resume_scenario(out, llm=TestLLM(3))
     with pytest.raises(RunDirCorrupt, match="restarted since"):
-        settle(out)
+        finish_syncing(out)
     result = command("none", "resume", str(out))
     assert result.returncode == 2 and "restarted since" in result.stderr and "Traceback" not in result.stderr
 
@@ -215,8 +215,8 @@ def test_after_a_restart_a_sweep_runs_again_the_trials_it_had_not_synced(tmp_pat
     assert restarted_since(tmp_path / "seed=1") and restarted_since(tmp_path / "seed=2")
     assert not restarted_since(tmp_path / "seed=0"), "synced before the cut: trusted"
     with pytest.raises(RunDirCorrupt, match="restarted since"):  # resumed on its own, it is refused too
-        settle(tmp_path / "seed=1")
-    settle(tmp_path / "seed=0")
+        finish_syncing(tmp_path / "seed=1")
+    finish_syncing(tmp_path / "seed=0")
     again = run_sweep("debate", grid, tmp_path)
     assert (tmp_path / "seed=0" / "report.json").stat().st_mtime_ns == kept, "not run again"
     assert {n: run_files(tmp_path / f"seed={n}") for n in range(3)} == whole

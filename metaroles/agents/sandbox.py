@@ -91,7 +91,7 @@ class PythonExecute(BaseTool):
     env: dict[str, str] = Field(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
-        """Check the limits, settle the isolation and create the working directory.
+        """Check the limits, choose the isolation and create the working directory.
 
         (Checked after pydantic's validation rather than inside it, which would turn our
         ``InvalidValueError`` — a ``ValueError`` — into a ``ValidationError``.)

@@ -105,6 +105,7 @@ class Bus:
         members = list(self._members)
         for index, stand_in in stand_ins.items():
             members[index] = stand_in
+            stand_in._ready = False  # ready here once marked (rebuild_ready, a delivery), whatever it was elsewhere
         self._book = AddressBook()
         self._members = self._book.members
         for member in members:
@@ -182,6 +183,15 @@ class Bus:
     def published(self) -> Sequence[tuple[int, Message]]:
         """What the running round published so far, as ``(rank, message)`` in publish order. Not to be changed."""
         return self._pending
+
+    @property
+    def routes_version(self) -> tuple[object, int]:
+        """Changes whenever the address index does (a role joined, moved or changed its addresses).
+
+        While it stays, :meth:`route` hands out the same list for the same addresses: a writer may
+        keep what it derived from a list by the list.
+        """
+        return self._book, self._book.version
 
     def route(self, send_to: frozenset[str]) -> Sequence[Role]:
         """The roles a message sent to ``send_to`` reaches, in place order (the index's own list: not to be changed)."""

@@ -258,7 +258,7 @@ class Environment(Bus):
             entries[spent[0] :] = sorted(
                 entries[spent[0] :], key=lambda e: roles[e.role]._env_index if e.role in roles else last
             )
-            self.ledger.settle(spent)
+            self.ledger.recount(spent)
 
     def take_published(self) -> list[tuple[int, Message]]:
         """What was published during the round, in delivery order, as ``(rank, message)``; the caller delivers it.

@@ -126,8 +126,8 @@ def run(
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
-    settled = {k: v if v is not None else settings.get(k) for k, v in given.items()}
-    language_model, manifest = model_from(settled, replay)
+    chosen = {k: v if v is not None else settings.get(k) for k, v in given.items()}
+    language_model, manifest = model_from(chosen, replay)
     language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
     manifest["cassette"] = str(record or replay or "")
     run_options = RunOptions(

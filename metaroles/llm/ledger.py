@@ -112,10 +112,10 @@ class CostLedger:
         self.reset(entries or [])
 
     def mark(self) -> tuple[int, float, int]:
-        """Where the ledger stands: entries, cost and tokens (see :meth:`settle`)."""
+        """Where the ledger stands: entries, cost and tokens (see :meth:`recount`)."""
         return len(self.entries), self.total_cost, self.total_tokens
 
-    def settle(self, mark: tuple[int, float, int]) -> None:
+    def recount(self, mark: tuple[int, float, int]) -> None:
         """Recount the totals from ``mark`` over the entries after it, in their order.
 
         Money is a float sum: after the entries of a round are put in role order, the totals are

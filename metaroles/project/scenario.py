@@ -36,7 +36,7 @@ from metaroles.project.rundir import (
     write_manifest,
     write_run_dir,
 )
-from metaroles.record.durability import checked_durability, refuse_restarted, settle, synced_at_end
+from metaroles.record.durability import checked_durability, finish_syncing, refuse_restarted, synced_at_end
 from metaroles.record.eventlog import TIMINGS
 from metaroles.sharding.backends import connect
 from metaroles.team.options import RunOptions, checked_log_turns
@@ -264,7 +264,7 @@ async def resume_scenario(
         _give_models(plan.team, role_llms or {})
         durability = checked_durability(manifest.get("durability", "round"), sweep=True)
         connect(backend)
-        settle(run_dir)
+        finish_syncing(run_dir)
         if rounds is not None and rounds != manifest["n_round"]:
             manifest = {**manifest, "n_round": plan.n_round, "rounds": rounds}
             write_manifest(run_dir, manifest)

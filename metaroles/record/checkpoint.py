@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
@@ -37,7 +37,7 @@ from metaroles.core.files import append_text, sync_dir, truncate_lines, write_at
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.record.numbering import numbered, round_file
-from metaroles.record.replayable import replayable, replays, signature
+from metaroles.record.replayable import Expected, replayable, replays
 from metaroles.record.rows import MessageRows, numbers_json
 
 MESSAGES = "messages.jsonl"
@@ -62,12 +62,31 @@ class Restored:
     """How many deltas follow that full snapshot in the chain."""
 
 
-_RoleMark = tuple[int, int, int, int, int, frozenset[str], frozenset[str], object]
-"""A role at the previous checkpoint: memory length and edits, state, working memory length and edits, watch,
-addresses, and its news list if its buffer was empty (else None: an observation replaces ``rc.news``)."""
+class _RoleMark(NamedTuple):
+    """A role at the previous checkpoint (what its next entry is measured against)."""
 
-_Target = tuple[Sequence[Role], list[int], list[list[Any]]]
-"""A list of recipients, their places (env index) and the expectations of the replayable ones among them."""
+    size: int
+    """How many messages its memory held."""
+    edits: int
+    """Its memory's removals."""
+    state: int
+    working: int
+    """How many messages its working memory held."""
+    working_edits: int
+    watch: frozenset[str]
+    addresses: frozenset[str]
+    news: object
+    """Its news list if its buffer was empty (else None: an observation replaces ``rc.news``)."""
+
+
+class _Target(NamedTuple):
+    """A list of recipients routing gave, their places (env index) and the expectations of the replayable ones."""
+
+    recipients: Sequence[Role]
+    places: list[int]
+    expected: list[Expected]
+
+
 _EnvMark = namedtuple("_EnvMark", "history edits dead_letters events ledger", defaults=(-1, 0, 0, 0, 0))
 """The environment at the previous checkpoint: the lengths (and the history's edits) a delta starts from."""
 
@@ -107,7 +126,7 @@ class CheckpointWriter(MessageRows):
         self._env = _EnvMark()
         self._full_round: int | None = None
         self._deltas = 0
-        self._expect: dict[str, list[Any]] = {}
+        self._expect: dict[str, Expected] = {}
         self._ops: list[int] = []
         self._deliveries: list[int] = []
         self._noted_history = 0
@@ -238,15 +257,15 @@ class CheckpointWriter(MessageRows):
                 expected = expect.get(name)
                 if expected is not None:
                     ops += (0, index[name])
-                    expected[0] += remembered
-                    expected[2], expected[3], expected[4] = 0, None, detail
+                    expected.remembered += remembered
+                    expected.buffered, expected.last, expected.news = 0, None, detail
             elif kind == "act" and (expected := expect.get(name)) is not None:
                 if detail is None:
                     ops += (1, index[name], -1)
                 else:
                     row = rows.get(id(detail))
                     ops += (1, index[name], self._new_row(detail, self._pending_rows) if row is None else row)
-                    expected[0] += 1
+                    expected.remembered += 1
 
     def _note_deliveries(self, env: Environment) -> None:
         """Record each message published since the last note with the roles it reached."""
@@ -257,19 +276,19 @@ class CheckpointWriter(MessageRows):
         if env.routed is None:
             env.record_routes()
         self._role_index(env)
-        if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
-            self._book, self._targets = (env._book, env._book.version), {}
+        if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
+            self._book, self._targets = env.routes_version, {}
         out, rows, targets = self._deliveries, self._rows, self._targets
         for message, recipients in zip(*env.delivered(self._noted_history), strict=True):
             row = rows.get(id(message))
             out += (self._new_row(message, self._pending_rows) if row is None else row, len(recipients))
             known = targets.get(id(recipients))
-            if known is None or known[0] is not recipients:
+            if known is None or known.recipients is not recipients:
                 known = self._target(recipients)
-            out += known[1]
-            for expected in known[2]:  # the buffer a replay gives each replayable recipient
-                expected[2] += 1
-                expected[3] = message
+            out += known.places
+            for expected in known.expected:  # the buffer a replay gives each replayable recipient
+                expected.buffered += 1
+                expected.last = message
         self._noted_history = len(history)
 
     def _target(self, recipients: Sequence[Role]) -> _Target:
@@ -279,7 +298,7 @@ class CheckpointWriter(MessageRows):
         index, expect = self._index, self._expect
         places = [index[role.name] for role in recipients]
         expected = [e for e in map(expect.get, [role.name for role in recipients]) if e is not None]
-        known = self._targets[id(recipients)] = (recipients, places, expected)
+        known = self._targets[id(recipients)] = _Target(recipients, places, expected)
         return known
 
     # -- the environment -------------------------------------------------------------------------
@@ -328,9 +347,9 @@ class CheckpointWriter(MessageRows):
                 entries.append(entry)
             if self.replay and replayable(role):
                 if expected is None:
-                    expect[role.name], changed = signature(role), True
+                    expect[role.name], changed = Expected().take(role), True
                 else:
-                    expected[:] = signature(role)
+                    expected.take(role)
             elif expect.pop(role.name, None) is not None:
                 changed = True
         if changed:
@@ -358,22 +377,16 @@ class CheckpointWriter(MessageRows):
         if (
             mark is not None
             and not buffer
-            and mark[7] is news
-            and mark[:5] == (size, edits, state, len(working), working.edits)
-            and mark[5] == watch
-            and mark[6] is addresses
+            and mark.news is news
+            and (mark.size, mark.edits, mark.state) == (size, edits, state)
+            and (mark.working, mark.working_edits) == (len(working), working.edits)
+            and mark.watch == watch
+            and mark.addresses is addresses
         ):
             return ""
         parts, watched = self._changed_parts(role, mark, buffer, new_rows)
-        self._roles[role.name] = (
-            size,
-            edits,
-            state,
-            len(working),
-            working.edits,
-            watched,
-            addresses,
-            None if buffer else news,
+        self._roles[role.name] = _RoleMark(
+            size, edits, state, len(working), working.edits, watched, addresses, None if buffer else news
         )
         return f"{self._enc(role.name)}:{{{','.join(parts)}}}"
 
@@ -385,14 +398,14 @@ class CheckpointWriter(MessageRows):
         memory, working, watch, addresses = rc.memory, rc.working_so_far, rc.watch, role.addresses
         size, edits = len(memory), memory.edits
         parts = [f'"buffer":{rows(buffer, new_rows)},"news":{rows(rc.news, new_rows)},"state":{rc.state}']
-        if mark is None or edits != mark[1] or size < mark[0]:
+        if mark is None or edits != mark.edits or size < mark.size:
             cls = f"{type(role).__module__}.{type(role).__qualname__}"
             parts.append(f'"cls":{encode_basestring(cls)},"memory":{rows(memory, new_rows)}')
-        elif size > mark[0]:
-            parts.append(f'"memory_add":{rows(memory.get(size - mark[0]), new_rows)}')
-        if mark is None or (len(working), working.edits) != mark[3:5]:
+        elif size > mark.size:
+            parts.append(f'"memory_add":{rows(memory.get(size - mark.size), new_rows)}')
+        if mark is None or (len(working), working.edits) != (mark.working, mark.working_edits):
             parts.append(f'"working_memory":{rows(working, new_rows)}')
-        watched = frozenset(watch) if mark is None or mark[5] != watch else mark[5]
-        if mark is None or mark[5] != watch or mark[6] is not addresses:
+        watched = frozenset(watch) if mark is None or mark.watch != watch else mark.watch
+        if mark is None or mark.watch != watch or mark.addresses is not addresses:
             parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
         return parts, watched

@@ -6,7 +6,7 @@ exactly the same files in the same order, so a killed process loses nothing eith
 is the kernel's); only a power cut or a crash of the machine before its end may leave its files
 torn. While it runs, its folder holds ``.unsynced``, naming the boot of the machine
 (``/proc/sys/kernel/random/boot_id``). Resuming in the same boot syncs the folder and goes on; after
-a restart the folder cannot be trusted: :func:`settle` refuses it, and a sweep runs that trial again
+a restart the folder cannot be trusted: :func:`finish_syncing` refuses it, and a sweep runs that trial again
 (it gives the same row). A short trial of 9 rounds otherwise waits ~36 times, and two trials at
 once queue behind each other at the disk.
 """
@@ -130,7 +130,7 @@ def refuse_restarted(run_dir: Path) -> None:
         )
 
 
-def settle(run_dir: Path) -> None:
+def finish_syncing(run_dir: Path) -> None:
     """Before continuing ``run_dir``: sync what a run stopped before its end left unsynced, and drop the marker.
 
     Raises:

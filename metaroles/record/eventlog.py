@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Literal
@@ -59,10 +60,35 @@ __all__ = [
     "unfolded",
 ]
 
-_Fold = tuple[int, int, str, Any, Any]
-"""A turn that may be folded: its first ``seq``, its place among the round's lines, its role, news and action."""
-_Said = tuple[frozenset[str], Sequence[Role], str, str, str]
-"""A sender's addresses, the recipients routing gave them, and the JSON of its name, addresses and recipients."""
+
+@dataclass(slots=True)
+class _Fold:
+    """A turn that may go on its message's publish line: its first ``seq``, its place among the round's lines."""
+
+    seq: int
+    place: int
+    role: str
+    news: Any
+    action: Any
+
+
+@dataclass(slots=True)
+class _Said:
+    """A sender's last addresses, the recipients routing gave them, and the JSON of its name, addresses, recipients."""
+
+    send_to: frozenset[str]
+    recipients: Sequence[Role]
+    name: str
+    send_to_json: str
+    to_json: str
+
+
+@dataclass(slots=True)
+class _Named:
+    """A list of recipients routing gave, and their names as JSON."""
+
+    recipients: Sequence[Role]
+    json: str
 
 
 def _default_turn(role: str, think: tuple[str, str, Any, int], act: tuple[str, str, Any, int]) -> bool:
@@ -120,7 +146,7 @@ class EventLog:
         self.seq = kept[-1][0]["seq"] if kept else 0
         self._names: dict[str, str] = {}
         self._send_to: dict[frozenset[str], str] = {}
-        self._recipients: dict[int, tuple[Sequence[Role], str]] = {}
+        self._recipients: dict[int, _Named] = {}
         """The JSON of each list of recipients met (by the list: routing's own), while the address book stays."""
         self.heard: Mapping[str, str] = {}
         """On a sharded run's driver: each remote sender's news (the ids, as JSON) in the round being logged."""
@@ -212,7 +238,7 @@ class EventLog:
                     and think[1] == act[1] == role
                     and None not in (think[2], act[2])
                 ):
-                    folds[act[2].id] = (seq + 1, len(lines), role, detail, think[2])
+                    folds[act[2].id] = _Fold(seq + 1, len(lines), role, detail, think[2])
                     add("")
                     seq, skip = seq + 3, 2
                     continue
@@ -233,10 +259,11 @@ class EventLog:
     def _unfolded(self, lines: list[str], head: str) -> None:
         """Write, in their places, the turns whose message's publish line did not carry them."""
         names, name = self._names, self._name
-        for message_id, (seq, place, role, news, todo) in self._folds.items():
-            who, action = names.get(role) or name(role), names.get(todo.cause_by) or name(todo.cause_by)
-            lines[place] = (
-                f'{{"seq":{seq}{head}"observe","role":{who},"message_ids":[{_ids(news)}]}}\n'
+        for message_id, turn in self._folds.items():
+            seq, cause = turn.seq, turn.action.cause_by
+            who, action = names.get(turn.role) or name(turn.role), names.get(cause) or name(cause)
+            lines[turn.place] = (
+                f'{{"seq":{seq}{head}"observe","role":{who},"message_ids":[{_ids(turn.news)}]}}\n'
                 f'{{"seq":{seq + 1}{head}"think","role":{who},"action":{action}}}\n'
                 f'{{"seq":{seq + 2}{head}"act","role":{who},"message_id":{encode_basestring(message_id)}}}\n'
             )
@@ -251,9 +278,9 @@ class EventLog:
         shards routed it): only a sender whose addresses changed is.
         """
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
-        roles, senders, folded, heard, route = env.roles, self._senders, self.folded, self.heard, env._book.route
-        if self._book != (env._book, env._book.version):  # a role joined or moved: the lists routing gives changed
-            self._book, self._recipients, self._senders = (env._book, env._book.version), {}, {}
+        roles, senders, folded, heard, route = env.roles, self._senders, self.folded, self.heard, env.route
+        if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
+            self._book, self._recipients, self._senders = env.routes_version, {}, {}
             senders = self._senders
         for message in messages:
             caused = heard.get(message.sent_from)  # a sharded run's remote sender: its shard encoded them
@@ -263,18 +290,18 @@ class EventLog:
                 caused = _ids(sender.rc.news) if sender is not None else ""
             turned = self._turn_of(message, caused, sender) if self._folds else ""  # its turn, on its line
             said, send_to = senders.get(message.sent_from), message.send_to  # they recur round after round
-            if said is None or (said[0] is not send_to and said[0] != send_to):
+            if said is None or (said.send_to is not send_to and said.send_to != send_to):
                 said = self._said(message, route(send_to))
-            recipients = said[1]
+            recipients = said.recipients
             action = names.get(message.cause_by) or name(message.cause_by)
             message_id = enc(message.id)
             seq += 1
             line = (
-                f'{{"seq":{seq}{head}"publish","role":{said[2]},"message_id":{message_id},"cause_by":{action},'
-                f'"send_to":[{said[3]}],"caused_by":[{caused}]{turned}'
+                f'{{"seq":{seq}{head}"publish","role":{said.name},"message_id":{message_id},"cause_by":{action},'
+                f'"send_to":[{said.send_to_json}],"caused_by":[{caused}]{turned}'
             )
             if folded:  # each delivery keeps its number: read_events gives it back as a deliver event
-                add(f'{line},"to":[{said[4]}]}}\n')
+                add(f'{line},"to":[{said.to_json}]}}\n')
                 seq += len(recipients)
                 continue
             add(line + "}\n")
@@ -293,9 +320,9 @@ class EventLog:
         turn = self._folds.pop(message.id, None)
         if turn is None:
             return ""
-        if turn[2] == message.sent_from and turn[4].cause_by == message.cause_by:
-            if (sender is not None and turn[3] is sender.rc.news) or _ids(turn[3]) == caused:
-                return f',"turn":{turn[0]}'
+        if turn.role == message.sent_from and turn.action.cause_by == message.cause_by:
+            if (sender is not None and turn.news is sender.rc.news) or _ids(turn.news) == caused:
+                return f',"turn":{turn.seq}'
         self._folds[message.id] = turn  # written in its place by _unfolded
         return ""
 
@@ -307,25 +334,21 @@ class EventLog:
         if send_to is None:
             send_to = self._send_to[message.send_to] = ",".join([self._name(a) for a in sorted(message.send_to)])
         to = self._to(recipients) if self.folded else ""
-        said = self._senders[message.sent_from] = (
-            message.send_to,
-            recipients,
-            self._name(message.sent_from),
-            send_to,
-            to,
+        said = self._senders[message.sent_from] = _Said(
+            message.send_to, recipients, self._name(message.sent_from), send_to, to
         )
         return said
 
     def _to(self, recipients: Sequence[Role]) -> str:
         """The names of ``recipients`` as JSON, remembered per list (routing hands out one per set of addresses)."""
         known = self._recipients.get(id(recipients))
-        if known is None or known[0] is not recipients:
+        if known is None or known.recipients is not recipients:
             if len(self._recipients) >= 1 << 18:
                 self._recipients.clear()
             names, name = self._names, self._name
             text = ",".join([names.get(r.name) or name(r.name) for r in recipients])
-            known = self._recipients[id(recipients)] = (recipients, text)
-        return known[1]
+            known = self._recipients[id(recipients)] = _Named(recipients, text)
+        return known.json
 
     def _append(self, lines: list[str], sync: bool = True) -> None:
         (append_durably if sync else append_text)(self.path, lines)

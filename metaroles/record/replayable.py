@@ -8,6 +8,7 @@ what a replay would give.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from metaroles.bus.role import Role
@@ -41,38 +42,58 @@ def replayable(role: Role) -> bool:
     )
 
 
-def signature(role: Role) -> list[Any]:
-    """What a replayable role looks like now; the writer moves it along with each op it records."""
-    rc = role.rc
-    memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_so_far
-    return [
-        len(memory),
-        memory.edits,
-        len(buffer),
-        buffer.last(),
-        rc.news,
-        len(working),
-        working.edits,
-        len(rc.watch),
-        role.addresses,
-    ]
+@dataclass(slots=True)
+class Expected:
+    """What a replayable role should look like once the recorded ops are replayed.
+
+    The checkpoint writer takes it from the role (:meth:`take`) and moves it along with each op it
+    records: an observation, an act, a delivery.
+    """
+
+    remembered: int = 0
+    """How many messages its memory holds."""
+    edits: int = 0
+    """Its memory's removals."""
+    buffered: int = 0
+    """How many messages its buffer holds."""
+    last: Message | None = None
+    """The newest of them."""
+    news: Any = None
+    """Its news list (the very object)."""
+    working: int = 0
+    """How many messages its working memory holds."""
+    working_edits: int = 0
+    """The working memory's removals."""
+    watching: int = 0
+    """How many actions it watches."""
+    addresses: frozenset[str] = frozenset()
+    """Its addresses (the very object)."""
+
+    def take(self, role: Role) -> Expected:
+        """Look as ``role`` looks now; return self."""
+        rc = role.rc
+        memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_so_far
+        self.remembered, self.edits, self.buffered, self.last = len(memory), memory.edits, len(buffer), buffer.last()
+        self.news, self.working, self.working_edits = rc.news, len(working), working.edits
+        self.watching, self.addresses = len(rc.watch), role.addresses
+        return self
 
 
-def replays(role: Role, expected: list[Any]) -> bool:
+def replays(role: Role, expected: Expected) -> bool:
     """Whether ``role`` is exactly what replaying the recorded ops gives (else it gets an entry)."""
     rc = role.rc
     memory, buffer, working = rc.memory, rc.msg_buffer, rc.working_so_far
     return (
-        len(memory) == expected[0]
-        and memory.edits == expected[1]
-        and len(buffer) == expected[2]
-        and buffer.last() is expected[3]
-        and rc.news is expected[4]
+        len(memory) == expected.remembered
+        and memory.edits == expected.edits
+        and len(buffer) == expected.buffered
+        and buffer.last() is expected.last
+        and rc.news is expected.news
         and rc.state == -1
         and rc.todo is None
-        and len(working) == expected[5]
-        and working.edits == expected[6]
-        and len(rc.watch) == expected[7]
-        and role.addresses is expected[8]
+        and len(working) == expected.working
+        and working.edits == expected.working_edits
+        and len(rc.watch) == expected.watching
+        and role.addresses is expected.addresses
         and replayable(role)
     )

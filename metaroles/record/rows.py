@@ -8,6 +8,7 @@ round file that refers to them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from json import dumps
 from json.encoder import encode_basestring
 from typing import Any
@@ -30,7 +31,7 @@ class MessageRows:
         self._rows: dict[int, int] = {}  # id(message) -> row
         self._held: list[Message] = []  # by row; keeps each id(message) from being reused
         self._text: dict[str, str] = {}
-        self._said: dict[str, tuple[frozenset[str], str, str]] = {}
+        self._said: dict[str, _Saying] = {}
         """Per sender: the addresses and action of its last row, and their JSON with its name's."""
         self._pending_rows: list[str] = []
         """The lines of rows not yet appended to the table."""
@@ -63,21 +64,34 @@ class MessageRows:
             return message.model_dump_json()
         said = self._said.get(message.sent_from)  # a sender's role, action and addresses recur round after round
         send_to = message.send_to
-        if said is None or said[1] != message.cause_by or (said[0] is not send_to and said[0] != send_to):
+        if (
+            said is None
+            or said.cause_by != message.cause_by
+            or (said.send_to is not send_to and said.send_to != send_to)
+        ):
             said = self._saying(message)
         content = "null" if message.content is None else encode_basestring(message.content)
         role = ROLE_VALUES[message.role]
-        return f'{{"id":{encode_basestring(message.id)},"content":{content},"role":"{role}",{said[2]}}}'
+        return f'{{"id":{encode_basestring(message.id)},"content":{content},"role":"{role}",{said.json}}}'
 
-    def _saying(self, message: Message) -> tuple[frozenset[str], str, str]:
+    def _saying(self, message: Message) -> _Saying:
         """The JSON of ``message``'s action, sender and addresses, kept for its sender's next message."""
         if len(self._said) >= 1 << 18:
             self._said.clear()
         enc = self._enc
         send_to = ",".join([enc(a) for a in sorted(message.send_to)])
         fields = f'"cause_by":{enc(message.cause_by)},"sent_from":{enc(message.sent_from)},"send_to":[{send_to}]'
-        said = self._said[message.sent_from] = (message.send_to, message.cause_by, fields)
+        said = self._said[message.sent_from] = _Saying(message.send_to, message.cause_by, fields)
         return said
+
+
+@dataclass(slots=True)
+class _Saying:
+    """What a sender said last: to whom, caused by what, and those fields (with its name) as JSON."""
+
+    send_to: frozenset[str]
+    cause_by: str
+    json: str
 
 
 def numbers_json(numbers: list[int]) -> str:

@@ -38,7 +38,7 @@ def placement(roles: Sequence[Role], shards: int, shard_by: ShardBy | None) -> l
     """
     placed: list[int | None] = []
     for role in roles:
-        shard = role._env_index % shards if shard_by is None else shard_by(role, shards)
+        shard = role.place % shards if shard_by is None else shard_by(role, shards)
         if shard is not None and (isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards):
             raise InvalidValueError(
                 f"shard_by({role.name!r}, {shards}) returned {shard!r}; return a shard number in 0..{shards - 1}, "
@@ -145,7 +145,7 @@ class LocalShards:
                 continue
             self.calls += 1
             result, crossing = await host.step(round_no, delivery, broadcasts, delivery.parts, trace=trace, news=news)
-            results.append((result, [pickle.dumps(part, 5) if part else None for part in crossing]))
+            results.append(Stepped(result, [pickle.dumps(part, 5) if part else None for part in crossing]))
         return results
 
     async def checkpoint(

@@ -105,18 +105,18 @@ def seats(casts: Sequence[tuple[int, Cast]], kept: dict[int, Role] | None = None
     starts = [start for start, _ in casts]
 
     def seat(role: Role) -> Seat | None:
-        n = bisect.bisect_right(starts, role._env_index) - 1
+        n = bisect.bisect_right(starts, role.place) - 1
         if n < 0:
             return None
         start, cast = casts[n]
-        index = role._env_index - start
+        index = role.place - start
         if index >= cast.count or type(role.rc.msg_buffer) is not MessageQueue:
             return None
         if type(role.rc.memory) is not Memory or len(role.rc.memory):
             return None
         buffer = role.rc.msg_buffer.peek_all()
         if kept is not None:
-            kept[role._env_index] = role
-        return Seat(cast, index, role.name, role.addresses, role._env_index, role.ids, role.llm, buffer)
+            kept[role.place] = role
+        return Seat(cast, index, role.name, role.addresses, role.place, role.ids, role.llm, buffer)
 
     return seat

@@ -84,7 +84,7 @@ class ShardedRun:
         self.stay = False
         """Leave the roles on their shards when the run ends (its last checkpoint holds them all)."""
         self.behind = False
-        """Take a round's outboxes into the history while the shards run the next (:meth:`settle` catches up)."""
+        """Take a round's outboxes into the history while the shards run the next (:meth:`catch_up` takes it in)."""
         self._unmerged: tuple[list[Flagged], list[Stepped | None]] | None = None
         self.later: Callable[[], None] = _nothing
         """The rest of recording the last round (a Team's), run while the shards run the next: :meth:`take_later`."""
@@ -107,7 +107,7 @@ class ShardedRun:
             for role, place in zip(list(env.members), self.places, strict=True):
                 if place is not None:
                     parts[place].append(seat(role) or role)
-                    stand_ins[role._env_index] = RemoteRole(role, place, self.inboxes[place], self.heard)
+                    stand_ins[role.place] = RemoteRole(role, place, self.inboxes[place], self.heard)
         history = env.history.keyed
         pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
 
@@ -204,7 +204,7 @@ class ShardedRun:
         if self._shipped:  # one full pass while the shards work, not before: the round's end freezes what is left
             self._shipped = False
             env.settle_heap(full=True)
-        self.settle()
+        self.catch_up()
         later()
         this = env.begin_round()
         begun.append(this)
@@ -248,7 +248,7 @@ class ShardedRun:
         """
         env = self.env
         for source, stepped in enumerate(results):
-            for shard, handle in enumerate(() if stepped is None else stepped[1]):
+            for shard, handle in enumerate(() if stepped is None else stepped.parts):
                 if handle is not None:
                     self.crossing[shard].append((source, handle))
         if any(role.addresses is not seen for role, seen in self._pinned):
@@ -260,7 +260,7 @@ class ShardedRun:
         self._hear(results)
         for stepped in results:  # the shards' routing may be stale: the driver routes it all, as it would alone
             if stepped is not None:
-                env.publish_ranked((rank, message) for rank, message, _ in stepped[0].outbox)
+                env.publish_ranked((rank, message) for rank, message, _ in stepped.result.outbox)
         if env.interventions:
             env.deliver_published()  # hooks decide per recipient: the bus routes to stand-ins one by one
         else:
@@ -272,13 +272,13 @@ class ShardedRun:
         flagged = any(flag for _, _, flag in own)
         for source, stepped in enumerate(results):
             if stepped is not None:
-                flagged = flagged or stepped[0].flagged > 0
-                self.held[source] = stepped[0].held
+                flagged = flagged or stepped.result.flagged > 0
+                self.held[source] = stepped.result.held
         self._unmerged = (own, results)
         if flagged or not self.behind:  # a dead letter or a delivery to the driver's roles: the next round needs it
-            self.settle()
+            self.catch_up()
 
-    def settle(self) -> None:
+    def catch_up(self) -> None:
         """Take the last round's outboxes into the history: messages, dead letters, the driver's roles' deliveries.
 
         With :attr:`behind`, a round without either is taken in while the shards run the next one
@@ -293,8 +293,8 @@ class ShardedRun:
         with paused_gc():
             self._hear(results)
             for stepped in (s for s in results if s is not None):
-                interned(stepped[0].outbox, self._sets)
-                merged += stepped[0].outbox
+                interned(stepped.result.outbox, self._sets)
+                merged += stepped.result.outbox
             take_in(self.env, merged)
         self.env.keep_heap()
 
@@ -313,7 +313,7 @@ class ShardedRun:
         heard.clear()
         for stepped in results:
             if stepped is not None:
-                heard.update(stepped[0].open().news)
+                heard.update(stepped.result.open().news)
 
     def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
         """Take in the shards' results (ledger, failures, trace, news, addresses); whether an address changed."""
@@ -323,7 +323,7 @@ class ShardedRun:
         for shard, stepped in enumerate(results):
             if stepped is None:
                 continue
-            result = stepped[0]
+            result = stepped.result
             self.ready[shard] = result.ready
             env.ledger.entries.extend(result.ledger)
             for place, kind, text, shown in result.failures:
@@ -373,7 +373,7 @@ class ShardedRun:
         """Bring the roles back (unless a shard failed, or they :attr:`stay`: the checkpoint has them); stop shards."""
         env, kept, self.kept = self.env, self.kept, {}
         if not self.broken:
-            self.settle()
+            self.catch_up()
         self.heard.clear()  # the roles' own news speaks for them from now on (the log's caused_by)
         if self.broken or self.stay:
             await self.shards.close()
@@ -384,8 +384,7 @@ class ShardedRun:
         with paused_gc():
             async for shard, piece in self.shards.release(deliveries, broadcasts, by_state=bool(kept)):
                 for role in readers[shard].load(piece):
-                    role._ready = False  # rebuild_ready below marks it again if its buffer holds news
-                    back[role._env_index] = role
+                    back[role.place] = role
             await self.shards.close()
             env.swap_roles(back)
             env.rebuild_ready()

@@ -269,7 +269,9 @@ class RayShards:
                 continue
             result: StepResult = _unpacked(await refs[0])
             result.sealed = functools.partial(_opened, self.ray, refs[1], reader)
-            results.append((result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)]))
+            results.append(
+                Stepped(result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)])
+            )
         return results
 
     async def _each(

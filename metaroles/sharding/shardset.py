@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from metaroles.bus.role import Role
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
@@ -82,8 +82,11 @@ class StepResult:
         return self
 
 
-Stepped = tuple[StepResult, list[Any]]
-"""A shard's result of a round and, per shard, a handle to its part (``None``: nothing for that shard)."""
+class Stepped(NamedTuple):
+    """A shard's round: its result and, per shard, a handle to its part of the outbox (``None``: nothing for it)."""
+
+    result: StepResult
+    parts: list[Any]
 
 
 class ShardSet(Protocol):

@@ -51,10 +51,15 @@ class RemoteRole:
         self.name = role.name
         self.profile = role.profile
         self.addresses = role.addresses
-        self._env_index = role._env_index
+        self._env_index = role.place
         self._ready = False
         self.shard = shard
         self.rc = _RemoteContext(inbox, frozenset(role.rc.watch))
+
+    @property
+    def place(self) -> int:
+        """The role's place in its Environment (as :attr:`Role.place`)."""
+        return self._env_index
 
     @property
     def is_idle(self) -> bool:

@@ -127,7 +127,7 @@ def _state_sent(role: Role, known: dict[str, Message], watches: dict[frozenset[s
     watch = frozenset(rc.watch)
     scope = role.ids
     return _role_back, (
-        role._env_index,
+        role.place,
         rc.memory,
         buffer if buffered is None else buffered,
         rc.news if news is None else news,
@@ -300,7 +300,7 @@ def _pickler(
             if type(obj) is Memory and known is not None:
                 return _memory_sent(obj, known)
             if seated is not None and known is not None and isinstance(obj, Role):
-                state = _state_sent(obj, known, watches) if seated[obj._env_index] == fingerprint(obj) else None
+                state = _state_sent(obj, known, watches) if seated[obj.place] == fingerprint(obj) else None
                 if state is not None:
                     return state
             key = shared.get(id(obj))

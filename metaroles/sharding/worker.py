@@ -147,7 +147,7 @@ class ShardHost:
         for role in loads_roles(data, env, known=self.known):
             if not isinstance(role, Role):
                 role = role.build(env)
-                seated[role._env_index] = fingerprint(role)
+                seated[role.place] = fingerprint(role)
             roles.append(role)
         env.adopt_roles(roles, total=self.total)
         shared: dict[int, Any] = {}
@@ -157,7 +157,7 @@ class ShardHost:
                     shared[id(llm)] = llm
         for llm in shared.values():
             llm.shard_share(self.shards)
-        return len(env._ready)
+        return env.ready_count
 
     def take(self, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]) -> None:
         """Deliver ``delivery`` (its ``parts`` unpickled), in the one-process order."""
@@ -230,7 +230,7 @@ class ShardHost:
             outbox=outbox,
             flagged=flagged,
             ledger=calls,
-            failures=[(role._env_index, type(exc).__name__, str(exc), repr(exc)) for role, exc in failures],
+            failures=[(role.place, type(exc).__name__, str(exc), repr(exc)) for role, exc in failures],
             ready=env.ready_count,
             held=len(self.held),
             crossing=[len(part) for part in crossing],

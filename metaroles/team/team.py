@@ -302,7 +302,7 @@ class Team:
         logged: list[bool] = []  # whether the round's events and metrics are recorded (once)
         try:
             if run is not None and self.on_record is not None:
-                self._parts = await run.measure(self.metric_parts, run.settle)  # the history, while they measure
+                self._parts = await run.measure(self.metric_parts, run.catch_up)  # the history, while they measure
             if run is not None and writer is not None and due:
                 self._keep_files(writer)  # as the round left them: the next one may change them
                 parts = await run.checkpoint(writer.folder, partial(self._log_round, logged))
@@ -321,7 +321,7 @@ class Team:
             return
         logged.append(True)
         if self._sharded is not None:  # the round's outboxes, if still behind
-            self._sharded.settle()
+            self._sharded.catch_up()
         if self._log is not None:
             self._log.round_done(sync=sync)
         if self.on_record is not None:
