@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from metaroles import Message
 from metaroles.core.exceptions import RunError
-from metaroles.messages.fields import pickled_values
+from metaroles.messages.message import pickled_values
 from metaroles.sharding.crossing import OutboxReader, OutboxWriter
 
 
@@ -102,7 +102,7 @@ def test_a_batch_of_plain_messages_comes_back_with_every_field_as_it_left():
 
 
 def test_columns_of_different_lengths_are_refused():
-    from metaroles.messages.fields import plain_messages
+    from metaroles.messages.message import plain_messages
 
     with pytest.raises(ValueError, match=r"columns of \[2, 1, 2, 2, 2, 2\] values"):
         columns = (["i", "j"], ["x"], ["user", "user"], ["c", "c"], ["s", "s"], [frozenset(), frozenset()])

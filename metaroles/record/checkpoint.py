@@ -33,6 +33,7 @@ from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
 from metaroles.core.confined import open_own
+from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import append_text, sync_dir, truncate_lines, write_atomic
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
@@ -409,3 +410,12 @@ class CheckpointWriter(MessageRows):
         if mark is None or mark.watch != watch or mark.addresses is not addresses:
             parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
         return parts, watched
+
+
+def fresh_writer(folder: Path) -> CheckpointWriter:
+    """A writer for a new run's checkpoints in ``folder``, which must not hold a run already."""
+    if any(folder.glob("round-*.json")):
+        raise ConfigError(
+            f"checkpoint folder {str(folder)!r} already holds a run; resume it (Team.resume) or pass an empty folder"
+        )
+    return CheckpointWriter(folder)

@@ -25,7 +25,7 @@ from metaroles.core.heap import paused_gc
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
-from metaroles.record.checkpoint import MESSAGES, READABLE, CheckpointWriter, Restored
+from metaroles.record.checkpoint import MESSAGES, READABLE, Restored
 from metaroles.record.numbering import numbered
 
 
@@ -353,12 +353,3 @@ def _apply_entry(role: Role, entry: dict[str, Any], rows: list[Message]) -> None
         news=[rows[r] for r in entry["news"]],
     )
     role.load_state(state)
-
-
-def fresh_writer(folder: Path) -> CheckpointWriter:
-    """A writer for a new run's checkpoints in ``folder``, which must not hold a run already."""
-    if any(folder.glob("round-*.json")):
-        raise ConfigError(
-            f"checkpoint folder {str(folder)!r} already holds a run; resume it (Team.resume) or pass an empty folder"
-        )
-    return CheckpointWriter(folder)

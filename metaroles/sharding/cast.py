@@ -26,7 +26,7 @@ from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue
 
-__all__ = ["Cast", "Seat", "no_seat", "seats"]
+__all__ = ["Cast", "Seat", "seats"]
 
 
 @dataclass(frozen=True)
@@ -88,11 +88,6 @@ class Seat:
         for message in self.buffer:
             role.rc.msg_buffer.push(message)
         return role
-
-
-def no_seat(role: Role) -> None:
-    """Every role is shipped as it is."""
-    return None
 
 
 def seats(casts: Sequence[tuple[int, Cast]], kept: dict[int, Role] | None = None) -> Callable[[Role], Seat | None]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from metaroles.core.exceptions import RunError
-from metaroles.messages.fields import ROLE_VALUES, plain_messages, unpickled
-from metaroles.messages.message import Message
+from metaroles.messages.fields import ROLE_VALUES
+from metaroles.messages.message import Message, plain_messages, unpickled
 from metaroles.record.replayable import plain
 
 Outbox = list[tuple[int, Message, int]]

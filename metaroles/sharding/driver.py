@@ -34,7 +34,6 @@ from metaroles.messages.message import Message
 from metaroles.record.eventlog import EventLog
 from metaroles.record.parts import part_name
 from metaroles.sharding.backends import each_of
-from metaroles.sharding.cast import no_seat
 from metaroles.sharding.merging import Flagged, own_messages, route_all, take_in
 from metaroles.sharding.shardset import Delivery, Entry, ShardSet, Stepped, shared_broadcasts
 from metaroles.sharding.standins import RemoteRole, _first, _remote_failure
@@ -47,17 +46,28 @@ __all__ = ["RemoteRole", "ShardedRun"]
 def _nothing() -> None: ...
 
 
+def _shipped(role: Role) -> None:
+    """No seat: the role is shipped as it is."""
+    return None
+
+
 class ShardedRun:
     """The driver's side of a sharded run: an Environment whose remote roles are stand-ins (:func:`sharded`)."""
 
     def __init__(
-        self, env: Environment, shards: ShardSet, places: list[int | None], seat: Callable[[Role], Any] = no_seat
+        self,
+        env: Environment,
+        shards: ShardSet,
+        places: list[int | None],
+        seat: Callable[[Role], Any] | None = None,
     ) -> None:
         """Drive ``env`` on ``shards``; ``places`` gives each role's shard (``None``: the driver).
 
-        ``seat(role)`` says how a shard builds ``role`` itself (``sharding.cast``), or ``None``: it is shipped.
+        ``seat(role)`` says how a shard builds ``role`` itself (``sharding.cast``), or ``None``: it is shipped
+        (without ``seat``, every role is).
         """
-        self.env, self.shards, self.places, self._seat = env, shards, places, seat
+        self.env, self.shards, self.places = env, shards, places
+        self._seat: Callable[[Role], Any] = seat or _shipped
         self.kept: dict[int, Role] = {}
         """By place, roles of this process that come back as their state (``transfer``; see :func:`sharded`)."""
         self.inboxes: list[list[Entry]] = [[] for _ in range(shards.count)]

@@ -14,7 +14,7 @@ import anyio
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.sharding.backends import ShardBy, placement
-from metaroles.sharding.cast import Cast, no_seat, seats
+from metaroles.sharding.cast import Cast, seats
 from metaroles.sharding.driver import ShardedRun
 from metaroles.sharding.shardset import ShardSet
 
@@ -40,7 +40,7 @@ async def sharded(
     build from seats, which come back as their state (when the roles are to come back).
     """
     kept: dict[int, Role] = {}
-    seat = seats(casts, kept if keep else None) if casts and env.round == 0 else no_seat
+    seat = seats(casts, kept if keep else None) if casts and env.round == 0 else None
     run = ShardedRun(env, shards, placement(env.members, shards.count, shard_by), seat)
     run.behind, run.kept = behind, kept
     try:

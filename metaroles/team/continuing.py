@@ -13,9 +13,9 @@ from warnings import warn
 
 from metaroles.bus.environment import Environment
 from metaroles.record import workspace
-from metaroles.record.checkpoint import CheckpointWriter
+from metaroles.record.checkpoint import CheckpointWriter, fresh_writer
 from metaroles.record.eventlog import check_log, copy_events
-from metaroles.record.restore import fresh_writer, restore_checkpoint
+from metaroles.record.restore import restore_checkpoint
 
 
 def resumed(

@@ -16,11 +16,10 @@ from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, chec
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
 from metaroles.record import workspace
-from metaroles.record.checkpoint import CheckpointWriter
+from metaroles.record.checkpoint import CheckpointWriter, fresh_writer
 from metaroles.record.eventlog import EventLog
 from metaroles.record.final_state import refers_to_checkpoint, save_state
 from metaroles.record.parts import note_round, write_driver
-from metaroles.record.restore import fresh_writer
 from metaroles.sharding.backends import Backend, ShardBy
 from metaroles.sharding.cast import Cast
 from metaroles.sharding.driver import RemoteRole, ShardedRun
