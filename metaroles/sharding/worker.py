@@ -17,7 +17,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from json.encoder import encode_basestring
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ def targets(send_to: frozenset[str] | set[str], addresses: Addresses) -> tuple[i
     return {shard for address in send_to for shard in where.get(address, ())}
 
 
-_MESSAGE = itemgetter(1)
+_MESSAGE, _SEND_TO = itemgetter(1), attrgetter("send_to")
 
 
 def interned(entries: Iterable[tuple[Any, ...]], sets: dict[frozenset[str], frozenset[str]]) -> None:
@@ -186,17 +186,21 @@ class ShardHost:
     def deliver(self, inbox: Sequence[Entry], broadcasts: Sequence[Message]) -> None:
         """Put messages into the buffers of this shard's recipients, in order."""
         env = self.env
-        route, push, roles, known = env.route, env.push, env.roles, self.known
+        route, roles, known = env.route, env.roles, self.known
+        messages: list[Message] = []
         for entry in inbox:
             if type(entry) is int:
                 message = broadcasts[entry]
-            elif type(entry) is tuple:
+            elif type(entry) is tuple:  # to one role (an intervention decided it): after what came before it
+                env.push_all(messages, map(route, map(_SEND_TO, messages)))
+                messages = []
                 roles[entry[1]].put_message(entry[0])
                 continue
             else:
                 message = entry  # type: ignore[assignment]
             known[message.id] = message
-            push(message, route(message.send_to))
+            messages.append(message)
+        env.push_all(messages, map(route, map(_SEND_TO, messages)))
 
     async def step(
         self,
