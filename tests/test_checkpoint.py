@@ -182,7 +182,6 @@ def test_an_empty_folder_has_no_checkpoint(tmp_path):
 
 
 async def test_a_sharded_rounds_driver_file_holds_its_own_roles_whole_when_it_is_a_full_snapshot(tmp_path):
-    from metaroles.record.parts import write_driver
 
     def team() -> Environment:
         env = Environment(seed=3)
@@ -193,7 +192,7 @@ async def test_a_sharded_rounds_driver_file_holds_its_own_roles_whole_when_it_is
     for round_no, text in enumerate(["one", "two", "three"], start=1):  # full, delta, full
         env.roles["moderator"].rc.memory.add(Message(text, sent_from="Human"))
         env.round = round_no
-        write_driver(writer, env, [env.roles["moderator"]], [])
+        writer.write_driver(env, [env.roles["moderator"]], [])
     assert json.loads(round_file(tmp_path, 3).read_text())["kind"] == "full"
     restored = team()
     restore_checkpoint(tmp_path, restored)

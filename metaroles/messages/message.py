@@ -66,26 +66,7 @@ _NORMALISED = ("role", "cause_by", "send_to")
 _SLOTS = tuple(f"_{field}" if field in (*_NORMALISED, "metadata") else field for field in FIELDS)
 
 
-# -- what the fields' getters and setters do, and a message's pickled form ------------------------------
-
-
-def pickled_values(message: Any) -> tuple[Any, ...]:
-    """What :func:`unpickled` rebuilds a message from (its class and field values, the chat role as text)."""
-    return (
-        type(message),
-        message.id,
-        message.content,
-        message.instruct_content,
-        ROLE_VALUES[message._role],
-        message._cause_by,
-        message.sent_from,
-        message._send_to,
-        message._metadata or None,
-        message.tool_calls,
-        message.tool_call_id,
-        message.name,
-        message.base64_image,
-    )
+# -- a message rebuilt from its pickled form, or from columns ----------------------------------------------
 
 
 def unpickled(cls: Any, *values: Any) -> Any:
@@ -123,59 +104,6 @@ def plain_messages(cls: Any, columns: tuple[list[Any], ...]) -> list[Any]:
     for name in _NONE:
         list(map(setattr, messages, repeat(name, count), repeat(None, count)))
     return messages
-
-
-def get_metadata(message: Any) -> dict[str, Any]:
-    """``message.metadata``: the dict is made when first read (most messages never carry any)."""
-    metadata: dict[str, Any] | None = message._metadata
-    if metadata is None:
-        metadata = message._metadata = {}
-    return metadata
-
-
-def set_metadata(message: Any, value: dict[str, Any]) -> None:
-    """``message.metadata = value``."""
-    message._metadata = value
-
-
-def set_role(message: Any, value: object) -> None:
-    """``message.role = value``, normalised and checked as the constructor does."""
-    message._role = to_chat_role(value)
-
-
-def set_cause_by(message: Any, value: object) -> None:
-    """``message.cause_by = value``, normalised as in the constructor."""
-    message._cause_by = to_cause_by(value)
-
-
-def set_send_to(message: Any, value: object) -> None:
-    """``message.send_to = value``: a name is one recipient (never its letters), as in the constructor."""
-    message._send_to = BROADCAST if value is None else to_addresses(value)
-
-
-def json_text(message: Any, indent: int | None) -> str:
-    """``message``'s JSON: ``json.dumps`` of its fields (``model_dump(mode="json")``, not ASCII-escaped).
-
-    A message without structured content, metadata or tool calls (most of them) is written directly — the very
-    same text, five times as fast.
-    """
-    if (
-        indent is not None
-        or message.instruct_content is not None
-        or message._metadata
-        or message.tool_calls is not None
-    ):
-        return json.dumps(message.model_dump(mode="json"), ensure_ascii=False, indent=indent)
-    enc = encode_basestring
-    content = "null" if message.content is None else enc(message.content)
-    send_to = ", ".join([enc(address) for address in sorted(message._send_to)])
-    return (
-        f'{{"id": {enc(message.id)}, "content": {content}, "instruct_content": null, '
-        f'"role": "{ROLE_VALUES[message._role]}", "cause_by": {enc(message._cause_by)}, '
-        f'"sent_from": {enc(message.sent_from)}, "send_to": [{send_to}], "metadata": {{}}, "tool_calls": null, '
-        f'"tool_call_id": {_optional_json(message.tool_call_id)}, "name": {_optional_json(message.name)}, '
-        f'"base64_image": {_optional_json(message.base64_image)}}}'
-    )
 
 
 def _optional_json(text: str | None) -> str:
@@ -296,10 +224,49 @@ class Message:
         return message
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickle as the field values (a message crosses to shards and back, thousands per round)."""
-        return unpickled, pickled_values(self)
+        """Pickle as the field values, the chat role as text (messages cross to shards and back, thousands a round).
+
+        :func:`unpickled` rebuilds it.
+        """
+        return unpickled, (
+            type(self),
+            self.id,
+            self.content,
+            self.instruct_content,
+            ROLE_VALUES[self._role],
+            self._cause_by,
+            self.sent_from,
+            self._send_to,
+            self._metadata or None,
+            self.tool_calls,
+            self.tool_call_id,
+            self.name,
+            self.base64_image,
+        )
 
     # -- fields an assignment normalises ---------------------------------------------------------
+
+    def _get_metadata(self) -> dict[str, Any]:
+        """``message.metadata``: the dict is made when first read (most messages never carry any)."""
+        metadata = self._metadata
+        if metadata is None:
+            metadata = self._metadata = {}
+        return metadata
+
+    def _set_metadata(self, value: dict[str, Any]) -> None:
+        self._metadata = value
+
+    def _set_role(self, value: object) -> None:
+        """``message.role = value``, normalised and checked as the constructor does."""
+        self._role = to_chat_role(value)
+
+    def _set_cause_by(self, value: object) -> None:
+        """``message.cause_by = value``, normalised as in the constructor."""
+        self._cause_by = to_cause_by(value)
+
+    def _set_send_to(self, value: object) -> None:
+        """``message.send_to = value``: a name is one recipient (never its letters), as in the constructor."""
+        self._send_to = BROADCAST if value is None else to_addresses(value)
 
     # The getters are C-level (``attrgetter``): every delivery reads ``cause_by`` and ``send_to``, and
     # a Python getter there costs the bus ~10 %. The setters normalise as the constructor does.
@@ -329,10 +296,10 @@ class Message:
         metadata: dict[str, Any]
 
     else:
-        role = property(attrgetter("_role"), set_role, doc="Chat role; an assignment is normalised and checked.")
-        cause_by = property(attrgetter("_cause_by"), set_cause_by, doc="The id of the Action that produced it.")
-        send_to = property(attrgetter("_send_to"), set_send_to, doc="Recipients (``'Bob'`` is ``{'Bob'}``).")
-        metadata = property(get_metadata, set_metadata, doc="Extra data (JSON-serialisable), made when first read.")
+        role = property(attrgetter("_role"), _set_role, doc="Chat role; an assignment is normalised and checked.")
+        cause_by = property(attrgetter("_cause_by"), _set_cause_by, doc="The id of the Action that produced it.")
+        send_to = property(attrgetter("_send_to"), _set_send_to, doc="Recipients (``'Bob'`` is ``{'Bob'}``).")
+        metadata = property(_get_metadata, _set_metadata, doc="Extra data (JSON-serialisable), made when first read.")
 
     @property
     def has_metadata(self) -> bool:
@@ -406,8 +373,23 @@ class Message:
         return data
 
     def model_dump_json(self, *, indent: int | None = None) -> str:
-        """Serialise to JSON; the same message always gives the same text."""
-        return json_text(self, indent)
+        """Serialise to JSON; the same message always gives the same text: ``json.dumps`` of its fields.
+
+        (``model_dump(mode="json")``, not ASCII-escaped.) A message without structured content,
+        metadata or tool calls (most of them) is written directly — the very same text, five times as fast.
+        """
+        if indent is not None or self.instruct_content is not None or self._metadata or self.tool_calls is not None:
+            return json.dumps(self.model_dump(mode="json"), ensure_ascii=False, indent=indent)
+        enc = encode_basestring
+        content = "null" if self.content is None else enc(self.content)
+        send_to = ", ".join([enc(address) for address in sorted(self._send_to)])
+        return (
+            f'{{"id": {enc(self.id)}, "content": {content}, "instruct_content": null, '
+            f'"role": "{ROLE_VALUES[self._role]}", "cause_by": {enc(self._cause_by)}, '
+            f'"sent_from": {enc(self.sent_from)}, "send_to": [{send_to}], "metadata": {{}}, "tool_calls": null, '
+            f'"tool_call_id": {_optional_json(self.tool_call_id)}, "name": {_optional_json(self.name)}, '
+            f'"base64_image": {_optional_json(self.base64_image)}}}'
+        )
 
     @classmethod
     def model_validate(cls, obj: object) -> Self:

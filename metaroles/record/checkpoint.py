@@ -209,6 +209,36 @@ class CheckpointWriter(MessageRows):
         self._blind = False
         return self._finish(env, parts, after)
 
+    def note_history(self, env: Environment) -> None:
+        """Give the messages the history grew by since the last note their rows (a sharded round not written).
+
+        They are encoded and appended to the message table now, while the shards run the next round,
+        not all at once when a checkpoint is due (rows past the last checkpoint's are cut on resume).
+        """
+        history = env.history
+        if len(history) > self._noted_history:
+            self._rows_of(history.storage[self._noted_history :], self._pending_rows)
+        self._noted_history = len(history)
+        self.write_rows()
+
+    def write_driver(self, env: Environment, roles: list[Role], shards: list[str], after: Sequence[Path] = ()) -> Path:
+        """Write a sharded round's driver file: the environment, the driver's own ``roles`` and the shards' parts.
+
+        ``shards`` are the folders (relative to this writer's) where each shard just wrote its part
+        (``record.parts``); this file, written last, is what makes the round's checkpoint complete.
+        """
+        full, parts = self.begin(env, SHARDED)
+        names = {role.name for role in roles}
+        self._roles = {name: mark for name, mark in self._roles.items() if name in names}  # the others: the parts'
+        self.forget_expectations()
+        rows = self._pending_rows
+        parts.extend(self._env_parts(env, rows, full=full, appended=True))
+        entries = [entry for entry in (self._role_entry(role, rows) for role in roles) if entry]
+        parts.append(f'"roles":{{{",".join(entries)}}},"parts":{json.dumps(shards)}')
+        self._noted_history = len(env.history)
+        self._blind = True  # a later delta written in one process lists every role whole
+        return self._finish(env, parts, after)
+
     def begin(self, env: Environment, version: int = FORMAT) -> tuple[bool, list[str]]:
         """Whether the checkpoint of ``env``'s round is a full snapshot (which forgets every mark), and its head."""
         full = self._full_round is None or self._deltas >= self.every - 1

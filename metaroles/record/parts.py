@@ -13,14 +13,12 @@ first).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from metaroles.bus.environment import Environment
-from metaroles.bus.role import Role
 from metaroles.messages.message import Message
-from metaroles.record.checkpoint import SHARDED, CheckpointWriter
+from metaroles.record.checkpoint import CheckpointWriter
 
 PARTS = "parts"
 """The folder, inside the run's checkpoints, of the shards' parts."""
@@ -43,47 +41,13 @@ def part_writer(folder: Path, known: Mapping[str, Message]) -> CheckpointWriter:
     return CheckpointWriter(folder, replay=False, known=known, each_name=True)  # the driver's file names it
 
 
-def note_driver(writer: CheckpointWriter, env: Environment) -> None:
-    """Give the messages the history grew by since the last note their rows (a sharded round the driver does not write).
-
-    They are encoded and appended to the message table now, while the shards run the next round,
-    not all at once when a checkpoint is due (rows past the last checkpoint's are cut on resume).
-    """
-    history = env.history
-    if len(history) > writer._noted_history:
-        writer._rows_of(history.storage[writer._noted_history :], writer._pending_rows)
-    writer._noted_history = len(history)
-    writer.write_rows()
-
-
 def note_round(writer: CheckpointWriter, env: Environment, *, sharded: bool) -> None:
     """Take in a round that gets no checkpoint file.
 
     In one process: its turns and deliveries, which the next delta replays; on a sharded run's
-    driver: the history's new rows (:func:`note_driver`).
+    driver: the history's new rows (:meth:`CheckpointWriter.note_history`).
     """
     if sharded:
-        note_driver(writer, env)
+        writer.note_history(env)
     else:
         writer.note(env)
-
-
-def write_driver(
-    writer: CheckpointWriter, env: Environment, roles: list[Role], shards: list[str], after: Sequence[Path] = ()
-) -> Path:
-    """Write the driver's file of ``env``'s round: the environment, its own ``roles`` and the shards' parts.
-
-    ``shards`` are the folders (relative to the writer's) where each shard just wrote its part;
-    this file, written last, is what makes the round's checkpoint complete.
-    """
-    full, parts = writer.begin(env, SHARDED)
-    names = {role.name for role in roles}
-    writer._roles = {name: mark for name, mark in writer._roles.items() if name in names}  # the others: the parts'
-    writer.forget_expectations()
-    rows = writer._pending_rows
-    parts.extend(writer._env_parts(env, rows, full=full, appended=True))
-    entries = [entry for entry in (writer._role_entry(role, rows) for role in roles) if entry]
-    parts.append(f'"roles":{{{",".join(entries)}}},"parts":{json.dumps(shards)}')
-    writer._noted_history = len(env.history)
-    writer._blind = True  # a later delta written in one process lists every role whole
-    return writer._finish(env, parts, after)

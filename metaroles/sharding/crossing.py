@@ -23,7 +23,7 @@ Outbox = list[tuple[int, Message, int]]
 """``(rank, message, flag)`` in delivery order (``sharding.worker``)."""
 
 _NO_EXTRAS = (None, None, None, None, None)
-"""What a message with only the routing fields has past them (metadata, tool calls, ... as ``pickled_values``)."""
+"""What a message with only the routing fields has past them (metadata, tool calls, ...: ``Message.__reduce__``)."""
 
 
 class OutboxWriter:

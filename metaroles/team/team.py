@@ -19,7 +19,7 @@ from metaroles.record import workspace
 from metaroles.record.checkpoint import CheckpointWriter, fresh_writer
 from metaroles.record.eventlog import EventLog
 from metaroles.record.final_state import refers_to_checkpoint, save_state
-from metaroles.record.parts import note_round, write_driver
+from metaroles.record.parts import note_round
 from metaroles.sharding.backends import Backend, ShardBy
 from metaroles.sharding.cast import Cast
 from metaroles.sharding.driver import RemoteRole, ShardedRun
@@ -283,7 +283,7 @@ class Team:
             if run is None:
                 writer.write(self.env, after=after)
             else:  # before the roles come back, each shard writes its part; the driver's file completes the round
-                write_driver(writer, self.env, run.pinned, await run.checkpoint(writer.folder), after)
+                writer.write_driver(self.env, run.pinned, await run.checkpoint(writer.folder), after)
 
     def _keep_files(self, writer: CheckpointWriter) -> None:
         if self.workspace is not None:
@@ -335,7 +335,7 @@ class Team:
             self._log_round(logged, sync=self._checkpoints is None)  # else the next checkpoint syncs it (after)
             after = self._log.unsynced() if self._log is not None and writer is not None else []  # synced by it
             if writer is not None and parts is not None:  # last, the driver's file completes the round
-                write_driver(writer, env, pinned, parts, after)
+                writer.write_driver(env, pinned, parts, after)
             elif writer is not None:
                 self._keep_files(writer)
                 writer.write(env, after=after)
