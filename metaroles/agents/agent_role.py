@@ -2,7 +2,7 @@
 
 ``AgentRole(agent, watch=[...])``: the role's news become the agent's request; the agent runs
 (from IDLE each turn, keeping its chat); its final answer is published with ``cause_by`` set to
-the agent's action id. Each tool call and tool result goes into the round's trace, so the run's
+the agent's action id. Each tool call and tool result goes into the round's record (its steps), so the run's
 event log has ``tool_call``/``tool_result`` events and the flow graph shows the tools.
 """
 
@@ -74,7 +74,7 @@ class AgentRole(Role):
         send_to: Any = None,
         name: str | None = None,
     ) -> None:
-        """Wrap ``agent``; its tool calls are reported into the environment's trace."""
+        """Wrap ``agent``; its tool calls are reported into the round's record (its steps)."""
         action = _run_action_class(agent)(agent)
         super().__init__(
             name=name or agent.name,
@@ -122,8 +122,8 @@ class AgentRole(Role):
 
     def _on_agent_event(self, kind: str, fields: dict[str, Any]) -> None:
         env = self.rc.env
-        if env is not None and env.trace is not None:
-            env.trace.append((kind, self.name, fields, 0))
+        if env is not None and env.steps is not None:
+            env.steps.add(kind, self.name, fields)
         observer = getattr(env, "observer", None)
         if observer is not None:  # telemetry: an execute_tool span per call
             observer.agent_event(self, kind, fields)

@@ -9,10 +9,13 @@ mode raises). Interventions see every publish and delivery. The :class:`Environm
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 from warnings import warn
+from weakref import WeakSet
 
+from metaroles.bus.record import RoundRecord, Steps
 from metaroles.bus.role import Role
 from metaroles.bus.routing import (
     AddressBook,
@@ -23,12 +26,20 @@ from metaroles.bus.routing import (
     explain_route,
 )
 from metaroles.bus.state import EnvEvent
-from metaroles.core.exceptions import DuplicateRoleError, InvalidValueError, UndeliverableError, UnknownRoleError
+from metaroles.core.exceptions import (
+    DuplicateRoleError,
+    InvalidValueError,
+    RunError,
+    UndeliverableError,
+    UnknownRoleError,
+)
 from metaroles.core.ids import SCOPE, IdScope
 from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 
+KEPT_RECORDS = 8
+"""How many closed round records the bus keeps for readers (:meth:`Bus.records_since`)."""
 
 class Bus:
     """Roles and the delivery of their messages, without rounds (the :class:`Environment` runs those).
@@ -46,17 +57,16 @@ class Bus:
         self.strict = strict
         self.interventions: list[Intervention] = list(interventions)
         self.ledger = ledger or CostLedger()
-        self.trace: list[tuple[str, str, Any, int]] | None = None
-        """The last round's turn steps as ``(kind, role, detail, remembered)`` — observe (news, and
-        how many messages went to memory), think (the action), act (the message) — while an event
-        log or a checkpoint writer wants them (``None`` otherwise). Each round starts a new list."""
-        self.routed: list[Sequence[Role]] | None = None
-        """The recipients of each message the history gained since :attr:`routed_from`, in history
-        order, as delivery found them, while an event log or a checkpoint writer wants them
-        (``None`` otherwise): they read the round's deliveries here instead of routing again."""
-        self.routed_from = 0
-        """The history length when :attr:`routed` started (each round starts a new list)."""
-        self._routed_mark: tuple[AddressBook, int, int] | None = None
+        self.record: RoundRecord | None = None
+        """The record being filled (``bus.record``): this round's, once a reader keeps records (``None``: none does)."""
+        self.steps: Steps | None = None
+        """The open record's turn steps, where a turn appends (``None``: not kept)."""
+        self.recorded: RoundRecord | None = None
+        """The last record closed: the round that just ended (see :meth:`round_record`)."""
+        self._records = 0
+        self._closed: deque[RoundRecord] = deque(maxlen=KEPT_RECORDS)
+        self._sharing: WeakSet[RoundRecord] = WeakSet()
+        """The records alive that hold lists of recipients the address index owns (it changes them as roles join)."""
         self.roles: dict[str, Role] = {}
         self.history = Memory()
         self.dead_letters: list[Message] = []
@@ -90,6 +100,7 @@ class Bus:
             )
         role.attach(self, len(self._members), ids=self.role_ids(len(self._members)))
         self.roles[role.name] = role
+        self._keep_recipients()
         self._book.add(role)
         self._outsider = len(self._members)
         if not role.rc.msg_buffer.empty():
@@ -121,6 +132,7 @@ class Bus:
         """
         for role in sorted(roles, key=lambda r: r._env_index):
             self.roles[role.name] = role
+            self._keep_recipients()
             self._book.add(role)
             role._ready = False  # it was ready where it came from; here it is ready if its buffer holds news
             if not role.rc.msg_buffer.empty():
@@ -161,6 +173,8 @@ class Bus:
 
     def reindex(self, role: Role) -> None:
         """Re-read ``role``'s addresses into the index (after ``Role.set_addresses``)."""
+        if role.addresses != self._book.filed(role):
+            self._keep_recipients()
         self._book.reindex(role)
 
     def mark_ready(self, role: Role) -> None:
@@ -217,33 +231,101 @@ class Bus:
 
     # -- routing -------------------------------------------------------------------------------
 
-    def record_routes(self) -> None:
-        """Start (or start again) :attr:`routed`: from now on, delivery keeps each message's recipients."""
-        self.routed, self.routed_from = [], len(self.history)
-        self._routed_mark = (self._book, self._book.version, self.history.edits)
-
     def recipients(self, message: Message) -> list[Role]:
         """The roles ``message`` would be delivered to, in registration order."""
         return list(self._book.route(message.send_to))
 
-    def delivered(self, since: int) -> tuple[Sequence[Message], list[Sequence[Role]]]:
-        """The messages the history gained after its first ``since``, each with the roles it reaches.
+    # -- the round's record --------------------------------------------------------------------
 
-        Read from :attr:`routed` when it covers them and no address changed since it started (the
-        lists it holds are the index's own); else routed again, as the address index is now.
+    def keep_records(self, *, steps: bool = True) -> None:
+        """Fill a :class:`RoundRecord` from now on (``steps``: with the turns' steps); never switches off."""
+        if self.record is None:
+            self.record = RoundRecord(None, len(self.ledger.entries), len(self.events))
+        if steps and self.record.steps is None:
+            self.record.steps = self.steps = Steps()
+
+    def round_record(self) -> RoundRecord:
+        """The record of the round that just ended; what happened since then, if anything did, closes as its own.
+
+        Raises:
+            RunError: If no record is kept (:meth:`keep_records`).
         """
-        history = self.history
-        messages = history.get(len(history) - since) if len(history) > since else []
-        routed = self.routed
-        if (
-            routed is not None
-            and self.routed_from <= since
-            and len(routed) == len(history) - self.routed_from
-            and self._routed_mark == (self._book, self._book.version, history.edits)
-        ):
-            return messages, routed[since - self.routed_from :]
-        route = self._book.route
-        return messages, [route(m.send_to) for m in messages]
+        record = self.record
+        if record is None:
+            raise RunError("this environment keeps no round records; call keep_records() before the rounds to record")
+        if self.recorded is None or record.published or record.steps or self._grew(record):
+            self._close_record()
+        assert self.recorded is not None
+        return self.recorded
+
+    def records_since(self, number: int) -> list[RoundRecord] | None:
+        """The records closed after record ``number``, oldest first (:meth:`round_record` closes what is open).
+
+        ``None`` if one of them is no longer kept (a reader that let more than a few rounds pass).
+        """
+        last = self.round_record().number
+        if last - number > len(self._closed):
+            return None
+        return list(self._closed)[len(self._closed) - (last - number) :] if last > number else []
+
+    def take_steps(self) -> Steps:
+        """The turn steps the open record kept so far; it keeps the next ones apart (a shard's: its driver's take them).
+
+        Raises:
+            RunError: If no steps are kept (:meth:`keep_records`).
+        """
+        record = self.record
+        if record is None or record.steps is None:
+            raise RunError("this environment keeps no turn steps; call keep_records(steps=True) first")
+        steps, record.steps = record.steps, Steps()
+        self.steps = record.steps
+        return steps
+
+    def _keep_recipients(self) -> None:
+        """Before the address index changes: the records keep their own copies of the recipients delivery found."""
+        if self._sharing:
+            for record in self._sharing:
+                record.keep_recipients()
+            self._sharing.clear()
+
+    def _grew(self, record: RoundRecord) -> bool:
+        return len(self.ledger.entries) > record.ledger_from or len(self.events) > record.events_from
+
+    def _close_record(self) -> None:
+        """Close the open record (the round's: called as the round ends) and open the next one."""
+        record = self.record
+        if record is None:
+            return
+        record.model_calls = self.ledger.entries[record.ledger_from :]
+        record.events = self.events[record.events_from :]
+        self._records += 1
+        record.round, record.number = self.round, self._records
+        self.recorded = record
+        self._closed.append(record)
+        steps = None if record.steps is None else Steps()
+        self.record, self.steps = RoundRecord(steps, len(self.ledger.entries), len(self.events)), steps
+
+    def add_to_history(
+        self, messages: list[Message], recipients: list[Sequence[Role] | None] | None = None, *, late: bool = False
+    ) -> None:
+        """Put ``messages`` into the history and the round's record (``recipients``: as delivery found them).
+
+        ``None``: delivered elsewhere (a sharded round's shards routed them). ``late``: the messages of
+        the round whose record closed last (a sharded driver takes a round in behind the next one).
+        """
+        new = self.history.remember_new(messages)
+        record = self.recorded if late and self.recorded is not None else self.record
+        if record is None:
+            return
+        if recipients is None:
+            recipients = [None] * len(messages)
+        if len(new) < len(messages):  # the history had some already: the record keeps what it gained
+            kept = set(map(id, new))
+            recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
+        record.published += new
+        record.recipients += recipients
+        if recipients:
+            self._sharing.add(record)
 
     def publish_message(self, message: Message) -> None:
         """Publish ``message``: delivered at the end of the current round, or now between rounds.
@@ -288,11 +370,9 @@ class Bus:
             for message in messages:
                 self._deliver_intercepted(message)
             return
-        self.history.remember_new(messages)  # one call for the round's messages, not one per message
         route = self._book.route
         recipients = [route(message.send_to) for message in messages]
-        if self.routed is not None:
-            self.routed.extend(recipients)
+        self.add_to_history(messages, recipients)  # one call for the round's messages, not one per message
         if not all(recipients):
             for message, roles in zip(messages, recipients, strict=True):
                 if not roles:
@@ -306,10 +386,8 @@ class Bus:
                 self._record("dropped", message, detail=f"dropped on publish by {type(hook).__name__}")
                 return
             message = _checked(result, hook)
-        self.history.add(message)
         recipients = self._book.route(message.send_to)
-        if self.routed is not None:
-            self.routed.append(recipients)
+        self.add_to_history([message], [recipients])
         if not recipients:
             self.dead_letter(message)
         for role in recipients:

@@ -207,7 +207,6 @@ class Environment(Bus):
             raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
         self.round = self.round + 1 if number is None else number
         self._clock.set(self.round)
-        self._new_records()
         if self.observer is not None:
             self.observer.round_begin(self)
         ready = self._take_ready()
@@ -243,10 +242,12 @@ class Environment(Bus):
         """Put the round's turn steps, failures and model calls in role order, whichever finished first.
 
         Concurrent turns append, fail and call their models in an order the scheduler picks; the
-        record (trace, events, ledger) must not depend on it, in one process or on many shards.
+        record (steps, events, ledger) must not depend on it, in one process or on many shards.
         Each failure becomes a ``role_error`` event.
         """
-        self._order_trace()
+        if self.steps is not None:
+            roles, last = self.roles, len(self._members)
+            self.steps.order_by_role(lambda name: roles[name]._env_index if name in roles else last)
         failures = this.failures
         failures.sort(key=lambda failure: failure[0]._env_index)
         for role, exc in failures:
@@ -274,7 +275,8 @@ class Environment(Bus):
         self._deliver([message for _, message in self.take_published()])
 
     def end_round(self, this: Round) -> None:
-        """The round is over and delivered: tell the observer, and settle the heap (see :meth:`settle_heap`)."""
+        """The round is over and delivered: close its record, tell the observer, settle the heap."""
+        self._close_record()
         if self.observer is not None:
             self.observer.round_end(self, this.failures)
         self.settle_heap()
@@ -306,13 +308,6 @@ class Environment(Bus):
         if self._heap is not None:
             self._heap.keep()
 
-    def _new_records(self) -> None:
-        """Start the round's trace and routes, where someone keeps them."""
-        if self.trace is not None:
-            self.trace = []
-        if self.routed is not None:
-            self.record_routes()
-
     def _raise_failures(self, failures: list[tuple[Role, Exception]]) -> None:
         """Raise the first failure of the round (in role order) when ``on_role_error`` is ``"raise"``."""
         if failures and self.on_role_error == "raise":
@@ -324,16 +319,6 @@ class Environment(Bus):
                 role=role.name,
                 round=self.round,
             ) from exc
-
-    def _order_trace(self) -> None:
-        """Put the round's turn steps in role order (each role's own steps stay in order).
-
-        Concurrent turns append as they run; the log must not depend on which finished first.
-        """
-        trace = self.trace
-        if trace and len(trace) > 1:
-            roles = self.roles
-            trace.sort(key=lambda step: roles[step[1]]._env_index if step[1] in roles else len(roles))
 
     def _take_ready(self) -> list[Role]:
         ready, self._ready = self._ready, []

@@ -244,11 +244,11 @@ class Role:
                 message.sent_from = self.name
             self.rc.env.publish_message(message)
 
-    def _trace(self, kind: str, detail: object) -> None:
-        """Record a turn step (observe, think, act) in the environment's trace, if it keeps one."""
+    def _step(self, kind: str, detail: object) -> None:
+        """Record a turn step (observe, think, act) in the round's record, if it keeps steps (``bus.record``)."""
         env = self.rc.env
-        if env is not None and env.trace is not None:
-            env.trace.append((kind, self.name, detail, self.rc.remembered if kind == "observe" else 0))
+        if env is not None and env.steps is not None:
+            env.steps.add(kind, self.name, detail, self.rc.remembered if kind == "observe" else 0)
 
     async def _observe(self) -> int:
         """Pop the buffer, remember what is new, keep what is watched or addressed as news; count it.
@@ -345,18 +345,18 @@ class Role:
         """Think and act up to ``max_react_loop`` times (by_order: once per action); then nothing is to do."""
         rc, env = self.rc, self.rc.env
         limit = len(self.actions) if rc.react_mode is _BY_ORDER else rc.max_react_loop
-        trace = env.trace if env is not None else None
+        steps = env.steps if env is not None else None
         response: Message | None = None
         kept = not self._own_think
         for _ in range(limit):
             chosen = self._next_action() if kept else None
             if not (await self._think() if chosen is None else chosen):
                 break
-            if trace is not None:
-                trace.append(("think", self.name, rc.todo, 0))
+            if steps is not None:
+                steps.add("think", self.name, rc.todo)
             acted = await self._act()
-            if trace is not None:
-                trace.append(("act", self.name, acted, 0))
+            if steps is not None:
+                steps.add("act", self.name, acted)
             response = acted or response
         return response
 
@@ -366,9 +366,9 @@ class Role:
         response: Message | None = None
         for index in await self._plan():
             self._set_state(index)
-            self._trace("think", self.rc.todo)
+            self._step("think", self.rc.todo)
             step = await self._act()
-            self._trace("act", step)
+            self._step("act", step)
             if step is not None:
                 self.rc.working_memory.add(step)
                 response = step
@@ -393,8 +393,8 @@ class Role:
         observed = await self._observe() if self._own_observe else self.take_news()
         rc = self.rc
         env = rc.env
-        if env is not None and env.trace is not None:
-            env.trace.append(("observe", self.name, rc.news, rc.remembered))
+        if env is not None and env.steps is not None:
+            env.steps.add("observe", self.name, rc.news, rc.remembered)
         if not observed:
             return None
         response = await self.react()

@@ -147,6 +147,10 @@ class AddressBook:
                     del self._index[address]
         self._index_role(role)
 
+    def filed(self, role: Role) -> frozenset[str] | None:
+        """The addresses ``role`` is indexed under (``None``: not in this book)."""
+        return self._filed.get(id(role))
+
     def addresses(self) -> list[str]:
         """Every address some role receives on, sorted."""
         return sorted(self._index)

@@ -27,9 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.record import RoundRecord, Steps
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
 from metaroles.core.confined import open_own
@@ -131,7 +132,8 @@ class CheckpointWriter(MessageRows):
         self._ops: list[int] = []
         self._deliveries: list[int] = []
         self._noted_history = 0
-        self._seen: object = None
+        self._read = 0
+        """The number of the last round record taken in (``bus.record``)."""
         self._blind = True
         self._index: dict[str, int] = {}
         self._unsynced = False  # rows appended since the last checkpoint, not yet fsynced
@@ -167,8 +169,8 @@ class CheckpointWriter(MessageRows):
             self._pending_rows.clear()
             self._full_round = None
             return
-        if env.trace is None:
-            env.trace = []  # as the first write of the run did
+        env.keep_records()  # as the first write of the run did
+        self._read = env.round_record().number
         self._noted_history = len(env.history)
         self._full_round, self._deltas = restored.full_round, restored.deltas
         self._blind = False
@@ -176,16 +178,24 @@ class CheckpointWriter(MessageRows):
     def note(self, env: Environment) -> None:
         """Take in the round that just ran (its turns and deliveries); idempotent: :meth:`write` calls it too."""
         self._role_index(env)
-        if env.trace is None:
-            env.trace, self._blind = [], True  # this round's turns are unknown: the next delta lists roles
-        elif env.trace is not self._seen:
-            self._seen = env.trace
-            if self._deliveries:  # an earlier round's deliveries come before this round's turns (code 2)
-                self._ops += (2, len(self._deliveries))
-            self._note_turns(env.trace)
+        if env.record is None or env.record.steps is None:
+            env.keep_records()  # from now on; this round's turns are unknown: the next delta lists roles
+            self._blind = True
+        records = env.records_since(self._read)
+        if records is None:
+            self._blind = True  # rounds were not noted: the next delta lists roles
         if env.interventions:
             self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
-        self._note_deliveries(env)
+        for record in records or ():
+            if record.steps is None:
+                self._blind = True  # its turns were not kept
+            elif record.steps:
+                if self._deliveries:  # an earlier round's deliveries come before this round's turns (code 2)
+                    self._ops += (2, len(self._deliveries))
+                self._note_turns(record.steps)
+            self._note_deliveries(env, record)
+        self._note_deliveries(env, None)  # what the records do not hold (records not kept, or kept too late)
+        self._read = env.round_record().number
         self.write_rows()
 
     def write_rows(self) -> None:
@@ -280,10 +290,10 @@ class CheckpointWriter(MessageRows):
             self._index, self._targets = {name: i for i, name in enumerate(env.roles)}, {}
         return self._index
 
-    def _note_turns(self, trace: list[tuple[str, str, Any, int]]) -> None:
+    def _note_turns(self, steps: Steps) -> None:
         """Record the default turns of replayable roles: observe (code 0), act (code 1 with its row)."""
         expect, index, ops, rows = self._expect, self._index, self._ops, self._rows
-        for kind, name, detail, remembered in trace:
+        for kind, name, detail, remembered in zip(steps.kind, steps.role, steps.detail, steps.remembered, strict=True):
             if kind == "observe":
                 expected = expect.get(name)
                 if expected is not None:
@@ -298,19 +308,30 @@ class CheckpointWriter(MessageRows):
                     ops += (1, index[name], self._new_row(detail, self._pending_rows) if row is None else row)
                     expected.remembered += 1
 
-    def _note_deliveries(self, env: Environment) -> None:
-        """Record each message published since the last note with the roles it reached."""
+    def _note_deliveries(self, env: Environment, record: RoundRecord | None) -> None:
+        """Record each message published since the last note with the roles it reached (``record``: the round's).
+
+        Without the round's record (a round was not noted), routing gives them, as the address index is now.
+        """
         history = env.history
         if len(history) <= self._noted_history:
             self._noted_history = len(history)
             return
-        if env.routed is None:
-            env.record_routes()
-        self._role_index(env)
+        if record is not None and not record.published:
+            return
         if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
             self._book, self._targets = env.routes_version, {}
+        if record is not None:
+            messages, delivered = record.published, record.recipients
+            if len(messages) > len(history) - self._noted_history:
+                return  # an edited history: the checkpoint writes it whole
+        else:
+            messages = history.storage[self._noted_history :]
+            delivered = [env.route(message.send_to) for message in messages]
         out, rows, targets = self._deliveries, self._rows, self._targets
-        for message, recipients in zip(*env.delivered(self._noted_history), strict=True):
+        for message, recipients in zip(messages, delivered, strict=True):
+            if recipients is None:  # delivered by a shard
+                recipients = env.route(message.send_to)
             row = rows.get(id(message))
             out += (self._new_row(message, self._pending_rows) if row is None else row, len(recipients))
             known = targets.get(id(recipients))
@@ -320,7 +341,7 @@ class CheckpointWriter(MessageRows):
             for expected in known.expected:  # the buffer a replay gives each replayable recipient
                 expected.buffered += 1
                 expected.last = message
-        self._noted_history = len(history)
+        self._noted_history += len(messages)
 
     def _target(self, recipients: Sequence[Role]) -> _Target:
         """The places of ``recipients`` and the expectations of the replayable ones, kept per list (routing's own)."""

@@ -23,15 +23,18 @@ and ``latency_s``); :func:`read_events` puts the latencies back on the events it
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Literal
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.record import RoundRecord, Steps
 from metaroles.bus.role import Role
+from metaroles.bus.state import EnvEvent
 from metaroles.core.files import append_durably, append_text, create_durably
+from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
 from metaroles.record.eventread import (
     TIMINGS,
@@ -74,13 +77,12 @@ class _Fold:
 
 @dataclass(slots=True)
 class _Said:
-    """A sender's last addresses, the recipients routing gave them, and the JSON of its name, addresses, recipients."""
+    """A sender's last addresses, the recipients routing gave them (once asked), and the JSON of its name, addresses."""
 
     send_to: frozenset[str]
-    recipients: Sequence[Role]
+    recipients: Sequence[Role] | None
     name: str
     send_to_json: str
-    to_json: str
 
 
 @dataclass(slots=True)
@@ -89,11 +91,6 @@ class _Named:
 
     recipients: Sequence[Role]
     json: str
-
-
-def _default_turn(role: str, think: tuple[str, str, Any, int], act: tuple[str, str, Any, int]) -> bool:
-    """Whether ``role``'s observe, then ``think`` and ``act``, are a turn that chose an action and made a message."""
-    return think[0] == "think" and act[0] == "act" and think[1] == act[1] == role and None not in (think[2], act[2])
 
 
 def _ids(messages: Sequence[Message]) -> str:
@@ -115,7 +112,7 @@ class EventLog:
         path: The ``events.jsonl`` file; appended to.
         env: The environment whose rounds are logged.
         through_round: Keep only events up to this round from an existing log (resume).
-        turns: Also log each turn's observe, think and act events (switches on ``env.trace``); ``"folded"``:
+        turns: Also log each turn's observe, think and act events (the round record's steps); ``"folded"``:
             a default turn (observe, think, then act with the one message it published) goes on that
             message's publish line (``turn``) instead of three lines of its own, if the line tells its
             story; :func:`read_events` spells it out.
@@ -159,12 +156,13 @@ class EventLog:
         self._folds: dict[str, _Fold] = {}
         """The round's turns that may go on their message's publish line, by the message's id."""
         self._unsynced = False  # lines appended without waiting for the disk (round_done(sync=False))
-        if turns and env.trace is None:
-            env.trace = []
-        self._seen: object = env.trace  # a trace already there belongs to rounds before this log
+        kept = env.record is not None
+        env.keep_records(steps=self.turns)
+        self._read = env.round_record().number if kept else 0  # a record already there is of rounds before this log
         self._mark()
 
     def _mark(self) -> None:
+        """Where the history, ledger and events stand: what a missed record's round is read from instead."""
         env = self.env
         self._history = len(env.history)
         self._ledger = len(env.ledger.entries)
@@ -184,24 +182,22 @@ class EventLog:
         log first (:meth:`unsynced`).
         """
         env = self.env
+        records = env.records_since(self._read)
         seq = self.seq + 1
         head = f',"round":{env.round},"kind":'
         lines = [f'{{"seq":{seq}{head}"round_start"}}\n']
-        if self.turns and env.trace is not None and env.trace is not self._seen:
-            self._seen = env.trace
-            seq = self._turn_lines(lines, seq, head)
-        if len(env.history) > self._history:
-            seq = self._message_lines(lines, seq, head, env.history.get(len(env.history) - self._history))
+        seq, calls, events = self._record_lines(lines, seq, head, records)
+        self._read = env.recorded.number if env.recorded is not None else 0
         if self._folds:
             self._unfolded(lines, head)
         timings = []
-        for entry in env.ledger.entries[self._ledger :]:
+        for entry in calls:
             call = {"action": entry.action, "model": entry.model, "tokens": entry.tokens, "cost": entry.cost}
             fields = json.dumps({"role": entry.role, **call})[1:-1]
             seq += 1
             lines.append(f'{{"seq":{seq}{head}"llm_call",{fields}}}\n')
             timings.append(f'{{"seq":{seq},"latency_s":{entry.latency_s!r}}}\n')
-        for event in env.events[self._events :]:
+        for event in events:
             fields = json.dumps({"role": event.role, "message_id": event.message_id, "detail": event.detail})[1:-1]
             seq += 1
             lines.append(f'{{"seq":{seq}{head}"{event.kind}",{fields}}}\n')
@@ -212,36 +208,58 @@ class EventLog:
         self._append(lines, sync)
         self._mark()
 
+    def _record_lines(
+        self, lines: list[str], seq: int, head: str, records: list[RoundRecord] | None
+    ) -> tuple[int, list[LedgerEntry], list[EnvEvent]]:
+        """The turns and messages of ``records`` (``None``: since the last call, from the bus); its calls, events."""
+        calls: list[LedgerEntry] = []
+        events: list[EnvEvent] = []
+        for record in records or ():  # the rounds' records (and what happened between): all, as it happened
+            if self.turns and record.steps:
+                seq = self._turn_lines(lines, seq, head, record.steps)
+            seq = self._message_lines(lines, seq, head, record.published, record.recipients)
+            calls += record.model_calls
+            events += record.events
+        if records is None:  # records not kept any more (many rounds between two calls): what the bus kept since
+            env = self.env
+            published = env.history.get(len(env.history) - self._history) if len(env.history) > self._history else []
+            seq = self._message_lines(lines, seq, head, published, [None] * len(published))
+            calls, events = env.ledger.entries[self._ledger :], env.events[self._events :]
+        return seq, calls, events
+
     def unsynced(self) -> list[Path]:
         """The log's file, if lines went to it without waiting for the disk: the caller syncs it now."""
         unsynced, self._unsynced = self._unsynced, False
         return [self.path] if unsynced else []
 
-    def _turn_lines(self, lines: list[str], seq: int, head: str) -> int:
+    def _turn_lines(self, lines: list[str], seq: int, head: str, steps: Steps) -> int:
         """Observe (the news), think (the action chosen) and act (the message produced) events; the last seq.
 
         With ``fold_turns``, a role's observe, think and act in a row (a default turn that made one
         message) take their numbers and a place here; the message's publish line carries them if it
         tells the same story (:meth:`_message_lines`), else :meth:`_unfolded` writes them here.
         """
-        names, name, add, trace = self._names, self._name, lines.append, self.env.trace or ()
-        folds, last, skip = self._folds, len(trace) - 2 if self.fold_turns else 0, 0
-        for at, (kind, role, detail, _) in enumerate(trace):
+        names, name, add = self._names, self._name, lines.append
+        kinds, roles, details = steps.kind, steps.role, steps.detail
+        folds, last, skip = self._folds, len(kinds) - 2 if self.fold_turns else 0, 0
+        for at, kind in enumerate(kinds):
             if skip:  # the think and act of a turn just taken
                 skip -= 1
                 continue
-            if kind == "observe" and at < last:
-                think, act = trace[at + 1], trace[at + 2]
-                if (
-                    think[0] == "think"
-                    and act[0] == "act"
-                    and think[1] == act[1] == role
-                    and None not in (think[2], act[2])
-                ):
-                    folds[act[2].id] = _Fold(seq + 1, len(lines), role, detail, think[2])
-                    add("")
-                    seq, skip = seq + 3, 2
-                    continue
+            role, detail = roles[at], details[at]
+            if (
+                kind == "observe"
+                and at < last
+                and kinds[at + 1] == "think"
+                and kinds[at + 2] == "act"
+                and roles[at + 1] == roles[at + 2] == role
+                and details[at + 1] is not None
+                and details[at + 2] is not None
+            ):
+                folds[details[at + 2].id] = _Fold(seq + 1, len(lines), role, detail, details[at + 1])
+                add("")
+                seq, skip = seq + 3, 2
+                continue
             who = names.get(role) or name(role)
             seq += 1
             if kind == "observe":
@@ -269,20 +287,26 @@ class EventLog:
             )
         self._folds = {}
 
-    def _message_lines(self, lines: list[str], seq: int, head: str, messages: Iterable[Message]) -> int:
+    def _message_lines(
+        self,
+        lines: list[str],
+        seq: int,
+        head: str,
+        messages: Sequence[Message],
+        delivered: Sequence[Sequence[Role] | None],
+    ) -> int:
         """Per message, the publish event (with the news its sender had observed) and one deliver per recipient.
 
-        A message reaches the roles routing gives its ``send_to`` now (the address book is the one it
-        was delivered with: the log is written before the next round). A sender's recipients are kept
-        with its addresses while the book stays, so a round is not routed again (a sharded driver's
-        shards routed it): only a sender whose addresses changed is.
+        The recipients are the ones delivery found (``delivered``, the round's record). Where it has
+        none (the shards routed them), routing gives them with the book they were delivered with (the log
+        is written before the next round), kept per sender while its addresses and the book stay.
         """
         env, names, name, enc, add = self.env, self._names, self._name, encode_basestring, lines.append
-        roles, senders, folded, heard, route = env.roles, self._senders, self.folded, self.heard, env.route
+        roles, senders, folded, heard = env.roles, self._senders, self.folded, self.heard
         if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
             self._book, self._recipients, self._senders = env.routes_version, {}, {}
             senders = self._senders
-        for message in messages:
+        for message, recipients in zip(messages, delivered, strict=True):
             caused = heard.get(message.sent_from)  # a sharded run's remote sender: its shard encoded them
             sender = None
             if caused is None:
@@ -291,8 +315,9 @@ class EventLog:
             turned = self._turn_of(message, caused, sender) if self._folds else ""  # its turn, on its line
             said, send_to = senders.get(message.sent_from), message.send_to  # they recur round after round
             if said is None or (said.send_to is not send_to and said.send_to != send_to):
-                said = self._said(message, route(send_to))
-            recipients = said.recipients
+                said = self._said(message)
+            if recipients is None:
+                recipients = said.recipients if said.recipients is not None else self._routed(said)
             action = names.get(message.cause_by) or name(message.cause_by)
             message_id = enc(message.id)
             seq += 1
@@ -301,7 +326,7 @@ class EventLog:
                 f'"send_to":[{said.send_to_json}],"caused_by":[{caused}]{turned}'
             )
             if folded:  # each delivery keeps its number: read_events gives it back as a deliver event
-                add(f'{line},"to":[{said.to_json}]}}\n')
+                add(f'{line},"to":[{self._to(recipients)}]}}\n')
                 seq += len(recipients)
                 continue
             add(line + "}\n")
@@ -310,6 +335,11 @@ class EventLog:
                 seq += 1
                 add(f'{{"seq":{seq}{head}"deliver","role":{who},"message_id":{message_id}}}\n')
         return seq
+
+    def _routed(self, said: _Said) -> Sequence[Role]:
+        """The recipients routing gives a sender's addresses now, kept with them (a sharded round's messages)."""
+        said.recipients = self.env.route(said.send_to)
+        return said.recipients
 
     def _turn_of(self, message: Message, caused: str, sender: Role | None) -> str:
         """``,"turn":S`` for the publish line of ``message`` if its sender's turn tells its story, else ``""``.
@@ -326,17 +356,14 @@ class EventLog:
         self._folds[message.id] = turn  # written in its place by _unfolded
         return ""
 
-    def _said(self, message: Message, recipients: Sequence[Role]) -> _Said:
-        """The JSON of ``message``'s sender, addresses and (folded) recipients, kept for its sender's next message."""
+    def _said(self, message: Message) -> _Said:
+        """The JSON of ``message``'s sender and addresses, kept for its sender's next message."""
         if len(self._senders) >= 1 << 18:
             self._senders.clear()
         send_to = self._send_to.get(message.send_to)
         if send_to is None:
             send_to = self._send_to[message.send_to] = ",".join([self._name(a) for a in sorted(message.send_to)])
-        to = self._to(recipients) if self.folded else ""
-        said = self._senders[message.sent_from] = _Said(
-            message.send_to, recipients, self._name(message.sent_from), send_to, to
-        )
+        said = self._senders[message.sent_from] = _Said(message.send_to, None, self._name(message.sent_from), send_to)
         return said
 
     def _to(self, recipients: Sequence[Role]) -> str:

@@ -132,7 +132,7 @@ class LocalShards:
         deliveries: list[Delivery | None],
         broadcasts: list[Message],
         *,
-        trace: bool,
+        steps: bool,
         news: bool,
         meanwhile: Callable[[], None],
     ) -> list[Stepped | None]:
@@ -144,7 +144,7 @@ class LocalShards:
                 results.append(None)
                 continue
             self.calls += 1
-            result, crossing = await host.step(round_no, delivery, broadcasts, delivery.parts, trace=trace, news=news)
+            result, crossing = await host.step(round_no, delivery, broadcasts, delivery.parts, steps=steps, news=news)
             results.append(Stepped(result, [pickle.dumps(part, 5) if part else None for part in crossing]))
         return results
 

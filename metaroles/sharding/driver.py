@@ -94,6 +94,7 @@ class ShardedRun:
         self.stay = False
         """Leave the roles on their shards when the run ends (its last checkpoint holds them all)."""
         self.behind = False
+        self._late = False  # whether the round still to take in (catch_up) has ended: its record is closed
         """Take a round's outboxes into the history while the shards run the next (:meth:`catch_up` takes it in)."""
         self._unmerged: tuple[list[Flagged], list[Stepped | None]] | None = None
         self.later: Callable[[], None] = _nothing
@@ -206,6 +207,7 @@ class ShardedRun:
             env.order_round(this)
             self._deliver(results, moved)
         env.end_round(this)
+        self._late = True  # what is still unmerged belongs to the record just closed
         env.raise_round_errors(this)
 
     def _begin(self, later: Callable[[], None], tg: TaskGroup, begun: list[Round]) -> None:
@@ -233,10 +235,10 @@ class ShardedRun:
             except BaseException as exc:  # raised below, once the shards' calls are answered
                 failed.append(exc)
 
-        trace = self.env.trace is not None and self.turns  # a checkpoint's trace is of no use here: shards write parts
+        steps = self.env.steps is not None and self.turns  # a checkpoint's steps are of no use here: shards write parts
         try:
             results = await self.shards.step(
-                round_no, busy, broadcasts, trace=trace, news=trace or self.news, meanwhile=meanwhile
+                round_no, busy, broadcasts, steps=steps, news=steps or self.news, meanwhile=meanwhile
             )
         except Exception as exc:
             self.broken = True
@@ -284,7 +286,7 @@ class ShardedRun:
             if stepped is not None:
                 flagged = flagged or stepped.result.flagged > 0
                 self.held[source] = stepped.result.held
-        self._unmerged = (own, results)
+        self._unmerged, self._late = (own, results), False
         if flagged or not self.behind:  # a dead letter or a delivery to the driver's roles: the next round needs it
             self.catch_up()
 
@@ -305,7 +307,7 @@ class ShardedRun:
             for stepped in (s for s in results if s is not None):
                 interned(stepped.result.outbox, self._sets)
                 merged += stepped.result.outbox
-            take_in(self.env, merged)
+            take_in(self.env, merged, late=self._late)
         self.env.keep_heap()
 
     def record_for(self, log: EventLog | None) -> None:
@@ -326,9 +328,9 @@ class ShardedRun:
                 heard.update(stepped.result.open().news)
 
     def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
-        """Take in the shards' results (ledger, failures, trace, news, addresses); whether an address changed."""
+        """Take in the shards' results (ledger, failures, steps, news, addresses); whether an address changed."""
         env = self.env
-        members, trace, moved = env.members, env.trace, False
+        members, steps, moved = env.members, env.steps, False
         roles: dict[str, Any] = env.roles
         for shard, stepped in enumerate(results):
             if stepped is None:
@@ -338,8 +340,8 @@ class ShardedRun:
             env.ledger.entries.extend(result.ledger)
             for place, kind, text, shown in result.failures:
                 failures.append((members[place], _remote_failure(kind, text, shown)))
-            if trace is not None:
-                trace.extend(result.trace)
+            if steps is not None and result.steps is not None:
+                steps.extend(result.steps)
             for name, addresses in result.readdressed.items():
                 roles[name].addresses = frozenset(addresses)
                 env.reindex(roles[name])

@@ -50,11 +50,14 @@ def own_messages(
     return own, ranked
 
 
-def take_in(env: Environment, merged: list[Flagged]) -> None:
-    """Put a round's outbox entries (all sources) into the history in delivery order; dead letters; pinned roles."""
+def take_in(env: Environment, merged: list[Flagged], *, late: bool = False) -> None:
+    """Put a round's outbox entries (all sources) into the history in delivery order; dead letters; pinned roles.
+
+    ``late``: the round has ended (taken in behind the next one): its messages go to its closed record.
+    """
     with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
         merged.sort(key=itemgetter(0))
-        env.history.remember_new(list(map(_MESSAGE, merged)))  # the round at once, as one process's delivery
+        env.add_to_history(list(map(_MESSAGE, merged)), late=late)  # the round at once, as one process's delivery
         if not any(map(_FLAG, merged)):
             return
         for _, message, flag in merged:
@@ -72,9 +75,8 @@ def route_all(env: Environment, inboxes: list[list[Entry]], addresses: Addresses
     address, not per recipient.
     """
     pending = env.take_published()
-    remember = env.history.add
     for _, message in pending:
-        remember(message)
+        env.add_to_history([message])
         shards = targets(message.send_to, addresses)
         if not shards:
             env.dead_letter(message)

@@ -159,10 +159,10 @@ class _Actor:
         return ready
 
     async def step(
-        self, round_no: int, delivery: bytes, broadcasts: bytes, trace: bool, news: bool, *parts: bytes
+        self, round_no: int, delivery: bytes, broadcasts: bytes, steps: bool, news: bool, *parts: bytes
     ) -> tuple[bytes | None, ...]:
         result, crossing = await self.host.step(
-            round_no, _unpacked(delivery), _unpacked(broadcasts), parts, trace=trace, news=news
+            round_no, _unpacked(delivery), _unpacked(broadcasts), parts, steps=steps, news=news
         )
         heavy = (self.outboxes.columns(result.outbox), result.news)  # apart: the driver takes them in when it needs
         result.outbox, result.news = [], {}
@@ -241,7 +241,7 @@ class RayShards:
         deliveries: list[Delivery | None],
         broadcasts: list[Message],
         *,
-        trace: bool,
+        steps: bool,
         news: bool,
         meanwhile: Callable[[], None],
     ) -> list[Stepped | None]:
@@ -259,7 +259,7 @@ class RayShards:
                 continue
             packed, handles = _carried(delivery)
             method = a.step.options(num_returns=self.count + 2)
-            calls.append(method.remote(round_no, packed, shared, trace, news, *handles))
+            calls.append(method.remote(round_no, packed, shared, steps, news, *handles))
         self.calls += sum(refs is not None for refs in calls)
         meanwhile()
         results: list[Stepped | None] = []

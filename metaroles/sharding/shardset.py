@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from metaroles.bus.record import Steps
 from metaroles.bus.role import Role
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.llm.ledger import LedgerEntry
@@ -19,8 +20,6 @@ from metaroles.messages.message import Message
 
 Entry = Message | int | tuple[Message, str]
 """What a shard delivers: a message to route, the index of a shared broadcast, or a message for one role."""
-
-Step = tuple[str, str, Any, int]
 
 Addresses = tuple[dict[str, tuple[int, ...]], tuple[int, ...]]
 """The address map (address → the shards whose roles receive on it) and every shard that hosts a role."""
@@ -53,7 +52,8 @@ class StepResult:
 
     outbox: list[tuple[int, Message, int]]
     """What its roles published, ``(rank, message, flag)`` in delivery order (flags: ``DEAD``, ``PINNED``)."""
-    trace: list[Step] = field(default_factory=list)
+    steps: Steps | None = None
+    """Its roles' turn steps (``bus.record``), made portable, when the driver's log wants them."""
     ledger: list[LedgerEntry] = field(default_factory=list)
     failures: list[tuple[int, str, str, str]] = field(default_factory=list)
     """``(place, exception type, str, repr)`` of each turn that raised."""
@@ -112,7 +112,7 @@ class ShardSet(Protocol):
         deliveries: list[Delivery | None],
         broadcasts: list[Message],
         *,
-        trace: bool,
+        steps: bool,
         news: bool,
         meanwhile: Callable[[], None],
     ) -> list[Stepped | None]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.record import Steps
 from metaroles.bus.role import Role
 from metaroles.core.heap import paused_gc
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
@@ -29,7 +30,7 @@ from metaroles.messages.message import Message, share_recipients
 from metaroles.record.checkpoint import CheckpointWriter
 from metaroles.record.parts import part_writer
 from metaroles.sharding.crossing import OutboxReader, OutboxWriter
-from metaroles.sharding.shardset import Addresses, Delivery, Entry, Step, StepResult
+from metaroles.sharding.shardset import Addresses, Delivery, Entry, StepResult
 from metaroles.sharding.transfer import RolesOut, fingerprint, loads_roles
 
 DRIVER = -1
@@ -209,7 +210,7 @@ class ShardHost:
         broadcasts: Sequence[Message],
         parts: Sequence[bytes],
         *,
-        trace: bool,
+        steps: bool,
         news: bool,
     ) -> tuple[StepResult, list[tuple[Any, ...] | None]]:
         """Deliver, then run round ``round_no``'s turns of this shard's ready roles; route what they published.
@@ -220,7 +221,8 @@ class ShardHost:
         started = time.perf_counter()
         self.take(delivery, broadcasts, parts)
         env = self.env
-        env.trace = [] if trace else None
+        if steps:
+            env.keep_records(steps=True)
         this = env.begin_round(round_no)
         try:
             await env.run_turns(this)
@@ -242,7 +244,8 @@ class ShardHost:
             busy_s=time.perf_counter() - started,
         )
         self.readdressed = {}
-        result.trace = [_portable(step) for step in env.trace or ()]
+        if steps:
+            result.steps = _portable(env.take_steps())
         if news:
             result.news = self._news(outbox)
         return result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)]
@@ -341,11 +344,8 @@ class ShardHost:
         return self.ahead.pop(number)
 
 
-def _portable(step: Step) -> Step:
-    """A turn step the driver's event log reads: messages and actions by id where it needs only that."""
-    kind, name, detail, remembered = step
-    if kind == "observe":
-        return kind, name, [_Seen(m.id) for m in detail], remembered
-    if kind == "think":
-        return kind, name, None if detail is None else _ActionRef(detail.cause_by), remembered
-    return step
+def _portable(steps: Steps) -> Steps:
+    """Turn steps the driver's event log reads: messages and actions by id where it needs only that."""
+    steps.map_details("observe", lambda news: [_Seen(m.id) for m in news])
+    steps.map_details("think", lambda action: None if action is None else _ActionRef(action.cause_by))
+    return steps

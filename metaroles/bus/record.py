@@ -1,0 +1,127 @@
+"""The record of a round: what the bus did while it ran it, filled as it happened, read by every writer.
+
+One :class:`RoundRecord` per round, kept while someone records (an event log, a checkpoint
+writer, a shard whose driver logs): the turns' steps (:class:`Steps`: observe, think, act and an
+agent's tool calls, in role order), the messages the history gained with their recipients as
+delivery found them, the model calls (ledger entries, with usage), and the round's events
+(errors, dead letters, drops). The event log, the checkpoint writer and a shard's outbox read
+this record; none of them routes a message again or reads the history back.
+
+What is published between two rounds (a team's idea, a hook's message) belongs to the record of
+the round that follows, as it belongs to that round's log lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from metaroles.messages.message import Message
+
+if TYPE_CHECKING:
+    from metaroles.bus.role import Role
+    from metaroles.bus.state import EnvEvent
+    from metaroles.llm.ledger import LedgerEntry
+
+
+class Step(NamedTuple):
+    """One turn step, read from :class:`Steps` by name."""
+
+    kind: str
+    """``observe``, ``think``, ``act``; an agent's ``tool_call`` or ``tool_result``."""
+    role: str
+    detail: Any
+    """The news observed, the action chosen (``None``: none), the message made (``None``: none), a tool's fields."""
+    remembered: int
+    """An observe's messages that went to memory (0 for the other kinds)."""
+
+
+class Steps:
+    """A round's turn steps, as columns: a turn appends to four lists instead of building a record per step."""
+
+    __slots__ = ("detail", "kind", "remembered", "role")
+
+    def __init__(self) -> None:
+        """Start with no steps."""
+        self.kind: list[str] = []
+        self.role: list[str] = []
+        self.detail: list[Any] = []
+        self.remembered: list[int] = []
+
+    def add(self, kind: str, role: str, detail: Any, remembered: int = 0) -> None:
+        """Append one step."""
+        self.kind.append(kind)
+        self.role.append(role)
+        self.detail.append(detail)
+        self.remembered.append(remembered)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def __iter__(self) -> Iterator[Step]:
+        return map(Step, self.kind, self.role, self.detail, self.remembered)
+
+    def __getitem__(self, at: int) -> Step:
+        return Step(self.kind[at], self.role[at], self.detail[at], self.remembered[at])
+
+    def extend(self, steps: Steps) -> None:
+        """Append ``steps`` (a shard's, in the driver's record)."""
+        self.kind += steps.kind
+        self.role += steps.role
+        self.detail += steps.detail
+        self.remembered += steps.remembered
+
+    def order_by_role(self, place: Callable[[str], int]) -> None:
+        """Put the steps in the order of their roles' ``place`` (each role's own steps stay in order)."""
+        if len(self.kind) < 2:
+            return
+        order = sorted(range(len(self.kind)), key=[place(name) for name in self.role].__getitem__)
+        if order == list(range(len(order))):
+            return
+        for column in (self.kind, self.role, self.detail, self.remembered):
+            column[:] = [column[at] for at in order]
+
+    def map_details(self, kind: str, change: Callable[[Any], Any]) -> None:
+        """Replace the detail of every step of ``kind`` with ``change(detail)`` (a shard's, made portable)."""
+        detail = self.detail
+        for at, each in enumerate(self.kind):
+            if each == kind:
+                detail[at] = change(detail[at])
+
+
+@dataclass(slots=True, eq=False, weakref_slot=True)
+class RoundRecord:
+    """What happened on the bus from the end of the round before to the end of this one (see the module)."""
+
+    steps: Steps | None
+    """The turns' steps, while a reader wants them (``None``: not kept)."""
+    ledger_from: int
+    """The ledger's length when the record began."""
+    events_from: int
+    """The bus's events when the record began."""
+    published: list[Message] = field(default_factory=list)
+    """The messages the history gained, in delivery order."""
+    recipients: list[Sequence[Role] | None] = field(default_factory=list)
+    """Each published message's recipients as delivery found them (``None``: delivered elsewhere, by a shard)."""
+    model_calls: list[LedgerEntry] = field(default_factory=list)
+    """The model calls, with their usage (taken from the ledger when the record closes)."""
+    events: list[EnvEvent] = field(default_factory=list)
+    """Role errors, dead letters and drops (taken from the bus's events when the record closes)."""
+    round: int = 0
+    """The round it ends with (set when it closes)."""
+    number: int = 0
+    """Which record of the environment it is, from 1: a reader that missed one knows (set when it closes)."""
+
+    def keep_recipients(self) -> None:
+        """Copy the lists of recipients (each once): the address index changes its own as roles join or move."""
+        copies: dict[int, tuple[Role, ...]] = {}
+        kept: list[Sequence[Role] | None] = []
+        for recipients in self.recipients:
+            if recipients is not None and type(recipients) is not tuple:
+                copy = copies.get(id(recipients))
+                if copy is None:
+                    copy = copies[id(recipients)] = tuple(recipients)
+                recipients = copy
+            kept.append(recipients)
+        self.recipients = kept
