@@ -197,7 +197,11 @@ def test_the_progress_display_follows_the_rounds():
     anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea))
     task = live.progress.tasks[0]
     assert task.completed == plan.team.env.round
-    assert f"{len(plan.team.env.history)} msgs" in task.fields["stats"] and "active 0/3" in task.fields["stats"]
+    env, stats = plan.team.env, task.fields["stats"]
+    record = env.round_record()
+    assert plan.n_round > 1 and record.round == env.round, "from its second round on, the display reads the records"
+    assert f"+{len(record.published)} {len(env.history)} msgs · {len(record.model_calls)} calls" in stats
+    assert "ready 0/3" in stats
 
 
 def test_show_prints_no_terminal_control_from_model_text(tmp_path):

@@ -207,12 +207,16 @@ class Live:
         self.task = self.progress.add_task("run", total=total or None, stats="")
 
     def __call__(self, team: Team) -> None:
-        """Show the round just ended, with the team's messages, tokens and cost."""
+        """Show the round just ended (its record: messages and model calls), with the run's totals."""
         env = team.env
-        active = sum(not role.is_idle for role in env.roles.values())
+        record = env.round_record() if env.record is not None else None
+        if record is None:
+            env.keep_records(steps=False)  # from the next round on: what the round did, as the bus recorded it
+        said = f"+{len(record.published)} " if record is not None and record.round == env.round else ""
+        calls = f"{len(record.model_calls)} calls · " if record is not None and record.round == env.round else ""
         stats = (
-            f"active {active}/{len(env.roles)} · {len(env.history)} msgs · {env.ledger.total_tokens} tokens · "
-            f"cost {env.ledger.total_cost:.4g}"
+            f"ready {env.ready_count}/{len(env.roles)} · {said}{len(env.history)} msgs · {calls}"
+            f"{env.ledger.total_tokens} tokens · cost {env.ledger.total_cost:.4g}"
         )
         total = team.last_round if team.last_round is not None else self.progress.tasks[0].total
         self.progress.update(self.task, completed=env.round, total=max(total or 0, env.round), stats=stats)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -97,7 +97,8 @@ class Telemetry:
         self._destinations: dict[frozenset[str], str] = {}
         self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
         self._unsent: list[tuple[Message, Span, int]] = []  # published in this round's turns: sent once delivered
-        self._published = len(env.history)
+        env.keep_records(steps=False)  # what was delivered to whom: the round's record
+        self._read = env.round_record().number  # what was published before is no part of this trace
         self._root: Span | None = None
         self._round: Span | None = None
         self._ctx: Any = None
@@ -142,9 +143,6 @@ class Telemetry:
         """
         if self._round is None:
             return
-        unsent, self._unsent = self._unsent, []
-        for message, parent, started in unsent:
-            self._send(message, parent, started)
         self._sends_since(self._round)
         self.meters.round_end(env)
         self._round.set_attribute("metaroles.failed_turns", len(failures))
@@ -210,22 +208,45 @@ class Telemetry:
                 self._unsent.append((message, span, now))
 
     def _sends_since(self, parent: Span | None, round_no: int | None = None) -> None:
-        """Send spans for what entered the history since last time without one (published outside a turn)."""
-        history = self.env.history
-        if len(history) > self._published:
-            for message in history.get(len(history) - self._published):
-                if message.id not in self._sent:
-                    self._send(message, parent, round_no=round_no)
-        self._published = len(history)
+        """Send spans for what the round records hold since last time: the turns' first, then the rest under ``parent``.
+
+        Each says to whom delivery gave it (the record's recipients).
+        """
+        env, sent = self.env, self._sent
+        records = env.records_since(self._read)
+        delivered = [
+            (message, recipients)
+            for record in (records if records is not None else [env.round_record()])
+            for message, recipients in zip(record.published, record.recipients, strict=True)
+            if message.id not in sent
+        ]
+        self._read = env.round_record().number
+        if self._unsent:
+            to = {id(message): recipients for message, recipients in delivered}
+            unsent, self._unsent = self._unsent, []
+            for message, span, started in unsent:
+                if id(message) in to:
+                    self._send(message, span, to[id(message)], started)
+        for message, recipients in delivered:
+            if message.id not in sent:
+                self._send(message, parent, recipients, round_no=round_no)
 
     def _send(
-        self, message: Message, parent: Span | None, started: int | None = None, *, round_no: int | None = None
+        self,
+        message: Message,
+        parent: Span | None,
+        recipients: Sequence[Role] | None,
+        started: int | None = None,
+        *,
+        round_no: int | None = None,
     ) -> None:
         trace, kind = self._trace, self._trace.SpanKind
         attributes = self._message_attributes(message, "send")
         if round_no is not None:
             attributes["metaroles.round"] = round_no
-        attributes["metaroles.delivered_to"] = [role.name for role in self.env.recipients(message)]
+        if recipients is None:  # a sharded round's: its shard routed it
+            recipients = self.env.recipients(message)
+        attributes["metaroles.delivered_to"] = [role.name for role in recipients]
         span = self.tracer.start_span(
             f"send {self._destination(message)}",
             context=trace.set_span_in_context(parent) if parent is not None else None,
