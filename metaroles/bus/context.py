@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from metaroles.bus.action import Action
+from metaroles.bus.record import Steps
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
@@ -51,7 +52,8 @@ class RoleHost(Protocol):
     """
 
     ledger: CostLedger
-    trace: list[tuple[str, str, Any, int]] | None
+    steps: Steps | None
+    """The round record's turn steps, where a turn appends its own (``None``: not kept)."""
 
     @property
     def roles(self) -> Mapping[str, Any]:

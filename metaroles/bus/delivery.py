@@ -41,6 +41,7 @@ from metaroles.messages.message import Message
 KEPT_RECORDS = 8
 """How many closed round records the bus keeps for readers (:meth:`Bus.records_since`)."""
 
+
 class Bus:
     """Roles and the delivery of their messages, without rounds (the :class:`Environment` runs those).
 
@@ -306,7 +307,11 @@ class Bus:
         self.record, self.steps = RoundRecord(steps, len(self.ledger.entries), len(self.events)), steps
 
     def add_to_history(
-        self, messages: list[Message], recipients: list[Sequence[Role] | None] | None = None, *, late: bool = False
+        self,
+        messages: Sequence[Message],
+        recipients: Sequence[Sequence[Role] | None] | None = None,
+        *,
+        late: bool = False,
     ) -> None:
         """Put ``messages`` into the history and the round's record (``recipients``: as delivery found them).
 

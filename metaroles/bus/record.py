@@ -79,8 +79,10 @@ class Steps:
         order = sorted(range(len(self.kind)), key=[place(name) for name in self.role].__getitem__)
         if order == list(range(len(order))):
             return
-        for column in (self.kind, self.role, self.detail, self.remembered):
-            column[:] = [column[at] for at in order]
+        self.kind = [self.kind[at] for at in order]
+        self.role = [self.role[at] for at in order]
+        self.detail = [self.detail[at] for at in order]
+        self.remembered = [self.remembered[at] for at in order]
 
     def map_details(self, kind: str, change: Callable[[Any], Any]) -> None:
         """Replace the detail of every step of ``kind`` with ``change(detail)`` (a shard's, made portable)."""

@@ -156,9 +156,9 @@ class EventLog:
         self._folds: dict[str, _Fold] = {}
         """The round's turns that may go on their message's publish line, by the message's id."""
         self._unsynced = False  # lines appended without waiting for the disk (round_done(sync=False))
-        kept = env.record is not None
+        recording = env.record is not None
         env.keep_records(steps=self.turns)
-        self._read = env.round_record().number if kept else 0  # a record already there is of rounds before this log
+        self._read = env.round_record().number if recording else 0  # a record already there: rounds before this log
         self._mark()
 
     def _mark(self) -> None:
