@@ -12,6 +12,7 @@ from metaroles.bus.action import Action, ActionResult, UserRequirement
 from metaroles.bus.context import RoleContext, RoleReactMode
 from metaroles.bus.delivery import Bus
 from metaroles.bus.environment import Environment
+from metaroles.bus.record import EnvEvent
 from metaroles.bus.role import Role
 from metaroles.bus.routing import (
     DeadLetterWarning,
@@ -20,7 +21,7 @@ from metaroles.bus.routing import (
     RouteExplanation,
     UnheardWatchWarning,
 )
-from metaroles.bus.state import EnvEvent, EnvironmentState, RoleState
+from metaroles.bus.state import EnvironmentState, RoleState
 from metaroles.core.exceptions import (
     AgentStateError,
     ConfigError,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from warnings import warn
 from weakref import WeakSet
 
-from metaroles.bus.record import RoundRecord, Steps
+from metaroles.bus.record import EnvEvent, RoundRecord, Steps
 from metaroles.bus.role import Role
 from metaroles.bus.routing import (
     AddressBook,
@@ -25,7 +25,6 @@ from metaroles.bus.routing import (
     RouteExplanation,
     explain_route,
 )
-from metaroles.bus.state import EnvEvent
 from metaroles.core.exceptions import (
     DuplicateRoleError,
     InvalidValueError,

@@ -15,14 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
+from pydantic import BaseModel
+
+from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
 
-if TYPE_CHECKING:
-    from metaroles.bus.role import Role
-    from metaroles.bus.state import EnvEvent
-    from metaroles.llm.ledger import LedgerEntry
+
+class EnvEvent(BaseModel):
+    """A notable thing that happened on the bus (failure, dead letter, drop)."""
+
+    kind: Literal["role_error", "dead_letter", "dropped"]
+    round: int
+    role: str = ""
+    message_id: str = ""
+    detail: str = ""
 
 
 class Step(NamedTuple):
@@ -104,8 +112,9 @@ class RoundRecord:
     """The bus's events when the record began."""
     published: list[Message] = field(default_factory=list)
     """The messages the history gained, in delivery order."""
-    recipients: list[Sequence[Role] | None] = field(default_factory=list)
-    """Each published message's recipients as delivery found them (``None``: delivered elsewhere, by a shard)."""
+    recipients: list[Sequence[Any] | None] = field(default_factory=list)
+    """Each published message's recipients (the Roles: this module sits below ``role``) as delivery found
+    them (``None``: delivered elsewhere, by a shard)."""
     model_calls: list[LedgerEntry] = field(default_factory=list)
     """The model calls, with their usage (taken from the ledger when the record closes)."""
     events: list[EnvEvent] = field(default_factory=list)
@@ -117,8 +126,8 @@ class RoundRecord:
 
     def keep_recipients(self) -> None:
         """Copy the lists of recipients (each once): the address index changes its own as roles join or move."""
-        copies: dict[int, tuple[Role, ...]] = {}
-        kept: list[Sequence[Role] | None] = []
+        copies: dict[int, tuple[Any, ...]] = {}
+        kept: list[Sequence[Any] | None] = []
         for recipients in self.recipients:
             if recipients is not None and type(recipients) is not tuple:
                 copy = copies.get(id(recipients))

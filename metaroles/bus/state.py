@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, Field, field_serializer
 
 from metaroles.bus.context import RoleContext
+from metaroles.bus.record import EnvEvent
 from metaroles.core.exceptions import ConfigError, InvalidValueError
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.longterm.brain import BrainMemory
@@ -53,16 +54,6 @@ class RoleState(BaseModel):
     """The role's BrainMemory (conversation, knowledge, summary), if it has one."""
     extra: dict[str, Any] | None = None
     """What a subclass keeps beyond the bus's state (:meth:`Role.extra_state`), e.g. an agent's chat."""
-
-
-class EnvEvent(BaseModel):
-    """A notable thing that happened on the bus (failure, dead letter, drop)."""
-
-    kind: Literal["role_error", "dead_letter", "dropped"]
-    round: int
-    role: str = ""
-    message_id: str = ""
-    detail: str = ""
 
 
 class EnvironmentState(BaseModel):

@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from metaroles.bus.environment import Environment
-from metaroles.bus.record import RoundRecord, Steps
+from metaroles.bus.record import EnvEvent, RoundRecord, Steps
 from metaroles.bus.role import Role
-from metaroles.bus.state import EnvEvent
 from metaroles.core.files import append_durably, append_text, create_durably
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message

@@ -17,8 +17,9 @@ from typing import Any
 from warnings import warn
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.record import EnvEvent
 from metaroles.bus.role import Role
-from metaroles.bus.state import EnvEvent, EnvironmentState, RoleState, set_rng_state
+from metaroles.bus.state import EnvironmentState, RoleState, set_rng_state
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import read_text
 from metaroles.core.heap import paused_gc
