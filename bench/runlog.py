@@ -17,7 +17,9 @@ taken from the history into columns (round, id, sender, cause_by, send_to, conte
 and its folded turn and deliveries need), encoded in one batch per round — as folded JSON columns with
 orjson (``record_floor_json``) and as an Arrow IPC record batch (``record_floor_arrow``) — and appended
 to one file; ``record_floor_fsync`` is one fsync per round on top (the durability a checkpoint needs).
-No log of those rounds can cost less on the round's path. Needs the ``bench`` extra (pyarrow, orjson).
+No log of those rounds can cost less on the round's path. ``ring_record_batch`` probes the design
+between: the bus's round record (turn steps kept) written as one orjson line of columns a round, fsynced
+(:class:`RoundBatches`). Needs the ``bench`` extra (pyarrow, orjson).
 Run: ``python bench/runlog.py``.
 """
 
@@ -50,6 +52,7 @@ MODES: dict[str, tuple[bool | str | None, int | None]] = {  # name: (turn events
     "messages+checkpoint": (False, 1),
     "light": (False, 10),
     "otel": (None, None),  # OpenTelemetry on (the SDK's in-memory exporter, content off), no log or checkpoint
+    "record_batch": (None, None),  # the design probe below: each round's record, one orjson batch, fsynced
 }
 
 
@@ -60,10 +63,58 @@ async def run(mode: str) -> float:
     log = EventLog(folder / "events.jsonl", env, turns=turns) if turns is not None else None
     checkpoints = CheckpointWriter(folder / "checkpoints") if every is not None else None
     telemetry = traced_in_memory(env) if mode == "otel" else nullcontext()
+    batches = RoundBatches(folder / "record.jsonl", env) if mode == "record_batch" else None
     with telemetry:
         start = time.perf_counter()
-        await rounds(env, log, checkpoints, every)
+        await rounds(env, log, checkpoints, every, batches)
         return ROLES * ROUNDS / (time.perf_counter() - start)
+
+
+class RoundBatches:
+    """A design probe, not a log metaroles writes: each round's record (``bus.record``) as one line of columns.
+
+    The columns are what the event log and a checkpoint delta would need from the round — its turns
+    (kind, role, the news' ids, the action, the message made), its messages whole (id, sender, action,
+    addresses, content) and their recipients — encoded by orjson in one batch, appended and fsynced
+    (the durability a checkpoint each round needs). What recording would cost if the record were the
+    file: ``ring_record_batch``.
+    """
+
+    def __init__(self, path: Path, env: Environment) -> None:
+        import orjson
+
+        self.dumps, self.env, self.read = orjson.dumps, env, 0
+        self.file = path.open("ab")
+        env.keep_records()
+
+    def write(self) -> None:
+        """Append the records closed since the last call, a line each, then wait for the disk."""
+        for record in self.env.records_since(self.read) or ():
+            steps, said = record.steps, record.published
+            assert steps is not None
+            details = [_detail(kind, detail) for kind, detail in zip(steps.kind, steps.detail, strict=True)]
+            line = {
+                "round": record.round,
+                "steps": {"kind": steps.kind, "role": steps.role, "detail": details, "remembered": steps.remembered},
+                "id": [m.id for m in said],
+                "sent_from": [m.sent_from for m in said],
+                "cause_by": [m.cause_by for m in said],
+                "send_to": [sorted(m.send_to) for m in said],
+                "content": [m.content for m in said],
+                "to": [[r.name for r in rs] if rs is not None else None for rs in record.recipients],
+            }
+            self.file.write(self.dumps(line) + b"\n")
+            self.read = record.number
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+
+def _detail(kind: str, detail: object) -> object:
+    if kind == "observe":
+        return [m.id for m in detail]  # type: ignore[attr-defined]
+    if detail is None or kind not in ("think", "act"):
+        return detail
+    return detail.cause_by if kind == "think" else detail.id  # type: ignore[attr-defined]
 
 
 def traced_in_memory(env: Environment) -> AbstractContextManager[object]:
@@ -152,11 +203,17 @@ def record_floor(history: Sequence[Message], how: str) -> float:
 
 
 async def rounds(
-    env: Environment, log: EventLog | None, checkpoints: CheckpointWriter | None, every: int | None
+    env: Environment,
+    log: EventLog | None,
+    checkpoints: CheckpointWriter | None,
+    every: int | None,
+    batches: RoundBatches | None = None,
 ) -> None:
     async with env.session():  # as Team.run runs its rounds: workers kept, the heap settled after each round
         for _ in range(ROUNDS):
             await one_round(env, log, checkpoints, every)
+            if batches is not None:
+                batches.write()
 
 
 async def one_round(
