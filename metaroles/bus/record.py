@@ -4,18 +4,19 @@ One :class:`RoundRecord` per round, kept while someone records (an event log, a 
 writer, a shard whose driver logs): the turns' steps (:class:`Steps`: observe, think, act and an
 agent's tool calls, in role order), the messages the history gained with their recipients as
 delivery found them, the model calls (ledger entries, with usage), and the round's events
-(errors, dead letters, drops). The event log, the checkpoint writer and a shard's outbox read
-this record; none of them routes a message again or reads the history back.
+(errors, dead letters, drops). The event log, the checkpoint writer, telemetry and the progress
+display read this record, and a shard hands its steps to the driver's; none of them routes a
+delivered message again or reads the history back.
 
 What is published between two rounds (a team's idea, a hook's message) belongs to the record of
-the round that follows, as it belongs to that round's log lines.
+the round that follows, unless a reader asks for the record first (``Bus.round_record``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -31,18 +32,6 @@ class EnvEvent(BaseModel):
     role: str = ""
     message_id: str = ""
     detail: str = ""
-
-
-class Step(NamedTuple):
-    """One turn step, read from :class:`Steps` by name."""
-
-    kind: str
-    """``observe``, ``think``, ``act``; an agent's ``tool_call`` or ``tool_result``."""
-    role: str
-    detail: Any
-    """The news observed, the action chosen (``None``: none), the message made (``None``: none), a tool's fields."""
-    remembered: int
-    """An observe's messages that went to memory (0 for the other kinds)."""
 
 
 class Steps:
@@ -66,12 +55,6 @@ class Steps:
 
     def __len__(self) -> int:
         return len(self.kind)
-
-    def __iter__(self) -> Iterator[Step]:
-        return map(Step, self.kind, self.role, self.detail, self.remembered)
-
-    def __getitem__(self, at: int) -> Step:
-        return Step(self.kind[at], self.role[at], self.detail[at], self.remembered[at])
 
     def extend(self, steps: Steps) -> None:
         """Append ``steps`` (a shard's, in the driver's record)."""
