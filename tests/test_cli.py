@@ -11,6 +11,7 @@ import anyio
 from typer.testing import CliRunner
 
 from metaroles.cli import app
+from metaroles.record.eventlog import read_events
 
 runner = CliRunner()
 
@@ -425,7 +426,7 @@ def test_a_failing_action_is_named_where_it_raised_and_traceback_prints_it(tmp_p
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert failed.returncode == 1 and len(errors) == 1 and f"at {path}:10" in errors[0], failed.stderr
     assert (out / "built-here").read_text() == "the run directory", "build() is given the run directory"
-    logged = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if "role_error" in line]
+    logged = [e for e in read_events(out / "events.jsonl") if e["kind"] == "role_error"]
     assert logged[0]["detail"].startswith("ValueError: boom") and ":10 in run" in logged[0]["detail"]
     again = subprocess.run(
         [sys.executable, "-m", "metaroles", "resume", str(out), "-q", "--traceback"], capture_output=True, text=True

@@ -1,7 +1,5 @@
 """Forking a run from round K: the parent's prefix exactly, then a divergence when something changed."""
 
-import json
-
 import pytest
 
 from metaroles import TestLLM
@@ -9,6 +7,7 @@ from metaroles.core.exceptions import ConfigError
 from metaroles.project.diff import diff_runs, run_messages
 from metaroles.project.rundir import read_manifest
 from metaroles.project.scenario import fork_scenario, run_scenario
+from metaroles.record.eventlog import read_events
 
 OPTIONS = {"turns": 3}
 
@@ -44,8 +43,8 @@ async def test_a_fork_with_another_model_keeps_the_prefix_then_diverges(parent, 
     assert diff.first_divergence_round is not None and diff.first_divergence_round > 3
     left, right = diff.differing[0]
     assert left.sender == right.sender == "Bob" and left.content != right.content
-    events = [json.loads(line) for line in (child / "events.jsonl").read_text().splitlines()]
-    parent_events = [json.loads(line) for line in (parent / "events.jsonl").read_text().splitlines()]
+    events = [{k: v for k, v in e.items() if k != "latency_s"} for e in read_events(child / "events.jsonl")]
+    parent_events = [{k: v for k, v in e.items() if k != "latency_s"} for e in read_events(parent / "events.jsonl")]
     prefix = [e for e in parent_events if e["round"] <= 3]
     assert events[: len(prefix)] == prefix, "the child's log starts with the parent's first three rounds"
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))

@@ -11,6 +11,7 @@ import pytest
 from metaroles import TestLLM
 from metaroles.core.exceptions import ConfigError
 from metaroles.project.registry import load_scenario
+from metaroles.record.eventlog import read_events
 from metaroles.record.restore import restore_checkpoint
 
 SEED = 5
@@ -83,7 +84,7 @@ async def test_a_run_killed_anywhere_resumes_to_the_same_transcript(tmp_path, wh
     assert resumed == straight
     assert len({m.id for m in plan.team.env.history}) == len(resumed), "nothing duplicated"
     assert report.stop_reason == "idle"
-    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path / "events.jsonl")
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     published = [e["message_id"] for e in events if e["kind"] == "publish"]
     assert published == [m.id for m in plan.team.env.history], "each message logged once, in order"
@@ -118,7 +119,7 @@ async def test_checkpoints_every_third_round_and_where_the_run_stopped(tmp_path,
     report = await plan.team.run(plan.n_round, idea=plan.idea, checkpoints=tmp_path, events=tmp_path / "events.jsonl")
     rounds = sorted(int(p.stem[6:]) for p in tmp_path.glob("round-*.json"))
     assert rounds == [0, 3, 6, report.rounds]
-    kinds = {json.loads(line)["kind"] for line in (tmp_path / "events.jsonl").read_text().splitlines()}
+    kinds = {e["kind"] for e in read_events(tmp_path / "events.jsonl")}
     assert "publish" in kinds and not kinds & {"observe", "think", "act"}, "turn events were switched off"
     (tmp_path / f"round-{report.rounds:04d}.json").unlink()  # as if killed after round 6's checkpoint
     again = build()

@@ -8,6 +8,7 @@ from metaroles.cli import main
 from metaroles.llm.model_files import local_model_available
 from metaroles.messages.render import readable
 from metaroles.project.scenario import run_scenario
+from metaroles.record.eventlog import read_events
 
 
 async def run_debate(seed: int) -> list[tuple[str, str]]:
@@ -94,7 +95,7 @@ def test_cli_resumes_a_run_directory_from_its_last_checkpoint(tmp_path, capsys):
     resumed = capsys.readouterr().out
     assert resumed.split("\n\n")[0] == finished.split("\n\n")[0], "same transcript"
     assert (run_dir / "transcript.md").exists()
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = read_events(run_dir / "events.jsonl")
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "the log was cut back, then continued"
     state = json.loads((run_dir / "state.json").read_text())
     assert sum(e["kind"] == "publish" for e in events) == len(state["history"]), "no round logged twice"

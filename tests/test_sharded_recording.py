@@ -15,6 +15,7 @@ from metaroles import Team, TestLLM
 from metaroles.bus.action import UserRequirement
 from metaroles.messages.message import Message
 from metaroles.project.scenario import resume_scenario, run_scenario
+from metaroles.record.eventlog import read_events
 from metaroles.sharding.backends import LocalBackend, LocalShards
 from metaroles.team.options import RunOptions
 from tests.test_sharding import SEED, run_files
@@ -27,7 +28,7 @@ def recorded(run_dir: Path, round_no: int) -> tuple[bool, bool, bool]:
     events = (run_dir / "events.jsonl").read_text()
     metrics = (run_dir / "metrics.jsonl").read_text() if (run_dir / "metrics.jsonl").exists() else ""
     return (
-        f'"round":{round_no},"kind":"round_end"' in events,
+        f'"round":{round_no},"kind":"round",' in events,
         f'{{"round": {round_no},' in metrics,
         (run_dir / "checkpoints" / f"round-{round_no:04d}.json").exists(),
     )
@@ -175,8 +176,8 @@ async def test_a_message_published_between_sharded_rounds_reaches_its_role_as_in
             run=RunOptions(seed=SEED, backend=backend),
             on_round=interject,
         )
-    events = (tmp_path / "one" / "events.jsonl").read_text()
-    assert "Human" in events.split('"kind":"round_start"')[3]  # published between rounds 1 and 2
+    third = [e for e in read_events(tmp_path / "one" / "events.jsonl") if e["kind"] == "publish" and e["round"] == 2]
+    assert "Human" in [e["role"] for e in third]  # published between rounds 1 and 2: the third line, round 2's
     assert run_files(tmp_path / "sharded") == run_files(tmp_path / "one")
 
 

@@ -95,7 +95,7 @@ def run(
         bool | None, typer.Option("--log-turns/--no-log-turns", help="log observe/think/act of every turn")
     ] = None,
     fold_turns: Annotated[
-        bool, typer.Option("--fold-turns", help="log a default turn on the publish line of its message (smaller log)")
+        bool, typer.Option("--fold-turns", help="accepted for old scripts (each round's line folds its turns now)")
     ] = False,
     out: Annotated[Path | None, typer.Option(help="run directory (default: RUNS_DIR/NAME-STAMP-ID)")] = None,
     runs_dir: Annotated[Path, typer.Option(help="where run directories go")] = Path("runs"),

@@ -57,11 +57,11 @@ def zstandard() -> Any:
 
 
 def encoded(path: Path, text: str | bytes) -> bytes:
-    """``text`` as ``path`` stores it: UTF-8, compressed as one zstd frame if its name ends in ``.zst``."""
+    """``text`` as ``path`` stores it: UTF-8, as one checksummed zstd frame if its name ends in ``.zst``."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     if path.suffix != ZSTD:
         return data
-    return bytes(zstandard().ZstdCompressor(level=3, write_content_size=True).compress(data))
+    return bytes(zstandard().ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(data))
 
 
 def read_bytes(path: Path) -> bytes:

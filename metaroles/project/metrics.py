@@ -15,7 +15,7 @@ from typing import Any
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import append_durably, write_atomic
 from metaroles.project.rundir import METRICS, events_file
-from metaroles.record.eventlog import read_jsonl
+from metaroles.record.eventlog import ended, read_jsonl
 from metaroles.team.team import Team
 
 
@@ -50,8 +50,8 @@ def check_metrics(module: ModuleType, run_dir: Path) -> Callable[[int], None] | 
     def check(through_round: int) -> None:
         have = {row["round"] for row, _ in read_metrics(run_dir / METRICS)}
         log = read_jsonl(events_file(run_dir), _metric_row)
-        ended = {e["round"] for e, _ in log if e.get("kind") == "round_end"}
-        missing = sorted(r for r in ended - have if r <= through_round)
+        rounds = {e["round"] for e, _ in log if ended(e)}
+        missing = sorted(r for r in rounds - have if r <= through_round)
         if missing:
             raise RunDirCorrupt(
                 f"{run_dir / METRICS}: the rows of round(s) {missing[:5]} are gone, and the checkpoint is of round "

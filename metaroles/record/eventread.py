@@ -1,7 +1,9 @@
 """Reading the run's event log (``record.eventlog`` writes it): events, their timings, cut-backs and copies.
 
-A publish line may carry what it stands for (its deliveries, its sender's turn); :func:`read_events`
-spells every event out, so every reader sees one stream whichever way the log was written.
+A line is one event (format 1), a publish that carries what it stands for (its deliveries, its
+sender's turn: format 1, folded), or a whole round in columns (format 2, ``"kind":"round"``, what
+the log writes now). :func:`read_events` spells every event out, so every reader sees one stream
+whichever way, and in whichever mix, the log was written.
 """
 
 from __future__ import annotations
@@ -41,6 +43,75 @@ def read_events(path: Path) -> list[Event]:
     return events
 
 
+def last_seq(record: Event) -> int:
+    """The ``seq`` of the last event a line holds (a round line's ``end``)."""
+    last: int = record["end"] if "end" in record else record["seq"]
+    return last
+
+
+def ended(record: Event) -> bool:
+    """Whether a line ends a round (a ``round_end`` event or a whole round)."""
+    return record.get("kind") in ("round_end", "round")
+
+
+def spelled(line: Event) -> list[Event]:
+    """The events of a round line (format 2), numbered from its ``seq`` as a log of one line per event numbers them.
+
+    ``round_start``; per part (``parts``: how many steps, then how many messages; one part if absent)
+    the steps (observe with its news' ids, think with its action, act with its message, an agent's
+    tool steps with their fields) and the messages (``publish``, then a ``deliver`` per recipient in
+    ``to``); the model calls; the bus's events; ``round_end``.
+    """
+    seq, round_no = line["seq"], line["round"]
+    out: list[Event] = [{"seq": seq, "round": round_no, "kind": "round_start"}]
+    steps, said = line.get("steps") or _NO_STEPS, line.get("published") or _NO_MESSAGES
+    parts = line.get("parts") or [[len(steps["kind"]), len(said["message_id"])]]
+    step = message = 0
+    for count, messages in parts:
+        kinds, roles, details = (steps[key][step : step + count] for key in ("kind", "role", "detail"))
+        for kind, role, detail in zip(kinds, roles, details, strict=True):
+            seq += 1
+            out.append({"seq": seq, "round": round_no, "kind": kind, "role": role, **_step_fields(kind, detail)})
+        step += count
+        columns = (said[k][message : message + messages] for k in _MESSAGE_COLUMNS)
+        for role, message_id, cause_by, send_to, caused_by, to in zip(*columns, strict=True):
+            seq += 1
+            out.append({"seq": seq, "round": round_no, "kind": "publish", "role": role, "message_id": message_id})
+            out[-1] |= {"cause_by": cause_by, "send_to": send_to, "caused_by": caused_by}
+            out.extend(
+                {"seq": seq + n, "round": round_no, "kind": "deliver", "role": name, "message_id": message_id}
+                for n, name in enumerate(to, start=1)
+            )
+            seq += len(to)
+        message += messages
+    for call in line.get("llm_calls", ()):
+        seq += 1
+        out.append({"seq": seq, "round": round_no, "kind": "llm_call", **call})
+    for event in line.get("events", ()):
+        seq += 1
+        out.append({"seq": seq, "round": round_no, **event})
+    out.append({"seq": seq + 1, "round": round_no, "kind": "round_end"})
+    return out
+
+
+_MESSAGE_COLUMNS = ("role", "message_id", "cause_by", "send_to", "caused_by", "to")
+"""A round line's columns of the messages published (``published``), in the order of a publish event's fields."""
+_NO_STEPS: dict[str, list[Any]] = {"kind": [], "role": [], "detail": []}
+_NO_MESSAGES: dict[str, list[Any]] = {key: [] for key in _MESSAGE_COLUMNS}
+
+
+def _step_fields(kind: str, detail: list[str]) -> Event:
+    """The fields of a step's event from its detail (a list of names: see :func:`spelled`)."""
+    if kind == "observe":
+        return {"message_ids": detail}
+    if kind == "think":
+        return {"action": detail[0] if detail else None}
+    if kind == "act":
+        return {"message_id": detail[0] if detail else None}
+    fields: Event = json.loads(detail[0])  # an agent's tool_call / tool_result: its own fields
+    return fields
+
+
 def unfolded(events: list[Event]) -> list[Event]:
     """``events`` with what publish lines carry spelled out: their deliveries and their senders' turns.
 
@@ -50,11 +121,14 @@ def unfolded(events: list[Event]) -> list[Event]:
     action and its id). The events come back in ``seq`` order, one per number, as a log that spells
     everything out (one written before these folds) reads.
     """
-    if not any("to" in e or "turn" in e for e in events if e["kind"] == "publish"):
+    if not any(e["kind"] == "round" or "to" in e or "turn" in e for e in events if e["kind"] in ("publish", "round")):
         return events
     out: list[Event] = []
     turns = False
     for event in events:
+        if event["kind"] == "round":
+            out += spelled(event)
+            continue
         if event["kind"] != "publish":
             out.append(event)
             continue
@@ -83,7 +157,9 @@ _LISTS = ("message_ids", "caused_by", "send_to", "to")
 
 
 def _event(value: object) -> bool:
-    """Whether ``value`` is an event as the log writes it: the schema every reader relies on, checked once here."""
+    """Whether ``value`` is an event or a round line as the log writes them: the schema every reader relies on."""
+    if isinstance(value, dict) and value.get("kind") == "round":
+        return _round_line(value)
     if not (
         isinstance(value, dict)
         and type(value.get("seq")) is int
@@ -99,6 +175,36 @@ def _event(value: object) -> bool:
     if "turn" in value and type(value["turn"]) is not int:
         return False
     return all(_names(value[key]) for key in _LISTS if key in value)
+
+
+def _round_line(value: dict[str, Any]) -> bool:
+    """Whether ``value`` is a round line (format 2) whose columns :func:`spelled` can read."""
+    if not (type(value.get("seq")) is int and type(value.get("round")) is int and type(value.get("end")) is int):
+        return False
+    steps, said = value.get("steps", _NO_STEPS), value.get("published", _NO_MESSAGES)
+    if not (_columns(steps, ("kind", "role", "detail")) and _columns(said, _MESSAGE_COLUMNS)):
+        return False
+    if not (_names(steps["kind"]) and _names(steps["role"]) and all(map(_names, steps["detail"]))):
+        return False
+    if not (all(map(_names, said["to"])) and all(map(_names, said["send_to"]))):
+        return False
+    if not (_names(said["role"]) and _names(said["message_id"]) and all(map(_names, said["caused_by"]))):
+        return False
+    parts = value.get("parts", [[len(steps["kind"]), len(said["message_id"])]])
+    if not (isinstance(parts, list) and all(isinstance(p, list) and len(p) == 2 for p in parts)):
+        return False
+    counted = [sum(p[0] for p in parts), sum(p[1] for p in parts)]
+    if counted != [len(steps["kind"]), len(said["message_id"])]:
+        return False
+    calls, events = value.get("llm_calls", []), value.get("events", [])
+    return isinstance(calls, list) and isinstance(events, list) and all(isinstance(e, dict) for e in calls + events)
+
+
+def _columns(table: object, keys: tuple[str, ...]) -> bool:
+    """Whether ``table`` holds the columns ``keys``, lists of one length."""
+    if not isinstance(table, dict) or not all(isinstance(table.get(key), list) for key in keys):
+        return False
+    return len({len(table[key]) for key in keys}) == 1
 
 
 def _text_or_none(value: object) -> bool:
@@ -172,7 +278,7 @@ def publish_rounds(path: Path) -> dict[str, int]:
         return {}
     rounds: dict[str, int] = {}
     for number, raw in enumerate(iter_lines(path), start=1):
-        if b'"publish"' not in raw:
+        if b'"publish"' not in raw and b'"published"' not in raw:
             continue
         try:
             event = json.loads(raw.decode("utf-8"))
@@ -180,8 +286,13 @@ def publish_rounds(path: Path) -> dict[str, int]:
             raise RunDirCorrupt(f"{path}: line {number} is not UTF-8 text; the file is damaged") from None
         except json.JSONDecodeError:
             continue  # a torn last line (read_events warns about it)
-        if isinstance(event, dict) and event.get("kind") == "publish" and isinstance(event.get("round"), int):
+        if not isinstance(event, dict) or not isinstance(event.get("round"), int):
+            continue
+        if event.get("kind") == "publish":
             rounds[str(event.get("message_id"))] = event["round"]
+        elif event.get("kind") == "round" and isinstance(event.get("published"), dict):
+            for message_id in event["published"].get("message_id", ()):
+                rounds[str(message_id)] = event["round"]
     return rounds
 
 
@@ -192,9 +303,9 @@ def check_log(path: Path, through_round: int) -> None:
         RunDirCorrupt: If a line is damaged, or the log ends before ``through_round`` (missing,
             emptied or cut short: a resume would continue from a log that lost rounds).
     """
-    ended = [e["round"] for e, _ in read_lines(path) if e["kind"] == "round_end"]
-    if through_round > 0 and (not ended or max(ended) < through_round):
-        last = f"ends at round {max(ended)}" if ended else "holds no complete round"
+    rounds = [e["round"] for e, _ in read_lines(path) if ended(e)]
+    if through_round > 0 and (not rounds or max(rounds) < through_round):
+        last = f"ends at round {max(rounds)}" if rounds else "holds no complete round"
         raise RunDirCorrupt(
             f"{path}: the event log {last}, but the last checkpoint is of round {through_round}; "
             "it was lost or cut short, so resuming would write a log that lies — restore it, or fork from an "
@@ -210,7 +321,7 @@ def copy_events(source: Path, target: Path, *, through_round: int) -> None:
 
 def rewrite_lines(events: Path, kept: list[tuple[Event, str]], *, timings_from: Path) -> None:
     """Make ``events`` hold exactly the lines ``kept``, and its timings those of ``kept``'s model calls."""
-    last = kept[-1][0]["seq"] if kept else 0
+    last = last_seq(kept[-1][0]) if kept else 0
     timings = [line for t, line in read_lines(timings_from, warn_torn=False, kind=_timing) if t["seq"] <= last]
     write_atomic(events, "".join(line + "\n" for _, line in kept))
     write_atomic(timings_of(events), "".join(line + "\n" for line in timings))

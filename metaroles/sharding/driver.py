@@ -82,7 +82,7 @@ class ShardedRun:
         """Whether the address map changed since the shards last had it."""
         self._sets: dict[frozenset[str], frozenset[str]] = {}
         self.broken = False
-        self.heard: dict[str, str] = {}
+        self.heard: dict[str, list[str]] = {}
         """Each remote sender of the last round: the ids of the news it had, as JSON (the log's ``caused_by``)."""
         self.news = self.turns = True
         """Whether shards send each sender's news (the log's ``caused_by``); and their turn steps (its turn events)."""

@@ -127,7 +127,7 @@ def _pickler() -> Any:
     return quick(cloudpickle.Pickler)
 
 
-def _opened(ray: Any, ref: Any, reader: OutboxReader) -> tuple[Any, dict[str, str]]:
+def _opened(ray: Any, ref: Any, reader: OutboxReader) -> tuple[Any, dict[str, list[str]]]:
     """The outbox and news behind ``ref`` (ready: its call has answered), read by the shard's ``reader``."""
     columns, news = _unpacked(ray.get(ref))
     with paused_gc():

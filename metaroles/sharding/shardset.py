@@ -57,7 +57,7 @@ class StepResult:
     ledger: list[LedgerEntry] = field(default_factory=list)
     failures: list[tuple[int, str, str, str]] = field(default_factory=list)
     """``(place, exception type, str, repr)`` of each turn that raised."""
-    news: dict[str, str] = field(default_factory=dict)
+    news: dict[str, list[str]] = field(default_factory=dict)
     """The news ids of each role that published, as the event log writes them (its ``caused_by``)."""
     ready: int = 0
     """Roles with buffered messages after the round (before its deliveries)."""
@@ -71,7 +71,7 @@ class StepResult:
     """How long the shard worked on the round (delivering and running turns), for diagnostics."""
     flagged: int = 0
     """Entries of the outbox with a flag (dead letters, deliveries to roles on the driver)."""
-    sealed: Callable[[], tuple[list[tuple[int, Message, int]], dict[str, str]]] | None = None
+    sealed: Callable[[], tuple[list[tuple[int, Message, int]], dict[str, list[str]]]] | None = None
     """When the outbox and news travel apart (on Ray): how to get them, once the driver needs them."""
 
     def open(self) -> StepResult:

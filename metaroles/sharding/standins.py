@@ -45,7 +45,7 @@ class RemoteRole:
 
     __slots__ = ("_env_index", "_heard", "_ready", "addresses", "name", "profile", "rc", "shard")
 
-    def __init__(self, role: Role, shard: int, inbox: list[Entry], heard: Mapping[str, str]) -> None:
+    def __init__(self, role: Role, shard: int, inbox: list[Entry], heard: Mapping[str, list[str]]) -> None:
         """Stand in for ``role``, whose deliveries go to ``inbox``; ``heard``: the news of the last round's senders."""
         self._heard = heard
         self.name = role.name

@@ -16,7 +16,6 @@ import pickle
 import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from json.encoder import encode_basestring
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -280,12 +279,12 @@ class ShardHost:
             flagged += flag != 0
         return outbox, crossing, flagged
 
-    def _news(self, outbox: list[tuple[int, Message, int]]) -> dict[str, str]:
-        roles, news, enc = self.env.roles, {}, encode_basestring
+    def _news(self, outbox: list[tuple[int, Message, int]]) -> dict[str, list[str]]:
+        roles, news = self.env.roles, {}
         for _, message, _ in outbox:
             sender = roles.get(message.sent_from)
             if sender is not None and sender.name not in news:
-                news[sender.name] = ",".join([enc(m.id) for m in sender.rc.news])
+                news[sender.name] = [m.id for m in sender.rc.news]
         return news
 
     def checkpoint(

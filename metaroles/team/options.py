@@ -95,14 +95,14 @@ LogTurns = bool | Literal["folded"]
 
 
 def checked_log_turns(value: object) -> LogTurns:
-    """``True``, ``False`` or ``"folded"`` (a default turn's events go on the line of the message it made).
+    """``True``, ``False`` or ``"folded"`` (format 1 folded turns; round lines fold them: ``True``).
 
     Raises:
         InvalidValueError: For anything else.
     """
     if value is True or value is False or value == "folded":
         return value
-    raise InvalidValueError(f"log_turns={value!r} must be True, False or 'folded' (a turn on its message's line)")
+    raise InvalidValueError(f"log_turns={value!r} must be True, False or 'folded' (the same as True)")
 
 
 @dataclass(frozen=True)

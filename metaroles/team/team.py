@@ -48,8 +48,8 @@ class Team:
             name such as ``gpt-4o-mini-2024-07-18`` takes the price of ``gpt-4o-mini``.
         checkpoint_every: With a checkpoint folder, write a checkpoint every this many rounds
             (and when the run stops); a resumed run goes back to the last one.
-        log_turns: With an event log, also log each turn's observe, think and act events (``"folded"``: a
-            default turn's on its message's publish line); large societies keep publishes, deliveries, calls and errors.
+        log_turns: With an event log, also log each turn's observe, think and act events (``"folded"``, which
+            older runs asked for: the same); large societies keep publishes, deliveries, calls and errors.
         backend: Where the roles run: in this process (``None``), or on shards
             (``RayBackend(shards=K)``, ``LocalBackend(shards=K)``); every file of the run is the same.
     """

@@ -79,7 +79,11 @@ def messages_lost_and_duplicated(straight: Path, other: Path) -> tuple[int, int]
 
     def published(run_dir: Path) -> list[str]:
         lines = (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()
-        return [json.loads(line)["message_id"] for line in lines if '"kind":"publish"' in line]
+        ids: list[str] = []
+        for line in lines:
+            if '"kind":"round"' in line:
+                ids += json.loads(line)["published"]["message_id"]
+        return ids
 
     mine, theirs = published(straight), published(other)
     return len(set(mine) - set(theirs)), len(theirs) - len(set(theirs))

@@ -131,8 +131,12 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "round_without_roles": lambda r: _edit_json(r / ROUND, lambda c: c.pop("roles")),
     "garbage_rng": lambda r: _edit_json(r / ROUND, lambda c: c.update(rng=[3, [1, 2], None])),
     "rng_not_a_list": lambda r: _edit_json(r / ROUND, lambda c: c.update(rng="x")),
-    "event_without_message_id": lambda r: _edit_lines(r / "events.jsonl", '"deliver"', lambda e: e.pop("message_id")),
-    "event_role_a_list": lambda r: _edit_lines(r / "events.jsonl", '"deliver"', lambda e: e.update(role=["a"])),
+    "event_without_message_id": lambda r: _edit_lines(
+        r / "events.jsonl", '"published"', lambda e: e["published"]["message_id"].pop()
+    ),
+    "event_role_a_list": lambda r: _edit_lines(
+        r / "events.jsonl", '"published"', lambda e: e["published"]["role"].__setitem__(0, ["a"])
+    ),
     "log_duplicated": lambda r: (r / "events.jsonl").write_text((r / "events.jsonl").read_text() * 2),
     "row_without_content": lambda r: _edit_lines(
         r / "checkpoints/messages.jsonl", "Night 1", lambda m: m.pop("content")
