@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from metaroles import Action, Environment, Message, Role, TestLLM
-from metaroles.core.exceptions import InvalidValueError
+from metaroles.cli import main
+from metaroles.core.exceptions import InvalidValueError, RunDirCorrupt
+from metaroles.core.files import read_text
 from metaroles.project.scenario import run_scenario
-from metaroles.record.eventlog import EventLog, publish_rounds, read_events
+from metaroles.record.eventlog import EventLog, iter_events, publish_rounds, read_events
 from metaroles.sharding.backends import LocalBackend
 from metaroles.team.options import RunOptions
 from metaroles.team.team import Team
@@ -125,3 +128,72 @@ def test_a_format_1_run_killed_mid_way_resumes_in_format_2(tmp_path: Path) -> No
     assert events(tmp_path / "whole" / "events.jsonl") == events(FORMAT1 / "debate.events.jsonl.zst")
     gone = {"events.jsonl", "manifest.json"}  # the log's bytes mix two formats; the manifest names the versions
     assert [d for d in differences(tmp_path / "whole", tmp_path / "old") if d.split(" ")[0] not in gone] == []
+
+
+def test_iter_events_reads_a_log_as_read_events_does_a_round_at_a_time(tmp_path: Path) -> None:
+    for path in sorted(FORMAT1.glob("*.events.jsonl.zst")):
+        assert list(iter_events(path)) == read_events(path), path.name
+    log = tmp_path / "run" / "events.jsonl"
+    shutil.copytree(FORMAT1 / "debate-cut", tmp_path / "run")
+    ok("resume", str(tmp_path / "run"), "-q")  # format 1 lines, then format 2 ones: one stream
+    assert list(iter_events(log)) == read_events(log)
+    log.write_text(log.read_text() * 2)
+    with pytest.raises(RunDirCorrupt, match="does not follow the line before it"):
+        list(iter_events(log))
+
+
+@pytest.mark.parametrize("name", ["werewolf", "society"])
+async def test_export_writes_the_events_a_row_each_as_json_lines_and_parquet(name: str, tmp_path: Path) -> None:
+    import duckdb
+    import pyarrow.parquet as pq
+
+    run_dir = tmp_path / "run"
+    await scenario_run(name, run_dir, True)
+    events = read_events(run_dir / "events.jsonl")
+    assert main(["export", str(run_dir)]) == 0
+    assert lines(run_dir / "export" / "events.jsonl") == events
+    assert main(["export", str(run_dir), "--format", "parquet", "--out", str(tmp_path / "t.parquet")]) == 0
+    table = pq.read_table(tmp_path / "t.parquet").to_pylist()
+    assert [{k: v for k, v in row.items() if v is not None} for row in table] == [
+        {k: v for k, v in e.items() if v is not None} for e in events
+    ]
+    kinds = dict(duckdb.sql(f"SELECT kind, count(*) FROM '{tmp_path / 't.parquet'}' GROUP BY kind").fetchall())
+    assert kinds == {kind: sum(e["kind"] == kind for e in events) for kind in kinds} and kinds["publish"] > 5
+
+
+def test_export_of_a_format_1_log_is_the_export_of_the_same_run_in_format_2(tmp_path: Path) -> None:
+    ok(*run_args("debate", tmp_path / "new"))
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "events.jsonl").write_text(read_text(FORMAT1 / "debate.events.jsonl.zst"))
+    for run in ("new", "old"):
+        assert main(["export", str(tmp_path / run), "--out", str(tmp_path / f"{run}.jsonl")]) == 0
+    old, new = lines(tmp_path / "old.jsonl"), lines(tmp_path / "new.jsonl")
+    assert [{k: v for k, v in e.items() if k != "latency_s"} for e in old] == [
+        {k: v for k, v in e.items() if k != "latency_s"} for e in new
+    ]
+
+
+def test_export_says_what_is_wrong_in_one_line_and_leaves_no_partial_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    run_dir = tmp_path / "run"
+    ok(*run_args("debate", run_dir))
+    capsys.readouterr()
+    cases = [
+        (["export", str(tmp_path / "nowhere")], "no run directory"),
+        (["export", str(run_dir), "--format", "csv"], "csv"),
+        (["export", str(run_dir), "--out", str(tmp_path)], "is a folder"),
+    ]
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    text = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "events.jsonl").write_text("".join([text[0], "garbage\n", *text[1:]]))
+    assert main(["export", str(run_dir)]) == 2
+    assert "line 2 is not a valid record" in capsys.readouterr().err
+    assert not (run_dir / "export").exists() or not list((run_dir / "export").iterdir()), "nothing half-written"
+    (run_dir / "events.jsonl").write_text("".join(text))
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if the analysis extra were not installed
+    assert main(["export", str(run_dir), "--format", "parquet"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'metaroles[analysis]'" in err and len(err.strip().splitlines()) == 1
+    assert not list((run_dir / "export").glob("*")), "nothing half-written"

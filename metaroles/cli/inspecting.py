@@ -1,8 +1,9 @@
-"""``metaroles graph``, ``show``, ``diff`` and ``list``: look into run directories and what is installed."""
+"""``metaroles graph``, ``show``, ``export``, ``diff`` and ``list``: look into run directories and what is installed."""
 
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from textwrap import indent
 from typing import Annotated, Any
@@ -10,13 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at
-from metaroles.core.exceptions import MetarolesError
+from metaroles.core.exceptions import ConfigError, MetarolesError
 from metaroles.core.files import write_atomic
 from metaroles.core.text import printable
 from metaroles.project.diff import RunDiff, diff_runs, run_messages
 from metaroles.project.registry import PLUGIN_KINDS, known_scenarios, plugins
 from metaroles.project.rundir import events_file, read_manifest
 from metaroles.record.eventlog import read_events
+from metaroles.record.export import export_events
 from metaroles.telemetry.spans import SPANS, events_from_spans, read_spans
 
 
@@ -96,6 +98,35 @@ def show(
         typer.echo(printable(f"[round {m.round}] [{m.sender} → {', '.join(m.recipients)}] ({m.action}){text}"))
     if not messages:
         err.print("no message matches", highlight=False)
+
+
+class ExportAs(StrEnum):
+    """Tables ``metaroles export`` writes."""
+
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    format_: Annotated[ExportAs, typer.Option("--format", "-f", help="the table's format")] = ExportAs.jsonl,
+    out: Annotated[Path | None, typer.Option(help="file to write (default: RUN_DIR/export/events.FORMAT)")] = None,
+) -> None:
+    """The run's events as a table of a row per event (JSON lines, or Parquet): for pandas, polars and DuckDB.
+
+    The log keeps a line per round; the table spells it out, numbers and latencies included, a round
+    at a time (a log of any size), and reads the logs of earlier versions alike.
+    """
+    with reported():
+        log = events_file(run_dir_at(run_dir))
+        if not log.is_file():
+            raise ConfigError(f"{str(run_dir)!r} has no event log; pass a run directory `metaroles run` wrote")
+        target = out or run_dir / "export" / f"events.{format_.value}"
+        if target.is_dir():
+            raise ConfigError(f"--out {str(target)!r} is a folder; name the file to write")
+        count = export_events(log, target, format_.value)
+    typer.echo(f"wrote {target} ({count} events)")
 
 
 @app.command()

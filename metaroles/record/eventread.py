@@ -9,7 +9,7 @@ whichever way, and in whichever mix, the log was written.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,80 @@ def read_events(path: Path) -> list[Event]:
             if event["kind"] == "llm_call":
                 event["latency_s"] = latencies.get(event["seq"], 0.0)
     return events
+
+
+def iter_events(path: Path) -> Iterator[Event]:
+    """The events :func:`read_events` gives, a round at a time: a log of any size, read in the memory of one round.
+
+    Raises:
+        RunDirCorrupt: As :func:`read_events` does; and if a line's ``seq`` does not follow the line
+            before it (the log is duplicated or spliced).
+    """
+    latencies = {t["seq"]: t["latency_s"] for t, _ in read_lines(timings_of(path), warn_torn=False, kind=_timing)}
+    chunk: list[Event] = []
+    previous = 0
+    for number, event in _streamed(path):
+        if event["seq"] <= previous:
+            raise RunDirCorrupt(
+                f"{path}: line {number}'s seq {event['seq']} does not follow the line before it (the log is "
+                "duplicated or spliced); restore it, or fork from an earlier round (metaroles fork DIR --from-round N)"
+            )
+        previous = event["seq"]
+        chunk.append(event)
+        if ended(event):
+            yield from _timed(unfolded(chunk), latencies)
+            chunk = []
+    yield from _timed(unfolded(chunk), latencies)
+
+
+def _timed(events: list[Event], latencies: dict[int, float]) -> list[Event]:
+    """``events``, each model call with its ``latency_s`` (0.0 when the timings lack it)."""
+    if latencies:
+        for event in events:
+            if event["kind"] == "llm_call":
+                event["latency_s"] = latencies.get(event["seq"], 0.0)
+    return events
+
+
+def _streamed(path: Path) -> Iterator[tuple[int, Event]]:
+    """Each record of the log at ``path`` with its line number, read line by line (see :func:`read_jsonl`)."""
+    if not path.exists():
+        return
+    pending: tuple[int, bytes] | None = None
+    for number, raw in enumerate(iter_lines(path), start=1):
+        if pending is not None:
+            record = _record(path, *pending, last=False)
+            if record is not None:
+                yield pending[0], record
+        pending = (number, raw)
+    if pending is not None:
+        record = _record(path, *pending, last=True)
+        if record is not None:
+            yield pending[0], record
+
+
+def _record(path: Path, number: int, raw: bytes, *, last: bool) -> Event | None:
+    """The event of line ``number`` (``None``: a blank line, or a torn last one, skipped with a warning)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RunDirCorrupt(f"{path}: line {number} is not UTF-8 text; the file is damaged") from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        record = None
+    if _event(record):
+        event: Event = record
+        return event
+    if last and record is None:
+        warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=4)
+        return None
+    raise RunDirCorrupt(
+        f"{path}: line {number} is not a valid record ({line.rstrip()[:60]!r}); the file is damaged — "
+        "restore it, or delete the run directory and run again"
+    )
 
 
 def last_seq(record: Event) -> int:
