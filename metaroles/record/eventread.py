@@ -32,15 +32,10 @@ def read_events(path: Path) -> list[Event]:
     """The events in ``path``, model calls with their ``latency_s``; a torn last line is skipped with a warning.
 
     Raises:
-        RunDirCorrupt: If a line before the last is not an event (named by file and line).
+        RunDirCorrupt: If a line before the last is not an event (named by file and line), or the
+            numbers go back (the log is duplicated or spliced).
     """
-    events = unfolded([event for event, _ in read_lines(path)])
-    latencies = {t["seq"]: t["latency_s"] for t, _ in read_lines(timings_of(path), warn_torn=False, kind=_timing)}
-    if latencies:
-        for event in events:
-            if event["kind"] == "llm_call":
-                event["latency_s"] = latencies.get(event["seq"], 0.0)
-    return events
+    return list(iter_events(path))
 
 
 def iter_events(path: Path) -> Iterator[Event]:
