@@ -16,7 +16,9 @@ cause if metaroles itself cost nothing. No tracing of those spans can be cheaper
 taken from the history into columns (round, id, sender, cause_by, send_to, content: what a publish
 and its folded turn and deliveries need), encoded in one batch per round — as folded JSON columns with
 orjson (``record_floor_json``) and as an Arrow IPC record batch (``record_floor_arrow``) — and appended
-to one file; ``record_floor_fsync`` is one fsync per round on top (the durability a checkpoint needs).
+to one file; ``record_floor_turns`` adds each message's turn as the log's steps (observe with the news'
+ids, think, act: three rows of kind, role and detail), still orjson with no bus: the floor of a log with
+turn events; ``record_floor_fsync`` is one fsync per round on top (the durability a checkpoint needs).
 No log of those rounds can cost less on the round's path. ``ring_record_batch`` probes the design
 between: the bus's round record (turn steps kept) written as one orjson line of columns a round, fsynced
 (:class:`RoundBatches`). Needs the ``bench`` extra (pyarrow, orjson).
@@ -182,6 +184,7 @@ def record_floor(history: Sequence[Message], how: str) -> float:
         writer = None
         for round_no in range(ROUNDS):
             said = history[round_no * ROLES : (round_no + 1) * ROLES]
+            news = history[(round_no - 1) * ROLES : round_no * ROLES] if round_no else [history[0]] * ROLES
             columns = {
                 "round": [round_no + 1] * len(said),
                 "message_id": [m.id for m in said],
@@ -190,6 +193,10 @@ def record_floor(history: Sequence[Message], how: str) -> float:
                 "send_to": [sorted(m.send_to) for m in said],
                 "content": [m.content for m in said],
             }
+            if how == "turns":  # and each message's turn as the log's steps: observe (the news), think, act
+                columns["kind"] = ["observe", "think", "act"] * len(said)
+                columns["step_role"] = [m.sent_from for m in said for _ in range(3)]
+                columns["detail"] = [d for m, n in zip(said, news, strict=True) for d in ([n.id], [m.cause_by], [m.id])]
             if how == "arrow":
                 batch = pa.record_batch(columns)
                 writer = writer or ipc.new_stream(file, batch.schema)
@@ -237,7 +244,7 @@ async def main() -> None:
         await run(mode)
     otel_sdk_floor()
     said = await ring_history()
-    records: dict[str, list[float]] = {how: [] for how in ("json", "arrow", "fsync")}
+    records: dict[str, list[float]] = {how: [] for how in ("json", "turns", "arrow", "fsync")}
     for _ in range(REPEATS):
         for mode in MODES:
             gc.collect()
