@@ -16,7 +16,7 @@ from typing import Any
 from warnings import warn
 
 from metaroles.core.exceptions import RunDirCorrupt
-from metaroles.core.files import iter_lines, read_text, write_atomic
+from metaroles.core.files import iter_lines, write_atomic
 
 Event = dict[str, Any]
 TIMINGS = "timings.jsonl"
@@ -48,7 +48,7 @@ def iter_events(path: Path) -> Iterator[Event]:
     latencies = {t["seq"]: t["latency_s"] for t, _ in read_lines(timings_of(path), warn_torn=False, kind=_timing)}
     chunk: list[Event] = []
     previous = 0
-    for number, event in _streamed(path):
+    for number, event, _ in _records(path, _event):
         if event["seq"] <= previous:
             raise RunDirCorrupt(
                 f"{path}: line {number}'s seq {event['seq']} does not follow the line before it (the log is "
@@ -71,27 +71,29 @@ def _timed(events: list[Event], latencies: dict[int, float]) -> list[Event]:
     return events
 
 
-def _streamed(path: Path) -> Iterator[tuple[int, Event]]:
-    """Each record of the log at ``path`` with its line number, read line by line (see :func:`read_jsonl`)."""
+def _records(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = True) -> Iterator[tuple[int, Any, str]]:
+    """Each record of a JSON-lines file with its line number and line, read line by line (see :func:`read_jsonl`)."""
     if not path.exists():
         return
     pending: tuple[int, bytes] | None = None
     for number, raw in enumerate(iter_lines(path), start=1):
         if pending is not None:
-            record = _record(path, *pending, last=False)
-            if record is not None:
-                yield pending[0], record
+            found = _record(path, *pending, kind, last=False, warn_torn=warn_torn)
+            if found is not None:
+                yield found
         pending = (number, raw)
     if pending is not None:
-        record = _record(path, *pending, last=True)
-        if record is not None:
-            yield pending[0], record
+        found = _record(path, *pending, kind, last=True, warn_torn=warn_torn)
+        if found is not None:
+            yield found
 
 
-def _record(path: Path, number: int, raw: bytes, *, last: bool) -> Event | None:
-    """The event of line ``number`` (``None``: a blank line, or a torn last one, skipped with a warning)."""
+def _record(
+    path: Path, number: int, raw: bytes, kind: Callable[[object], bool], *, last: bool, warn_torn: bool
+) -> tuple[int, Any, str] | None:
+    """Line ``number`` as a record (``None``: a blank line, or a torn last one, skipped with a warning)."""
     try:
-        line = raw.decode("utf-8")
+        line = raw.decode("utf-8").removesuffix("\n")
     except UnicodeDecodeError:
         raise RunDirCorrupt(f"{path}: line {number} is not UTF-8 text; the file is damaged") from None
     if not line.strip():
@@ -100,14 +102,14 @@ def _record(path: Path, number: int, raw: bytes, *, last: bool) -> Event | None:
         record = json.loads(line)
     except json.JSONDecodeError:
         record = None
-    if _event(record):
-        event: Event = record
-        return event
+    if kind(record):
+        return number, record, line
     if last and record is None:
-        warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=4)
+        if warn_torn:
+            warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=5)
         return None
     raise RunDirCorrupt(
-        f"{path}: line {number} is not a valid record ({line.rstrip()[:60]!r}); the file is damaged — "
+        f"{path}: line {number} is not a valid record ({line[:60]!r}); the file is damaged — "
         "restore it, or delete the run directory and run again"
     )
 
@@ -312,33 +314,12 @@ def read_lines(
 def read_jsonl(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = True) -> list[tuple[Event, str]]:
     """The records of a JSON-lines file of a run directory, each with its line; ``[]`` if there is none.
 
+    A torn last line (a crash mid-append) is skipped, with a warning if ``warn_torn``.
+
     Raises:
         RunDirCorrupt: If a line other than the last is not valid UTF-8 JSON accepted by ``kind``.
     """
-    if not path.exists():
-        return []
-    lines = read_text(path).split("\n")
-    records: list[tuple[Event, str]] = []
-    record: Any
-    last = len(lines) - (1 if lines[-1] == "" else 0)
-    for number, line in enumerate(lines[:last], start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if kind(record):
-            records.append((record, line))
-        elif number == last and record is None:
-            if warn_torn:
-                warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=3)
-        else:
-            raise RunDirCorrupt(
-                f"{path}: line {number} is not a valid record ({line[:60]!r}); the file is damaged — "
-                "restore it, or delete the run directory and run again"
-            )
-    return records
+    return [(record, line) for _, record, line in _records(path, kind, warn_torn=warn_torn)]
 
 
 def publish_rounds(path: Path) -> dict[str, int]:
