@@ -302,7 +302,7 @@ def replace_together(files: Sequence[tuple[Path, str | bytes]]) -> None:
         sync_dir(folder)
 
 
-def append_text(path: Path, text: str | Sequence[str]) -> None:
+def append_text(path: Path, text: str | bytes | Sequence[str]) -> None:
     """Append ``text`` (or its pieces) to ``path`` without waiting for the disk; :func:`sync_together` makes it durable.
 
     For lines that nothing refers to yet (a checkpoint's message rows, written as its rounds go by).
@@ -346,7 +346,7 @@ def sync_together(paths: Sequence[Path], last: int | None = None) -> None:
             os.close(fd)
 
 
-def append_durably(path: Path, text: str | Sequence[str]) -> None:
+def append_durably(path: Path, text: str | bytes | Sequence[str]) -> None:
     """Append ``text`` (or its pieces, in order) to ``path`` and fsync it (to a ``.zst`` file: as one more frame)."""
     reached(f"append:{path.name}")
     with confined.open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
@@ -356,14 +356,14 @@ def append_durably(path: Path, text: str | Sequence[str]) -> None:
             os.fsync(handle.fileno())
 
 
-def _write(handle: IO[bytes], path: Path, text: str | Sequence[str]) -> None:
-    """Write ``text``; pieces are joined and encoded a chunk at a time, never a whole round's copy at once.
+def _write(handle: IO[bytes], path: Path, text: str | bytes | Sequence[str]) -> None:
+    """Write ``text`` (bytes as they are); pieces are joined and encoded a chunk at a time, never all at once.
 
     A large round's lines are tens of megabytes: one string of them all, then its bytes, cost more
     than writing them (fresh pages each round) and raise the peak memory by both.
     """
-    if isinstance(text, str) or path.suffix == ZSTD:
-        handle.write(encoded(path, text if isinstance(text, str) else "".join(text)))
+    if isinstance(text, str | bytes) or path.suffix == ZSTD:
+        handle.write(encoded(path, text if isinstance(text, str | bytes) else "".join(text)))
         return
     for at in range(0, len(text), _PIECES):
         handle.write("".join(text[at : at + _PIECES]).encode("utf-8"))

@@ -158,7 +158,7 @@ class EventLog:
             record["events"] = [
                 {"kind": e.kind, "role": e.role, "message_id": e.message_id, "detail": e.detail} for e in events
             ]
-        self._append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE).decode(), sync)
+        self._append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE), sync)
         self._mark()
 
     def _take(self, line: _Line, records: list[RoundRecord] | None) -> tuple[list[LedgerEntry], list[EnvEvent]]:
@@ -233,7 +233,7 @@ class EventLog:
         unsynced, self._unsynced = self._unsynced, False
         return [self.path] if unsynced else []
 
-    def _append(self, text: str, sync: bool = True) -> None:
+    def _append(self, text: bytes, sync: bool = True) -> None:
         (append_durably if sync else append_text)(self.path, text)
         self._unsynced = not sync
 
