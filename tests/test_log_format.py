@@ -197,3 +197,23 @@ def test_export_says_what_is_wrong_in_one_line_and_leaves_no_partial_file(tmp_pa
     err = capsys.readouterr().err
     assert "pip install 'metaroles[analysis]'" in err and len(err.strip().splitlines()) == 1
     assert not list((run_dir / "export").glob("*")), "nothing half-written"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda line: line.update(end=line["end"] + 1),  # numbers that the next line would not follow on
+        lambda line: line["steps"]["kind"].__setitem__(0, "tool_call"),  # a tool step whose detail is no JSON object
+        lambda line: line.update(parts=[["1", 0]]),
+        lambda line: line.update(llm_calls=[{"role": ["a"]}]),
+    ],
+    ids=["end", "tool_detail", "parts", "llm_call"],
+)
+async def test_a_damaged_round_line_is_named_by_file_and_line(tmp_path: Path, damage: Any) -> None:
+    await scenario_run("debate", tmp_path / "run", True)
+    log = tmp_path / "run" / "events.jsonl"
+    written = lines(log)
+    damage(written[1])
+    log.write_text("".join(json.dumps(line) + "\n" for line in written))
+    with pytest.raises(RunDirCorrupt, match=r"events\.jsonl: line 2 is not a valid record"):
+        read_events(log)

@@ -167,18 +167,20 @@ class EventLog:
         events: list[EnvEvent] = []
         for record in records or ():  # the rounds' records (and what happened between): all, as it happened
             steps = record.steps if self.turns and record.steps else None
-            line.part(steps, self._published(record.published, record.recipients))
+            line.part(steps, record.published, *self._addressed(record.published, record.recipients))
             calls += record.model_calls
             events += record.events
         if records is None:  # records not kept any more (many rounds between two calls): what the bus kept since
             env = self.env
             published = env.history.get(len(env.history) - self._history) if len(env.history) > self._history else []
-            line.part(None, self._published(published, [None] * len(published)))
+            line.part(None, published, *self._addressed(published, [None] * len(published)))
             calls, events = env.ledger.entries[self._ledger :], env.events[self._events :]
         return calls, events
 
-    def _published(self, messages: Sequence[Message], delivered: Sequence[Sequence[Role] | None]) -> _Published:
-        """The columns of ``messages``: each publish with the news its sender had observed and whom it reached.
+    def _addressed(
+        self, messages: Sequence[Message], delivered: Sequence[Sequence[Role] | None]
+    ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
+        """The columns ``caused_by``, ``send_to`` and ``to`` of ``messages``: news observed, addresses, recipients.
 
         The recipients are the ones delivery found (``delivered``, the round's record). Where it has
         none (the shards routed them), routing gives them with the book they were delivered with (the log
@@ -187,23 +189,20 @@ class EventLog:
         """
         env, heard = self.env, self.heard
         roles, send_tos, names = env.roles, self._send_to, self._to
-        said = _Published(messages)
         if heard:  # a sharded run's remote senders: their shards listed their news
-            said.caused_by = [heard.get(m.sent_from) or self._news_of(m.sent_from) for m in messages]
+            caused_by = [heard.get(m.sent_from) or self._news_of(m.sent_from) for m in messages]
         else:
-            said.caused_by = [
-                [n.id for n in roles[m.sent_from].rc.news] if m.sent_from in roles else [] for m in messages
-            ]
+            caused_by = [[n.id for n in roles[m.sent_from].rc.news] if m.sent_from in roles else [] for m in messages]
         if len(send_tos) >= 1 << 16:
             send_tos.clear()
-        said.send_to = [send_tos.get(m.send_to) or self._addresses(m.send_to) for m in messages]
+        send_to = [send_tos.get(m.send_to) or self._addresses(m.send_to) for m in messages]
         if len(names) >= 1 << 16:
             names.clear()
         reached = [self._route(m.send_to) if r is None else r for m, r in zip(messages, delivered, strict=True)]
-        said.to = [
+        to = [
             known[1] if (known := names.get(id(r))) is not None and known[0] is r else self._names(r) for r in reached
         ]
-        return said
+        return caused_by, send_to, to
 
     def _news_of(self, name: str) -> list[str]:
         """The ids of the news of the role ``name`` in this process (``[]`` if it is not here)."""
@@ -238,18 +237,6 @@ class EventLog:
         self._unsynced = not sync
 
 
-class _Published:
-    """The columns of a round's messages (see :data:`~metaroles.record.eventread.spelled`'s order)."""
-
-    __slots__ = ("caused_by", "messages", "send_to", "to")
-
-    def __init__(self, messages: Sequence[Message]) -> None:
-        self.messages = messages
-        self.caused_by: list[list[str]] = []
-        self.send_to: list[list[str]] = []
-        self.to: list[list[str]] = []
-
-
 class _Line:
     """A round line's columns, filled part by part (a part: some turns' steps, then some messages)."""
 
@@ -280,8 +267,15 @@ class _Line:
         self.to: list[list[str]] = []
         self.parts: list[list[int]] = []
 
-    def part(self, steps: Steps | None, said: _Published) -> None:
-        """Add ``steps`` (with their details as the log writes them), then the messages ``said``."""
+    def part(
+        self,
+        steps: Steps | None,
+        messages: Sequence[Message],
+        caused_by: list[list[str]],
+        send_to: list[list[str]],
+        to: list[list[str]],
+    ) -> None:
+        """Add ``steps`` (with their details as the log writes them), then ``messages`` with their other columns."""
         count = 0
         if steps is not None:
             count = len(steps.kind)
@@ -297,15 +291,14 @@ class _Line:
                 else [json.dumps(d)]  # an agent's tool_call / tool_result: its fields, as JSON
                 for k, d in zip(steps.kind, steps.detail, strict=True)
             ]
-        messages = said.messages
         if not count and not messages:
             return
         self.senders += [m.sent_from for m in messages]
         self.message_ids += [m.id for m in messages]
         self.cause_by += [m.cause_by for m in messages]
-        self.send_to += said.send_to
-        self.caused_by += said.caused_by
-        self.to += said.to
+        self.send_to += send_to
+        self.caused_by += caused_by
+        self.to += to
         parts = self.parts
         if parts and (parts[-1][1] == 0 or count == 0):  # steps after steps, or messages after messages: one part
             parts[-1][0] += count

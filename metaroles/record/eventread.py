@@ -39,7 +39,13 @@ def read_events(path: Path) -> list[Event]:
 
 
 def iter_events(path: Path) -> Iterator[Event]:
-    """The events :func:`read_events` gives, a round at a time: a log of any size, read in the memory of one round.
+    """The events :func:`read_events` gives, one after another, read a round at a time (:func:`iter_rounds`)."""
+    for events in iter_rounds(path):
+        yield from events
+
+
+def iter_rounds(path: Path) -> Iterator[list[Event]]:
+    """The events of each round in turn (and of what happened between rounds): a log of any size, in one round's memory.
 
     Raises:
         RunDirCorrupt: As :func:`read_events` does; and if a line's ``seq`` does not follow the line
@@ -57,9 +63,10 @@ def iter_events(path: Path) -> Iterator[Event]:
         previous = event["seq"]
         chunk.append(event)
         if ended(event):
-            yield from _timed(unfolded(chunk), latencies)
+            yield _timed(unfolded(chunk), latencies)
             chunk = []
-    yield from _timed(unfolded(chunk), latencies)
+    if chunk:
+        yield _timed(unfolded(chunk), latencies)
 
 
 def _timed(events: list[Event], latencies: dict[int, float]) -> list[Event]:
@@ -253,22 +260,55 @@ def _round_line(value: dict[str, Any]) -> bool:
     if not (type(value.get("seq")) is int and type(value.get("round")) is int and type(value.get("end")) is int):
         return False
     steps, said = value.get("steps", _NO_STEPS), value.get("published", _NO_MESSAGES)
+    return _round_columns(steps, said) and _round_numbers(value, steps, said)
+
+
+def _round_columns(steps: Any, said: Any) -> bool:
+    """Whether a round line's step and message columns hold what :func:`spelled` reads, one length each."""
     if not (_columns(steps, ("kind", "role", "detail")) and _columns(said, _MESSAGE_COLUMNS)):
         return False
     if not (_names(steps["kind"]) and _names(steps["role"]) and all(map(_names, steps["detail"]))):
         return False
+    if not all(_tool_step(d) for k, d in zip(steps["kind"], steps["detail"], strict=True) if k not in _STEPS):
+        return False
     if not (all(map(_names, said["to"])) and all(map(_names, said["send_to"]))):
         return False
-    if not (_names(said["role"]) and _names(said["message_id"]) and all(map(_names, said["caused_by"]))):
-        return False
+    return _names(said["role"]) and _names(said["message_id"]) and all(map(_names, said["caused_by"]))
+
+
+def _round_numbers(value: dict[str, Any], steps: dict[str, list[Any]], said: dict[str, list[Any]]) -> bool:
+    """Whether a round line's parts, model calls and events are well formed, and ``end`` is the number they reach."""
     parts = value.get("parts", [[len(steps["kind"]), len(said["message_id"])]])
-    if not (isinstance(parts, list) and all(isinstance(p, list) and len(p) == 2 for p in parts)):
+    if not (isinstance(parts, list) and all(isinstance(p, list) and len(p) == 2 and _within(p) for p in parts)):
         return False
-    counted = [sum(p[0] for p in parts), sum(p[1] for p in parts)]
-    if counted != [len(steps["kind"]), len(said["message_id"])]:
+    if [sum(p[0] for p in parts), sum(p[1] for p in parts)] != [len(steps["kind"]), len(said["message_id"])]:
         return False
     calls, events = value.get("llm_calls", []), value.get("events", [])
-    return isinstance(calls, list) and isinstance(events, list) and all(isinstance(e, dict) for e in calls + events)
+    if not (isinstance(calls, list) and isinstance(events, list)):
+        return False
+    head = {"seq": 0, "round": 0}
+    if not all(isinstance(c, dict) and _event({**head, "kind": "llm_call", **c}) for c in calls):
+        return False
+    if not all(isinstance(e, dict) and _event({**head, **e}) for e in events):
+        return False
+    numbered = 2 + len(steps["kind"]) + len(said["message_id"]) + sum(map(len, said["to"])) + len(calls) + len(events)
+    return bool(value["end"] == value["seq"] + numbered - 1)  # the numbers spelled() gives: the next line follows on
+
+
+_STEPS = frozenset({"observe", "think", "act"})
+"""Step kinds whose detail is a list of names; any other (an agent's tool steps) holds its fields as one JSON text."""
+
+
+def _tool_step(detail: list[str]) -> bool:
+    """Whether a tool step's detail is its fields: one JSON text of an object."""
+    try:
+        return len(detail) == 1 and isinstance(json.loads(detail[0]), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def _within(counts: list[Any]) -> bool:
+    return all(type(n) is int and n >= 0 for n in counts)
 
 
 def _columns(table: object, keys: tuple[str, ...]) -> bool:

@@ -3,7 +3,7 @@
 The log holds a line per round (``record.eventlog``); a table of a row per event is what pandas,
 polars and DuckDB read fastest, and what a log of format 1 was. The events are the ones
 :func:`~metaroles.record.eventread.read_events` gives, numbers and latencies included, read a round
-at a time (:func:`~metaroles.record.eventread.iter_events`), so a log of any size exports in the
+at a time (:func:`~metaroles.record.eventread.iter_rounds`), so a log of any size exports in the
 memory of one round. The file appears whole or not at all (written beside it, then renamed).
 
 Parquet needs pyarrow (the ``analysis`` extra). Its columns are :data:`COLUMNS`; an event's other
@@ -21,7 +21,7 @@ from typing import Any, Literal
 import orjson
 
 from metaroles.core.exceptions import ConfigError
-from metaroles.record.eventread import Event, iter_events
+from metaroles.record.eventread import Event, iter_rounds
 
 ExportFormat = Literal["jsonl", "parquet"]
 COLUMNS: dict[str, str] = {
@@ -51,7 +51,7 @@ def export_events(log: Path, target: Path, how: ExportFormat) -> int:
         ConfigError: For Parquet without pyarrow, saying how to install it.
         RunDirCorrupt: If the log is damaged (named by file and line).
     """
-    rounds = _rounds(iter_events(log))
+    rounds = iter_rounds(log)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
     try:
@@ -60,18 +60,6 @@ def export_events(log: Path, target: Path, how: ExportFormat) -> int:
     finally:
         partial.unlink(missing_ok=True)
     return count
-
-
-def _rounds(events: Iterator[Event]) -> Iterator[list[Event]]:
-    """``events`` in runs of a round each (the iterator gives a round's events one after another)."""
-    chunk: list[Event] = []
-    for event in events:
-        chunk.append(event)
-        if event["kind"] == "round_end":
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _jsonl(rounds: Iterator[list[Event]], path: Path) -> int:
