@@ -8,7 +8,7 @@ from metaroles.agents.agent import BaseAgent, ReActAgent, ToolCallAgent
 from metaroles.agents.agent_role import AgentRole, PublishMessage
 from metaroles.agents.sandbox import FileRead, FileWrite, PythonExecute
 from metaroles.agents.tool import BaseTool, Terminate, ToolCollection, ToolFailure, ToolResult
-from metaroles.bus.action import Action, ActionResult, UserRequirement
+from metaroles.bus.action import Action, ActionOutput, ActionResult, UserRequirement
 from metaroles.bus.context import RoleContext, RoleReactMode
 from metaroles.bus.delivery import Bus
 from metaroles.bus.environment import Environment
@@ -57,7 +57,7 @@ from metaroles.llm.offline import FunctionLLM, ScriptedLLM, TestLLM
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse, Usage
 from metaroles.llm.providers import resolve_llm
 from metaroles.messages.memory import ChatMemory, Memory
-from metaroles.messages.message import Message
+from metaroles.messages.message import AIMessage, Message, SystemMessage, UserMessage
 from metaroles.messages.queue import MessageQueue, PriorityMessageQueue
 from metaroles.project.registry import ScenarioPlan, load_scenario
 from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
@@ -70,7 +70,9 @@ from metaroles.team.team import StopReason, Team, TeamReport
 __all__ = [
     "LLM",
     "MESSAGE_ROUTE_TO_ALL",
+    "AIMessage",
     "Action",
+    "ActionOutput",
     "ActionResult",
     "AgentRole",
     "AgentState",
@@ -127,6 +129,7 @@ __all__ = [
     "ScriptedLLM",
     "Spend",
     "StopReason",
+    "SystemMessage",
     "Team",
     "TeamReport",
     "Terminate",
@@ -145,6 +148,7 @@ __all__ = [
     "UnknownRoleError",
     "Usage",
     "UserError",
+    "UserMessage",
     "UserRequirement",
     "any_to_str",
     "fork_scenario",

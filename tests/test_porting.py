@@ -272,8 +272,11 @@ def test_an_output_model_class_is_kept_as_instruct_content_type():
     message = Message("n", instruct_content=Note(text="t"))
     message.role = "assistant"
     assert message.role.value == "assistant"
-    with pytest.raises(InvalidValueError, match="not a chat role"):
+    with pytest.warns(PortingNote, match="'Engineer' is not a chat role"):  # as the constructor takes a profile
         message.role = "Engineer"
+    assert (message.role.value, message.sent_from) == ("user", "Engineer")
+    with pytest.raises(InvalidValueError, match="not a chat role"):
+        message.role = 3
 
 
 async def test_a_truncated_state_file_names_itself_and_loads_nothing(tmp_path):

@@ -60,8 +60,7 @@ def test_cause_by_normalises_class_instance_and_string(cause_by):
 def test_cause_by_rejects_non_action_object_naming_it():
     with pytest.raises(InvalidValueError, match=r"cause_by=42 is not an Action"):
         Message("x", cause_by=42)
-    with pytest.raises(InvalidValueError, match=r"cause_by=<class 'int'>"):
-        Message("x", cause_by=int)
+    assert Message("x", cause_by=int).cause_by == "builtins.int"  # MetaGPT's any_to_str names any class
 
 
 def test_send_to_accepts_names_sets_and_roles():
@@ -212,9 +211,10 @@ def test_every_field_is_validated(kwargs, match):
         Message(**kwargs)
 
 
-def test_unknown_fields_are_rejected_by_name():
-    with pytest.raises(TypeError, match="colour"):
-        Message("x", colour="red")  # type: ignore[call-arg]
+def test_unknown_fields_are_ignored_with_a_note_and_refused_when_validating():
+    with pytest.warns(PortingNote, match=r"\['colour'\], which are no fields"):  # as MetaGPT's Message ignores them
+        message = Message("x", colour="red")
+    assert message.content == "x" and not hasattr(message, "colour")
     with pytest.raises(InvalidValueError, match=r"Message has no field\(s\) \['colour'\]"):
         Message.model_validate({"content": "x", "colour": "red"})
 

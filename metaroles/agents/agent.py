@@ -25,6 +25,7 @@ from metaroles.bus.action import complete
 from metaroles.core.exceptions import AgentStateError, InvalidValueError, ToolCallMissing
 from metaroles.core.prompts import load_prompt, render_prompt
 from metaroles.core.schema import AgentState, ChatRole, ToolCall, ToolChoice, to_chat_role
+from metaroles.core.surface import fresh_fields, plain_field_defaults
 from metaroles.llm.ledger import CostLedger
 from metaroles.llm.protocol import LLM, LLMRequest, parse_json
 from metaroles.messages.memory import ChatMemory
@@ -49,33 +50,52 @@ class BaseAgent(ABC):
         ledger: Where its model calls are accounted (a role passes the run's ledger).
     """
 
+    name: str = ""
+    description: str = ""
+    system_prompt: str | None = None
+    next_step_prompt: str | None = None
+    max_steps: int = 10
+    max_messages: int = 100
+    duplicate_threshold: int = 2
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Class attributes are defaults, as OpenManus' pydantic fields (``Field(...)`` ones too)."""
+        super().__init_subclass__(**kwargs)
+        plain_field_defaults(cls)
+
     def __init__(
         self,
         *,
-        name: str,
-        llm: LLM,
-        description: str = "",
+        name: str | None = None,
+        llm: LLM | None = None,
+        description: str | None = None,
         system_prompt: str | None = None,
         next_step_prompt: str | None = None,
-        max_steps: int = 10,
-        max_messages: int = 100,
-        duplicate_threshold: int = 2,
+        max_steps: int | None = None,
+        max_messages: int | None = None,
+        duplicate_threshold: int | None = None,
         ledger: CostLedger | None = None,
     ) -> None:
-        """Create an IDLE agent; see the class docstring for the arguments."""
-        if not isinstance(name, str) or not name:
+        """Create an IDLE agent; see the class docstring (an argument not given: the class attribute)."""
+        cls = type(self)
+        fresh_fields(self, {})
+        name = name or cls.name or cls.__name__
+        max_steps = cls.max_steps if max_steps is None else max_steps
+        duplicate_threshold = cls.duplicate_threshold if duplicate_threshold is None else duplicate_threshold
+        if not isinstance(name, str):
             raise InvalidValueError(f"name={name!r} must be a non-empty string, e.g. name='coder'")
         for label, value in (("max_steps", max_steps), ("duplicate_threshold", duplicate_threshold)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidValueError(f"{label}={value!r} must be a positive integer")
         self.name = name
-        self.llm = llm
-        self.description = description
-        self.system_prompt = system_prompt
-        self.next_step_prompt = next_step_prompt
+        self.llm = llm if llm is not None else getattr(self, "llm", None)
+        """Its model; without one, a step says to pass ``llm=`` (OpenManus builds one from its global config)."""
+        self.description = cls.description if description is None else description
+        self.system_prompt = cls.system_prompt if system_prompt is None else system_prompt
+        self.next_step_prompt = cls.next_step_prompt if next_step_prompt is None else next_step_prompt
         self.max_steps = max_steps
         self.duplicate_threshold = duplicate_threshold
-        self.memory = ChatMemory(max_messages=max_messages)
+        self.memory = ChatMemory(max_messages=cls.max_messages if max_messages is None else max_messages)
         self.ledger = ledger
         self.state = AgentState.IDLE
         self.current_step = 0
@@ -214,6 +234,10 @@ class ReActAgent(BaseAgent):
 class ToolCallAgent(ReActAgent):
     """A ReAct agent whose actions are tool calls the model chooses.
 
+    As in OpenManus, a subclass may declare its configuration as class attributes (``available_tools``,
+    ``system_prompt``, ``next_step_prompt``, ``max_steps``, ``tool_choices``, ``special_tool_names``,
+    ``max_observe``, ``name``); an argument given to the constructor wins.
+
     Args:
         tools: Its tools (default: ``Terminate`` only).
         tool_choice: NONE (answer in text), AUTO (the model decides) or REQUIRED (must call).
@@ -223,37 +247,47 @@ class ToolCallAgent(ReActAgent):
         **options: See :class:`BaseAgent`.
     """
 
+    available_tools: ToolCollection | Iterable[BaseTool] | None = None
+    tool_choices: ToolChoice | str = ToolChoice.AUTO
+    special_tool_names: Iterable[str] = (Terminate.NAME,)
+    max_observe: int | None = None
+
     def __init__(
         self,
         *,
         tools: ToolCollection | Iterable[BaseTool] | None = None,
-        tool_choice: ToolChoice | str = ToolChoice.AUTO,
-        special_tool_names: Iterable[str] = (Terminate.NAME,),
+        tool_choice: ToolChoice | str | None = None,
+        special_tool_names: Iterable[str] | None = None,
         max_observe: int | None = None,
         on_event: AgentEvent | None = None,
         **options: Any,
     ) -> None:
         """Create an IDLE tool-calling agent; see the class docstring for the arguments."""
+        cls = type(self)
+        tool_choice = cls.tool_choices if tool_choice is None else tool_choice
+        max_observe = cls.max_observe if max_observe is None else max_observe
         if tool_choice not in set(ToolChoice):
             raise InvalidValueError(f"tool_choice={tool_choice!r} must be one of {[c.value for c in ToolChoice]}")
         if max_observe is not None and (
             isinstance(max_observe, bool) or not isinstance(max_observe, int) or max_observe < 1
         ):
             raise InvalidValueError(f"max_observe={max_observe!r} must be a positive integer or None")
-        options.setdefault("system_prompt", None)
-        options.setdefault(
-            "next_step_prompt", load_prompt("metaroles.agents.prompts", "toolcall_next_step.txt").strip()
-        )
+        if cls.next_step_prompt is None:
+            options.setdefault(
+                "next_step_prompt", load_prompt("metaroles.agents.prompts", "toolcall_next_step.txt").strip()
+            )
         super().__init__(**options)
         if self.system_prompt is None:
             self.system_prompt = render_prompt(
                 load_prompt("metaroles.agents.prompts", "toolcall_system.txt"), name=self.name
             )
+        tools = self.available_tools if tools is None else tools  # a class's (OpenManus declares them there)
         self.available_tools = (
             tools if isinstance(tools, ToolCollection) else ToolCollection(*(tools or (Terminate(),)))
         )
         self.tool_choices = ToolChoice(tool_choice)
-        self.special_tool_names = [n.lower() for n in special_tool_names]
+        names = type(self).special_tool_names if special_tool_names is None else special_tool_names
+        self.special_tool_names = [n.lower() for n in names]
         self.max_observe = max_observe
         self.on_event = on_event
         self.tool_calls: list[ToolCall] = []

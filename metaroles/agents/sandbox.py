@@ -21,6 +21,7 @@ import errno
 import os
 import signal
 import stat
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -76,11 +77,15 @@ class PythonExecute(BaseTool):
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {
             "type": "object",
-            "properties": {"code": {"type": "string", "description": "The Python code to execute."}},
+            "properties": {
+                "code": {"type": "string", "description": "The Python code to execute."},
+                "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "Seconds before it is stopped."},
+            },
             "required": ["code"],
         }
     )
-    workdir: Path
+    workdir: Path = Field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="metaroles-python-")))
+    """Where the code runs; by default a new temporary folder (OpenManus' ``PythonExecute()`` takes none)."""
     timeout: float = 5.0
     max_timeout: float = 60.0
     memory_mb: int = 512
@@ -132,7 +137,7 @@ class PythonExecute(BaseTool):
         """Run ``code``; a timeout, a crash or a non-zero exit is reported in ``error`` with the output so far.
 
         ``timeout=`` (seconds) sets this call's deadline, as OpenManus' ``execute(code, timeout=5)``;
-        the tool's own ``timeout`` otherwise. Models are not offered it: their calls keep the tool's.
+        the tool's own ``timeout`` otherwise; either way no more than ``max_timeout``. Its schema offers it to models.
         """
         timeout = _call_timeout(arguments.get("timeout"), self.timeout, self.max_timeout)
         out, err = bytearray(), bytearray()

@@ -18,11 +18,14 @@ from pydantic import BaseModel, ValidationError
 from metaroles.core.exceptions import InvalidValueError, LLMOutputInvalid, UserError
 from metaroles.core.prompts import load_prompt, render_prompt
 from metaroles.core.schema import ChatRole
+from metaroles.core.surface import CLASS_KEYS, Dumped, class_path, declared_fields, jsonable
 from metaroles.llm.ledger import CostLedger
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse, parse_output
 from metaroles.messages.message import Message
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+_ACTION_OWN = frozenset("name llm instruction output_model desc system_prompt prefix i_context".split())
+"""The constructor's own arguments (a subclass that annotates one redeclares it)."""
 ActionResult = str | BaseModel | Message | None
 """What ``Action.run`` may return: text, a validated model, a full Message, or nothing."""
 
@@ -111,7 +114,22 @@ async def complete_structured(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-class Action:
+class ActionOutput:
+    """What an action produced, as MetaGPT's ``ActionOutput``: its text and its structured output, if any."""
+
+    __slots__ = ("content", "instruct_content")
+
+    def __init__(self, content: str, instruct_content: BaseModel | None = None) -> None:
+        """Hold ``content`` and ``instruct_content``."""
+        self.content = content
+        self.instruct_content = instruct_content
+
+    def __repr__(self) -> str:
+        """Show the content."""
+        return f"ActionOutput(content={self.content!r})"
+
+
+class Action(Dumped):
     """One step of a role.
 
     Subclasses set class attributes and/or override :meth:`run`::
@@ -124,6 +142,9 @@ class Action:
         llm: The model to ask; a Role passes its own to actions that have none.
         instruction: What the default :meth:`run` asks the model to do.
         output_model: A pydantic model the answer must validate as.
+        desc, system_prompt, prefix, i_context: MetaGPT's fields of the same names (``prefix`` is
+            otherwise set by the role; ``i_context`` is the action's input, kept for its ``run``).
+        **fields: The fields a subclass declares with annotations, as MetaGPT's pydantic actions take them.
     """
 
     name: str = ""
@@ -141,10 +162,15 @@ class Action:
 
     cause_by: ClassVar[str] = "metaroles.bus.action.Action"
 
+    i_context: Any = None
+    """MetaGPT's input of an action (what its ``run`` works on), when given one."""
+    _declared: ClassVar[list[str]] = []
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Compute the subclass's action id once."""
+        """Compute the subclass's action id and the fields it declares, once."""
         super().__init_subclass__(**kwargs)
         cls.cause_by = f"{cls.__module__}.{cls.__qualname__}"
+        cls._declared = [name for name in declared_fields(cls, Action) if name not in _ACTION_OWN]
 
     def __init__(
         self,
@@ -153,10 +179,30 @@ class Action:
         llm: LLM | None = None,
         instruction: str | None = None,
         output_model: type[BaseModel] | None = None,
+        desc: str | None = None,
+        system_prompt: str | None = None,
+        prefix: str = "",
+        i_context: Any = None,
+        **fields: Any,
     ) -> None:
         """Create an action; see the class docstring for the arguments."""
+        unknown = [key for key in fields if key not in self._declared and key not in CLASS_KEYS]
+        if unknown:
+            raise InvalidValueError(
+                f"{type(self).__name__} got unknown argument(s) {unknown}; declare them on the class "
+                f"(e.g. `{unknown[0]}: str = \"\"`) to pass them, as a MetaGPT action's fields"
+            )
         self.name = name or type(self).name or type(self).__name__
         self.llm = llm
+        for field, value in (("desc", desc), ("system_prompt", system_prompt), ("i_context", i_context)):
+            if value is not None:
+                setattr(self, field, value)
+        self._fresh_fields(fields)
+        for field in self._declared:  # as pydantic does: a mutable class default is copied, not shared
+            if field in fields:
+                setattr(self, field, fields[field])
+            elif field not in vars(self) and isinstance(value := getattr(type(self), field, None), (list, dict, set)):
+                setattr(self, field, copy.copy(value))
         if instruction is not None:
             self.instruction = instruction
         if output_model is not None:
@@ -166,9 +212,19 @@ class Action:
                 )
             self.output_model = output_model
         self.role_name = ""
-        self.prefix = ""
+        self.prefix = prefix
         """The role's system prompt (set by the role, see ``Role._get_prefix``)."""
         self.ledger: CostLedger | None = None
+
+    def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:
+        """The action as data (MetaGPT's pydantic dump): ``Action.model_validate(dump)`` rebuilds its class.
+
+        The model is not part of it: a role gives its own to the actions it rebuilds.
+        """
+        dump: dict[str, Any] = {"name": self.name, "desc": self.desc, "instruction": self.instruction}
+        dump |= {"system_prompt": self.system_prompt, "prefix": self.prefix}
+        dump |= {"i_context": jsonable(self.i_context, mode), "cls": class_path(type(self))}
+        return dump | {field: jsonable(getattr(self, field), mode) for field in self._declared}
 
     def set_prefix(self, prefix: str) -> None:
         """Use ``prefix`` as the system message when the action has no ``system_prompt`` of its own (MetaGPT)."""

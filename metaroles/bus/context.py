@@ -60,7 +60,7 @@ class RoleHost(Protocol):
         """The roles on the bus, by name."""
         ...
 
-    def publish_message(self, message: Message) -> None:
+    def publish_message(self, message: Message) -> object:
         """Route ``message`` to its recipients."""
         ...
 

@@ -144,7 +144,11 @@ class Bus:
         for role in roles:
             self.add_role(role)
 
-    def get_role(self, name: str) -> Role:
+    def get_role(self, name: str) -> Role | None:
+        """Return the role named ``name``, or ``None`` if there is none (as MetaGPT's; :meth:`role` raises)."""
+        return self.roles.get(name)
+
+    def role(self, name: str) -> Role:
         """Return the role named ``name``.
 
         Raises:
@@ -331,8 +335,10 @@ class Bus:
         if recipients:
             self._sharing.add(record)
 
-    def publish_message(self, message: Message) -> None:
-        """Publish ``message``: delivered at the end of the current round, or now between rounds.
+    def publish_message(self, message: Message) -> bool:
+        """Publish ``message``: delivered at the end of the current round, or now between rounds; ``True``.
+
+        Returns ``True`` as MetaGPT's does (a message that reaches no role is a dead letter, not a failure).
 
         Raises:
             UndeliverableError: In strict mode, between rounds, when it reaches no role (it is
@@ -344,9 +350,10 @@ class Bus:
             scope = SCOPE.get()  # a turn's message goes out with its role: see _rank
             rank = scope.slot - 1 if scope is not None and scope.slot > 0 else self._rank(message)
             self._pending.append((rank, message))
-            return
+            return True
         self._deliver((message,))
         self._raise_undelivered()
+        return True
 
     def publish_ranked(self, published: Iterable[tuple[int, Message]]) -> None:
         """Add messages published elsewhere in this round (a shard's) to its delivery, each at its rank."""
@@ -444,7 +451,7 @@ class Bus:
 
     def explain_route(self, message: Message, role: Role | str) -> RouteExplanation:
         """Say which rule delivers ``message`` to ``role`` (or not) and whether it becomes news."""
-        return explain_route(message, self.get_role(role) if isinstance(role, str) else role)
+        return explain_route(message, self.role(role) if isinstance(role, str) else role)
 
 
 def _checked(result: object, hook: Intervention) -> Message:

@@ -11,12 +11,12 @@ transcript. A message that reaches no role goes to :attr:`Environment.dead_lette
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 from pydantic import ValidationError
@@ -40,6 +40,7 @@ from metaroles.core.exceptions import (
 from metaroles.core.files import write_atomic
 from metaroles.core.heap import SettledHeap
 from metaroles.core.ids import Clock, IdScope, id_scope, run_key
+from metaroles.core.surface import CLASS_KEYS, Dumped
 from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
@@ -62,7 +63,7 @@ class Round:
         self.failures.append((role, exc))
 
 
-class Environment(Bus):
+class Environment(Bus, Dumped):
     """The message bus that runs rounds: a :class:`Bus` plus concurrency, a seed, the run's ids and saved state.
 
     Args:
@@ -86,10 +87,18 @@ class Environment(Bus):
         concurrency: int = 32,
         on_role_error: Literal["raise", "record"] = "raise",
         interventions: Iterable[Intervention] = (),
-        ledger: CostLedger | None = None,
+        ledger: CostLedger | list[Any] | None = None,
         seed: int | None = None,
+        roles: Iterable[Role | dict[str, Any]] | Mapping[str, Role | dict[str, Any]] = (),
+        **saved: Any,
     ) -> None:
-        """Create an empty environment; see the class docstring for the arguments."""
+        """Create an environment; see the class docstring for the arguments.
+
+        ``roles`` and ``saved`` are what :meth:`model_dump` wrote (MetaGPT's ``Environment(**data)``):
+        the roles (dumps, or roles; a name → role mapping too) join, then the saved state is loaded.
+        """
+        if isinstance(ledger, list):  # a dump's: the ledger's entries
+            saved["ledger"], ledger = ledger, None
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidValueError(f"concurrency={concurrency!r} must be a positive integer")
         if on_role_error not in ("raise", "record"):
@@ -108,6 +117,31 @@ class Environment(Bus):
         """Within a session, what settles the heap after each round (``core.heap``)."""
         self.observer: TurnObserver | None = None
         """Sees each round and turn while it runs (OpenTelemetry: ``telemetry.tracing.traced``); off when ``None``."""
+        self._from_dump(roles, saved)
+
+    def _from_dump(self, roles: Iterable[Role | dict[str, Any]] | Mapping[str, Any], saved: dict[str, Any]) -> None:
+        """Hire ``roles`` (dumps rebuilt as the class each names) and load the state ``saved`` holds."""
+        entries = list(roles.values() if isinstance(roles, Mapping) else roles)
+        unknown = sorted(set(saved) - set(EnvironmentState.model_fields) - set(CLASS_KEYS))
+        if unknown:
+            raise InvalidValueError(
+                f"Environment got unknown argument(s) {unknown}; it takes its own and what model_dump wrote"
+            )
+        self.add_roles(Role.model_validate(entry) for entry in entries)
+        if saved.keys() - set(CLASS_KEYS):  # the roles' dumps hold their own state; this, the whole run's
+            states = [entry for entry in entries if isinstance(entry, Mapping)]
+            self.load_state(EnvironmentState.model_validate({**saved, "roles": states}))
+
+    def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:
+        """The environment as data (MetaGPT's pydantic dump): :meth:`state_dict`'s, each role whole.
+
+        ``Environment(**dump)`` or ``Environment.model_validate(dump)`` rebuild it: the roles (the
+        classes their dumps name) with their memories and buffers, the history, round, ledger and seed.
+        """
+        state = self.state_dict().model_dump(mode=mode)
+        roles = [role.model_dump(mode=mode) for role in self._members]
+        settings = {"desc": self.desc, "strict": self.strict, "concurrency": self.concurrency}
+        return {**settings, "on_role_error": self.on_role_error, **state, "roles": roles}
 
     # -- the run's ids ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ A custom role needs only :meth:`Role.set_actions` and :meth:`Role._watch`, or ov
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 from warnings import warn
@@ -17,13 +18,14 @@ from warnings import warn
 if TYPE_CHECKING:
     from metaroles.longterm.storage import MemoryStorage
 
-from metaroles.bus.action import Action, UserRequirement, failure_message, result_message
+from metaroles.bus.action import Action, ActionOutput, UserRequirement, failure_message, result_message
 from metaroles.bus.context import RoleContext, RoleHost, RoleReactMode, check_react_mode
 from metaroles.bus.state import RoleState, context_state, persist_long_term, restore_context
 from metaroles.bus.thinking import Step, choose_state, plan_steps, prompt_vars, role_prefix
 from metaroles.core.exceptions import InvalidValueError, LLMOutputInvalid
 from metaroles.core.ids import IdScope
-from metaroles.core.schema import BROADCAST, action_ids, checked_name, to_addresses
+from metaroles.core.schema import BROADCAST, action_ids, any_to_str, checked_name, to_addresses
+from metaroles.core.surface import CLASS_KEYS, Dumped, class_path, declared_fields, jsonable
 from metaroles.llm.ledger import CostLedger
 from metaroles.llm.protocol import LLM
 from metaroles.longterm.brain import BrainMemory
@@ -32,9 +34,16 @@ from metaroles.messages.message import Message
 
 _PLAN, _BY_ORDER = RoleReactMode.PLAN_AND_ACT, RoleReactMode.BY_ORDER
 _TURN_HOOKS = ("run", "_observe", "react", "_react", "_think", "_act", "publish_message")
+_STATE_KEYS = frozenset(RoleState.model_fields) - {"name", "watch", "long_term"}
+"""The keys of a dump (:meth:`Role.model_dump`) that are saved state, loaded after the role is built."""
+_OWN = frozenset(
+    "name profile goal constraints desc llm actions watch react_mode max_react_loop send_to long_term "
+    "similarity_threshold brain_memory recovered states".split()
+)
+"""The constructor's own arguments: a subclass that annotates one redeclares it, it declares no new field."""
 
 
-class Role:
+class Role(Dumped):
     """An agent on the bus.
 
     Class attributes give defaults, so ``class Alice(Role): name = "Alice"`` works as in MetaGPT.
@@ -53,6 +62,11 @@ class Role:
         long_term: A MemoryStorage: watched messages then persist there (a LongtermMemory).
         similarity_threshold: With ``long_term``, drop news this similar to what is remembered.
         brain_memory: A BrainMemory the role's actions may use; saved with the run's state.
+        desc: A description (MetaGPT's ``desc``), for humans.
+        recovered: Whether the role was rebuilt from a saved state (MetaGPT's flag).
+        **data: What :meth:`model_dump` wrote (its saved state, loaded once the role is built) and the
+            fields a subclass declares with annotations (``code_text: str = ""``), as MetaGPT's
+            pydantic roles take them: ``Role(**role.model_dump())`` rebuilds the role.
     """
 
     name: str = ""
@@ -63,6 +77,7 @@ class Role:
     _default_turn: ClassVar[bool] = True
     _own_observe: ClassVar[bool] = False
     _own_think: ClassVar[bool] = False
+    _declared: ClassVar[list[str]] = []
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Note which hooks of a turn the subclass overrides.
@@ -74,6 +89,7 @@ class Role:
         super().__init_subclass__(**kwargs)
         cls._default_turn = all(getattr(cls, hook) is getattr(Role, hook) for hook in _TURN_HOOKS)
         cls._own_observe, cls._own_think = cls._observe is not Role._observe, cls._think is not Role._think
+        cls._declared = [name for name in declared_fields(cls, Role) if name not in _OWN]
 
     def __init__(
         self,
@@ -91,12 +107,20 @@ class Role:
         long_term: MemoryStorage | None = None,
         similarity_threshold: float | None = None,
         brain_memory: BrainMemory | None = None,
+        desc: str | None = None,
+        recovered: bool = False,
+        **data: Any,
     ) -> None:
         """Create a role; see the class docstring for the arguments."""
+        saved = self._take_dump(data)
         self.name = checked_name(name or type(self).name or type(self).__name__)
         self.profile = profile or type(self).profile or self.name
         self.goal = goal if goal is not None else type(self).goal
         self.constraints = constraints if constraints is not None else type(self).constraints
+        self.desc = desc if desc is not None else type(self).desc
+        self.recovered = recovered
+        if isinstance(long_term, str):  # a dump's: the id its long-term memory was persisted under
+            saved["long_term"], long_term = long_term, None
         self.llm = llm
         self.rc = RoleContext(react_mode=check_react_mode(react_mode, max_react_loop), max_react_loop=max_react_loop)
         self.actions: list[Action] = []
@@ -114,6 +138,43 @@ class Role:
         self._watch([UserRequirement] if watch is None else watch)
         if actions:
             self.set_actions(actions)
+        self._fresh_fields(data)
+        for field in self._declared:  # as pydantic does: a mutable class default is copied, not shared
+            if field in data:
+                setattr(self, field, data[field])
+            elif field not in vars(self) and isinstance(value := getattr(type(self), field, None), (list, dict, set)):
+                setattr(self, field, copy.copy(value))
+        if saved:
+            self.load_state(RoleState(name=self.name, cls=class_path(type(self)), watch=sorted(self.rc.watch), **saved))
+
+    @classmethod
+    def _take_dump(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Take out of ``data`` the saved state a dump holds; leave the declared fields; refuse anything else."""
+        saved = {key: data.pop(key) for key in _STATE_KEYS & data.keys()}
+        saved.pop("cls", None)
+        for key in (*CLASS_KEYS[1:], "states", "is_human", "role_id"):  # derived, or MetaGPT's with no meaning here
+            data.pop(key, None)
+        unknown = [key for key in data if key not in cls._declared]
+        if unknown:
+            raise InvalidValueError(
+                f"{cls.__name__} got unknown argument(s) {unknown}; declare them on the class "
+                f"(e.g. `{unknown[0]}: str = \"\"`) to pass them, as a MetaGPT role's fields"
+            )
+        return saved
+
+    def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:
+        """The role as data (MetaGPT's pydantic dump): its arguments, its declared fields and its saved state.
+
+        ``Role(**dump)`` or ``Role.model_validate(dump)`` (the class the dump names) rebuild it; the
+        state part is :meth:`state_dict`'s, the format a run saves.
+        """
+        rc = self.rc
+        dump: dict[str, Any] = {"profile": self.profile, "goal": self.goal, "constraints": self.constraints}
+        dump |= {"desc": self.desc, "recovered": self.recovered, "react_mode": rc.react_mode.value}
+        dump |= {"max_react_loop": rc.max_react_loop, "send_to": sorted(self.send_to), "states": list(self.states)}
+        dump["actions"] = [action.model_dump(mode=mode) for action in self.actions]
+        dump |= {field: jsonable(getattr(self, field), mode) for field in self._declared}
+        return dump | self.state_dict().model_dump(mode=mode)
 
     def __repr__(self) -> str:
         """Show class and name."""
@@ -138,6 +199,8 @@ class Role:
                 instances.append(item())
             elif isinstance(item, Action):
                 instances.append(item)
+            elif isinstance(item, dict):  # an action's dump (Action.model_dump), as a role's dump holds them
+                instances.append(Action.model_validate(item))
             else:
                 raise InvalidValueError(
                     f"set_actions got {item!r}, which is neither an Action class nor an Action instance"
@@ -227,8 +290,10 @@ class Role:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def put_message(self, message: Message) -> None:
-        """Buffer ``message`` for the next observation."""
+    def put_message(self, message: Message | None) -> None:
+        """Buffer ``message`` for the next observation (``None``: nothing, as in MetaGPT)."""
+        if message is None:
+            return
         if not isinstance(message, Message):
             raise InvalidValueError(f"put_message got {message!r}, which is not a Message; wrap text in Message(...)")
         if self.rc.msg_buffer.push(message) and self.rc.env is not None:
@@ -264,6 +329,31 @@ class Role:
         rc = self.rc
         rc.remembered, rc.news = rc.memory.remember_news(rc.msg_buffer.pop_all(), rc.watch, self.name)
         return len(rc.news)
+
+    def is_watch(self, caused_by: object) -> bool:
+        """Whether messages caused by ``caused_by`` (an Action class, instance or id) are news to this role."""
+        return any_to_str(caused_by) in self.rc.watch
+
+    async def think(self) -> Action | None:
+        """MetaGPT's exported step: observe, then choose the next action (returned; also ``rc.todo``)."""
+        await self._observe()
+        await self._think()
+        return self.rc.todo
+
+    async def act(self) -> ActionOutput:
+        """MetaGPT's exported step: run ``rc.todo`` and give its output (content and ``instruct_content``)."""
+        message = await self._act()
+        if message is None:
+            return ActionOutput("")
+        return ActionOutput(message.content or "", message.instruct_content)
+
+    @property
+    def action_description(self) -> str:
+        """What the role does next, for a human: the next action's ``desc``, else its name (else the first one's)."""
+        todo = self.rc.todo
+        if todo is not None:
+            return todo.desc or type(todo).__name__
+        return type(self.actions[0]).__name__ if self.actions else ""
 
     @property
     def is_idle(self) -> bool:
@@ -383,11 +473,13 @@ class Role:
         """
         return self._plan_and_act() if self.rc.react_mode is _PLAN else self._react()
 
-    async def run(self, with_message: Message | str | None = None) -> Message | None:
+    async def run(self, with_message: Message | str | list[str] | None = None) -> Message | None:
         """One turn: ``_observe``, then ``react`` (``_think`` → ``_act``), then publish. Returns the response, if any.
 
         Every role takes its turns here, a default one as a custom one.
         """
+        if isinstance(with_message, list):  # MetaGPT's: a list of strings is one message, a line each
+            with_message = "\n".join(with_message)
         if with_message is not None:
             self.put_message(Message(with_message) if isinstance(with_message, str) else with_message)
         observed = await self._observe() if self._own_observe else self.take_news()

@@ -105,7 +105,8 @@ def any_to_str(value: object) -> str:
     """Normalise an Action class, Action instance or string to an action id.
 
     Args:
-        value: A string (kept as is), or a class or instance with an ``action_id()`` method.
+        value: A string (kept as is), a class or instance with an ``action_id()`` method, or any other class
+            (``module.QualName``, as MetaGPT names it).
 
     Returns:
         The action id, e.g. ``"mypkg.actions.WriteCode"``.
@@ -120,6 +121,8 @@ def any_to_str(value: object) -> str:
         result = action_id()
         if isinstance(result, str):
             return result
+    if isinstance(value, type):  # MetaGPT's: any class is named by its module and name
+        return f"{value.__module__}.{value.__qualname__}"
     raise InvalidValueError(
         f"cause_by={value!r} is not an Action class, an Action instance or a string; "
         "pass the Action that produced the message, e.g. cause_by=WriteCode"
@@ -235,6 +238,8 @@ def decode_instruct_content(data: dict[str, Any]) -> BaseModel:
     """
     path = data.get("type")
     value = data.get("value")
+    if path is None and isinstance(data.get("class"), str):  # MetaGPT's form: the class's name and its fields
+        path = data["class"]
     if not isinstance(path, str) or not isinstance(value, dict):
         raise InvalidValueError(
             f"instruct_content={data!r} is neither a pydantic model nor an encoded one "

@@ -51,6 +51,16 @@ def profile_as_sender(
 ROLE_VALUES = {role: role.value for role in ChatRole}
 
 
+def ignored_fields(unknown: dict[str, object]) -> None:
+    """MetaGPT's ``Message(content="a", x="d")``: a keyword that is no field is ignored, and said so once."""
+    warnings.warn(
+        f"Message got {sorted(unknown)}, which are no fields of a Message; ignored, as MetaGPT's Message does. "
+        "Put extra data in metadata={...} to keep it.",
+        PortingNote,
+        stacklevel=3,
+    )
+
+
 def to_cause_by(value: object) -> str:
     """A ``cause_by`` value as an action id: an Action class or instance becomes its id; none, UserRequirement."""
     return USER_REQUIREMENT if value is None or value == "" else any_to_str(value)

@@ -13,16 +13,17 @@ from __future__ import annotations
 import itertools
 from array import array
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Self
 
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.schema import ChatRole, action_ids, any_to_str
+from metaroles.core.surface import Dumped
 from metaroles.messages.message import Message
 from metaroles.messages.view import EMPTY, IndexedView, JoinedView, MessageView
 
+_CHAT_ROLES = frozenset(ChatRole)
 POSITIONS = "I"
 """The array type of an index entry's positions: 4 bytes each (a memory holds fewer than 2**32 messages:
 at ~100 bytes the least a message takes, more would need 400 GB), half what 8-byte positions took."""
@@ -40,7 +41,7 @@ def news_of(messages: Iterable[Message], watch: Container[str], address: str) ->
     return news
 
 
-class Memory:
+class Memory(Dumped):
     """Messages a role remembers, indexed by the Action that caused them.
 
     Args:
@@ -55,8 +56,19 @@ class Memory:
 
     __slots__ = ("_edits", "_index", "_items", "_merged", "_shared", "_store", "ignore_id")
 
-    def __init__(self, messages: Iterable[Message] = (), *, ignore_id: bool = False) -> None:
-        """Create a memory, optionally holding ``messages``."""
+    def __init__(
+        self,
+        messages: Iterable[Message] = (),
+        *,
+        ignore_id: bool = False,
+        storage: Iterable[Message | dict[str, Any]] = (),
+        index: object = None,
+    ) -> None:
+        """Create a memory, optionally holding ``messages``.
+
+        ``storage`` (messages or their dumps) and ``index`` are what :meth:`model_dump` wrote, as
+        MetaGPT's ``Memory(**data)`` takes them; the index is rebuilt from the messages, so it is not read.
+        """
         self.ignore_id = ignore_id
         self._edits = 0  # counts removals: a checkpoint tells an append-only memory from an edited one
         self._store: dict[str, Message] = {}  # key (id, or content with ignore_id) -> message
@@ -66,13 +78,26 @@ class Memory:
         self._merged: dict[frozenset[str], _Merged] = {}
         """What :meth:`get_by_actions` merged, per set of actions: kept, and extended by what came since."""
         self.add_batch(messages)
+        self.add_batch(Message.model_validate(m) for m in storage)
+
+    def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:
+        """The memory as data (MetaGPT's pydantic dump): its messages in order, its index (ids) and ``ignore_id``."""
+        index = {action: [self._items[at].id for at in bucket] for action, bucket in self._index.items()}
+        return {"storage": [m.model_dump(mode=mode) for m in self._items], "index": index, "ignore_id": self.ignore_id}
 
     def _key(self, message: Message) -> str:
         return (message.content or "") if self.ignore_id else message.id
 
     def add(self, message: Message) -> bool:
-        """Remember ``message`` unless already remembered; return whether it was added. O(1)."""
-        key = (message.content or "") if self.ignore_id else message.id
+        """Remember ``message`` unless already remembered; return whether it was added. O(1).
+
+        Raises:
+            InvalidValueError: If ``message`` is not a Message (nothing is added).
+        """
+        try:
+            key = (message.content or "") if self.ignore_id else message.id
+        except AttributeError:
+            raise InvalidValueError(f"Memory.add got {message!r}, which is not a Message; wrap text in Message(...)")
         store = self._store
         if key in store:
             return False
@@ -203,8 +228,14 @@ class Memory:
         return MessageView(items, 0 if k <= 0 or k >= size else size - k, size)
 
     def get_by_role(self, role: ChatRole | str) -> list[Message]:
-        """Return messages with chat role ``role``, oldest first. O(n)."""
-        return [m for m in self._items if m.role == role]
+        """Return messages with chat role ``role``, oldest first. O(n).
+
+        A name that is no chat role is a MetaGPT profile (``Message(role="Engineer")``), which a message
+        keeps as its sender: the messages ``sent_from`` it are given, as MetaGPT's memory finds them.
+        """
+        if role in _CHAT_ROLES:
+            return [m for m in self._items if m.role == role]
+        return [m for m in self._items if m.sent_from == role]
 
     def get_by_sender(self, name: str) -> list[Message]:
         """Return messages sent by the role named ``name``, oldest first. O(n)."""
@@ -385,26 +416,33 @@ class ChatMemory:
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages <= 0:
             raise InvalidValueError(f"max_messages={max_messages!r} must be a positive integer, e.g. max_messages=100")
         self.max_messages = max_messages
-        self._messages: deque[Message] = deque(messages, maxlen=max_messages)
+        self._messages: list[Message] = list(messages)[-max_messages:]
 
     @property
     def messages(self) -> list[Message]:
-        """The messages in the window, oldest first (a copy)."""
-        return list(self._messages)
+        """The messages in the window, oldest first: the live list, as OpenManus' (the next add trims it)."""
+        return self._messages
+
+    @messages.setter
+    def messages(self, value: Iterable[Message]) -> None:
+        self._messages = list(value)[-self.max_messages :]
 
     def add_message(self, message: Message) -> None:
         """Append ``message``, dropping the oldest when the window is full."""
-        self._messages.append(message)
+        self.add_messages((message,))
 
     def add_messages(self, messages: Iterable[Message]) -> None:
         """Append ``messages`` in order; the bound holds (unlike the OpenManus original)."""
-        self._messages.extend(messages)
+        window = self._messages
+        window += messages
+        if len(window) > self.max_messages:
+            del window[: len(window) - self.max_messages]
 
     def get_recent_messages(self, n: int) -> list[Message]:
         """Return the newest ``n`` messages, oldest first."""
         if n <= 0:
             return []
-        return list(self._messages)[-n:]
+        return self._messages[-n:]
 
     def to_dict_list(self) -> list[dict[str, Any]]:
         """Return the window in the chat form a model API expects."""

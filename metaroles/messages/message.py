@@ -14,6 +14,7 @@ messages a second and a slotted object costs a fraction of a model instance to b
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable
 from itertools import repeat
 from json.encoder import encode_basestring
@@ -21,11 +22,11 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 import pydantic_core
-from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler, create_model
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from metaroles.core.exceptions import InvalidValueError
+from metaroles.core.exceptions import InvalidValueError, PortingNote
 from metaroles.core.ids import SCOPE, new_id
 from metaroles.core.schema import (
     BROADCAST,
@@ -40,6 +41,7 @@ from metaroles.core.schema import (
 from metaroles.messages.fields import (
     ROLE_VALUES,
     ROLES,
+    ignored_fields,
     optional_str,
     profile_as_sender,
     to_cause_by,
@@ -163,8 +165,14 @@ class Message:
         tool_call_id: str | None = None,
         name: str | None = None,
         base64_image: str | None = None,
+        **unknown: object,
     ) -> None:
-        """Build a validated message; see the class docstring for the arguments."""
+        """Build a validated message; see the class docstring for the arguments.
+
+        A keyword that is no field is ignored, as MetaGPT's Message ignores it, with a :class:`PortingNote`.
+        """
+        if unknown:
+            ignored_fields(unknown)
         if id is None:
             id = new_id()
         elif not isinstance(id, str) or not id:
@@ -257,7 +265,9 @@ class Message:
         self._metadata = value
 
     def _set_role(self, value: object) -> None:
-        """``message.role = value``, normalised and checked as the constructor does."""
+        """``message.role = value``, normalised and checked as the constructor does (a profile: the sender)."""
+        if type(value) is str and value and value not in ROLES:
+            value, self.sent_from, self._metadata = profile_as_sender(value, self.sent_from, self._metadata)
         self._role = to_chat_role(value)
 
     def _set_cause_by(self, value: object) -> None:
@@ -462,9 +472,22 @@ class Message:
         return self.model_dump_json()
 
     @classmethod
-    def load(cls, text: str | bytes) -> Self:
-        """Restore a message serialised by :meth:`dump`."""
-        return cls.model_validate_json(text)
+    def load(cls, text: str | bytes) -> Self | None:
+        """Restore a message serialised by :meth:`dump`; ``None`` (with a warning) for text that is not one, as MetaGPT's.
+
+        :meth:`model_validate_json` raises instead.
+        """
+        try:
+            return cls.model_validate_json(text)
+        except (ValueError, TypeError) as exc:
+            warnings.warn(f"Message.load: not a dumped message ({exc}); gave None", PortingNote, stacklevel=2)
+            return None
+
+    @classmethod
+    def create_instruct_value(cls, kvs: dict[str, Any], class_name: str = "") -> BaseModel:
+        """MetaGPT's: a pydantic instance of a model made for ``kvs`` (its fields typed as their values)."""
+        fields: dict[str, Any] = {key: (type(value), ...) for key, value in kvs.items()}
+        return create_model(class_name or "InstructValue", **fields).model_validate(kvs)
 
     @classmethod
     def user_message(cls, content: str, base64_image: str | None = None) -> Self:
@@ -496,6 +519,39 @@ class Message:
             for call in tool_calls
         ]
         return cls(content, role=ChatRole.ASSISTANT, tool_calls=calls, base64_image=base64_image, **kwargs)
+
+
+class UserMessage(Message):
+    """MetaGPT's ``UserMessage(content)``: a message with the chat role ``user``."""
+
+    __slots__ = ()
+
+    def __init__(self, content: str, **kwargs: Any) -> None:
+        """Build it; a ``role`` given is replaced, as MetaGPT's does."""
+        kwargs.pop("role", None)
+        super().__init__(content, role=ChatRole.USER, **kwargs)
+
+
+class SystemMessage(Message):
+    """MetaGPT's ``SystemMessage(content)``: a message with the chat role ``system``."""
+
+    __slots__ = ()
+
+    def __init__(self, content: str, **kwargs: Any) -> None:
+        """Build it; a ``role`` given is replaced, as MetaGPT's does."""
+        kwargs.pop("role", None)
+        super().__init__(content, role=ChatRole.SYSTEM, **kwargs)
+
+
+class AIMessage(Message):
+    """MetaGPT's ``AIMessage(content)``: a message with the chat role ``assistant``."""
+
+    __slots__ = ()
+
+    def __init__(self, content: str, **kwargs: Any) -> None:
+        """Build it; a ``role`` given is replaced, as MetaGPT's does."""
+        kwargs.pop("role", None)
+        super().__init__(content, role=ChatRole.ASSISTANT, **kwargs)
 
 
 def share_recipients(messages: Iterable[Message], sets: dict[frozenset[str], frozenset[str]]) -> None:

@@ -9,13 +9,28 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from typing import Any, Self
 
 import anyio
 
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.messages.message import Message
+
+
+class DumpedText(str):
+    """A dumped queue's JSON text, which may also be awaited: MetaGPT's ``await queue.dump()`` gives the same text.
+
+    MetaGPT's ``MessageQueue.dump`` is a coroutine; ours does no I/O, so it returns the text at once,
+    and ported code that awaits it gets the text too.
+    """
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, str]:
+        """Give the text itself, without suspending."""
+        return str(self)
+        yield  # pragma: no cover - makes this a generator, as ``__await__`` must be
 
 
 class _Waitable:
@@ -130,9 +145,9 @@ class MessageQueue(_Waitable):
         """Return the buffered messages, oldest first, without removing them."""
         return self._queue[self._head :]
 
-    def dump(self) -> str:
-        """Serialise the buffered messages, oldest first, as JSON text (MetaGPT's ``MessageQueue.dump``)."""
-        return json.dumps([m.model_dump(mode="json") for m in self.peek_all()], ensure_ascii=False)
+    def dump(self) -> DumpedText:
+        """Serialise the buffered messages, oldest first, as JSON text (MetaGPT's ``MessageQueue.dump``; awaitable)."""
+        return DumpedText(json.dumps([m.model_dump(mode="json") for m in self.peek_all()], ensure_ascii=False))
 
     @classmethod
     def load(cls, data: str | bytes | Iterable[dict[str, Any] | Message]) -> Self:
@@ -166,8 +181,14 @@ class PriorityMessageQueue(_Waitable):
         """Add ``message`` unless its id is buffered; return whether it was added."""
         if message.id in self._ids:
             return False
-        if priority is None:
-            priority = int(message.metadata.get("priority", 0))
+        given = message.metadata.get("priority", 0) if priority is None else priority
+        try:
+            priority = int(given)
+        except (TypeError, ValueError):
+            raise InvalidValueError(
+                f"priority={given!r} of message {message.id!r} is not a number; pass priority=1 "
+                "(or metadata={'priority': 1}); lower pops first"
+            ) from None
         self._ids.add(message.id)
         self._seq += 1
         heapq.heappush(self._heap, (priority, self._seq, message))
@@ -208,10 +229,10 @@ class PriorityMessageQueue(_Waitable):
         """Return the number of buffered messages."""
         return len(self._heap)
 
-    def dump(self) -> str:
-        """Serialise as JSON text: ``{"priority": p, "message": {...}}`` entries in pop order."""
+    def dump(self) -> DumpedText:
+        """Serialise as JSON text: ``{"priority": p, "message": {...}}`` entries in pop order (awaitable, as above)."""
         entries = [{"priority": p, "message": m.model_dump(mode="json")} for p, _, m in sorted(self._heap)]
-        return json.dumps(entries, ensure_ascii=False)
+        return DumpedText(json.dumps(entries, ensure_ascii=False))
 
     @classmethod
     def load(cls, data: str | bytes | Iterable[dict[str, Any]]) -> Self:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -9,9 +10,11 @@ from typing import Any
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
-from metaroles.core.exceptions import InvalidValueError, RoleFailed, RunError
+from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, RunError
+from metaroles.core.files import write_atomic
 from metaroles.core.heap import paused_gc
 from metaroles.core.schema import BROADCAST, to_addresses
+from metaroles.core.surface import Dumped
 from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, check_role_budgets, warn_unpriced
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
@@ -35,7 +38,15 @@ HUMAN = "Human"
 """``sent_from`` of the idea a Team publishes."""
 
 
-class Team:
+def _with_llm(env: Environment, llm: LLM | None) -> Environment:
+    """``env`` whose roles without a model have ``llm`` (a rebuilt team's roles, as :meth:`Team.hire` gives it)."""
+    for role in env.members if llm is not None else ():
+        if role.llm is None:
+            role.set_llm(llm)
+    return env
+
+
+class Team(Dumped):
     """Roles, an Environment and budgets.
 
     Args:
@@ -52,6 +63,10 @@ class Team:
             older runs asked for: the same); large societies keep publishes, deliveries, calls and errors.
         backend: Where the roles run: in this process (``None``), or on shards
             (``RayBackend(shards=K)``, ``LocalBackend(shards=K)``); every file of the run is the same.
+        idea: The idea the run was given (MetaGPT's field; :meth:`run_project` sets it).
+
+    As MetaGPT's Team, it dumps (:meth:`model_dump`) and saves (:meth:`serialize`) as data, and
+    ``Team(**dump)`` / :meth:`deserialize` rebuild it mid-run: the next rounds go on as if it never stopped.
     """
 
     def __init__(
@@ -60,21 +75,23 @@ class Team:
         env: Environment | None = None,
         llm: LLM | None = None,
         investment: float | None = None,
-        budget: Budget | None = None,
+        budget: Budget | dict[str, Any] | None = None,
         role_budgets: Mapping[str, Budget] | None = None,
         prices: Mapping[str, Price] | None = None,
         checkpoint_every: int = 1,
         log_turns: LogTurns = True,
         backend: Backend | None = None,
+        idea: str = "",
     ) -> None:
         """Create a team; see the class docstring for the arguments."""
         if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise InvalidValueError(f"checkpoint_every={checkpoint_every!r} must be a positive integer, e.g. 1")
         self.checkpoint_every = checkpoint_every
         self.log_turns = checked_log_turns(log_turns)
-        self.env = env if env is not None else Environment()
+        self.env = _with_llm(Environment.model_validate(env), llm) if env is not None else Environment()
         self.llm = llm
-        self.budget = budget
+        self.idea = idea
+        self.budget = Budget.model_validate(budget) if isinstance(budget, dict) else budget
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
         self.env.ledger.prices.update(prices or {})
         self._checked_entries, self._unpriced = 0, set[str]()
@@ -106,6 +123,33 @@ class Team:
         if investment is not None:
             self.invest(investment)
 
+    def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:
+        """The team as data (MetaGPT's pydantic dump): its environment whole, its budget and settings.
+
+        The model is not part of it (pass ``llm=`` when rebuilding); nor are callbacks or a backend.
+        """
+        budget = None if self.budget is None else self.budget.model_dump(mode=mode)
+        settings = {"checkpoint_every": self.checkpoint_every, "log_turns": self.log_turns, "idea": self.idea}
+        return {"env": self.env.model_dump(mode=mode), "budget": budget, **settings}
+
+    def serialize(self, stg_path: str | Path) -> Path:
+        """Save the team (between rounds) as ``team.json`` in the folder ``stg_path``, atomically (MetaGPT's)."""
+        folder = Path(stg_path)
+        folder.mkdir(parents=True, exist_ok=True)
+        return write_atomic(folder / "team.json", self.model_dump_json())
+
+    @classmethod
+    def deserialize(cls, stg_path: str | Path, context: object = None, *, llm: LLM | None = None) -> Team:
+        """Rebuild a team :meth:`serialize` saved in ``stg_path`` (MetaGPT's ``context`` is not used: pass ``llm=``).
+
+        Raises:
+            ConfigError: If the folder holds no ``team.json``.
+        """
+        path = Path(stg_path) / "team.json"
+        if not path.is_file():
+            raise ConfigError(f"{path} does not exist; pass the folder Team.serialize wrote to")
+        return cls(**json.loads(path.read_text(encoding="utf-8")), llm=llm)
+
     @property
     def cost_ledger(self) -> CostLedger:
         """Every model call's cost, per role, action and model."""
@@ -133,6 +177,7 @@ class Team:
 
     def run_project(self, idea: str, send_to: object = "") -> Message:
         """Publish ``idea`` as a user requirement to ``send_to`` (every role when empty)."""
+        self.idea = idea
         target = BROADCAST if send_to in ("", None) else to_addresses(send_to)
         with self.env.id_scope():
             message = Message(idea, sent_from=HUMAN, send_to=target)
