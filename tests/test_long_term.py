@@ -36,7 +36,7 @@ async def test_only_watched_messages_go_to_long_term_storage(tmp_path):
     storage = role.rc.memory.memory_storage
     assert [m.content for m in storage.messages.values()] == ["the harbour opens at dawn"]
     assert len(role.rc.memory) == 3, "short-term memory keeps everything, as before"
-    assert storage.search_similar("when does the harbour open", k=1)[0][0].content == "the harbour opens at dawn"
+    assert storage.search_scored("when does the harbour open", k=1)[0][0].content == "the harbour opens at dawn"
 
 
 async def test_watch_changes_reach_the_long_term_memory(tmp_path):
@@ -73,7 +73,7 @@ async def test_long_term_memory_is_saved_with_the_run_and_comes_back_on_resume(t
     resumed.load_state(EnvironmentState.model_validate_json(text))
     storage = role.rc.memory.memory_storage
     assert (
-        storage.search_similar("who keeps the lighthouse", k=1)[0][0].content == "the lighthouse keeper is called Mara"
+        storage.search_scored("who keeps the lighthouse", k=1)[0][0].content == "the lighthouse keeper is called Mara"
     )
     assert role.get_memories()[0].content == "the lighthouse keeper is called Mara"
 

@@ -37,11 +37,11 @@ def filled(tmp_path, n_extra: int = 0) -> tuple[MemoryStorage, list[Message]]:
 
 def test_add_and_search_returns_messages_with_cosine_scores(tmp_path):
     storage, messages = filled(tmp_path)
-    (best, score), *rest = storage.search_similar("the database migration failed", k=3)
+    (best, score), *rest = storage.search_scored("the database migration failed", k=3)
     assert best is messages[2]
     assert 0 < score <= 1.0 and all(score >= s for _, s in rest)
-    assert storage.search_similar(messages[1], k=1)[0][1] == pytest.approx(1.0)
-    assert storage.search_similar("database migration", k=5, threshold=0.99) == []
+    assert storage.search_scored(messages[1], k=1)[0][1] == pytest.approx(1.0)
+    assert storage.search_scored("database migration", k=5, threshold=0.99) == []
 
 
 def test_add_is_idempotent_and_buffered(tmp_path):
@@ -50,26 +50,26 @@ def test_add_is_idempotent_and_buffered(tmp_path):
     assert len(storage.messages) == len(TOPICS)
     storage.add(Message("a brand new note about tuna"))
     assert storage._pending, "adds are buffered until a batch fills or a search needs them"
-    assert storage.search_similar("note about tuna", k=1)[0][0].content == "a brand new note about tuna"
+    assert storage.search_scored("note about tuna", k=1)[0][0].content == "a brand new note about tuna"
 
 
 def test_filters_on_cause_by_and_sender_over_fetch(tmp_path):
     storage, messages = filled(tmp_path, n_extra=30)
-    hits = storage.search_similar("the cat and the tuna", k=2, cause_by="x.Speak")
+    hits = storage.search_scored("the cat and the tuna", k=2, cause_by="x.Speak")
     assert hits and all(m.cause_by == "x.Speak" for m, _ in hits)
-    assert storage.search_similar("tuna", k=3, sent_from="s1")[0][0] is messages[1]
+    assert storage.search_scored("tuna", k=3, sent_from="s1")[0][0] is messages[1]
 
 
 def test_delete_is_never_shadowed_and_clean_rebuilds(tmp_path):
     storage, messages = filled(tmp_path)
     assert storage.delete(messages[2]) and not storage.delete(messages[2])
-    assert all(m is not messages[2] for m, _ in storage.search_similar("database migration failed", k=6))
+    assert all(m is not messages[2] for m, _ in storage.search_scored("database migration failed", k=6))
     newcomer = Message("The database migration succeeded after adding the index.")
     storage.add(newcomer)
-    assert storage.search_similar("database migration", k=1)[0][0] is newcomer
+    assert storage.search_scored("database migration", k=1)[0][0] is newcomer
     storage.clean()
     assert messages[2].id not in storage.messages and len(storage.messages) == len(TOPICS)
-    assert storage.search_similar("database migration", k=1)[0][0] is newcomer
+    assert storage.search_scored("database migration", k=1)[0][0] is newcomer
 
 
 SEARCH_SCRIPT = textwrap.dedent(
@@ -79,7 +79,7 @@ SEARCH_SCRIPT = textwrap.dedent(
     from metaroles.longterm.storage import MemoryStorage
     storage = MemoryStorage(HashingEmbedding(), root=sys.argv[1])
     storage.recover_memory("alice")
-    hits = storage.search_similar(sys.argv[2], k=3)
+    hits = storage.search_scored(sys.argv[2], k=3)
     print(json.dumps([[m.id, round(s, 6)] for m, s in hits]))
     """
 )
@@ -90,7 +90,7 @@ def test_persist_and_reload_in_a_fresh_process_give_identical_results(tmp_path):
     folder = storage.persist()
     assert folder == tmp_path / "alice" and not list(tmp_path.glob(".alice.*")), "no temp dir left"
     query = "tickets for the concert"
-    here = [[m.id, round(s, 6)] for m, s in storage.search_similar(query, k=3)]
+    here = [[m.id, round(s, 6)] for m, s in storage.search_scored(query, k=3)]
     out = subprocess.run([sys.executable, "-c", SEARCH_SCRIPT, str(tmp_path), query], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == here
@@ -104,7 +104,7 @@ def test_a_damaged_index_is_rebuilt_from_the_messages_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="index damaged .* rebuilt from its messages"):
         recovered = fresh.recover_memory("alice")
     assert [m.id for m in recovered] == [m.id for m in messages]
-    assert fresh.search_similar("river flooded the town", k=1)[0][0].id == messages[4].id
+    assert fresh.search_scored("river flooded the town", k=1)[0][0].id == messages[4].id
 
 
 def test_a_missing_memory_recovers_empty_and_a_root_is_required(tmp_path):
@@ -119,7 +119,7 @@ def test_llama_index_global_settings_are_never_consulted(tmp_path):
     from llama_index.core import Settings
 
     storage, _ = filled(tmp_path)
-    storage.search_similar("cat", k=2)
+    storage.search_scored("cat", k=2)
     storage.persist()
     MemoryStorage(HashingEmbedding(), root=tmp_path).recover_memory("alice")
     assert Settings._embed_model is None, "llama-index built its global (OpenAI) embedding"
@@ -157,7 +157,7 @@ def paraphrase_hits(storage: MemoryStorage) -> int:
     storage.add_batch(originals)
     hits = 0
     for original, (_, paraphrase) in zip(originals, PARAPHRASES, strict=True):
-        top = storage.search_similar(paraphrase, k=1)
+        top = storage.search_scored(paraphrase, k=1)
         hits += bool(top) and top[0][0] is original
     return hits
 

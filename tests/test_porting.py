@@ -153,15 +153,16 @@ async def test_a_message_a_custom_act_returns_without_a_sender_is_signed_by_the_
 # -- 7. the seeds' names ----------------------------------------------------------------------------------
 
 
-def test_message_role_given_a_profile_moves_it_to_sent_from_with_one_note():
+def test_message_role_given_a_profile_keeps_it_as_metadata_with_one_note():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         message = Message("PRD ready", role="Product Manager")
         kept = Message("x", role="Engineer", sent_from="alex")
-    assert (message.role.value, message.sent_from) == ("user", "Product Manager")
+    assert (message.role.value, message.sent_from, message.metadata) == ("user", "", {"profile": "Product Manager"})
     assert (kept.sent_from, kept.metadata) == ("alex", {"profile": "Engineer"})
     assert [type(w.message) for w in caught] == [PortingNote, PortingNote]
-    assert "sent_from" in str(caught[0].message)
+    assert "metadata['profile']" in str(caught[0].message)
+    assert Memory([message, kept, Message("y")]).get_by_role("Engineer") == [kept]  # found by the profile
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Message("x", role="assistant")  # a chat role: no note
@@ -274,7 +275,7 @@ def test_an_output_model_class_is_kept_as_instruct_content_type():
     assert message.role.value == "assistant"
     with pytest.warns(PortingNote, match="'Engineer' is not a chat role"):  # as the constructor takes a profile
         message.role = "Engineer"
-    assert (message.role.value, message.sent_from) == ("user", "Engineer")
+    assert (message.role.value, message.sent_from, message.metadata["profile"]) == ("user", "", "Engineer")
     with pytest.raises(InvalidValueError, match="not a chat role"):
         message.role = 3
 

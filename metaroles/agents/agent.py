@@ -247,8 +247,8 @@ class ToolCallAgent(ReActAgent):
         **options: See :class:`BaseAgent`.
     """
 
-    available_tools: ToolCollection | Iterable[BaseTool] | None = None
-    tool_choices: ToolChoice | str = ToolChoice.AUTO
+    available_tools: ToolCollection = None  # type: ignore[assignment]  # a subclass may declare its tools here
+    tool_choices: ToolChoice = ToolChoice.AUTO
     special_tool_names: Iterable[str] = (Terminate.NAME,)
     max_observe: int | None = None
 

@@ -190,7 +190,7 @@ class Action(Dumped):
         if unknown:
             raise InvalidValueError(
                 f"{type(self).__name__} got unknown argument(s) {unknown}; declare them on the class "
-                f"(e.g. `{unknown[0]}: str = \"\"`) to pass them, as a MetaGPT action's fields"
+                f'(e.g. `{unknown[0]}: str = ""`) to pass them, as a MetaGPT action\'s fields'
             )
         self.name = name or type(self).name or type(self).__name__
         self.llm = llm

@@ -158,7 +158,7 @@ class Role(Dumped):
         if unknown:
             raise InvalidValueError(
                 f"{cls.__name__} got unknown argument(s) {unknown}; declare them on the class "
-                f"(e.g. `{unknown[0]}: str = \"\"`) to pass them, as a MetaGPT role's fields"
+                f'(e.g. `{unknown[0]}: str = ""`) to pass them, as a MetaGPT role\'s fields'
             )
         return saved
 
@@ -221,6 +221,11 @@ class Role(Dumped):
         action.role_name = self.name
         action.ledger = self.ledger
         action.set_prefix(self._get_prefix())
+
+    @property
+    def _setting(self) -> str:
+        """``name(profile)``, as MetaGPT's logs show a role."""
+        return f"{self.name}({self.profile})"
 
     def _get_prefix(self) -> str:
         """The system prompt of this role's actions: its profile, name, goal and constraints (MetaGPT's prefix)."""
@@ -478,9 +483,9 @@ class Role(Dumped):
 
         Every role takes its turns here, a default one as a custom one.
         """
-        if isinstance(with_message, list):  # MetaGPT's: a list of strings is one message, a line each
-            with_message = "\n".join(with_message)
         if with_message is not None:
+            if isinstance(with_message, list):  # MetaGPT's: a list of strings is one message, a line each
+                with_message = "\n".join(with_message)
             self.put_message(Message(with_message) if isinstance(with_message, str) else with_message)
         observed = await self._observe() if self._own_observe else self.take_news()
         rc = self.rc

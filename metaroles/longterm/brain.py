@@ -9,6 +9,8 @@ passed in (a file store by default, Redis with a file fallback), never built fro
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, Field
 
 from metaroles.core.exceptions import ConfigError
@@ -71,6 +73,71 @@ class BrainMemory(BaseModel):
         lines = [f"{m.role.value}: {m.content or ''}" for m in self.history]
         return "\n".join(([f"summary: {self.historical_summary}"] if self.historical_summary else []) + lines)
 
+    @property
+    def is_history_available(self) -> bool:
+        """Whether there is any talk to go on: history or a summary of it."""
+        return bool(self.history or self.historical_summary)
+
+    def exists(self, text: str) -> bool:
+        """Whether the history holds a message with exactly ``text``."""
+        return any(m.content == text for m in reversed(self.history))
+
+    def pop_last_talk(self) -> str | None:
+        """What the user said last (:meth:`add_talk`), once: the next call gives ``None``."""
+        talk, self.last_talk = self.last_talk, None
+        return talk
+
+    @staticmethod
+    def to_int(value: object, default_value: int) -> int:
+        """``int(value)``, or ``default_value`` when it is not a number."""
+        try:
+            number: int = int(value)  # type: ignore[call-overload]
+            return number
+        except (TypeError, ValueError):
+            return default_value
+
+    @staticmethod
+    def extract_info(input_string: str, pattern: str = r"\[([A-Z]+)\]:\s*(.+)") -> tuple[str | None, str]:
+        """``"[TAG]: text"`` → ``("TAG", "text")``; anything else → ``(None, input_string)``."""
+        match = re.match(pattern, input_string)
+        return (match.group(1), match.group(2)) if match else (None, input_string)
+
+    async def summarize(self, llm: LLM, max_words: int = 200, keep_language: bool = False, limit: int = -1) -> str:
+        """A summary of the summary and the history in at most ``max_words`` words (the model is passed in).
+
+        ``limit`` > 0 sends at most that many characters of the text; ``keep_language`` asks for the text's language.
+        """
+        text = self.history_text if limit <= 0 else self.history_text[:limit]
+        language = "Write it in the language of the text." if keep_language else ""
+        prompt = load_prompt("metaroles.longterm.prompts", "summarize_words.txt")
+        return await self._ask(
+            llm, "summarize", render_prompt(prompt, max_words=str(max_words), language=language, text=text)
+        )
+
+    async def get_title(self, llm: LLM, max_words: int = 5) -> str:
+        """A title of at most ``max_words`` words for the conversation (summarised first)."""
+        summary = await self.summarize(llm, max_words=500)
+        prompt = load_prompt("metaroles.longterm.prompts", "title.txt")
+        return await self._ask(llm, "get_title", render_prompt(prompt, summary=summary, max_words=str(max_words)))
+
+    async def is_related(self, text1: str, text2: str, llm: LLM) -> bool:
+        """Whether the model judges ``text1`` semantically related to ``text2``."""
+        system = load_prompt("metaroles.longterm.prompts", "is_related.txt").strip()
+        context = f"## Paragraph 1\n{text2}\n---\n## Paragraph 2\n{text1}\n"
+        return "TRUE" in await self._ask(llm, "is_related", context, system=system)
+
+    async def rewrite(self, sentence: str, context: str, llm: LLM) -> str:
+        """``sentence`` augmented with what ``context`` says of it, by the model."""
+        system = load_prompt("metaroles.longterm.prompts", "rewrite.txt").strip()
+        return await self._ask(llm, "rewrite", f"## Context\n{context}\n---\n## Sentence\n{sentence}\n", system=system)
+
+    async def _ask(self, llm: LLM, action: str, prompt: str, *, system: str = "") -> str:
+        messages = [{"role": "system", "content": system}] if system else []
+        request = LLMRequest(
+            messages=[*messages, {"role": "user", "content": prompt}], role="BrainMemory", action=action
+        )
+        return (await llm.complete(request)).text.strip()
+
     def needs_compression(self, *, max_messages: int = 10, max_tokens: int = 4000) -> bool:
         """Whether the history passed the message-count or the token bound."""
         return len(self.history) > max_messages or estimate_tokens(self.history_text) > max_tokens
@@ -109,8 +176,7 @@ class BrainMemory(BaseModel):
 
     async def _summarise(self, llm: LLM, text: str) -> str:
         prompt = render_prompt(load_prompt("metaroles.longterm.prompts", "summarise.txt"), conversation=text)
-        request = LLMRequest(messages=[{"role": "user", "content": prompt}], role="BrainMemory", action="summarise")
-        return (await llm.complete(request)).text.strip()
+        return await self._ask(llm, "summarise", prompt)
 
     async def dumps(self, store: KeyValueStore, key: str, *, ttl: float | None = 1800) -> bool:
         """Save to ``store`` under ``key`` if anything changed; return whether it wrote."""

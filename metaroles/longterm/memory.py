@@ -70,7 +70,7 @@ class LongtermMemory(Memory):
         """The remembered message at least ``similarity_threshold`` similar to ``message``, if any."""
         if self.similarity_threshold is None:
             return None
-        hits = self.memory_storage.search_similar(message, k=1, threshold=self.similarity_threshold)
+        hits = self.memory_storage.search_scored(message, k=1, threshold=self.similarity_threshold)
         return hits[0] if hits else None
 
     def _novel(self, message: Message) -> bool:

@@ -147,7 +147,15 @@ class MemoryStorage:
 
     # -- recall --------------------------------------------------------------------------------
 
-    def search_similar(
+    async def search_similar(self, message: Message | str, k: int = 4, *, threshold: float = 0.0) -> list[Message]:
+        """The ``k`` remembered messages most similar to ``message``, best first (MetaGPT's coroutine).
+
+        :meth:`search_scored` gives their scores too, and filters by sender or action; ``threshold``
+        is a cosine similarity (higher is closer), not MetaGPT's distance.
+        """
+        return [found for found, _ in self.search_scored(message, k, threshold=threshold)]
+
+    def search_scored(
         self,
         message: Message | str,
         k: int = 4,

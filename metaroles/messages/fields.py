@@ -36,16 +36,19 @@ ROLES = {role.value: role for role in ChatRole}
 def profile_as_sender(
     profile: str, sent_from: object, metadata: dict[str, Any] | None
 ) -> tuple[ChatRole, str, dict[str, Any] | None]:
-    """MetaGPT's ``Message(role="Engineer")``: the role's profile, not a chat role — it says who sent it."""
+    """MetaGPT's ``Message(role="Engineer")``: the role's profile, not a chat role — kept in ``metadata["profile"]``.
+
+    The chat role is ``user``; ``sent_from`` stays as given, so the role that publishes the message
+    signs it with its name (``Memory.get_by_role("Engineer")`` still finds it by the profile).
+    """
     warnings.warn(
-        f"Message(role={profile!r}): {profile!r} is not a chat role; metaroles keeps the sender in sent_from "
-        f"(set to {profile!r} unless given) and the chat role 'user'. Write sent_from=... to silence this.",
+        f"Message(role={profile!r}): {profile!r} is not a chat role; metaroles keeps it in metadata['profile'] "
+        f"(get_by_role({profile!r}) finds it), the chat role 'user', and the publishing role signs sent_from. "
+        "Write sent_from=... or metadata={'profile': ...} to silence this.",
         PortingNote,
         stacklevel=3,
     )
-    if not sent_from or not isinstance(sent_from, str):
-        return ChatRole.USER, profile, metadata
-    return ChatRole.USER, sent_from, {**(metadata or {}), "profile": profile}
+    return ChatRole.USER, sent_from if isinstance(sent_from, str) else "", {**(metadata or {}), "profile": profile}
 
 
 ROLE_VALUES = {role: role.value for role in ChatRole}

@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Container, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.core.schema import ChatRole, action_ids, any_to_str
@@ -83,7 +83,8 @@ class Memory(Dumped):
     def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:
         """The memory as data (MetaGPT's pydantic dump): its messages in order, its index (ids) and ``ignore_id``."""
         index = {action: [self._items[at].id for at in bucket] for action, bucket in self._index.items()}
-        return {"storage": [m.model_dump(mode=mode) for m in self._items], "index": index, "ignore_id": self.ignore_id}
+        how: Literal["python", "json"] = "json" if mode == "json" else "python"
+        return {"storage": [m.model_dump(mode=how) for m in self._items], "index": index, "ignore_id": self.ignore_id}
 
     def _key(self, message: Message) -> str:
         return (message.content or "") if self.ignore_id else message.id
@@ -97,7 +98,9 @@ class Memory(Dumped):
         try:
             key = (message.content or "") if self.ignore_id else message.id
         except AttributeError:
-            raise InvalidValueError(f"Memory.add got {message!r}, which is not a Message; wrap text in Message(...)")
+            raise InvalidValueError(
+                f"Memory.add got {message!r}, which is not a Message; wrap text in Message(...)"
+            ) from None
         store = self._store
         if key in store:
             return False
@@ -231,11 +234,11 @@ class Memory(Dumped):
         """Return messages with chat role ``role``, oldest first. O(n).
 
         A name that is no chat role is a MetaGPT profile (``Message(role="Engineer")``), which a message
-        keeps as its sender: the messages ``sent_from`` it are given, as MetaGPT's memory finds them.
+        keeps in ``metadata["profile"]``: those messages are given, as MetaGPT's memory finds them.
         """
         if role in _CHAT_ROLES:
             return [m for m in self._items if m.role == role]
-        return [m for m in self._items if m.sent_from == role]
+        return [m for m in self._items if m.has_metadata and m.metadata.get("profile") == role]
 
     def get_by_sender(self, name: str) -> list[Message]:
         """Return messages sent by the role named ``name``, oldest first. O(n)."""

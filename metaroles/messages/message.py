@@ -473,9 +473,9 @@ class Message:
 
     @classmethod
     def load(cls, text: str | bytes) -> Self | None:
-        """Restore a message serialised by :meth:`dump`; ``None`` (with a warning) for text that is not one, as MetaGPT's.
+        """Restore a message serialised by :meth:`dump`; ``None`` for text that is not one, as MetaGPT's.
 
-        :meth:`model_validate_json` raises instead.
+        A :class:`PortingNote` says why; :meth:`model_validate_json` raises instead.
         """
         try:
             return cls.model_validate_json(text)
@@ -487,7 +487,8 @@ class Message:
     def create_instruct_value(cls, kvs: dict[str, Any], class_name: str = "") -> BaseModel:
         """MetaGPT's: a pydantic instance of a model made for ``kvs`` (its fields typed as their values)."""
         fields: dict[str, Any] = {key: (type(value), ...) for key, value in kvs.items()}
-        return create_model(class_name or "InstructValue", **fields).model_validate(kvs)
+        model: type[BaseModel] = create_model(class_name or "InstructValue", **fields)
+        return model.model_validate(kvs)
 
     @classmethod
     def user_message(cls, content: str, base64_image: str | None = None) -> Self:

@@ -40,9 +40,10 @@ HUMAN = "Human"
 
 def _with_llm(env: Environment, llm: LLM | None) -> Environment:
     """``env`` whose roles without a model have ``llm`` (a rebuilt team's roles, as :meth:`Team.hire` gives it)."""
-    for role in env.members if llm is not None else ():
-        if role.llm is None:
-            role.set_llm(llm)
+    if llm is not None:
+        for role in env.members:
+            if role.llm is None:
+                role.set_llm(llm)
     return env
 
 

@@ -1,0 +1,334 @@
+"""MetaGPT and OpenManus bus-layer code, and tests in their idiom, run with only the imports changed.
+
+Each test is written as MetaGPT's or OpenManus' own tests exercise the same behaviour: pydantic
+round trips, ``Field`` class defaults, ``Team.serialize``/``deserialize`` mid-run, class-level
+agent configuration. ``tests/ported_tutorial.py`` and ``tests/ported_manus.py`` are MetaGPT's
+tutorial team and an OpenManus-style agent with only their import lines changed.
+"""
+
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+from pydantic import BaseModel, Field, SerializeAsAny
+
+from metaroles import (
+    Action,
+    ActionOutput,
+    AIMessage,
+    ChatMemory,
+    ConfigError,
+    Environment,
+    FunctionLLM,
+    InvalidValueError,
+    Memory,
+    Message,
+    MessageQueue,
+    PortingNote,
+    PriorityMessageQueue,
+    PythonExecute,
+    Role,
+    ScriptedLLM,
+    SystemMessage,
+    Team,
+    TestLLM,
+    UserMessage,
+    UserRequirement,
+    any_to_str,
+)
+from metaroles.longterm.brain import BrainMemory
+from metaroles.longterm.embedding import HashingEmbedding
+from metaroles.longterm.storage import MemoryStorage
+from tests import ported_manus, ported_tutorial
+
+pytestmark = pytest.mark.filterwarnings("ignore::metaroles.PortingNote")
+
+
+class ActionOK(Action):
+    name: str = "ActionOK"
+    i_context: str = ""
+
+    async def run(self, history):
+        return "ok"
+
+
+class ActionRaise(Action):
+    name: str = "ActionRaise"
+
+
+class RoleA(Role):
+    name: str = Field(default="RoleA")
+    profile: str = Field(default="Role A")
+    goal: str = "RoleA's goal"
+    constraints: str = "RoleA's constraints"
+    code_text: str = ""
+    todo_list: list[str] = Field(default_factory=list)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.set_actions([ActionOK])
+        self._watch([UserRequirement, ActionRaise])
+
+
+class RoleB(RoleA):
+    name: str = Field(default="RoleB")
+
+
+# -- declaring a role ------------------------------------------------------------------------------
+
+
+def test_field_class_defaults_and_declared_fields_build_a_role():
+    role = RoleA(desc="a role", code_text="print(1)", recovered=True)
+    assert (role.name, role.profile, role.goal, role.desc) == ("RoleA", "Role A", "RoleA's goal", "a role")
+    assert role.code_text == "print(1)" and role.recovered
+    first, second = RoleA(), RoleA()
+    first.todo_list.append("x")
+    assert second.todo_list == []  # a default_factory gives each role its own list
+    assert role.is_watch(ActionRaise) and role.is_watch(UserRequirement) and not role.is_watch(ActionOK)
+    assert role.action_description == "ActionOK"
+    with pytest.raises(InvalidValueError, match=r"unknown argument\(s\) \['colour'\]; declare them"):
+        RoleA(colour="red")
+
+
+async def test_think_and_act_are_the_exported_steps():
+    role = RoleA(llm=TestLLM())
+    role.put_message(None)  # nothing, as MetaGPT's
+    assert role.rc.msg_buffer.empty()
+    role.put_message(Message("go"))
+    todo = await role.think()
+    assert isinstance(todo, ActionOK) and role.rc.todo is todo
+    output = await role.act()
+    assert isinstance(output, ActionOutput) and output.content == "ok"
+
+
+async def test_run_joins_a_list_of_strings():
+    role = RoleA()
+    answer = await role.run(["line one", "line two"])
+    assert answer is not None and answer.content == "ok"
+    assert role.get_memories()[0].content == "line one\nline two"
+
+
+# -- serialization -------------------------------------------------------------------------------
+
+
+def test_role_dump_rebuilds_the_role_with_its_memory_and_buffer():
+    role = RoleB(code_text="x")
+    role.rc.memory.add(Message("remembered"))
+    role.put_message(Message("buffered"))
+    data = role.model_dump()
+    assert {"name", "states", "actions", "memory", "buffer"} <= data.keys()
+    again = RoleB(**data)
+    assert again.code_text == "x" and isinstance(again.actions[0], ActionOK)
+    assert [m.content for m in again.rc.memory.get()] == ["remembered"]
+    assert [m.content for m in again.rc.msg_buffer.peek_all()] == ["buffered"]
+    rebuilt = Role.model_validate(json.loads(role.model_dump_json()))  # the class the dump names
+    assert type(rebuilt) is RoleB and rebuilt.model_dump(mode="json") == role.model_dump(mode="json")
+
+
+def test_roles_in_a_users_pydantic_model_round_trip_as_their_own_classes():
+    class Company(BaseModel):
+        roles: list[SerializeAsAny[Role]] = []
+        action: SerializeAsAny[Action] | None = None
+
+    company = Company(roles=[RoleA(code_text="a"), RoleB()], action=ActionOK(i_context="ctx"))
+    again = Company.model_validate_json(company.model_dump_json())
+    assert [type(r) for r in again.roles] == [RoleA, RoleB] and again.roles[0].code_text == "a"
+    assert type(again.action) is ActionOK and again.action.i_context == "ctx"
+
+
+def test_a_dump_naming_a_class_that_is_not_a_role_is_refused():
+    with pytest.raises(InvalidValueError, match="not a Role"):
+        Role.model_validate({**RoleA().model_dump(), "cls": f"{__name__}.ActionOK"})
+    with pytest.raises(InvalidValueError, match="not defined in this process"):
+        Role.model_validate({"cls": "nowhere.Ghost"})
+
+
+def test_memory_dump_rebuilds_it_and_get_by_role_finds_a_ported_profile():
+    memory = Memory()
+    memory.add_batch([Message("write a snake game", role="Boss", cause_by=UserRequirement), Message("x")])
+    again = Memory(**memory.model_dump())
+    assert again.count() == 2 and again.storage[0].cause_by == any_to_str(UserRequirement)
+    assert [m.content for m in again.get_by_role("Boss")] == ["write a snake game"]
+    assert [m.content for m in again.get_by_role("user")] == ["write a snake game", "x"]
+    with pytest.raises(InvalidValueError, match="not a Message"):
+        memory.add("text")  # type: ignore[arg-type]
+    assert memory.count() == 2
+
+
+def test_environment_dump_rebuilds_roles_history_and_round():
+    env = Environment(desc="a company", seed=5)
+    env.add_roles([RoleA(), RoleB()])
+    assert env.publish_message(Message("test env serialize")) is True
+    assert env.get_role("nobody") is None
+    data = env.model_dump()
+    assert len(data["roles"]) == 2
+    again = Environment(**data)
+    assert list(again.roles) == ["RoleA", "RoleB"] and type(again.get_role("RoleB")) is RoleB
+    assert [m.content for m in again.history] == ["test env serialize"]
+    assert again.model_dump(mode="json") == env.model_dump(mode="json")
+
+
+async def _transcript_after(rounds: int, stg_path=None, *, split: int | None = None) -> list[tuple[str, str, str]]:
+    team = Team(llm=TestLLM(seed=2), env=Environment(seed=9))
+    team.hire([ported_tutorial.SimpleCoder(), ported_tutorial.SimpleTester(), ported_tutorial.SimpleReviewer()])
+    team.run_project("write a function that calculates the product of a list")
+    if split is None:
+        await team.run(n_round=rounds)
+    else:
+        await team.run(n_round=split)
+        team.serialize(stg_path)
+        team = Team.deserialize(stg_path, llm=TestLLM(seed=2))
+        await team.run(n_round=rounds - split)
+    return [(m.id, m.sent_from, m.content or "") for m in team.env.history]
+
+
+async def test_a_team_saved_mid_run_continues_to_the_same_transcript(tmp_path):
+    whole = await _transcript_after(5)
+    assert await _transcript_after(5, tmp_path / "team", split=2) == whole
+    assert (tmp_path / "team" / "team.json").is_file()
+    senders = [sender for _, sender, _ in whole]
+    assert {"Alice", "Bob", "Charlie"} <= set(senders)  # the tester's ported Message(role=profile) is signed by Bob
+
+
+def test_team_serialize_gives_the_same_bytes_in_another_process(tmp_path):
+    script = (
+        "import anyio, functools, sys; from tests.test_porting_metagpt import _transcript_after; "
+        "anyio.run(functools.partial(_transcript_after, 5, sys.argv[1], split=3))"
+    )
+    for folder in ("a", "b"):
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / folder)], check=True)
+    assert (tmp_path / "a" / "team.json").read_bytes() == (tmp_path / "b" / "team.json").read_bytes()
+
+
+def test_deserialize_without_a_saved_team_names_the_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"team\.json does not exist"):
+        Team.deserialize(tmp_path)
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+def test_messages_take_metagpt_forms():
+    with pytest.warns(PortingNote, match=r"\['x'\], which are no fields"):
+        assert Message(content="a", x="d").content == "a"
+    message = Message("a", role="v1")
+    message.role = "v2"
+    assert message.role.value == "user" and message.metadata["profile"] == "v2"
+    with pytest.warns(PortingNote, match="not a dumped message"):
+        assert Message.load("{") is None
+
+    class Plain:
+        pass
+
+    assert any_to_str(Plain) == f"{__name__}.{Plain.__qualname__}"
+    assert (UserMessage("u").role, SystemMessage("s").role, AIMessage("a").role) == ("user", "system", "assistant")
+    value = Message.create_instruct_value({"field3": "v3", "field4": ["a", "b"]}, "code")
+    assert value.model_dump() == {"field3": "v3", "field4": ["a", "b"]}
+    dumped = {"class": "code", "mapping": {"field3": "(<class 'str'>, Ellipsis)"}, "value": {"field3": "v"}}
+    assert Message("c", instruct_content=dumped).instruct_content.field3 == "v"  # MetaGPT's dump form reads
+
+
+async def test_message_queue_dump_may_be_awaited_and_loads_back():
+    queue = MessageQueue([Message("one"), Message("two")])
+    text = await queue.dump()
+    assert text == queue.dump() and isinstance(text, str)
+    assert [m.content for m in MessageQueue.load(text).pop_all()] == ["one", "two"]
+    priority = PriorityMessageQueue()
+    with pytest.raises(InvalidValueError, match=r"priority='high' .* is not a number"):
+        priority.push(Message("x", metadata={"priority": "high"}))
+    assert priority.empty()
+
+
+def test_chat_memory_messages_is_the_live_list():
+    memory = ChatMemory(max_messages=2)
+    memory.messages.append(Message("a"))
+    memory.add_messages([Message("b"), Message("c")])
+    assert [m.content for m in memory.messages] == ["b", "c"]
+    memory.messages = [Message("z")]
+    assert [m.content for m in memory.messages] == ["z"]
+
+
+# -- OpenManus ----------------------------------------------------------------------------------
+
+
+async def test_an_openmanus_agent_keeps_its_class_level_configuration():
+    agent = ported_manus.MathAgent()
+    assert (agent.name, agent.max_steps, agent.max_observe) == ("MathAgent", 5, 2000)
+    assert agent.system_prompt == ported_manus.SYSTEM_PROMPT
+    assert agent.next_step_prompt == ported_manus.NEXT_STEP_PROMPT
+    assert sorted(agent.available_tools.tool_map) == ["add_numbers", "python_execute", "terminate"]
+    assert ported_manus.MathAgent().available_tools is not agent.available_tools
+    script = {
+        "MathAgent": {
+            "think": [
+                {"content": "Add them.", "tool_calls": [{"name": "add_numbers", "arguments": {"a": 2, "b": 3}}]},
+                {"content": "It is 5.", "tool_calls": [{"name": "terminate", "arguments": {"status": "success"}}]},
+            ]
+        }
+    }
+    agent.llm = ScriptedLLM(script)
+    await agent.run("What is 2 + 3?")
+    tool_answers = [m.content for m in agent.messages if m.role.value == "tool"]
+    assert tool_answers[0].endswith("5") and agent.state.value == "FINISHED"
+    requests = agent.llm.requests if hasattr(agent.llm, "requests") else None
+    assert requests is None or requests[0].messages[0]["content"] == ported_manus.SYSTEM_PROMPT
+
+
+async def test_an_agent_without_a_model_says_to_pass_one():
+    agent = ported_manus.MathAgent()
+    with pytest.raises(Exception, match="pass llm="):
+        await agent.run("1 + 1?")
+
+
+def test_python_execute_needs_no_workdir_and_offers_a_timeout():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tool = PythonExecute(isolation="unsafe-guard")
+    assert tool.workdir.is_dir()
+    assert "timeout" in tool.to_param()["function"]["parameters"]["properties"]
+
+
+def test_the_ported_tutorial_module_changed_only_import_lines():
+    source = (ported_tutorial.__file__).replace(".pyc", ".py")
+    text = open(source, encoding="utf-8").read()
+    assert "from metaroles import Action, Message, Role, Team, UserRequirement" in text
+    assert "metagpt" not in text.split('"""', 2)[2]
+
+
+async def test_brain_memory_has_metagpts_helpers():
+    brain = BrainMemory()
+    assert not brain.is_history_available
+    brain.add_talk(Message("hello there"))
+    assert brain.exists("hello there") and not brain.exists("hello") and brain.is_history_available
+    assert brain.pop_last_talk() == "hello there" and brain.pop_last_talk() is None
+    assert (BrainMemory.to_int("12", 0), BrainMemory.to_int("x", 7), BrainMemory.to_int(None, 3)) == (12, 7, 3)
+    assert BrainMemory.extract_info("[TALK]: hi") == ("TALK", "hi")
+    assert BrainMemory.extract_info("hi") == (None, "hi")
+    asked = []
+
+    def answer(request):
+        asked.append(request)
+        return "FALSE" if "unrelated" in request.messages[-1]["content"] else f"TRUE <{request.action}>"
+
+    llm = FunctionLLM(answer)
+    assert await brain.is_related("the cat", "a cat sat", llm) is True
+    assert await brain.is_related("the cat", "unrelated", llm) is False
+    assert await brain.rewrite("it sat", "the cat", llm) == "TRUE <rewrite>"
+    assert "the cat" in asked[-1].messages[-1]["content"] and asked[-1].messages[0]["role"] == "system"
+    assert await brain.summarize(llm, max_words=20) == "TRUE <summarize>"
+    assert "at most 20 words" in asked[-1].messages[-1]["content"]
+    assert "hello there" in asked[-1].messages[-1]["content"]
+    assert await brain.get_title(llm, max_words=4) == "TRUE <get_title>"
+    assert "at most 4 words" in asked[-1].messages[-1]["content"]
+
+
+async def test_memory_storage_search_similar_is_a_coroutine_giving_messages(tmp_path):
+    storage = MemoryStorage(HashingEmbedding(dim=64), root=tmp_path)
+    notes = [Message("the harbour opens at dawn"), Message("the market closes at noon")]
+    for note in notes:
+        storage.add(note)
+    found = await storage.search_similar("when does the harbour open", k=1)
+    assert found == [notes[0]] and isinstance(found[0], Message)
+    assert [m for m, _ in storage.search_scored("when does the harbour open", k=1)] == found
