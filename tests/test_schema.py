@@ -102,8 +102,8 @@ def test_empty_send_to_is_an_error():
 def test_unknown_chat_role_names_the_value_and_the_choices():
     with pytest.raises(InvalidValueError, match=r"role=3 is not a chat role; use one of .*'assistant'"):
         Message("x", role=3)
-    with pytest.warns(PortingNote, match="'wizard' is not a chat role"):  # MetaGPT's profile: the sender
-        assert Message("x", role="wizard").sent_from == "wizard"
+    with pytest.warns(PortingNote, match="'wizard' is not a chat role"):  # MetaGPT's profile: kept as metadata
+        assert Message("x", role="wizard").metadata == {"profile": "wizard"}
     assert Message("x", role="tool").role is ChatRole.TOOL
 
 

@@ -112,7 +112,7 @@ class Role(Dumped):
         **data: Any,
     ) -> None:
         """Create a role; see the class docstring for the arguments."""
-        saved = self._take_dump(data)
+        saved = self._take_dump(data) if data else None
         self.name = checked_name(name or type(self).name or type(self).__name__)
         self.profile = profile or type(self).profile or self.name
         self.goal = goal if goal is not None else type(self).goal
@@ -120,7 +120,8 @@ class Role(Dumped):
         self.desc = desc if desc is not None else type(self).desc
         self.recovered = recovered
         if isinstance(long_term, str):  # a dump's: the id its long-term memory was persisted under
-            saved["long_term"], long_term = long_term, None
+            saved = {**(saved or {}), "long_term": long_term}
+            long_term = None
         self.llm = llm
         self.rc = RoleContext(react_mode=check_react_mode(react_mode, max_react_loop), max_react_loop=max_react_loop)
         self.actions: list[Action] = []
@@ -138,7 +139,8 @@ class Role(Dumped):
         self._watch([UserRequirement] if watch is None else watch)
         if actions:
             self.set_actions(actions)
-        self._fresh_fields(data)
+        if self._field_factories:
+            self._fresh_fields(data)
         for field in self._declared:  # as pydantic does: a mutable class default is copied, not shared
             if field in data:
                 setattr(self, field, data[field])
