@@ -5,7 +5,10 @@ llama-cpp-python comes with the ``local`` extra. This module imports ``llama_cpp
 imports it only when the local model is asked for.
 
 One model per process is loaded once and shared by every role; calls to it are serialised (one
-model, many roles) and run in a worker thread so the event loop keeps going. It runs with one
+model, many roles) and run in a worker thread so the event loop keeps going. With ``batch=N``,
+calls are decoded together instead, up to N at a time, by the
+continuous-batching engine (``llm.engine``): each keeps its own cache stream and sampler, so its
+answer does not depend on the others. It runs with one
 thread: on two busy cores two threads make generation collapse. Structured output and forced
 tool calls are constrained by a grammar built from the JSON schema, so even this small model
 answers with valid JSON.
@@ -19,12 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import llama_cpp
-from llama_cpp.llama_grammar import LlamaGrammar
+from anyio.lowlevel import current_token
+from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.ids import new_id  # llama.cpp's own call ids are random: ours follow the run
 from metaroles.core.schema import Function, ToolCall
+from metaroles.llm.engine import BatchEngine, Sampling
 from metaroles.llm.model_files import smollm2_path
 from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
 
@@ -32,6 +38,8 @@ MODEL_NAME = "smollm2-135m-instruct-q4_1"
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, int, int], llama_cpp.Llama] = {}
 _GRAMMARS: dict[str, LlamaGrammar] = {}
+_ENGINES: dict[tuple[str, int, int], BatchEngine] = {}
+_GBNF: dict[str, str] = {}
 
 
 def _model(path: Path, n_ctx: int, n_threads: int) -> llama_cpp.Llama:
@@ -54,6 +62,15 @@ def _grammar(schema: dict[str, Any]) -> LlamaGrammar:
     return grammar
 
 
+def _gbnf(schema: dict[str, Any]) -> str:
+    """The GBNF grammar of ``schema`` (the text :func:`_grammar` parses), kept per schema."""
+    text = json.dumps(schema)  # keep the schema's property order: the grammar follows it
+    grammar = _GBNF.get(text)
+    if grammar is None:
+        grammar = _GBNF[text] = json_schema_to_gbnf(text)
+    return grammar
+
+
 def _forced_tool(request: LLMRequest) -> dict[str, Any] | None:
     """The tool a request forces (by name, or ``required`` with a single tool), if any."""
     tools = request.tools or []
@@ -63,6 +80,15 @@ def _forced_tool(request: LLMRequest) -> dict[str, Any] | None:
     if choice == "required":
         return tools[0] if len(tools) == 1 else None
     return next((t for t in tools if t.get("function", {}).get("name") == choice), None)
+
+
+def _given(request: LLMRequest) -> dict[str, Any]:
+    """The sampling settings ``request`` sets (the model's defaults fill the rest)."""
+    return {
+        field: value
+        for field in ("max_tokens", "temperature", "seed")
+        if (value := getattr(request, field)) is not None
+    }
 
 
 class LocalLLM:
@@ -76,6 +102,8 @@ class LocalLLM:
         temperature: Default sampling temperature.
         seed: Sampling seed, for reproducible answers.
         repeat_penalty: Discourages the loops small models fall into.
+        batch: Decode up to this many calls together (0: one at a time, as before); the engine
+            uses 2 threads, and constrains structured output and forced tool calls with the same grammar.
     """
 
     def __init__(
@@ -88,6 +116,7 @@ class LocalLLM:
         temperature: float = 0.2,
         seed: int = 0,
         repeat_penalty: float = 1.3,
+        batch: int = 0,
     ) -> None:
         """Point at the model file; it is loaded on the first call."""
         self.path = Path(model_path) if model_path is not None else smollm2_path()
@@ -96,6 +125,9 @@ class LocalLLM:
         self.model = MODEL_NAME if model_path is None else self.path.stem
         self.n_ctx = n_ctx
         self.n_threads = n_threads
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+            raise ConfigError(f"batch={batch!r} must be a whole number of calls decoded together (0: one at a time)")
+        self.batch = batch
         self.defaults: dict[str, Any] = {
             "max_tokens": max_tokens,
             "temperature": temperature,
@@ -109,39 +141,53 @@ class LocalLLM:
             _model(self.path, self.n_ctx, self.n_threads)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Answer in a worker thread; calls from all roles take turns on the one model."""
-        return await anyio.to_thread.run_sync(self._complete, request)
-
-    def _complete(self, request: LLMRequest) -> LLMResponse:
-        kwargs: dict[str, Any] = dict(self.defaults)
-        for field in ("max_tokens", "temperature", "seed"):
-            value = getattr(request, field)
-            if value is not None:
-                kwargs[field] = value
+        """Answer in a worker thread (calls take turns on the one model), or batched with others (``batch``)."""
         tool = _forced_tool(request)
-        if tool is not None:
-            kwargs["grammar"] = _grammar(tool["function"].get("parameters") or {"type": "object"})
-        elif request.output_schema is not None:
-            kwargs["grammar"] = _grammar(request.output_schema)
-        with _LOCK:
-            model = _model(self.path, self.n_ctx, self.n_threads)
-            messages: Any = request.messages
-            result: Any = model.create_chat_completion(messages=messages, **kwargs)
-        text = result["choices"][0]["message"].get("content") or ""
-        usage = result.get("usage") or {}
-        response = LLMResponse(
-            text=text,
-            usage=Usage(
-                prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0)
-            ),
-            model=self.model,
-        )
-        if tool is not None:
-            name = tool["function"]["name"]
-            call = ToolCall(id=f"call_{new_id()}", function=Function(name=name, arguments=text))
+        schema = (tool["function"].get("parameters") or {"type": "object"}) if tool is not None else None
+        schema = schema if schema is not None else request.output_schema
+        if self.batch:
+            text, usage = await self._batched(request, schema)
+        else:
+            text, usage = await anyio.to_thread.run_sync(self._complete, request, schema)
+        response = LLMResponse(text=text, usage=usage, model=self.model)
+        if tool is not None:  # the grammar made the arguments: the answer is the call
+            call = ToolCall(id=f"call_{new_id()}", function=Function(name=tool["function"]["name"], arguments=text))
             response = response.model_copy(update={"text": "", "tool_calls": [call]})
         return response
 
+    async def _batched(self, request: LLMRequest, schema: dict[str, Any] | None) -> tuple[str, Usage]:
+        """Answer through the batching engine: the call waits on an event the engine's thread sets."""
+        with _LOCK:
+            key = (str(self.path), self.batch, self.n_ctx)
+            engine = _ENGINES.get(key)
+            if engine is None:
+                engine = _ENGINES[key] = BatchEngine(self.path, slots=self.batch, n_ctx=self.n_ctx)
+            grammar = None if schema is None else _gbnf(schema)
+        answered, token, outcome = anyio.Event(), current_token(), []
+
+        def done(text: str, prompt: int, completion: int, error: BaseException | None) -> None:
+            outcome.append((text, prompt, completion, error))
+            anyio.from_thread.run_sync(answered.set, token=token)
+
+        engine.submit(request.messages, Sampling(**{**self.defaults, **_given(request)}, grammar=grammar), done)
+        await answered.wait()
+        text, prompt, completion, error = outcome[0]
+        if error is not None:
+            raise error
+        return text, Usage(prompt_tokens=prompt, completion_tokens=completion)
+
+    def _complete(self, request: LLMRequest, schema: dict[str, Any] | None) -> tuple[str, Usage]:
+        kwargs: dict[str, Any] = {**self.defaults, **_given(request)}
+        with _LOCK:
+            if schema is not None:
+                kwargs["grammar"] = _grammar(schema)
+            model = _model(self.path, self.n_ctx, self.n_threads)
+            messages: Any = request.messages
+            result: Any = model.create_chat_completion(messages=messages, **kwargs)
+        usage = result.get("usage") or {}
+        counts = Usage(prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0))
+        return result["choices"][0]["message"].get("content") or "", counts
+
     def __repr__(self) -> str:
         """Show the model file."""
-        return f"LocalLLM({str(self.path)!r}, n_threads={self.n_threads})"
+        return f"LocalLLM({str(self.path)!r}, n_threads={self.n_threads}, batch={self.batch})"

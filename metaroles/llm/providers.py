@@ -155,7 +155,8 @@ def _local(settings: LLMSettings) -> LLM:
         options["max_tokens"] = settings.max_tokens
     if settings.temperature is not None:
         options["temperature"] = settings.temperature
-    return LocalLLM(seed=settings.seed or 0, **options)  # type: ignore[arg-type]
+    # the roles' calls of a round are decoded together, as many as a server would have in flight
+    return LocalLLM(seed=settings.seed or 0, batch=settings.max_in_flight, **options)  # type: ignore[arg-type]
 
 
 def describe_llm(llm: LLM) -> dict[str, object]:

@@ -1,0 +1,237 @@
+"""A continuous-batching engine for the embedded model: the calls of many roles decoded together.
+
+One llama.cpp context holds a sequence for each call in flight, each in a cache stream of its own
+(not a unified cache), so what a call answers does not depend on what else is decoded beside it
+(``bench/engine.py`` checks it: an answer decoded alone and among 31 others is the same, token
+for token). One thread runs the loop:
+
+1. admit waiting calls while a slot is free: their prompts (the model's chat template) join the batch;
+2. every live call adds the token it sampled last;
+3. one ``llama_decode`` for the whole batch;
+4. each call samples its next token with its own sampler chain (its seed, temperature, repeat
+   penalty) and ends at the end-of-generation token or its ``max_tokens``; its slot is cleared.
+
+A call is answered on the event loop that made it (``anyio.from_thread``). On two cores this gives
+about 2.5-3.8× the tokens/s of one call at a time (``bench/engine.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from metaroles.core.exceptions import ConfigError
+
+Done = Callable[[str, int, int, BaseException | None], None]
+"""Told of a call's end: its text, prompt tokens, completion tokens, and the error if it failed."""
+
+
+@dataclass
+class Sampling:
+    """How a call's tokens are drawn (the same chain as llama-cpp-python's, per call)."""
+
+    max_tokens: int = 200
+    temperature: float = 0.2
+    seed: int = 0
+    repeat_penalty: float = 1.3
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    grammar: str | None = None
+    """A GBNF grammar the answer must follow (structured output, a forced tool call's arguments)."""
+
+
+@dataclass
+class _Call:
+    tokens: list[int]
+    sampling: Sampling
+    done: Done
+    chain: Any = None
+    seq: int = -1
+    position: int = 0
+    last: int = -1
+    """The batch index of the logits this call samples from next."""
+    text: bytearray = field(default_factory=bytearray)
+    made: int = 0
+
+
+class BatchEngine:
+    """Decodes up to ``slots`` calls at once on one model (see the module).
+
+    Args:
+        path: The GGUF model file.
+        slots: How many calls are decoded together.
+        n_ctx: Tokens each call may hold (prompt and answer).
+        threads: Threads for llama.cpp's decoding.
+    """
+
+    def __init__(self, path: Path, *, slots: int = 16, n_ctx: int = 2048, threads: int = 2) -> None:
+        """Load the model and make the context (nothing runs until a call is submitted)."""
+        if slots < 1 or n_ctx < 64:
+            raise ConfigError(f"slots={slots!r} and n_ctx={n_ctx!r} must be at least 1 and 64")
+        quiet = logging.getLogger("llama-cpp-python")  # llama.cpp's log goes through it, as Llama(verbose=False) sets
+        if quiet.level == logging.NOTSET:
+            quiet.setLevel(logging.ERROR)
+        llama_cpp.llama_backend_init()
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
+        if not self.model:
+            raise ConfigError(f"could not load the model {str(path)!r}; pass a .gguf model file")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.template = llama_cpp.llama_model_chat_template(self.model, None)
+        self.slots, self.n_ctx = slots, n_ctx
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * slots, slots, False
+        params.n_batch = params.n_ubatch = max(512, 64 * slots)
+        params.n_threads = params.n_threads_batch = threads
+        self.ctx = llama_cpp.llama_init_from_model(self.model, params)
+        self.capacity = params.n_batch
+        self.batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
+        self._waiting: deque[_Call] = deque()
+        self._live: dict[int, _Call] = {}
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    # -- the callers' side ------------------------------------------------------------------------
+
+    def submit(self, messages: Sequence[dict[str, Any]], sampling: Sampling, done: Done) -> None:
+        """Queue a chat call; ``done`` is called from the engine's thread when it ends.
+
+        Raises:
+            ConfigError: If its prompt does not fit a slot's ``n_ctx`` (nothing is queued).
+        """
+        tokens = self.tokenize(self.chat_prompt(messages))
+        if len(tokens) + sampling.max_tokens > self.n_ctx or len(tokens) > self.capacity:
+            raise ConfigError(
+                f"a prompt of {len(tokens)} tokens and max_tokens={sampling.max_tokens} do not fit n_ctx={self.n_ctx}; "
+                "shorten the history the action sends or raise n_ctx"
+            )
+        with self._wake:
+            self._waiting.append(_Call(tokens, sampling, done))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="metaroles-engine", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> bytes:
+        """``messages`` laid out by the model's chat template, ready for the assistant's turn."""
+        chat = (llama_cpp.llama_chat_message * len(messages))()
+        keep: list[bytes] = []  # the encoded strings must outlive the call
+        for i, message in enumerate(messages):
+            role, content = str(message.get("role", "user")).encode(), str(message.get("content") or "").encode()
+            keep += (role, content)
+            chat[i].role, chat[i].content = role, content
+        size = 4096 + sum(len(text) for text in keep) * 2
+        buffer = ctypes.create_string_buffer(size)
+        length = llama_cpp.llama_chat_apply_template(self.template, chat, len(messages), True, buffer, size)
+        if length < 0:
+            raise ConfigError("the model's chat template is not one llama.cpp knows; use LocalLLM without batching")
+        return buffer.raw[:length]
+
+    def tokenize(self, text: bytes) -> list[int]:
+        """``text``'s tokens (special tokens parsed, the model's BOS added if it wants one)."""
+        room = len(text) + 16
+        buffer = (llama_cpp.llama_token * room)()
+        add_bos = llama_cpp.llama_vocab_get_add_bos(self.vocab)
+        count = llama_cpp.llama_tokenize(self.vocab, text, len(text), buffer, room, add_bos, True)
+        return list(buffer[:count])
+
+    # -- the engine's thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._waiting and not self._live:
+                    self._wake.wait()
+                admitted = self._admit()
+            try:
+                self._step(admitted)
+            except Exception as exc:  # a failed decode fails every call in it, never the engine
+                for call in list(self._live.values()):
+                    self._finish(call, exc)
+
+    def _admit(self) -> list[_Call]:
+        """Give free slots to waiting calls, as far as the batch has room for their prompts."""
+        admitted, room = [], self.capacity - len(self._live)
+        free = [seq for seq in range(self.slots) if seq not in self._live]
+        while self._waiting and free and len(self._waiting[0].tokens) <= room:
+            call = self._waiting.popleft()
+            call.seq, call.chain = free.pop(0), _chain(call.sampling, self.vocab)
+            room -= len(call.tokens)
+            self._live[call.seq] = call
+            admitted.append(call)
+        return admitted
+
+    def _step(self, admitted: list[_Call]) -> None:
+        """One decode of the live calls' last tokens and the admitted calls' prompts; then each samples."""
+        batch, fresh = self.batch, {id(call) for call in admitted}
+        batch.n_tokens = 0
+        for call in self._live.values():
+            if id(call) in fresh:
+                for position, token in enumerate(call.tokens):
+                    call.last = _add(batch, token, position, call.seq, logits=position == len(call.tokens) - 1)
+                call.position = len(call.tokens)
+            else:
+                call.last = _add(batch, call.tokens[-1], call.position, call.seq, logits=True)
+                call.position += 1
+        if llama_cpp.llama_decode(self.ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed (the context is full)")
+        for call in list(self._live.values()):
+            token = llama_cpp.llama_sampler_sample(call.chain, self.ctx, call.last)
+            if llama_cpp.llama_vocab_is_eog(self.vocab, token):
+                self._finish(call, None)
+                continue
+            call.text += self._piece(token)
+            call.tokens.append(token)
+            call.made += 1
+            if call.made >= call.sampling.max_tokens:
+                self._finish(call, None)
+
+    def _piece(self, token: int) -> bytes:
+        buffer = ctypes.create_string_buffer(64)
+        length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, 64, 0, False)
+        return buffer.raw[: max(length, 0)]
+
+    def _finish(self, call: _Call, error: BaseException | None) -> None:
+        del self._live[call.seq]
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), call.seq, -1, -1)
+        llama_cpp.llama_sampler_free(call.chain)
+        prompt = len(call.tokens) - call.made
+        try:
+            call.done(call.text.decode("utf-8", errors="replace"), prompt, call.made, error)
+        except Exception:
+            pass
+
+
+def _chain(sampling: Sampling, vocab: Any) -> Any:
+    """A sampler chain for one call: its grammar, penalties, top-k, top-p, min-p, temperature, its seeded draw."""
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    add = llama_cpp.llama_sampler_chain_add
+    if sampling.grammar is not None:  # first: every later step sees only what the grammar allows
+        add(chain, llama_cpp.llama_sampler_init_grammar(vocab, sampling.grammar.encode(), b"root"))
+    if sampling.temperature <= 0:
+        add(chain, llama_cpp.llama_sampler_init_greedy())
+        return chain
+    n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+    add(chain, llama_cpp.llama_sampler_init_penalties(n_vocab, 64, sampling.repeat_penalty, 0.0, 0.0))
+    add(chain, llama_cpp.llama_sampler_init_top_k(sampling.top_k))
+    add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+    add(chain, llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
+    add(chain, llama_cpp.llama_sampler_init_temp(sampling.temperature))
+    add(chain, llama_cpp.llama_sampler_init_dist(sampling.seed & 0xFFFFFFFF))
+    return chain
+
+
+def _add(batch: Any, token: int, position: int, seq: int, *, logits: bool) -> int:
+    at: int = batch.n_tokens
+    batch.token[at], batch.pos[at], batch.n_seq_id[at] = token, position, 1
+    batch.seq_id[at][0], batch.logits[at] = seq, logits
+    batch.n_tokens = at + 1
+    return at

