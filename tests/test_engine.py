@@ -85,3 +85,29 @@ async def test_a_team_of_roles_runs_on_the_batched_engine(llms):
     await team.run(1, idea="Discuss the square.", send_to=[f"p{i}" for i in range(6)])
     said = [m for m in team.env.history if m.sent_from.startswith("p")]
     assert len(said) == 6 and all(m.content for m in said)
+
+
+def test_a_call_whose_grammar_does_not_parse_fails_alone():
+    import threading
+
+    from metaroles.llm.engine import BatchEngine, Sampling
+    from metaroles.llm.model_files import smollm2_path
+
+    engine = BatchEngine(smollm2_path(), slots=2, n_ctx=256)
+    told: dict[str, tuple] = {}
+    ended = threading.Event()
+
+    def tell(name: str):
+        def done(*outcome) -> None:
+            told[name] = outcome
+            if len(told) == 2:
+                ended.set()
+
+        return done
+
+    engine.submit(request(0).messages, Sampling(max_tokens=4, grammar="root ::= ("), tell("bad"))
+    engine.submit(request(1).messages, Sampling(max_tokens=4, temperature=0.0), tell("good"))
+    assert ended.wait(timeout=60)
+    assert isinstance(told["bad"][3], ConfigError)
+    text, prompt, made, error = told["good"]
+    assert error is None and text and prompt > 0 and 0 < made <= 4

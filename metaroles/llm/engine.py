@@ -17,6 +17,7 @@ about 2.5-3.8× the tokens/s of one call at a time (``bench/engine.py``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -163,7 +164,12 @@ class BatchEngine:
         free = [seq for seq in range(self.slots) if seq not in self._live]
         while self._waiting and free and len(self._waiting[0].tokens) <= room:
             call = self._waiting.popleft()
-            call.seq, call.chain = free.pop(0), _chain(call.sampling, self.vocab)
+            try:
+                call.chain = _chain(call.sampling, self.vocab)
+            except Exception as exc:  # its sampling cannot be set up: that call fails, the others go on
+                _tell(call, exc)
+                continue
+            call.seq = free.pop(0)
             room -= len(call.tokens)
             self._live[call.seq] = call
             admitted.append(call)
@@ -203,11 +209,13 @@ class BatchEngine:
         del self._live[call.seq]
         llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), call.seq, -1, -1)
         llama_cpp.llama_sampler_free(call.chain)
-        prompt = len(call.tokens) - call.made
-        try:
-            call.done(call.text.decode("utf-8", errors="replace"), prompt, call.made, error)
-        except Exception:
-            pass
+        _tell(call, error)
+
+
+def _tell(call: _Call, error: BaseException | None) -> None:
+    """Give ``call``'s caller its answer (or ``error``); a caller whose event loop has ended is not told."""
+    with contextlib.suppress(Exception):
+        call.done(call.text.decode("utf-8", errors="replace"), len(call.tokens) - call.made, call.made, error)
 
 
 def _chain(sampling: Sampling, vocab: Any) -> Any:
@@ -215,7 +223,11 @@ def _chain(sampling: Sampling, vocab: Any) -> Any:
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = llama_cpp.llama_sampler_chain_add
     if sampling.grammar is not None:  # first: every later step sees only what the grammar allows
-        add(chain, llama_cpp.llama_sampler_init_grammar(vocab, sampling.grammar.encode(), b"root"))
+        grammar = llama_cpp.llama_sampler_init_grammar(vocab, sampling.grammar.encode(), b"root")
+        if not grammar:
+            llama_cpp.llama_sampler_free(chain)
+            raise ConfigError("the output schema's grammar does not parse; simplify the schema")
+        add(chain, grammar)
     if sampling.temperature <= 0:
         add(chain, llama_cpp.llama_sampler_init_greedy())
         return chain
