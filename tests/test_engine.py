@@ -111,3 +111,16 @@ def test_a_call_whose_grammar_does_not_parse_fails_alone():
     assert isinstance(told["bad"][3], ConfigError)
     text, prompt, made, error = told["good"]
     assert error is None and text and prompt > 0 and 0 < made <= 4
+
+
+def test_a_society_on_the_batched_engine_is_the_same_run_in_any_process(tmp_path):
+    from tests.test_determinism import assert_same_bytes, contents, metaroles
+
+    options = ["--set", "agents=12", "--set", "llm_agents=10", "--set", "rounds=1", "--seed", "4", "-q"]
+    for hash_seed in (1, 2):
+        metaroles(
+            "run", "society", "--llm", "local", *options, "--out", str(tmp_path / str(hash_seed)), hash_seed=hash_seed
+        )
+    first = contents(tmp_path / "1")
+    assert any(b'"llm_calls"' in line for line in first["events.jsonl"].splitlines())  # the agents asked the model
+    assert_same_bytes(first, contents(tmp_path / "2"))
