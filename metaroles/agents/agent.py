@@ -286,7 +286,7 @@ class ToolCallAgent(ReActAgent):
             tools if isinstance(tools, ToolCollection) else ToolCollection(*(tools or (Terminate(),)))
         )
         self.tool_choices = ToolChoice(tool_choice)
-        names = type(self).special_tool_names if special_tool_names is None else special_tool_names
+        names = cls.special_tool_names if special_tool_names is None else special_tool_names
         self.special_tool_names = [n.lower() for n in names]
         self.max_observe = max_observe
         self.on_event = on_event

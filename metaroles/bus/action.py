@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from metaroles.core.exceptions import InvalidValueError, LLMOutputInvalid, UserError
 from metaroles.core.prompts import load_prompt, render_prompt
 from metaroles.core.schema import ChatRole
-from metaroles.core.surface import CLASS_KEYS, Dumped, class_path, declared_fields, jsonable
+from metaroles.core.surface import Dumped, class_path, declared_fields, jsonable, refuse_undeclared, set_declared
 from metaroles.llm.ledger import CostLedger
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse, parse_output
 from metaroles.messages.message import Message
@@ -186,23 +186,13 @@ class Action(Dumped):
         **fields: Any,
     ) -> None:
         """Create an action; see the class docstring for the arguments."""
-        unknown = [key for key in fields if key not in self._declared and key not in CLASS_KEYS]
-        if unknown:
-            raise InvalidValueError(
-                f"{type(self).__name__} got unknown argument(s) {unknown}; declare them on the class "
-                f'(e.g. `{unknown[0]}: str = ""`) to pass them, as a MetaGPT action\'s fields'
-            )
+        refuse_undeclared(type(self), fields, self._declared, "action")
         self.name = name or type(self).name or type(self).__name__
         self.llm = llm
         for field, value in (("desc", desc), ("system_prompt", system_prompt), ("i_context", i_context)):
             if value is not None:
                 setattr(self, field, value)
-        self._fresh_fields(fields)
-        for field in self._declared:  # as pydantic does: a mutable class default is copied, not shared
-            if field in fields:
-                setattr(self, field, fields[field])
-            elif field not in vars(self) and isinstance(value := getattr(type(self), field, None), (list, dict, set)):
-                setattr(self, field, copy.copy(value))
+        set_declared(self, self._declared, fields)
         if instruction is not None:
             self.instruction = instruction
         if output_model is not None:

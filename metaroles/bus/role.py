@@ -10,7 +10,6 @@ A custom role needs only :meth:`Role.set_actions` and :meth:`Role._watch`, or ov
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 from warnings import warn
@@ -25,7 +24,15 @@ from metaroles.bus.thinking import Step, choose_state, plan_steps, prompt_vars, 
 from metaroles.core.exceptions import InvalidValueError, LLMOutputInvalid
 from metaroles.core.ids import IdScope
 from metaroles.core.schema import BROADCAST, action_ids, any_to_str, checked_name, to_addresses
-from metaroles.core.surface import CLASS_KEYS, Dumped, class_path, declared_fields, jsonable
+from metaroles.core.surface import (
+    CLASS_KEYS,
+    Dumped,
+    class_path,
+    declared_fields,
+    jsonable,
+    refuse_undeclared,
+    set_declared,
+)
 from metaroles.llm.ledger import CostLedger
 from metaroles.llm.protocol import LLM
 from metaroles.longterm.brain import BrainMemory
@@ -139,13 +146,8 @@ class Role(Dumped):
         self._watch([UserRequirement] if watch is None else watch)
         if actions:
             self.set_actions(actions)
-        if self._field_factories:
-            self._fresh_fields(data)
-        for field in self._declared:  # as pydantic does: a mutable class default is copied, not shared
-            if field in data:
-                setattr(self, field, data[field])
-            elif field not in vars(self) and isinstance(value := getattr(type(self), field, None), (list, dict, set)):
-                setattr(self, field, copy.copy(value))
+        if self._declared or self._field_factories:
+            set_declared(self, self._declared, data)
         if saved:
             self.load_state(RoleState(name=self.name, cls=class_path(type(self)), watch=sorted(self.rc.watch), **saved))
 
@@ -156,12 +158,7 @@ class Role(Dumped):
         saved.pop("cls", None)
         for key in (*CLASS_KEYS[1:], "states", "is_human", "role_id"):  # derived, or MetaGPT's with no meaning here
             data.pop(key, None)
-        unknown = [key for key in data if key not in cls._declared]
-        if unknown:
-            raise InvalidValueError(
-                f"{cls.__name__} got unknown argument(s) {unknown}; declare them on the class "
-                f'(e.g. `{unknown[0]}: str = ""`) to pass them, as a MetaGPT role\'s fields'
-            )
+        refuse_undeclared(cls, data, cls._declared, "role")
         return saved
 
     def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:

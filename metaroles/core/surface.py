@@ -14,6 +14,7 @@ rebuilds the subclass that was dumped, as MetaGPT's polymorphic models do.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self, TypeVar
@@ -68,6 +69,34 @@ def fresh_fields(obj: object, given: Mapping[str, Any]) -> None:
             setattr(obj, name, factory())
 
 
+def refuse_undeclared(cls: type, given: Mapping[str, Any], declared: list[str], kind: str) -> None:
+    """Refuse the keywords in ``given`` that ``cls`` does not declare, naming them and how to declare one.
+
+    Raises:
+        InvalidValueError: If any.
+    """
+    unknown = [key for key in given if key not in declared and key not in CLASS_KEYS]
+    if unknown:
+        raise InvalidValueError(
+            f"{cls.__name__} got unknown argument(s) {unknown}; declare them on the class "
+            f'(e.g. `{unknown[0]}: str = ""`) to pass them, as a MetaGPT {kind}\'s fields'
+        )
+
+
+def set_declared(obj: object, declared: list[str], given: Mapping[str, Any]) -> None:
+    """Give ``obj`` its declared fields: the values ``given``, else its own copy of a mutable class default.
+
+    As pydantic does, a list, dict or set default is copied rather than shared, and a
+    ``Field(default_factory=...)`` is called; a value set before (by a subclass) is kept.
+    """
+    fresh_fields(obj, given)
+    for field in declared:
+        if field in given:
+            setattr(obj, field, given[field])
+        elif field not in vars(obj) and isinstance(value := getattr(type(obj), field, None), (list, dict, set)):
+            setattr(obj, field, copy.copy(value))
+
+
 def class_path(cls: type) -> str:
     """``module.QualName``: how a dump names its class."""
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -88,10 +117,6 @@ class Dumped:
         super().__init_subclass__(**kwargs)
         _CLASSES[class_path(cls)] = cls
         plain_field_defaults(cls)
-
-    def _fresh_fields(self, given: Mapping[str, Any]) -> None:
-        """Give this instance its own value of each ``Field(default_factory=...)`` class default not in ``given``."""
-        fresh_fields(self, given)
 
     def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:  # pragma: no cover - abstract
         """The object as data: what its constructor takes back (``Cls(**data)``)."""

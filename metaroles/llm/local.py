@@ -54,16 +54,16 @@ def _model(path: Path, n_ctx: int, n_threads: int) -> llama_cpp.Llama:
 
 
 def _grammar(schema: dict[str, Any]) -> LlamaGrammar:
-    text = json.dumps(schema)  # keep the schema's property order: the grammar follows it
+    """The parsed grammar of ``schema`` (the one-at-a-time path's), kept per schema."""
+    text = _gbnf(schema)
     grammar = _GRAMMARS.get(text)
     if grammar is None:
-        grammar = LlamaGrammar.from_json_schema(text, verbose=False)
-        _GRAMMARS[text] = grammar
+        grammar = _GRAMMARS[text] = LlamaGrammar.from_string(text, verbose=False)
     return grammar
 
 
 def _gbnf(schema: dict[str, Any]) -> str:
-    """The GBNF grammar of ``schema`` (the text :func:`_grammar` parses), kept per schema."""
+    """The GBNF grammar of ``schema`` (the batching engine's; :func:`_grammar` parses it), kept per schema."""
     text = json.dumps(schema)  # keep the schema's property order: the grammar follows it
     grammar = _GBNF.get(text)
     if grammar is None:
