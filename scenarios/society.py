@@ -125,6 +125,14 @@ class Share(Action):
 
 SHARE = Share.action_id()
 
+SOCIETY = (
+    "You are one member of a society that is discussing a question together. Every opinion is a number "
+    "on a scale from 0 (fully against) to 1 (fully for). Each round you hear the opinions of your "
+    "neighbours, and you may move your own opinion toward theirs, away from them, or keep it. "
+    'Answer with JSON only: {"opinion": a number from 0 to 1}.'
+)
+"""What every LLM-backed agent is told first, byte for byte the same: an engine's prefix cache serves it."""
+
 
 class Reconsider(Share):
     """Ask the model for the new opinion (a tight schema: one number in [0, 1])."""
@@ -133,11 +141,8 @@ class Reconsider(Share):
         """Tell the model its opinion and what the neighbours said; take its answer."""
         agent = self.agent
         heard = ", ".join(f"{o:.3f}" for o in agent.heard()) or "nothing yet"
-        prompt = (
-            f"Your opinion on the question is {agent.opinion:.3f} on a scale from 0 to 1. Your neighbours said: "
-            f"{heard}. What is your opinion now?"
-        )
-        return await self.aask(prompt, output_model=OpinionUpdate)
+        prompt = f"Your opinion is {agent.opinion:.3f}. Your neighbours said: {heard}. What is your opinion now?"
+        return await self.aask(prompt, system_msgs=[SOCIETY], output_model=OpinionUpdate)
 
 
 class Agent(Role):

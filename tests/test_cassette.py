@@ -99,3 +99,21 @@ def test_bad_cassettes_are_clear_errors(tmp_path):
     broken.write_text('{"key": "k"}\n')
     with pytest.raises(ConfigError, match="line 1 is not a recorded call"):
         CassetteLLM(broken, mode="replay")
+
+
+async def test_a_last_line_cut_by_a_kill_is_dropped_and_recording_goes_on_after_it(tmp_path):
+    path = tmp_path / "c.jsonl"
+    recorder = CassetteLLM(path, mode="record", inner=FunctionLLM(lambda r: "said", model="m"))
+    await recorder.complete(ask("first"))
+    whole = path.read_text()
+    path.write_text(whole + whole[: len(whole) // 2])  # a second line the kill cut in half
+    with pytest.warns(UserWarning, match="line 2 was cut short"):
+        going_on = CassetteLLM(path, mode="replay_or_live", inner=FunctionLLM(lambda r: "new", model="m"))
+    assert (await going_on.complete(ask("first"))).text == "said"
+    assert (await going_on.complete(ask("second"))).text == "new"
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and lines[0] == whole.strip() and json.loads(lines[1])["response"]["text"] == "new"
+    with pytest.warns(UserWarning, match="cut short"):
+        path.write_text(path.read_text() + '{"key": ')
+        CassetteLLM(path, mode="replay", model="m")
+    assert path.read_text().endswith('{"key": '), "a replay changes nothing on disk"

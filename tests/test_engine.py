@@ -90,15 +90,15 @@ async def test_a_team_of_roles_runs_on_the_batched_engine(llms):
 def test_a_call_whose_grammar_does_not_parse_fails_alone():
     import threading
 
-    from metaroles.llm.engine import BatchEngine, Sampling
+    from metaroles.llm.engine import BatchEngine, Outcome, Sampling
     from metaroles.llm.model_files import smollm2_path
 
     engine = BatchEngine(smollm2_path(), slots=2, n_ctx=256)
-    told: dict[str, tuple] = {}
+    told: dict[str, Outcome] = {}
     ended = threading.Event()
 
     def tell(name: str):
-        def done(*outcome) -> None:
+        def done(outcome: Outcome) -> None:
             told[name] = outcome
             if len(told) == 2:
                 ended.set()
@@ -108,9 +108,9 @@ def test_a_call_whose_grammar_does_not_parse_fails_alone():
     engine.submit(request(0).messages, Sampling(max_tokens=4, grammar="root ::= ("), tell("bad"))
     engine.submit(request(1).messages, Sampling(max_tokens=4, temperature=0.0), tell("good"))
     assert ended.wait(timeout=60)
-    assert isinstance(told["bad"][3], ConfigError)
-    text, prompt, made, error = told["good"]
-    assert error is None and text and prompt > 0 and 0 < made <= 4
+    assert isinstance(told["bad"].error, ConfigError)
+    good = told["good"]
+    assert good.error is None and good.text and good.prompt_tokens > 0 and 0 < good.completion_tokens <= 4
 
 
 def test_a_society_on_the_batched_engine_is_the_same_run_in_any_process(tmp_path):
@@ -124,3 +124,19 @@ def test_a_society_on_the_batched_engine_is_the_same_run_in_any_process(tmp_path
     first = contents(tmp_path / "1")
     assert any(b'"llm_calls"' in line for line in first["events.jsonl"].splitlines())  # the agents asked the model
     assert_same_bytes(first, contents(tmp_path / "2"))
+
+
+async def test_the_prefix_cache_serves_a_shared_system_prompt_and_counts_it():
+    from metaroles.llm.local import LocalLLM
+
+    llm = LocalLLM(max_tokens=4, batch=2, prefix_cache=True)
+    first = await llm.complete(request(0))
+    second = await llm.complete(request(1))
+    system = len(llm.engine().tokenize(llm.engine().chat_prompt(request(0).messages[:1])))
+    assert first.usage.cached_tokens == 0
+    assert system <= second.usage.cached_tokens < second.usage.prompt_tokens, "the system prompt, not the question"
+    again = await llm.complete(request(1))
+    assert again.usage.cached_tokens == again.usage.prompt_tokens - 1, "all but the last token, whose logits are needed"
+    counters = llm.engine().counters
+    assert counters.requests == 3 and counters.cached_tokens == second.usage.cached_tokens + again.usage.cached_tokens
+    assert counters.prompt_tokens == first.usage.prompt_tokens + 2 * second.usage.prompt_tokens

