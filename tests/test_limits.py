@@ -1,6 +1,9 @@
 import anyio
+import anyio.lowlevel
 import pytest
 from anyio import wait_all_tasks_blocked
+from hypothesis import given
+from hypothesis import strategies as st
 
 from metaroles import FunctionLLM, InvalidValueError, LLMRequest
 from metaroles.llm.limits import LimitedLLM, next_slot
@@ -45,3 +48,90 @@ def test_bad_limits_are_clear_errors():
         LimitedLLM(FunctionLLM(lambda r: ""), max_in_flight=0)
     with pytest.raises(InvalidValueError, match="requests_per_second=-1"):
         LimitedLLM(FunctionLLM(lambda r: ""), requests_per_second=-1)
+
+
+def test_an_adaptive_limit_grows_while_the_servers_pace_grows_then_holds_and_backs_off():
+    from metaroles.llm.limits import AdaptiveLimit
+
+    def engine(in_flight: int) -> float:
+        """Seconds per token of a server with 16 slots: the same up to 16 calls, then they queue."""
+        return 1.0 if in_flight <= 16 else in_flight / 16
+
+    limit = AdaptiveLimit(ceiling=40)
+
+    def window() -> int:
+        for _ in range(limit.allowed):
+            limit.observe(10 * engine(limit.allowed), tokens=9, in_flight=limit.allowed)
+        return limit.allowed
+
+    assert [limit.allowed, *(window() for _ in range(5))] == [4, 8, 16, 32, 32, 32], "doubled to past its slots, held"
+    assert not limit.growing
+    limit.backoff(2.0, now=100.0)
+    assert (limit.allowed, limit.paused_until, limit.backoffs) == (16, 102.0, 1)
+    limit.backoff(1.0, now=100.5)
+    assert (limit.allowed, limit.paused_until) == (8, 102.0), "a shorter wait does not cut the pause short"
+    assert [window() for _ in range(10)] == [9, 10, 11, 12, 13, 14, 15, 16, 17, 17], "back by ones to its slots"
+
+
+@given(
+    st.integers(1, 64),
+    st.lists(st.one_of(st.tuples(st.floats(0.001, 100), st.integers(0, 500)), st.floats(0, 30)), max_size=300),
+)
+def test_an_adaptive_limit_stays_between_one_and_its_ceiling(ceiling, events):
+    from metaroles.llm.limits import AdaptiveLimit
+
+    limit = AdaptiveLimit(ceiling=ceiling)
+    for event in events:
+        if isinstance(event, tuple):
+            limit.observe(*event, in_flight=limit.allowed)
+        else:
+            limit.backoff(event, now=0.0)
+        assert 1 <= limit.allowed <= ceiling
+
+
+async def test_refusals_for_load_lower_the_limit_hold_new_calls_and_lose_or_repeat_nothing():
+    import threading
+
+    from metaroles.llm.openai_compat import OpenAICompatibleLLM
+    from tests.chat_server import ChatServer, Reply, completion, start
+
+    lock, answered, refusals = threading.Lock(), [], [Reply(429, headers={"retry-after": "2"})] * 3
+    refusals.append(Reply(503, {"error": "busy"}, headers={"retry-after": "1"}))
+
+    def respond(body: dict) -> Reply:
+        with lock:
+            if refusals:
+                return refusals.pop()
+            answered.append(body["messages"][-1]["content"])
+            return Reply(200, completion(body["messages"][-1]["content"]))
+
+    state = ChatServer(responder=respond)
+    httpd = start(state)
+    client_waits: list[float] = []
+    limiter_waits: list[float] = []
+
+    async def waited(into: list[float], seconds: float) -> None:
+        into.append(seconds)
+        await anyio.lowlevel.checkpoint()
+
+    try:
+        served = OpenAICompatibleLLM(
+            "m", base_url=state.url, max_retries=5, sleep=lambda s: waited(client_waits, s), timeout=30
+        )
+        llm = LimitedLLM(served, max_in_flight=16, adaptive=True, sleep=lambda s: waited(limiter_waits, s))
+        results: dict[int, str] = {}
+
+        async def one(n: int) -> None:
+            results[n] = (await llm.complete(ask(n))).text
+
+        async with anyio.create_task_group() as group:
+            for n in range(20):
+                group.start_soon(one, n)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert results == {n: str(n) for n in range(20)}, "every call answered with its own answer"
+    assert sorted(answered, key=int) == [str(n) for n in range(20)], "and the server answered each once"
+    assert sorted(client_waits) == [1.0, 2.0, 2.0, 2.0], "each refused call waited what the server asked"
+    assert llm.adaptive is not None and llm.adaptive.backoffs == 4 and not llm.adaptive.growing
+    assert limiter_waits and all(0 < wait <= 2.0 for wait in limiter_waits), "new calls held while the server asked"

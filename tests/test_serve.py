@@ -60,16 +60,16 @@ def post(base: str, body: object) -> tuple[int, dict[str, str], dict]:
 
 async def test_concurrent_clients_are_answered_and_the_shared_prefix_comes_from_the_cache(url):
     before = metrics(url)
-    client = openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0)
     answers = {}
 
-    async def ask(i: int) -> None:
+    async def ask(client: openai.AsyncOpenAI, i: int) -> None:
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Your view, member {i}?"}]
         answers[i] = await client.chat.completions.create(model="any", messages=messages, max_tokens=8, seed=i)
 
-    async with anyio.create_task_group() as group:  # more clients than slots: the rest wait their turn
-        for i in range(10):
-            group.start_soon(ask, i)
+    async with openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0) as client:
+        async with anyio.create_task_group() as group:  # more clients than slots: the rest wait their turn
+            for i in range(10):
+                group.start_soon(ask, client, i)
     assert sorted(answers) == list(range(10))
     assert all(a.choices[0].message.content and 0 < a.usage.completion_tokens <= 8 for a in answers.values())
     cached = [a.usage.prompt_tokens_details.cached_tokens for a in answers.values()]
@@ -88,25 +88,26 @@ async def test_schemas_forced_tools_and_streams_are_served(url):
     from metaroles.llm.openai_compat import OpenAICompatibleLLM
     from metaroles.llm.protocol import LLMRequest
 
-    client = openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0)
     ask = [{"role": "user", "content": "What is your opinion, from 0 to 1?"}]
-    shaped = await client.chat.completions.create(
-        model="any",
-        messages=ask,
-        response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": SCHEMA}},
-        max_tokens=24,
-    )
-    assert isinstance(json.loads(shaped.choices[0].message.content)["opinion"], int | float)
     tool = {"type": "function", "function": {"name": "vote", "parameters": SCHEMA}}
-    voted = await client.chat.completions.create(
-        model="any", messages=ask, tools=[tool], tool_choice={"type": "function", "function": {"name": "vote"}}
-    )
+    async with openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0) as client:
+        shaped = await client.chat.completions.create(
+            model="any",
+            messages=ask,
+            response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": SCHEMA}},
+            max_tokens=24,
+        )
+        voted = await client.chat.completions.create(
+            model="any", messages=ask, tools=[tool], tool_choice={"type": "function", "function": {"name": "vote"}}
+        )
+    assert isinstance(json.loads(shaped.choices[0].message.content)["opinion"], int | float)
     call = voted.choices[0].message.tool_calls[0]
     assert voted.choices[0].finish_reason == "tool_calls" and call.function.name == "vote"
     assert "opinion" in json.loads(call.function.arguments)
     pieces: list[str] = []
     streamed = OpenAICompatibleLLM("any", base_url=url, on_token=pieces.append, max_tokens=8)
     answer = await streamed.complete(LLMRequest(messages=ask))
+    await streamed.aclose()
     assert answer.text and "".join(pieces) == answer.text and answer.usage.completion_tokens > 0
 
 

@@ -89,3 +89,20 @@ async def test_a_short_run_with_the_embedded_model():
     _, team = await run_scenario("society", llm=llm, options={"agents": 5, "rounds": 1, "llm_agents": 2}, out_dir=None)
     answers = [m.instruct_content for m in team.env.history if m.sent_from in {"a0", "a1"}]
     assert len(answers) == 4 and all(isinstance(a, OpinionUpdate) and 0 <= a.opinion <= 1 for a in answers)
+
+
+async def test_each_rounds_model_calls_and_tokens_go_into_its_metrics_row_and_a_resume_counts_them_once(tmp_path):
+    options = {"agents": 10, "rounds": 6, "llm_agents": 4}
+    _, straight = await run_scenario("society", llm=TestLLM(2), options=options, out_dir=tmp_path / "a")
+    rows = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    used = [row["llm"] for row in rows if "llm" in row]
+    assert [row["round"] for row in rows if "llm" in row] == list(range(1, 8)) and "llm" not in rows[0]
+    assert all(u["calls"] == 4 and u["prompt_tokens"] > 0 and u["completion_tokens"] > 0 for u in used)
+    assert sum(u["prompt_tokens"] for u in used) == sum(e.prompt_tokens for e in straight.env.ledger.entries)
+    assert all(u["cached_tokens"] == 0 for u in used), "the test model has no prefix cache"
+    for later in sorted((tmp_path / "a" / "checkpoints").glob("round-*.json")):
+        if int(later.stem[6:]) > 3:
+            later.unlink()
+    await resume_scenario(tmp_path / "a", llm=TestLLM(2))
+    again = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert again == rows, "the resumed rounds' rows are written again, the same"

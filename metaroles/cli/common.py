@@ -11,6 +11,7 @@ import errno
 import json
 import math
 import os
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from rich.table import Table
 from metaroles.core.exceptions import MetarolesError, RunError
 from metaroles.core.text import REDACTED, printable, redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
+from metaroles.llm.limits import LimitedLLM
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
@@ -191,7 +193,12 @@ def run_dir_at(path: Path) -> Path:
 
 
 class Live:
-    """A rich progress bar over rounds, with messages, tokens and cost, fed by ``Team.on_progress``."""
+    """A rich progress bar over rounds, fed by ``Team.on_progress``.
+
+    It shows messages, the round's model calls (their completion tokens per second, the share of
+    prompt tokens the server's cache served, the calls in flight a limit allows now), and the run's
+    tokens and cost.
+    """
 
     def __init__(self, total: int, *, enabled: bool) -> None:
         self.progress = Progress(
@@ -205,6 +212,7 @@ class Live:
             transient=False,
         )
         self.task = self.progress.add_task("run", total=total or None, stats="")
+        self._counted, self._clock = -1, time.monotonic()
 
     def __call__(self, team: Team) -> None:
         """Show the round just ended (its record: messages and model calls), with the run's totals."""
@@ -213,13 +221,34 @@ class Live:
         if record is None:
             env.keep_records(steps=False)  # from the next round on: what the round did, as the bus recorded it
         said = f"+{len(record.published)} " if record is not None and record.round == env.round else ""
-        calls = f"{len(record.model_calls)} calls · " if record is not None and record.round == env.round else ""
         stats = (
-            f"ready {env.ready_count}/{len(env.roles)} · {said}{len(env.history)} msgs · {calls}"
+            f"ready {env.ready_count}/{len(env.roles)} · {said}{len(env.history)} msgs · {self._calls(team)}"
             f"{env.ledger.total_tokens} tokens · cost {env.ledger.total_cost:.4g}"
         )
         total = team.last_round if team.last_round is not None else self.progress.tasks[0].total
         self.progress.update(self.task, completed=env.round, total=max(total or 0, env.round), stats=stats)
+
+    def _calls(self, team: Team) -> str:
+        """The model calls since the last update: how many, tokens/s, cache share, calls in flight allowed."""
+        ledger, now = team.env.ledger, time.monotonic()
+        usage = ledger.usage_since(max(self._counted, 0)) if self._counted >= 0 else None
+        seconds, self._clock, self._counted = now - self._clock, now, len(ledger.entries)
+        if not usage or not usage["calls"]:
+            return ""
+        shown = f"{usage['calls']} calls · {usage['completion_tokens'] / max(seconds, 1e-9):.0f} tok/s · "
+        if usage["cached_tokens"]:
+            shown += f"cache {usage['cached_tokens'] / max(usage['prompt_tokens'], 1):.0%} · "
+        allowed = in_flight(team.llm)
+        return shown + (f"≤{allowed} in flight · " if allowed else "")
+
+
+def in_flight(llm: object) -> int | None:
+    """The calls in flight the limit around ``llm`` allows now (learnt, when adaptive), if it has one."""
+    while llm is not None and not isinstance(llm, LimitedLLM):
+        llm = getattr(llm, "inner", None)  # a cassette's model
+    if llm is None:
+        return None
+    return llm.adaptive.allowed if llm.adaptive is not None else llm.max_in_flight
 
 
 def execute(

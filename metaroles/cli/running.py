@@ -72,7 +72,10 @@ def run(
         float | None, typer.Option(min=0.001, help="model requests per second at most ($METAROLES_RATE_LIMIT)")
     ] = None,
     max_in_flight: Annotated[
-        int | None, typer.Option(min=1, help="model calls in flight at once ($METAROLES_MAX_IN_FLIGHT)")
+        int | None,
+        typer.Option(
+            min=1, help="model calls in flight at most ($METAROLES_MAX_IN_FLIGHT; default: a server's pace, up to 64)"
+        ),
     ] = None,
     price: Annotated[
         list[str] | None,

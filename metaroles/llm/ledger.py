@@ -54,6 +54,8 @@ class LedgerEntry:
     cost: float
     latency_s: float = 0.0
     """Wall-clock seconds of the call: measured, so kept out of what :meth:`saved` returns."""
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the server took from its prefix cache (as its answer said)."""
 
     @property
     def tokens(self) -> int:
@@ -64,8 +66,10 @@ class LedgerEntry:
         """The entry as a run directory records it: everything but the clock-measured latency.
 
         A run directory is a function of the run's seed and model answers; a latency is neither.
+        ``cached_tokens`` is part of the answer, written when there are any (the ledgers of runs
+        without a prefix cache stay as they were).
         """
-        return {
+        saved: dict[str, Any] = {
             "role": self.role,
             "action": self.action,
             "model": self.model,
@@ -73,6 +77,9 @@ class LedgerEntry:
             "completion_tokens": self.completion_tokens,
             "cost": self.cost,
         }
+        if self.cached_tokens:
+            saved["cached_tokens"] = self.cached_tokens
+        return saved
 
 
 class Spend(BaseModel):
@@ -173,6 +180,7 @@ class CostLedger:
             completion_tokens=response.usage.completion_tokens,
             cost=self.price_of(response),
             latency_s=latency_s,
+            cached_tokens=response.usage.cached_tokens,
         )
         self.entries.append(entry)
         self.total_cost += entry.cost
@@ -188,6 +196,16 @@ class CostLedger:
             spend.tokens += entry.tokens
             spend.cost += entry.cost
         return dict(totals)
+
+    def usage_since(self, start: int = 0) -> dict[str, int]:
+        """Calls and prompt, cached and completion tokens of the entries from ``start`` on."""
+        entries = self.entries[start:]
+        return {
+            "calls": len(entries),
+            "prompt_tokens": sum(e.prompt_tokens for e in entries),
+            "cached_tokens": sum(e.cached_tokens for e in entries),
+            "completion_tokens": sum(e.completion_tokens for e in entries),
+        }
 
     def cost_by(self, key: str) -> dict[str, float]:
         """Money spent grouped by ``"role"``, ``"action"`` or ``"model"``."""

@@ -2,10 +2,20 @@
 
 One :class:`LimitedLLM` wraps one provider and is shared by every role that uses it, so the
 limits hold across the whole run however many roles ask at once.
+
+With ``adaptive=True`` (what ``--llm openai`` runs) the number in flight is learnt from the server,
+up to ``max_in_flight`` (:class:`AdaptiveLimit`): it starts at 4 and doubles with every window of
+answers in which the server's pace (calls held over seconds per answered token) grew, then grows
+by one while it still grows, and holds once more calls only wait longer (a batching engine's slots
+are full). A 429 or 503 halves it and holds every new call until the server's ``Retry-After`` has
+passed: the model tells its limiter through its ``on_backoff`` hook.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -20,6 +30,68 @@ def next_slot(now: float, earliest: float, interval: float) -> tuple[float, floa
     return start - now, start + interval
 
 
+@dataclass
+class AdaptiveLimit:
+    """Calls in flight a server takes well, learnt from how fast its answers come (see the module).
+
+    A window of answers (as many as are allowed in flight) gives the server's pace: the calls it
+    held at once over the seconds it took per answered token. A batching engine's pace grows with
+    what it is given until its slots are full; past that, more calls only queue and wait longer.
+    So the limit grows (doubling at first, then by one) while each window's pace beats the best
+    by 5 %, and holds when it does not. A refusal for load (429/503) halves it.
+
+    Args:
+        ceiling: The most ever allowed.
+        limit: Where it starts.
+    """
+
+    ceiling: int
+    limit: float = 4.0
+    gain: float = 1.05
+    """A window must beat the best pace by this factor for the limit to grow."""
+    growing: bool = True
+    """Slow start: double per window until the pace stops growing."""
+    best: float = 0.0
+    """The best pace seen: calls in flight per second per answered token."""
+    paused_until: float = 0.0
+    """No call starts before this (anyio clock): the server asked to wait."""
+    backoffs: int = 0
+    window: list[tuple[int, float]] = field(default_factory=list)
+    """The window's answers: calls in flight when each started, its seconds per answered token."""
+
+    def __post_init__(self) -> None:
+        """Start within the ceiling."""
+        self.limit = float(min(self.limit, self.ceiling))
+
+    @property
+    def allowed(self) -> int:
+        """Calls that may be in flight now."""
+        return max(1, min(self.ceiling, int(self.limit)))
+
+    def observe(self, seconds: float, tokens: int, in_flight: int) -> None:
+        """An answer of ``tokens`` came ``seconds`` after it was sent beside ``in_flight`` calls (itself included)."""
+        self.window.append((in_flight, seconds / (1 + tokens)))
+        if len(self.window) < self.allowed:
+            return
+        held = sum(n for n, _ in self.window) / len(self.window)
+        per_token = sum(t for _, t in self.window) / len(self.window)
+        pace = held / per_token if per_token > 0 else math.inf
+        self.window.clear()
+        if pace > self.best * self.gain:
+            self.best = pace
+            self.limit = min(float(self.ceiling), self.limit * 2 if self.growing else self.limit + 1)
+        else:
+            self.growing = False
+
+    def backoff(self, seconds: float, now: float) -> None:
+        """The server refused a call (429/503) and asked to wait ``seconds``: halve the limit, hold new calls."""
+        self.backoffs += 1
+        self.growing, self.best = False, 0.0  # its pace is learnt again, and the limit grows back by ones
+        self.limit = max(1.0, self.limit / 2)
+        self.paused_until = max(self.paused_until, now + seconds)
+        self.window.clear()
+
+
 class LimitedLLM:
     """Bound a model's concurrent calls and, optionally, its request rate.
 
@@ -27,10 +99,20 @@ class LimitedLLM:
         inner: The model.
         max_in_flight: Calls in flight at once.
         requests_per_second: Calls started per second, or ``None`` for no rate limit.
+        adaptive: Learn the calls in flight from the server's answers, up to ``max_in_flight``.
+        sleep: How to wait (``anyio.sleep``).
     """
 
-    def __init__(self, inner: LLM, *, max_in_flight: int = 8, requests_per_second: float | None = None) -> None:
-        """Wrap ``inner``."""
+    def __init__(
+        self,
+        inner: LLM,
+        *,
+        max_in_flight: int = 8,
+        requests_per_second: float | None = None,
+        adaptive: bool = False,
+        sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
+    ) -> None:
+        """Wrap ``inner`` (an adaptive limit is told of the inner model's back-offs through its ``on_backoff``)."""
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise InvalidValueError(f"max_in_flight={max_in_flight!r} must be a positive integer")
         if requests_per_second is not None and requests_per_second <= 0:
@@ -39,12 +121,35 @@ class LimitedLLM:
         self.model = inner.model
         self.max_in_flight = max_in_flight
         self.interval = 0.0 if requests_per_second is None else 1.0 / requests_per_second
+        self.adaptive = AdaptiveLimit(max_in_flight) if adaptive else None
+        self._sleep = sleep
         self._limiter: anyio.CapacityLimiter | None = None
         self._earliest = 0.0
+        self._listen()
+
+    def _listen(self) -> None:
+        if self.adaptive is not None and hasattr(self.inner, "on_backoff"):
+            self.inner.on_backoff = self.backoff
 
     def __getstate__(self) -> dict[str, Any]:
-        """Everything but the live limiter (a copy elsewhere, e.g. on a shard, makes its own)."""
-        return {**self.__dict__, "_limiter": None, "_earliest": 0.0}
+        """Everything but the live limiter and what it learnt (a copy elsewhere, e.g. on a shard, learns its own)."""
+        fresh = None if self.adaptive is None else AdaptiveLimit(self.max_in_flight)
+        return {**self.__dict__, "_limiter": None, "_earliest": 0.0, "adaptive": fresh}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Take the state and listen to the inner model again."""
+        self.__dict__.update(state)
+        self._listen()
+
+    def backoff(self, seconds: float) -> None:
+        """The inner model was refused for load and waits ``seconds``: fewer in flight, and every new call waits too."""
+        if self.adaptive is not None:
+            self.adaptive.backoff(seconds, anyio.current_time())
+            self._resize()
+
+    def _resize(self) -> None:
+        if self._limiter is not None and self.adaptive is not None:
+            self._limiter.total_tokens = self.adaptive.allowed
 
     def shard_share(self, shards: int) -> None:
         """Keep this copy to its share of the limits when ``shards`` copies run at once (one per shard).
@@ -55,18 +160,34 @@ class LimitedLLM:
         self.max_in_flight = max(1, self.max_in_flight // shards)
         self.interval *= shards
         self._limiter = None
+        self.adaptive = None if self.adaptive is None else AdaptiveLimit(self.max_in_flight)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Wait for a free slot (and the rate), then ask the inner model."""
+        """Wait for a free slot (and the rate, and a server's asked pause), then ask the inner model."""
         if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.max_in_flight)
+            allowed = self.max_in_flight if self.adaptive is None else self.adaptive.allowed
+            self._limiter = anyio.CapacityLimiter(allowed)
         async with self._limiter:
-            if self.interval:
-                wait, self._earliest = next_slot(anyio.current_time(), self._earliest, self.interval)
-                if wait > 0:
-                    await anyio.sleep(wait)
-            return await self.inner.complete(request)
+            await self._wait_turn()
+            if self.adaptive is None:
+                return await self.inner.complete(request)
+            start, backoffs, beside = anyio.current_time(), self.adaptive.backoffs, self._limiter.borrowed_tokens
+            response = await self.inner.complete(request)
+            if self.adaptive.backoffs == backoffs:  # a call that waited out a 429 says nothing of the pace
+                self.adaptive.observe(anyio.current_time() - start, response.usage.completion_tokens, beside)
+                self._resize()
+            return response
+
+    async def _wait_turn(self) -> None:
+        now = anyio.current_time()
+        wait = 0.0 if self.adaptive is None else self.adaptive.paused_until - now
+        if self.interval:
+            pace, self._earliest = next_slot(now + max(wait, 0.0), self._earliest, self.interval)
+            wait = max(wait, 0.0) + pace
+        if wait > 0:
+            await self._sleep(wait)
 
     def __repr__(self) -> str:
         """Show the limits and the inner model."""
-        return f"LimitedLLM({self.inner!r}, max_in_flight={self.max_in_flight}, interval={self.interval:g}s)"
+        adaptive = "" if self.adaptive is None else f", adaptive (now {self.adaptive.allowed})"
+        return f"LimitedLLM({self.inner!r}, max_in_flight={self.max_in_flight}{adaptive}, interval={self.interval:g}s)"

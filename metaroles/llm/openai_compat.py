@@ -96,6 +96,9 @@ class OpenAICompatibleLLM:
         on_token: Stream answers and call this with each piece of text.
         body_timeout: Seconds an answer's body may take once its headers came (the model has answered by
             then: a body that stalls is cut short, and the call is retried without waiting out ``timeout``).
+
+    ``on_backoff``, when set (an adaptive :class:`~metaroles.llm.limits.LimitedLLM` sets it), is told
+    the wait before a retry the server asked for by refusing for load (429, 503, or a ``Retry-After``).
     """
 
     def __init__(
@@ -143,6 +146,7 @@ class OpenAICompatibleLLM:
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
         )
         self._jitter = random.Random()
+        self.on_backoff: Callable[[float], object] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as the arguments it was made with (a shard makes its own HTTP client from them)."""
@@ -159,6 +163,10 @@ class OpenAICompatibleLLM:
         if asked is not None:
             return asked
         return self._jitter.uniform(0, min(30.0, self.backoff * 2**attempt))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client's connections (on the event loop that used them)."""
+        await self._client.close()
 
     def request_body(self, request: LLMRequest) -> dict[str, Any]:
         """The Chat Completions arguments this client sends for ``request`` (model, messages, sampling, format)."""
@@ -186,7 +194,10 @@ class OpenAICompatibleLLM:
                         f"{self.model!r} failed {attempt + 1} time(s) for role {request.role!r}, action "
                         f"{request.action!r}: {exc}; check the server or raise max_retries/timeout"
                     ) from exc
-                await self._sleep(self._delay(attempt, exc))
+                delay = self._delay(attempt, exc)
+                if self.on_backoff is not None and _overloaded(exc):
+                    self.on_backoff(delay)
+                await self._sleep(delay)
             except openai.APIError as exc:
                 raise ProviderError(
                     f"{self.model!r} refused the request of role {request.role!r}, action {request.action!r}: {exc}"
@@ -285,6 +296,14 @@ def _retry_after(headers: Any) -> float | None:
 def _rebuilt(model: str, args: dict[str, Any]) -> OpenAICompatibleLLM:
     """An :class:`OpenAICompatibleLLM` made anew from the arguments of one pickled elsewhere."""
     return OpenAICompatibleLLM(model, **args)
+
+
+def _overloaded(exc: BaseException) -> bool:
+    """Whether the server refused for load: 429, 503, or any refusal saying when to come back."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return False
+    return response.status_code in (429, 503) or _retry_after(response.headers) is not None
 
 
 def _usage(usage: Any) -> Usage:

@@ -32,6 +32,10 @@ NO_MODEL_NOTICE = (
 )
 
 Notify = Callable[[str], object]
+SERVER_IN_FLIGHT = 64
+"""The most calls in flight to a server unless ``max_in_flight`` says otherwise (fewer as it learns its pace)."""
+LOCAL_BATCH = 8
+"""Calls the embedded model decodes together unless ``max_in_flight`` says otherwise."""
 
 
 def resolve_llm(spec: str | LLM, settings: LLMSettings | None = None, *, notify: Notify | None = None) -> LLM:
@@ -139,7 +143,12 @@ def _openai(settings: LLMSettings) -> LLM:
         timeout=settings.timeout,
         max_retries=settings.max_retries,
     )
-    return LimitedLLM(model, max_in_flight=settings.max_in_flight, requests_per_second=settings.requests_per_second)
+    return LimitedLLM(
+        model,
+        max_in_flight=settings.max_in_flight or SERVER_IN_FLIGHT,
+        requests_per_second=settings.requests_per_second,
+        adaptive=True,
+    )
 
 
 def _local(settings: LLMSettings) -> LLM:
@@ -156,7 +165,8 @@ def _local(settings: LLMSettings) -> LLM:
     if settings.temperature is not None:
         options["temperature"] = settings.temperature
     # the roles' calls of a round are decoded together, as many as a server would have in flight
-    return LocalLLM(seed=settings.seed or 0, batch=settings.max_in_flight, **options)  # type: ignore[arg-type]
+    batch = settings.max_in_flight or LOCAL_BATCH
+    return LocalLLM(seed=settings.seed or 0, batch=batch, **options)  # type: ignore[arg-type]
 
 
 def describe_llm(llm: LLM) -> dict[str, object]:

@@ -46,8 +46,8 @@ class LLMSettings(BaseModel):
     """Seconds before a call times out (it is then retried)."""
     max_retries: int = Field(default=3, ge=0)
     """Retries on 429, 5xx, timeouts and connection errors, with exponential backoff and jitter."""
-    max_in_flight: int = Field(default=8, ge=1)
-    """Calls to this model in flight at once."""
+    max_in_flight: int | None = Field(default=None, ge=1)
+    """Calls to this model in flight at most; ``None``: a server's is learnt up to 64, the local model batches 8."""
     requests_per_second: float | None = Field(default=None, gt=0)
     """Optional rate limit."""
 

@@ -1,5 +1,9 @@
 """``metrics.jsonl``: a line per round when the scenario measures its rounds (``round_metrics(team)``).
 
+A round with model calls adds ``llm``: its calls and their prompt, cached and completion tokens
+(the cached share of the prompt is what an engine's prefix cache served). Latencies are the
+clock's, not the run's: each call's is in ``timings.jsonl``.
+
 Each line is appended and synced before the round's checkpoint; a resumed run cuts the file back to
 the rounds before it and writes them again, and refuses to go on when a row the checkpoint holds is lost.
 """
@@ -29,15 +33,21 @@ def metrics_recorder(module: ModuleType, out_dir: Path | None) -> Callable[[Team
     if measure is None or out_dir is None:
         return None
     path = out_dir / METRICS
-    started = False
+    counted = -1  # the ledger's entries in the rows written (-1: not started)
 
     def record(team: Team) -> None:
-        nonlocal started
-        if not started:
-            started = True
-            kept = [line for row, line in read_metrics(path) if row["round"] < team.env.round]
-            write_atomic(path, "".join(line + "\n" for line in kept))
-        append_durably(path, json.dumps({"round": team.env.round, **measure(team)}) + "\n")
+        nonlocal counted
+        if counted < 0:
+            rows = read_metrics(path)
+            kept = [(row, line) for row, line in rows if row["round"] < team.env.round]
+            write_atomic(path, "".join(line + "\n" for _, line in kept))
+            counted = sum(row.get("llm", {}).get("calls", 0) for row, _ in kept)
+        row = {"round": team.env.round, **measure(team)}
+        usage = team.env.ledger.usage_since(counted)
+        if usage["calls"]:
+            row["llm"] = usage
+            counted += usage["calls"]
+        append_durably(path, json.dumps(row) + "\n")
 
     return record
 
