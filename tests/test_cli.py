@@ -1,5 +1,6 @@
 """The `metaroles` command, through typer's runner and as a real subprocess."""
 
+import itertools
 import json
 import os
 import shutil
@@ -210,7 +211,7 @@ def test_the_progress_display_follows_the_rounds():
     record = env.round_record()
     assert plan.n_round > 1 and record.round == env.round, "from its second round on, the display reads the records"
     assert f"+{len(record.published)} {len(env.history)} msgs · " in stats and "ready 0/3" in stats
-    calls = [(before, after, text) for (before, _), (after, text) in zip(shown, shown[1:], strict=False)]
+    calls = [(before, after, text) for (before, _), (after, text) in itertools.pairwise(shown)]
     assert any(after > before for before, after, _ in calls), "some rounds call the model"
     for before, after, text in calls:
         if after > before:  # a round's calls, their pace and the limit the adaptive model allows now
