@@ -231,7 +231,7 @@ class Live:
     def _calls(self, team: Team) -> str:
         """The model calls since the last update: how many, tokens/s, cache share, calls in flight allowed."""
         ledger, now = team.env.ledger, time.monotonic()
-        usage = ledger.usage_since(max(self._counted, 0)) if self._counted >= 0 else None
+        usage = ledger.usage_since(self._counted) if self._counted >= 0 else None  # none before the first update
         seconds, self._clock, self._counted = now - self._clock, now, len(ledger.entries)
         if not usage or not usage["calls"]:
             return ""

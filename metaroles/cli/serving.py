@@ -53,7 +53,7 @@ def serve(
             raise
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does
         with server.running():
-            typer.echo(f"serving {llm.model} at {server.url} ({slots} slots); Ctrl-C stops", err=False)
+            typer.echo(f"serving {llm.model} at {server.url} ({slots} slots); Ctrl-C stops")
             try:
                 threading.Event().wait()
             except KeyboardInterrupt:
