@@ -166,6 +166,9 @@ class Receiver(BaseHTTPRequestHandler):
         )
 
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path not in ("/v1/traces", "/v1/metrics"):
+            self.send_error(404)  # not retried: the exporter gives up at once
+            return
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         if self.path == "/v1/traces":
@@ -173,7 +176,6 @@ class Receiver(BaseHTTPRequestHandler):
             request.ParseFromString(body)
             Receiver.spans.extend(s for r in request.resource_spans for sc in r.scope_spans for s in sc.spans)
         else:
-            assert self.path == "/v1/metrics", self.path
             request, answer = ExportMetricsServiceRequest(), ExportMetricsServiceResponse().SerializeToString()
             request.ParseFromString(body)
             Receiver.metrics.extend(
@@ -369,3 +371,141 @@ def test_cli_otel_without_the_extra_is_one_line_and_exit_2(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert "pip install 'metaroles[otel]'" in err and len(err.strip().splitlines()) == 1 and "bug" not in err
     assert not out.exists(), "nothing written before the option was checked"
+
+
+# -- a run's trace after the fact: metaroles export RUN --otlp -------------------------------------
+
+KINDS = {1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
+KINDS = {number: f"SpanKind.{name}" for number, name in KINDS.items()}
+
+
+def any_value(value):
+    """An OTLP ``AnyValue`` as Python (arrays as tuples)."""
+    which = value.WhichOneof("value")
+    if which == "array_value":
+        return tuple(any_value(v) for v in value.array_value.values)
+    return getattr(value, which)
+
+
+def tree(spans):
+    """Each span as (its names from the root, kind, attributes, the message ids of its links), sorted.
+
+    ``spans``: (span id, parent id, name, kind, attributes, linked span ids) — the same for live
+    SDK spans and for decoded OTLP ones; ids only place a span in the tree.
+    """
+    by_id = {s[0]: s for s in spans}
+    rows = []
+    for _, parent, name, kind, attributes, links in spans:
+        path, up = [name], parent
+        while up:
+            path.append(by_id[up][2])
+            up = by_id[up][1]
+        linked = sorted(by_id[link][4]["messaging.message.id"] for link in links)
+        rows.append((tuple(reversed(path)), kind, sorted(attributes.items()), linked))
+    return sorted(rows, key=repr)
+
+
+def live_rows(finished):
+    return [
+        (
+            s.context.span_id,
+            s.parent.span_id if s.parent else None,
+            s.name,
+            str(s.kind),
+            {k: tuple(v) if isinstance(v, tuple | list) else v for k, v in s.attributes.items()},
+            [link.context.span_id for link in s.links],
+        )
+        for s in finished
+    ]
+
+
+def received_rows(received):
+    return [
+        (
+            s.span_id,
+            s.parent_span_id or None,
+            s.name,
+            KINDS[s.kind],
+            {a.key: any_value(a.value) for a in s.attributes},
+            [link.span_id for link in s.links],
+        )
+        for s in received
+    ]
+
+
+@pytest.fixture
+def receiver():
+    """A real OTLP/HTTP receiver on loopback (protobuf, decoded by opentelemetry-proto); its URL."""
+    Receiver.spans, Receiver.metrics = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    "scenario,options,log_turns",
+    [("society", {"agents": 12, "llm_agents": 5, "rounds": 3}, False), ("debate", {"turns": 3}, True)],
+)
+async def test_export_otlp_makes_the_live_span_tree_from_the_record(
+    spans, receiver, tmp_path, monkeypatch, capsys, scenario, options, log_turns
+):
+    from metaroles.cli import main
+    from metaroles.record.eventread import read_timings
+
+    monkeypatch.delenv(CAPTURE_CONTENT, raising=False)
+    out = tmp_path / "run"
+    run = RunOptions(otel=True, log_turns=log_turns)
+    await run_scenario(scenario, llm=TestLLM(3, cost_per_token=0.001), options=options, out_dir=out, run=run)
+    live = tree(live_rows(spans.get_finished_spans()))
+    assert main(["export", str(out), "--otlp", receiver]) == 0
+    assert capsys.readouterr().out.strip() == f"exported {len(live)} spans of {out} to {receiver}/v1/traces"
+    exported = tree(received_rows(Receiver.spans))
+    assert exported == live, "names, parents, kinds, attributes and links: the live tree"
+    assert {row[0][-1].split()[0] for row in live} >= {"invoke_workflow", "round", "invoke_agent", "chat", "send"}
+
+    timings = read_timings(out / "events.jsonl")
+    rounds = {t["round"]: (t["start_ns"], t["end_ns"]) for t in timings if "start_ns" in t}
+    for span in Receiver.spans:
+        if span.name.startswith("round "):
+            assert (span.start_time_unix_nano, span.end_time_unix_nano) == rounds[int(span.name.split()[1])]
+    ends = sorted(t["end_ns"] for t in timings if "latency_s" in t)
+    chats = [s for s in Receiver.spans if s.name.startswith("chat ")]
+    assert sorted(s.end_time_unix_nano for s in chats) == ends, "each call ends when its answer came"
+    for span in chats:
+        latency = next(a.value.double_value for a in span.attributes if a.key == "metaroles.latency_s")
+        assert span.end_time_unix_nano - span.start_time_unix_nano == int(latency * 1e9)
+
+
+async def test_export_otlp_of_a_run_recorded_without_tracing_equals_a_traced_twin(spans, receiver, tmp_path, capsys):
+    """Same seed, same answers: the untraced run's exported tree is the traced run's, clock readings aside."""
+    from metaroles.cli import main
+
+    options = {"agents": 10, "llm_agents": 4, "rounds": 2}
+    traced_out, plain_out = tmp_path / "run", tmp_path / "twin" / "run"
+    traced = RunOptions(otel=True, seed=4)
+    await run_scenario("society", llm=TestLLM(5), options=options, out_dir=traced_out, run=traced)
+    live = live_rows(spans.get_finished_spans())
+    await run_scenario("society", llm=TestLLM(5), options=options, out_dir=plain_out, run=RunOptions(seed=4))
+    assert not (plain_out / SPANS).exists()
+    assert main(["export", str(plain_out), "--otlp", receiver]) == 0
+    clockless = [(*row[:4], {k: v for k, v in row[4].items() if k != "metaroles.latency_s"}, row[5]) for row in live]
+    exported = received_rows(Receiver.spans)
+    exported = [(*row[:4], {k: v for k, v in row[4].items() if k != "metaroles.latency_s"}, row[5]) for row in exported]
+    assert tree(exported) == tree(clockless)
+
+
+def test_export_otlp_to_a_collector_that_refuses_is_one_line_and_exit_1(tmp_path, capsys, receiver):
+    from metaroles.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "society", "--llm", "test", "--set", "agents=6", "--rounds", "2", "-q", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(out), "--otlp", f"{receiver}/v1/nowhere"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{receiver}/v1/nowhere" in err[0] and "0 of" in err[0], err
+    assert main(["export", str(tmp_path / "missing"), "--otlp", receiver]) == 2
+    assert "missing" in capsys.readouterr().err

@@ -57,8 +57,9 @@ async def complete(
             ledger.observer.call_failed(llm, request, exc, time.perf_counter() - start)
         raise
     if ledger is not None:
+        latency_s = time.perf_counter() - start
         entry = ledger.record(
-            role=request.role, action=request.action, response=response, latency_s=time.perf_counter() - start
+            role=request.role, action=request.action, response=response, latency_s=latency_s, request=request
         )
         if ledger.observer is not None:
             ledger.observer.call_done(llm, request, response, entry)

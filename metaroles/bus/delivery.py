@@ -9,6 +9,7 @@ mode raises). Interventions see every publish and delivery. The :class:`Environm
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -303,7 +304,7 @@ class Bus:
         record.model_calls = self.ledger.entries[record.ledger_from :]
         record.events = self.events[record.events_from :]
         self._records += 1
-        record.round, record.number = self.round, self._records
+        record.round, record.number, record.ended_ns = self.round, self._records, time.time_ns()
         self.recorded = record
         self._closed.append(record)
         steps = None if record.steps is None else Steps()

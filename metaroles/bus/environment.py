@@ -11,6 +11,7 @@ transcript. A message that reaches no role goes to :attr:`Environment.dead_lette
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -241,6 +242,8 @@ class Environment(Bus, Dumped):
             raise RunError(f"round {self.round} of this environment is still running; await it before starting another")
         self.round = self.round + 1 if number is None else number
         self._clock.set(self.round)
+        if self.record is not None:
+            self.record.started_ns = time.time_ns()
         if self.observer is not None:
             self.observer.round_begin(self)
         ready = self._take_ready()

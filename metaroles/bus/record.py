@@ -106,6 +106,10 @@ class RoundRecord:
     """The round it ends with (set when it closes)."""
     number: int = 0
     """Which record of the environment it is, from 1: a reader that missed one knows (set when it closes)."""
+    started_ns: int = 0
+    """When its round began (``time.time_ns``; 0: it holds no round's start, only what came between rounds)."""
+    ended_ns: int = 0
+    """When it closed (``time.time_ns``)."""
 
     def keep_recipients(self) -> None:
         """Copy the lists of recipients (each once): the address index changes its own as roles join or move."""

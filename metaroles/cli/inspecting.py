@@ -11,15 +11,16 @@ from typing import Annotated, Any
 import typer
 
 from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at
-from metaroles.core.exceptions import ConfigError, MetarolesError
-from metaroles.core.files import write_atomic
+from metaroles.core.exceptions import ConfigError, MetarolesError, RunDirCorrupt
+from metaroles.core.files import read_text, write_atomic
 from metaroles.core.text import printable
 from metaroles.project.diff import RunDiff, diff_runs, run_messages
 from metaroles.project.registry import PLUGIN_KINDS, known_scenarios, plugins
-from metaroles.project.rundir import events_file, read_manifest
+from metaroles.project.rundir import LEDGER, events_file, read_manifest, scenario_label
 from metaroles.record.eventlog import read_events
 from metaroles.record.export import export_events
 from metaroles.telemetry.spans import SPANS, events_from_spans, read_spans
+from metaroles.telemetry.tracing import require_otel
 
 
 @app.command()
@@ -112,21 +113,63 @@ def export(
     run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     format_: Annotated[ExportAs, typer.Option("--format", "-f", help="the table's format")] = ExportAs.jsonl,
     out: Annotated[Path | None, typer.Option(help="file to write (default: RUN_DIR/export/events.FORMAT)")] = None,
+    otlp: Annotated[
+        bool,
+        typer.Option(
+            "--otlp",
+            help="send the run's trace to an OpenTelemetry collector over OTLP/HTTP instead of writing a table",
+        ),
+    ] = False,
+    endpoint: Annotated[
+        str | None,
+        typer.Argument(
+            help="with --otlp: the collector's URL (default: the OTEL_EXPORTER_OTLP_* variables, else "
+            "http://localhost:4318)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """The run's events as a table of a row per event (JSON lines, or Parquet): for pandas, polars and DuckDB.
 
     The log keeps a line per round; the table spells it out, numbers and latencies included, a round
-    at a time (a log of any size), and reads the logs of earlier versions alike.
+    at a time (a log of any size), and reads the logs of earlier versions alike. With ``--otlp``, the
+    run's trace instead — the spans ``metaroles run --otel`` makes, timed from its record — even for a
+    run recorded without tracing.
     """
     with reported():
         log = events_file(run_dir_at(run_dir))
         if not log.is_file():
             raise ConfigError(f"{str(run_dir)!r} has no event log; pass a run directory `metaroles run` wrote")
+        if endpoint is not None and not otlp:
+            raise ConfigError(f"{endpoint!r}: an endpoint goes with --otlp (metaroles export RUN --otlp [ENDPOINT])")
+        if otlp:
+            count, where = _send_trace(run_dir, log, endpoint)
+            typer.echo(f"exported {count} spans of {run_dir} to {where}")
+            return
         target = out or run_dir / "export" / f"events.{format_.value}"
         if target.is_dir():
             raise ConfigError(f"--out {str(target)!r} is a folder; name the file to write")
         count = export_events(log, target, format_.value)
     typer.echo(f"wrote {target} ({count} events)")
+
+
+def _send_trace(run_dir: Path, log: Path, endpoint: str | None) -> tuple[int, str]:
+    """Send the run's span tree over OTLP/HTTP (``telemetry.export``): how many spans, and where."""
+    require_otel()
+    from metaroles.telemetry.export import RunFacts, send_otlp
+
+    manifest = read_manifest(run_dir)
+    ledger_path = run_dir / LEDGER
+    ledger = json.loads(read_text(ledger_path)) if ledger_path.is_file() else []
+    if not isinstance(ledger, list):
+        raise RunDirCorrupt(f"{ledger_path}: not a list of model calls; the file is damaged")
+    facts = RunFacts(
+        scenario=scenario_label(str(manifest.get("scenario", ""))),
+        run_id=run_dir.resolve().name,
+        llm=str(manifest.get("llm") or ""),
+        model=str(manifest.get("model") or ""),
+    )
+    return send_otlp(log, ledger, facts, endpoint)
 
 
 @app.command()

@@ -7,6 +7,7 @@ configured). The ledger is part of a run's saved state, so it survives resume.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -56,6 +57,16 @@ class LedgerEntry:
     """Wall-clock seconds of the call: measured, so kept out of what :meth:`saved` returns."""
     cached_tokens: int = 0
     """Of the prompt tokens, those the server took from its prefix cache (as its answer said)."""
+    seed: int | None = None
+    """The request's seed, if it set one."""
+    temperature: float | None = None
+    """The request's temperature, if it set one."""
+    max_tokens: int | None = None
+    """The request's limit on the answer's tokens, if it set one."""
+    finish_reason: str = "stop"
+    """Why the answer ended: ``tool_calls`` when it called tools, else ``stop``."""
+    ended_ns: int = 0
+    """When the answer came (``time.time_ns``): measured, so kept out of what :meth:`saved` returns."""
 
     @property
     def tokens(self) -> int:
@@ -79,6 +90,12 @@ class LedgerEntry:
         }
         if self.cached_tokens:
             saved["cached_tokens"] = self.cached_tokens
+        for key in ("seed", "temperature", "max_tokens"):  # what the request set (older ledgers: nothing)
+            value = getattr(self, key)
+            if value is not None:
+                saved[key] = value
+        if self.finish_reason != "stop":
+            saved["finish_reason"] = self.finish_reason
         return saved
 
 
@@ -170,8 +187,16 @@ class CostLedger:
             return response.cost
         return price.cost(response.usage.prompt_tokens, response.usage.completion_tokens)
 
-    def record(self, *, role: str, action: str, response: LLMResponse, latency_s: float = 0.0) -> LedgerEntry:
-        """Account for one call."""
+    def record(
+        self,
+        *,
+        role: str,
+        action: str,
+        response: LLMResponse,
+        latency_s: float = 0.0,
+        request: LLMRequest | None = None,
+    ) -> LedgerEntry:
+        """Account for one call (with what ``request`` set: seed, temperature, token limit)."""
         entry = LedgerEntry(
             role=role,
             action=action,
@@ -181,7 +206,11 @@ class CostLedger:
             cost=self.price_of(response),
             latency_s=latency_s,
             cached_tokens=response.usage.cached_tokens,
+            finish_reason="tool_calls" if response.tool_calls else "stop",
+            ended_ns=time.time_ns(),
         )
+        if request is not None:
+            entry.seed, entry.temperature, entry.max_tokens = request.seed, request.temperature, request.max_tokens
         self.entries.append(entry)
         self.total_cost += entry.cost
         self.total_tokens += entry.tokens

@@ -45,6 +45,8 @@ TRANSCRIPT = "transcript.md"
 TRANSCRIPT_LIMIT = 10_000
 """A run of more messages writes no ``transcript.md`` unless asked (``--transcript``); ``metaroles show`` prints it."""
 METRICS = "metrics.jsonl"
+LEDGER = "ledger.json"
+"""Each model call of the run: role, action, model, tokens, cost and what the request set."""
 
 
 def events_file(run_dir: Path, manifest: dict[str, Any] | None = None) -> Path:
@@ -301,7 +303,7 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[
         files.append((out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds)))
     whole = report.model_copy(update={"rounds": env.round})  # the run's rounds, not this call's (a resume runs fewer)
     summary = {"report": whole.model_dump(mode="json"), "config": manifest.get("config", {})}
-    files.append((out_dir / "ledger.json", json.dumps(env.ledger.dump(), indent=1) + "\n"))
+    files.append((out_dir / LEDGER, json.dumps(env.ledger.dump(), indent=1) + "\n"))
     files.append((out_dir / "report.json", json.dumps(summary, indent=1) + "\n"))
     replace_together(files)
 

@@ -140,25 +140,30 @@ class EventLog:
         if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
             self._book, self._to, self._routes = env.routes_version, {}, {}
         line = _Line(self.turns)
-        calls, events = self._take(line, env.records_since(self._read))
+        records = env.records_since(self._read)
+        calls, events = self._take(line, records)
         self._read = env.recorded.number if env.recorded is not None else 0
         seq = self.seq + 1
         first_call = seq + len(line.kinds) + len(line.message_ids) + sum(map(len, line.to)) + 1
         self.seq = end = first_call + len(calls) + len(events)
         record: dict[str, Any] = {"seq": seq, "round": env.round, "kind": "round", "end": end}
         record |= line.columns()
+        timings = [_round_times(seq, env.round, records)]
         if calls:
             record["llm_calls"] = [
                 {"role": c.role, "action": c.action, "model": c.model, "tokens": c.tokens, "cost": c.cost}
                 for c in calls
             ]
-            timings = [f'{{"seq":{first_call + n},"latency_s":{c.latency_s!r}}}\n' for n, c in enumerate(calls)]
-            append_text(self.timings, "".join(timings))  # wall-clock figures, no part of the run: no wait for the disk
+            timings += [
+                f'{{"seq":{first_call + n},"latency_s":{c.latency_s!r},"end_ns":{c.ended_ns}}}\n'
+                for n, c in enumerate(calls)
+            ]
         if events:
             record["events"] = [
                 {"kind": e.kind, "role": e.role, "message_id": e.message_id, "detail": e.detail} for e in events
             ]
         self._append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE), sync)
+        append_text(self.timings, "".join(timings))  # wall-clock figures, no part of the run: no wait for the disk
         self._mark()
 
     def _take(self, line: _Line, records: list[RoundRecord] | None) -> tuple[list[LedgerEntry], list[EnvEvent]]:
@@ -235,6 +240,13 @@ class EventLog:
     def _append(self, text: bytes, sync: bool = True) -> None:
         (append_durably if sync else append_text)(self.path, text)
         self._unsynced = not sync
+
+
+def _round_times(seq: int, round_no: int, records: list[RoundRecord] | None) -> str:
+    """The timings line of a round line: when its round began and ended (``0`` where the records do not say)."""
+    started = next((r.started_ns for r in records or () if r.started_ns), 0)
+    ended = records[-1].ended_ns if records else 0
+    return f'{{"seq":{seq},"round":{round_no},"start_ns":{started},"end_ns":{ended}}}\n'
 
 
 class _Line:

@@ -51,7 +51,7 @@ def iter_rounds(path: Path) -> Iterator[list[Event]]:
         RunDirCorrupt: As :func:`read_events` does; and if a line's ``seq`` does not follow the line
             before it (the log is duplicated or spliced).
     """
-    latencies = {t["seq"]: t["latency_s"] for t, _ in read_lines(timings_of(path), warn_torn=False, kind=_timing)}
+    latencies = {t["seq"]: t["latency_s"] for t in read_timings(path) if "latency_s" in t}
     chunk: list[Event] = []
     previous = 0
     for number, event, _ in _records(path, _event):
@@ -327,7 +327,22 @@ def _names(value: object) -> bool:
 
 
 def _timing(value: object) -> bool:
-    return isinstance(value, dict) and type(value.get("seq")) is int and isinstance(value.get("latency_s"), int | float)
+    """A model call's latency (and when it ended), or a round's start and end, by ``seq``."""
+    return (
+        isinstance(value, dict)
+        and type(value.get("seq")) is int
+        and (isinstance(value.get("latency_s"), int | float) or type(value.get("start_ns")) is int)
+    )
+
+
+def read_timings(events: Path) -> list[Event]:
+    """What the clock measured beside the log ``events`` (``timings.jsonl``), in the order written.
+
+    Per model call ``{"seq", "latency_s", "end_ns"}`` (the ``seq`` of its ``llm_call``; ``end_ns``:
+    when its answer came, ``time.time_ns``; older logs lack it); per round line ``{"seq", "round",
+    "start_ns", "end_ns"}`` (its first ``seq``: when the round began and ended; 0 where unknown).
+    """
+    return [t for t, _ in read_lines(timings_of(events), warn_torn=False, kind=_timing)]
 
 
 def read_lines(

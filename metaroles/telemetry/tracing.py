@@ -171,7 +171,9 @@ class Telemetry:
         finally:
             self._processed(role, span, started)
             self._sends_of(role, span, pending)
-            span.set_attribute("metaroles.cost", sum(e.cost for e in self.env.ledger.entries[spent:]))
+            entries = self.env.ledger.entries
+            if len(entries) > spent:  # the turn called a model: what its calls cost
+                span.set_attribute("metaroles.cost", sum(entries[at].cost for at in range(spent, len(entries))))
             context.detach(token)
             span.end()
 
