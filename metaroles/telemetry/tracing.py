@@ -95,8 +95,11 @@ class Telemetry:
         self.meters = Meters(meter, env)
         self._sent: dict[str, SpanContext] = {}
         self._destinations: dict[frozenset[str], str] = {}
+        self._sorted: dict[frozenset[str], list[str]] = {}
+        self._recipients: dict[int, tuple[Sequence[Role], list[str]]] = {}  # id of a recipient list -> their names
+        self._book: object = None  # the address book those lists are of
         self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
-        self._unsent: list[tuple[Message, Span, int]] = []  # published in this round's turns: sent once delivered
+        self._turns: list[tuple[str, Any, int, int, list[Message]]] = []  # name, context, start, end, news
         env.keep_records(steps=False)  # what was delivered to whom: the round's record
         self._read = env.round_record().number  # what was published before is no part of this trace
         self._root: Span | None = None
@@ -119,7 +122,7 @@ class Telemetry:
         """Close the root span (with ``error.type`` when the run failed)."""
         if self._root is None:
             return
-        self._sends_since(self._root)
+        self._messaging(self._root)  # a round that failed before its end: its turns' messages still
         if error is not None:
             self._failed(self._root, error)
         self._root.set_attribute("metaroles.rounds", self.env.round)
@@ -143,7 +146,7 @@ class Telemetry:
         """
         if self._round is None:
             return
-        self._sends_since(self._round)
+        self._messaging(self._round)
         self.meters.round_end(env)
         self._round.set_attribute("metaroles.failed_turns", len(failures))
         self._round.end()
@@ -161,30 +164,40 @@ class Telemetry:
             "metaroles.round": self.env.round,
         }
         span = self.tracer.start_span(f"invoke_agent {role.name}", context=self._round_ctx, attributes=attributes)
-        token = context.attach(trace.set_span_in_context(span, self._round_ctx))
-        started, pending, spent = time.time_ns(), len(self.env.published), len(self.env.ledger.entries)
+        inside = trace.set_span_in_context(span, self._round_ctx)  # the turn's spans' parent, made once
+        token = context.attach(inside)
+        started, spent = time.time_ns(), len(self.env.ledger.entries)
         try:
             return await turn
         except Exception as exc:
             self._failed(span, exc)
             raise
         finally:
-            self._processed(role, span, started)
-            self._sends_of(role, span, pending)
+            self._turns.append((role.name, inside, started, time.time_ns(), role.rc.news))  # spans at the round's end
             entries = self.env.ledger.entries
             if len(entries) > spent:  # the turn called a model: what its calls cost
                 span.set_attribute("metaroles.cost", sum(entries[at].cost for at in range(spent, len(entries))))
             context.detach(token)
             span.end()
 
-    def _processed(self, role: Role, span: Span, started: int) -> None:
-        """A CONSUMER span per message the turn observed, linked to the span that sent it."""
-        trace, link, kind = self._trace, self._trace.Link, self._trace.SpanKind
-        parent = trace.set_span_in_context(span)
-        for message in role.rc.news:
+    def _messaging(self, parent: Span | None) -> None:
+        """The round's messaging spans, made as it ends from what its turns noted and what it recorded.
+
+        Per turn a CONSUMER span for each message it observed (linked to that message's send), then
+        a PRODUCER span for each message delivered: a turn's under its turn, at the turn's end; the
+        rest under ``parent``. The SDK's work runs in one tight loop per round, not between turns.
+        """
+        turns, self._turns = self._turns, []
+        for name, inside, started, _, news in turns:
+            self._processed_by(name, inside, started, news)
+        self._sends_since(parent, turns={name: (inside, ended) for name, inside, _, ended, _ in turns})
+
+    def _processed_by(self, name: str, parent: Any, started: int, news: Sequence[Message]) -> None:
+        link, kind = self._trace.Link, self._trace.SpanKind
+        for message in news:
             sent = self._sent.get(message.id)
             child = self.tracer.start_span(
-                f"process {role.name}",
+                f"process {name}",
                 context=parent,
                 kind=kind.CONSUMER,
                 links=[link(sent)] if sent is not None else [],
@@ -194,25 +207,20 @@ class Telemetry:
                     "messaging.operation.type": "process",
                     "messaging.message.id": message.id,
                     "messaging.destination.name": self._destination(message),
-                    "metaroles.recipient": role.name,
+                    "metaroles.recipient": name,
                     "metaroles.round": self.env.round,
                 },
                 start_time=started,
             )
             child.end(end_time=started)
 
-    def _sends_of(self, role: Role, span: Span, pending: int) -> None:
-        """Note each message the turn published: its PRODUCER span is made when the round delivers it."""
-        place, now, published = role.place, time.time_ns(), self.env.published
-        for at in range(pending, len(published)):  # no slice: a round publishes thousands
-            rank, message = published[at]
-            if rank == place and message.id not in self._sent:
-                self._unsent.append((message, span, now))
+    def _sends_since(
+        self, parent: Span | None, round_no: int | None = None, turns: Mapping[str, tuple[Any, int]] | None = None
+    ) -> None:
+        """Send spans for what the round records hold since last time: the turns' under them, the rest under ``parent``.
 
-    def _sends_since(self, parent: Span | None, round_no: int | None = None) -> None:
-        """Send spans for what the round records hold since last time: the turns' first, then the rest under ``parent``.
-
-        Each says to whom delivery gave it (the record's recipients).
+        ``turns``: each sender's turn's context and end. Each span says to whom delivery gave it (the
+        record's recipients).
         """
         env, sent = self.env, self._sent
         records = env.records_since(self._read)
@@ -223,54 +231,63 @@ class Telemetry:
             if message.id not in sent
         ]
         self._read = env.round_record().number
-        if self._unsent:
-            to = {id(message): recipients for message, recipients in delivered}
-            unsent, self._unsent = self._unsent, []
-            for message, span, started in unsent:
-                if id(message) in to:
-                    self._send(message, span, to[id(message)], started)
+        outside = self._trace.set_span_in_context(parent) if delivered and parent is not None else None
         for message, recipients in delivered:
-            if message.id not in sent:
-                self._send(message, parent, recipients, round_no=round_no)
+            turn = turns.get(message.sent_from) if turns else None
+            if turn is not None:
+                self._send(message, turn[0], recipients, turn[1])
+            elif message.id not in sent:
+                self._send(message, outside, recipients, round_no=round_no)
 
     def _send(
         self,
         message: Message,
-        parent: Span | None,
+        parent: Any,
         recipients: Sequence[Role] | None,
         started: int | None = None,
         *,
         round_no: int | None = None,
     ) -> None:
-        trace, kind = self._trace, self._trace.SpanKind
-        attributes = self._message_attributes(message, "send")
-        if round_no is not None:
-            attributes["metaroles.round"] = round_no
+        """The PRODUCER span of ``message`` under the context ``parent``, saying to whom delivery gave it."""
         if recipients is None:  # a sharded round's: its shard routed it
             recipients = self.env.recipients(message)
-        attributes["metaroles.delivered_to"] = [role.name for role in recipients]
+        destination = self._destination(message)
+        attributes = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.name": "send",
+            "messaging.operation.type": "send",
+            "messaging.message.id": message.id,
+            "messaging.destination.name": destination,
+            "metaroles.cause_by": message.cause_by,
+            "metaroles.sent_from": message.sent_from,
+            "metaroles.send_to": self._addresses(message.send_to),
+            "metaroles.round": self.env.round if round_no is None else round_no,
+            "metaroles.delivered_to": self._names(recipients),
+        }
+        kind = self._trace.SpanKind.PRODUCER
         span = self.tracer.start_span(
-            f"send {self._destination(message)}",
-            context=trace.set_span_in_context(parent) if parent is not None else None,
-            kind=kind.PRODUCER,
-            attributes=attributes,
-            start_time=started,
+            f"send {destination}", context=parent, kind=kind, attributes=attributes, start_time=started
         )
         self._sent[message.id] = span.get_span_context()
         span.end(end_time=started)
 
-    def _message_attributes(self, message: Message, operation: str) -> dict[str, Any]:
-        return {
-            "messaging.system": SYSTEM,
-            "messaging.operation.name": operation,
-            "messaging.operation.type": operation,
-            "messaging.message.id": message.id,
-            "messaging.destination.name": self._destination(message),
-            "metaroles.cause_by": message.cause_by,
-            "metaroles.sent_from": message.sent_from,
-            "metaroles.send_to": sorted(message.send_to),
-            "metaroles.round": self.env.round,
-        }
+    def _names(self, recipients: Sequence[Role]) -> list[str]:
+        """``metaroles.delivered_to``: the names, kept by the list while the address book stays (routing's lists)."""
+        if self._book != self.env.routes_version or len(self._recipients) >= 1 << 16:  # a role joined or moved
+            self._book, self._recipients = self.env.routes_version, {}
+        known = self._recipients.get(id(recipients))
+        if known is not None and known[0] is recipients:
+            return known[1]
+        names = [role.name for role in recipients]
+        self._recipients[id(recipients)] = (recipients, names)
+        return names
+
+    def _addresses(self, send_to: frozenset[str]) -> list[str]:
+        """``metaroles.send_to``: the sorted addresses, memoised (the SDK keeps its own copy of a list attribute)."""
+        addresses = self._sorted.get(send_to)
+        if addresses is None:
+            addresses = self._sorted[send_to] = sorted(send_to)
+        return addresses
 
     def _destination(self, message: Message) -> str:
         """``messaging.destination.name``: the sorted addresses, memoised (a run reuses a few)."""
