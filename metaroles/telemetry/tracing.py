@@ -252,7 +252,7 @@ class Telemetry:
         if recipients is None:  # a sharded round's: its shard routed it
             recipients = self.env.recipients(message)
         destination = self._destination(message)
-        attributes = {
+        attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.name": "send",
             "messaging.operation.type": "send",
