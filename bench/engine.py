@@ -418,7 +418,8 @@ def round_breakdown(model: Recorded, seconds: float) -> dict[str, Any]:
     return {"rounds": rounds, "model_s": round(model_s, 3), "framework_s": round(seconds - model_s, 3)}
 
 
-def served_figures(agents: int = 200, rounds: int = 5, slots: int = 16, passes: int = 1) -> None:
+def served_figures(agents: int = 200, rounds: int = 5, slots: int = 16, passes: int = 1, every: int = 1) -> None:
+    """The society against ``metaroles serve`` and the engine's ceiling (``every``: on every n-th of its requests)."""
     with served(slots) as url:
         anyio.run(society, url, 16, 1, slots)  # warm: the model loaded, the slots used once
         figures: dict[str, list[float]] = defaultdict(list)
@@ -426,7 +427,7 @@ def served_figures(agents: int = 200, rounds: int = 5, slots: int = 16, passes: 
             seconds, model = anyio.run(society, url, agents, rounds, 4 * slots)
             made = sum(c["completion"] for c in model.calls)
             figures["society"].append(made / seconds)
-            bodies = [c["body"] for c in model.calls]
+            bodies = [c["body"] for c in model.calls][::every]  # a rate: a sample of every round's requests will do
             for in_flight in (slots, 2 * slots):
                 took, answered = anyio.run(bare, url, bodies, in_flight)
                 figures[f"ceiling_{in_flight}"].append(answered / took)
@@ -434,7 +435,7 @@ def served_figures(agents: int = 200, rounds: int = 5, slots: int = 16, passes: 
     society_rate = statistics.median(figures["society"])
     ceilings = {key: statistics.median(values) for key, values in figures.items() if key.startswith("ceiling")}
     best = max(ceilings, key=ceilings.__getitem__)
-    params = {"agents": agents, "rounds": rounds, "slots": slots, "calls": len(model.calls)}
+    params = {"agents": agents, "rounds": rounds, "slots": slots, "calls": len(model.calls), "ceiling_every": every}
     emit("served_society", round(society_rate, 1), "tokens/s", seconds=round(seconds, 2), **params)
     for key, value in ceilings.items():
         emit("served_ceiling", round(value, 1), "tokens/s", in_flight=int(key.split("_")[1]), **params)
@@ -487,6 +488,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("floors", "embedded", "served", "otel", "cassette", "all"), default="all")
     parser.add_argument("--agents", type=int, default=200)
     parser.add_argument("--passes", type=int, default=1, help="society/ceiling alternations (each ~15 min at 200)")
+    parser.add_argument("--ceiling-every", type=int, default=1, help="measure the ceiling on every n-th request")
     part = parser.parse_args()
     if part.part in ("floors", "all"):
         floors()
@@ -498,7 +500,7 @@ def main() -> None:
     if part.part in ("embedded", "all"):
         engine_figures()
     if part.part in ("served", "all"):
-        served_figures(agents=part.agents, passes=part.passes)
+        served_figures(agents=part.agents, passes=part.passes, every=part.ceiling_every)
     if part.part in ("otel", "all"):
         otel_figures()
     if part.part in ("cassette", "all"):
