@@ -57,17 +57,19 @@ def test_an_adaptive_limit_grows_while_the_servers_pace_grows_then_holds_and_bac
         """Seconds per token of a server with 16 slots: the same up to 16 calls, then they queue."""
         return 1.0 if in_flight <= 16 else in_flight / 16
 
-    limit = AdaptiveLimit(ceiling=40)
+    limit = AdaptiveLimit(ceiling=100)
 
     def window() -> int:
         for _ in range(limit.allowed):
             limit.observe(10 * engine(limit.allowed), tokens=9, in_flight=limit.allowed)
         return limit.allowed
 
-    assert [limit.allowed, *(window() for _ in range(5))] == [4, 8, 16, 32, 32, 32], "doubled to past its slots, held"
+    steps = [limit.allowed, *(window() for _ in range(5))]
+    assert steps == [4, 8, 16, 32, 64, 64], "doubled to past its slots, then once more (a call queued for each), held"
     assert not limit.growing
     limit.backoff(2.0, now=100.0)
-    assert (limit.allowed, limit.paused_until, limit.backoffs) == (16, 102.0, 1)
+    assert (limit.allowed, limit.paused_until, limit.backoffs) == (32, 102.0, 1)
+    limit.backoff(1.0, now=100.5)
     limit.backoff(1.0, now=100.5)
     assert (limit.allowed, limit.paused_until) == (8, 102.0), "a shorter wait does not cut the pause short"
     assert [window() for _ in range(10)] == [9, 10, 11, 12, 13, 14, 15, 16, 17, 17], "back by ones to its slots"

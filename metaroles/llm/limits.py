@@ -5,9 +5,10 @@ limits hold across the whole run however many roles ask at once.
 
 With ``adaptive=True`` (what ``--llm openai`` runs) the number in flight is learnt from the server,
 up to ``max_in_flight`` (:class:`AdaptiveLimit`): it starts at 4 and doubles with every window of
-answers in which the server's pace (calls held over seconds per answered token) grew, then grows
-by one while it still grows, and holds once more calls only wait longer (a batching engine's slots
-are full). A 429 or 503 halves it and holds every new call until the server's ``Retry-After`` has
+answers in which the server's pace (calls held over seconds per answered token) grew; when it
+stops growing (a batching engine's slots are full) it doubles once more, so that a call waits at
+the server for each one it runs, and holds. After a refusal it grows back by one while the pace
+still grows. A 429 or 503 halves it and holds every new call until the server's ``Retry-After`` has
 passed: the model tells its limiter through its ``on_backoff`` hook.
 """
 
@@ -38,7 +39,10 @@ class AdaptiveLimit:
     held at once over the seconds it took per answered token. A batching engine's pace grows with
     what it is given until its slots are full; past that, more calls only queue and wait longer.
     So the limit grows (doubling at first, then by one) while each window's pace beats the best
-    by 5 %, and holds when it does not. A refusal for load (429/503) halves it.
+    by 5 %, and holds when it does not. When the doubling stops, the limit doubles once more: a
+    call waits at the server for each one it runs, so a slot that frees takes the next at once
+    instead of idling for the client's round trip (measured: holding at the slots' count gave 0.89
+    of the engine's throughput, twice that 1.0). A refusal for load (429/503) halves it.
 
     Args:
         ceiling: The most ever allowed.
@@ -80,8 +84,9 @@ class AdaptiveLimit:
         if pace > self.best * self.gain:
             self.best = pace
             self.limit = min(float(self.ceiling), self.limit * 2 if self.growing else self.limit + 1)
-        else:
+        elif self.growing:  # the engine's slots are full: keep a call queued for each it runs (no idle slot)
             self.growing = False
+            self.limit = min(float(self.ceiling), self.limit * 2)
 
     def backoff(self, seconds: float, now: float) -> None:
         """The server refused a call (429/503) and asked to wait ``seconds``: halve the limit, hold new calls."""
