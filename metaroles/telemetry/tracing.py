@@ -12,6 +12,11 @@ and a run without it pays nothing (the bus's hooks are ``None``). A run is one t
           send {destination}  PRODUCER         one per message the turn published
       send {destination}                       what was published between rounds (the user's idea)
 
+The bus's messaging spans (process, send) are made as each round ends, from what its turns noted
+(their context, times and news) and what the round recorded (who received each message), in one
+pass: the SDK's work in a tight loop rather than between turns. ``telemetry.export`` makes the
+same tree from a run directory after the fact (``metaroles export RUN --otlp``).
+
 Prompt and answer text is captured only when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
 is ``true``. Turn spans are timed by the clock; a model call's span ends when the ledger records it
 and starts its measured latency earlier.
