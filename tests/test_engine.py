@@ -140,3 +140,24 @@ async def test_the_prefix_cache_serves_a_shared_system_prompt_and_counts_it():
     counters = llm.engine().counters
     assert counters.requests == 3 and counters.cached_tokens == second.usage.cached_tokens + again.usage.cached_tokens
     assert counters.prompt_tokens == first.usage.prompt_tokens + 2 * second.usage.prompt_tokens
+
+
+async def test_a_prompt_shares_the_cached_prefix_of_another_slot():
+    """Two calls at once after one: the slot that kept the system prompt lends it to the other slot too."""
+    from metaroles.llm.local import LocalLLM
+
+    llm = LocalLLM(max_tokens=4, batch=2, prefix_cache=True)
+    await llm.complete(request(0))  # slot 0 keeps its prompt; slot 1 holds nothing
+    system = len(llm.engine().tokenize(llm.engine().chat_prompt(request(0).messages[:1])))
+    answers = []
+
+    async def ask(n: int) -> None:
+        answer = await llm.complete(request(n))
+        answers.append(answer)
+
+    async with anyio.create_task_group() as group:
+        for n in (1, 2):
+            group.start_soon(ask, n)
+    cached = sorted(answer.usage.cached_tokens for answer in answers)
+    assert cached[0] >= system, f"both calls start from the kept system prompt (cached: {cached}, system: {system})"
+    assert all(answer.text for answer in answers)

@@ -22,8 +22,11 @@ about 2.5-3.8× the tokens/s of one call at a time (``bench/engine.py``).
 
 With ``prefix_cache=True`` (what ``metaroles serve`` runs) a slot keeps its cache when its call
 ends, and a new call goes to the free slot whose kept tokens share the longest prefix with its
-prompt; only the rest of the prompt is decoded. A society's prompts that begin with the same
-system prompt and scenario then mostly come from the cache. The calls then also share one
+prompt; only the rest of the prompt is decoded. When another slot — running, or kept — holds
+more of the prompt, its cells are shared with the new call's slot (``llama_memory_seq_cp``: in a
+unified cache the cells are not copied, only marked as the other sequence's too) instead of being
+decoded again. A society's prompts that begin with the same system prompt and scenario then
+mostly come from the cache, whichever slot they get. The calls then also share one
 unified cache (llama.cpp's ``kv_unified``), which decodes about twice as fast here as a stream
 per call (``bench/engine.py``: ``engine_batched``). As with llama.cpp's server (``cache_prompt``),
 an answer may then differ in the last digits of its logits with the slot it got and what was
@@ -244,12 +247,32 @@ class BatchEngine:
         """The free slot for ``call``: with the prefix cache, the one sharing the most of its prompt."""
         if not self.prefix_cache:
             return free[0]
+        memory = llama_cpp.llama_get_memory(self.ctx)
         shared = {seq: _shared(self._kept.get(seq, ()), call.tokens) for seq in free}
         seq = max(free, key=lambda s: (shared[s], -s))
+        donor, lent = self._donor(call.tokens, shared[seq])
+        if donor is not None:  # another slot holds more of the prompt: its cells are shared, not decoded again
+            llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+            llama_cpp.llama_memory_seq_cp(memory, donor, seq, 0, lent)
+            shared[seq] = lent
         call.start = min(shared[seq], len(call.tokens) - 1)  # the last prompt token is decoded: its logits are needed
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), seq, call.start, -1)
+        llama_cpp.llama_memory_seq_rm(memory, seq, call.start, -1)
         self._kept.pop(seq, None)
         return seq
+
+    def _donor(self, tokens: list[int], better_than: int) -> tuple[int | None, int]:
+        """The slot whose cache holds the longest start of ``tokens``, if longer than ``better_than``; and its length.
+
+        A slot's cache: a running call's tokens decoded (or found cached when it was admitted), or
+        what a free slot kept.
+        """
+        best, length = None, better_than
+        held = [(seq, call.tokens[: call.position or call.start]) for seq, call in self._live.items()]
+        for seq, kept in (*held, *self._kept.items()):
+            shared = _shared(kept, tokens)
+            if shared > length:
+                best, length = seq, shared
+        return best, length
 
     def _step(self, admitted: list[_Call]) -> None:
         """One decode of the live calls' last tokens and the admitted calls' prompts; then each samples."""
