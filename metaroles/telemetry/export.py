@@ -34,12 +34,10 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 from metaroles.core.exceptions import RunError
 from metaroles.record.eventread import Event, iter_rounds, read_timings
-from metaroles.telemetry.meters import SYSTEM
+from metaroles.telemetry.meters import SYSTEM, provider_of
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext, Tracer
-
-_PROVIDERS = {"openai": "openai", "local": "llama_cpp"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ class RunFacts:
     @property
     def provider(self) -> str:
         """``gen_ai.provider.name``: as :func:`~metaroles.telemetry.meters.provider_name` names the live model."""
-        return _PROVIDERS.get(self.llm.partition(":")[0], SYSTEM)
+        return provider_of(self.llm)
 
 
 @dataclass

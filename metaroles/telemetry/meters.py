@@ -19,8 +19,12 @@ _PROVIDERS = {"openai": "openai", "local": "llama_cpp"}
 
 def provider_name(llm: LLM) -> str:
     """``gen_ai.provider.name`` of ``llm``: ``openai``, ``llama_cpp``, else ``metaroles`` (the offline models)."""
-    kind = str(describe_llm(llm).get("llm", ""))
-    return _PROVIDERS.get(kind, SYSTEM)
+    return provider_of(str(describe_llm(llm).get("llm", "")))
+
+
+def provider_of(llm: str) -> str:
+    """``gen_ai.provider.name`` of a model as a manifest records its ``llm`` (``openai``, ``local``, ``test:7``…)."""
+    return _PROVIDERS.get(llm.partition(":")[0], SYSTEM)
 
 
 class Meters:
