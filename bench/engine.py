@@ -14,12 +14,14 @@ choose the design, before it is built.
   copied to every sequence (what an engine's prefix cache does); ``decode_only``: tokens/s after
   the prefill, the steady state of continuous batching.
 - ``engine_batched``: the engine runs use, ``LocalLLM(batch=N)`` (``llm.engine``), 64 calls of
-  those prompts asked at once with 8, 16 and 32 slots, with the per-slot prefix cache off (as a
-  run's embedded model) and on (as ``metaroles serve``): completion tokens/s and the ratio to
-  today's one-at-a-time (1 thread).
-- ``batch_invariant``: whether the first agent's answer is the same token for token decoded alone
-  and beside 7, 15 and 31 others (with the prefix shared or not), and with 1 or 2 threads (a
-  batched engine keeps runs reproducible only if it is).
+  those prompts asked at once with 8, 16 and 32 slots, prefix cache on, a cache stream per call
+  (``unified: false``, a run's embedded model: the same answers in any batch) and one unified
+  cache (as ``metaroles serve``): completion tokens/s and the ratio to today's one-at-a-time (1 thread).
+- ``engine_batch_invariant``: whether the first 8 of the 64 answers on 32 slots (a stream per call)
+  are the same as those calls asked one by one on one slot.
+- ``batch_invariant`` (the low-level probe, one unified f16 cache): whether the first agent's answer
+  is the same token for token decoded alone and beside 7, 15 and 31 others (with the prefix shared
+  or not), and with 1 or 2 threads (a batched engine keeps runs reproducible only if it is).
 - ``latency_round_floor``: 1,000 concurrent calls to a simulated 100 ms model, as
   ``bench/llm.py``'s latency round makes them, with no framework: woken worker tasks that each
   sleep 100 ms (a session's next round), and a task group spawning them (its first round). No
@@ -258,33 +260,39 @@ def engine_figures() -> None:
     same = {key: answer == answers["1"] for key, answer in answers.items() if key != "1"}
     emit("batch_invariant", all(same.values()), "bool", sequences=[1, 8, 16, 32], shared_prefix=[False, True])
     print(json.dumps({"batch_invariant_by_case": same}), flush=True)
+    texts: dict[int, str] = {}
     for slots in (8, 16, 32):
-        for cache in (False, True):
-            value = anyio.run(partial(engine_rate, slots, 64, prefix_cache=cache))
-            params = {"calls": 64, "slots": slots, "prefix_cache": cache, "vs_today": round(value / single[1], 2)}
+        for unified in (False, True):
+            value, texts = anyio.run(partial(engine_rate, slots, 64, unified=unified))
+            params = {"calls": 64, "slots": slots, "unified": unified, "vs_today": round(value / single[1], 2)}
             emit("engine_batched", round(value, 1), "tokens/s", tokens=TOKENS, **params)
+            if slots == 32 and not unified:
+                _, alone = anyio.run(partial(engine_rate, 1, 8, unified=False))
+                same = all(alone[i] == texts[i] for i in alone)
+                emit("engine_batch_invariant", same, "bool", calls=8, slots=32, vs_alone_on_one_slot=True)
 
 
-async def engine_rate(slots: int, calls: int, *, prefix_cache: bool) -> float:
-    """Completion tokens/s of ``calls`` greedy answers through ``LocalLLM(batch=slots)``, all asked at once."""
+async def engine_rate(slots: int, calls: int, *, unified: bool) -> tuple[float, dict[int, str]]:
+    """Completion tokens/s of ``calls`` greedy answers through ``LocalLLM(batch=slots)``, asked at once; the answers."""
     from metaroles.llm.local import LocalLLM
     from metaroles.llm.protocol import LLMRequest
 
-    llm = LocalLLM(max_tokens=TOKENS, temperature=0.0, batch=slots, prefix_cache=prefix_cache)
+    llm = LocalLLM(max_tokens=TOKENS, temperature=0.0, batch=slots, unified=unified)
     llm.engine()
-    made = [0]
+    made, texts = [0], {}
 
     async def one(i: int) -> None:
         question = f"Say something about {TOPICS[i % len(TOPICS)]} (agent {i})."
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
         answer = await llm.complete(LLMRequest(messages=messages))
         made[0] += answer.usage.completion_tokens  # after the await: ``made[0] += await ...`` would read it before
+        texts[i] = answer.text
 
     start = time.perf_counter()
     async with anyio.create_task_group() as group:
         for i in range(calls):
             group.start_soon(one, i)
-    return made[0] / (time.perf_counter() - start)
+    return made[0] / (time.perf_counter() - start), texts
 
 
 @contextlib.contextmanager

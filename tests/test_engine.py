@@ -126,10 +126,11 @@ def test_a_society_on_the_batched_engine_is_the_same_run_in_any_process(tmp_path
     assert_same_bytes(first, contents(tmp_path / "2"))
 
 
-async def test_the_prefix_cache_serves_a_shared_system_prompt_and_counts_it():
+@pytest.mark.parametrize("unified", [False, True], ids=["stream per call", "unified"])
+async def test_the_prefix_cache_serves_a_shared_system_prompt_and_counts_it(unified):
     from metaroles.llm.local import LocalLLM
 
-    llm = LocalLLM(max_tokens=4, batch=2, prefix_cache=True)
+    llm = LocalLLM(max_tokens=4, batch=2, unified=unified)
     first = await llm.complete(request(0))
     second = await llm.complete(request(1))
     system = len(llm.engine().tokenize(llm.engine().chat_prompt(request(0).messages[:1])))
@@ -142,11 +143,12 @@ async def test_the_prefix_cache_serves_a_shared_system_prompt_and_counts_it():
     assert counters.prompt_tokens == first.usage.prompt_tokens + 2 * second.usage.prompt_tokens
 
 
-async def test_a_prompt_shares_the_cached_prefix_of_another_slot():
+@pytest.mark.parametrize("unified", [False, True], ids=["stream per call", "unified"])
+async def test_a_prompt_shares_the_cached_prefix_of_another_slot(unified):
     """Two calls at once after one: the slot that kept the system prompt lends it to the other slot too."""
     from metaroles.llm.local import LocalLLM
 
-    llm = LocalLLM(max_tokens=4, batch=2, prefix_cache=True)
+    llm = LocalLLM(max_tokens=4, batch=2, unified=unified)
     await llm.complete(request(0))  # slot 0 keeps its prompt; slot 1 holds nothing
     system = len(llm.engine().tokenize(llm.engine().chat_prompt(request(0).messages[:1])))
     answers = []
@@ -161,3 +163,54 @@ async def test_a_prompt_shares_the_cached_prefix_of_another_slot():
     cached = sorted(answer.usage.cached_tokens for answer in answers)
     assert cached[0] >= system, f"both calls start from the kept system prompt (cached: {cached}, system: {system})"
     assert all(answer.text for answer in answers)
+
+
+def test_long_prompts_answer_the_same_from_the_cache_in_a_batch_as_decoded_alone():
+    """Prompts of 200-300 tokens: all at once on four slots (each after the first takes the system
+    prompt from the cache) and one by one on one slot, in the other order. With f16 keys and values
+    llama.cpp's attention sums differently for 64+ query tokens or one token among 512+ cells, and
+    most of these answers differed.
+    """
+    import threading
+
+    from metaroles.llm.engine import BatchEngine, Outcome, Sampling
+    from metaroles.llm.model_files import smollm2_path
+
+    rules = " ".join(f"Rule {k}: greet neighbour {k} and mention topic {k * 7 % 13}." for k in range(16))
+    prompts = [
+        [
+            {"role": "system", "content": f"You are a townsperson in a discussion. {rules}"},
+            {
+                "role": "user",
+                "content": " ".join(f"Fact {j}: topic {i + j} matters." for j in range(i * 3)) + " Speak.",
+            },
+        ]
+        for i in range(6)
+    ]
+
+    def answers(engine: BatchEngine, order: list[int], *, together: bool) -> dict[int, str]:
+        told: dict[int, str] = {}
+        ended = threading.Event()
+
+        def done(i: int):
+            def tell(outcome: Outcome) -> None:
+                assert outcome.error is None
+                told[i] = outcome.text
+                if len(told) == len(order) or not together:
+                    ended.set()
+
+            return tell
+
+        for i in order:
+            engine.submit(prompts[i], Sampling(max_tokens=12, temperature=0.2, seed=i), done(i))
+            if not together:
+                assert ended.wait(timeout=120)
+                ended.clear()
+        assert not together or ended.wait(timeout=120)
+        return told
+
+    batched = answers(BatchEngine(smollm2_path(), slots=4, n_ctx=512), list(range(6)), together=True)
+    alone = BatchEngine(smollm2_path(), slots=1, n_ctx=512)
+    assert len(alone.tokenize(alone.chat_prompt(prompts[5]))) > 256
+    assert answers(alone, list(reversed(range(6))), together=False) == batched
+    assert alone.counters.cached_tokens > 5 * 150, "the one slot kept the system prompt between calls"

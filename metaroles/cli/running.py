@@ -74,7 +74,8 @@ def run(
     max_in_flight: Annotated[
         int | None,
         typer.Option(
-            min=1, help="model calls in flight at most ($METAROLES_MAX_IN_FLIGHT; default: a server's pace, up to 64)"
+            min=1,
+            help="model calls in flight at most ($METAROLES_MAX_IN_FLIGHT; a server's pace up to 64; local: 32)",
         ),
     ] = None,
     price: Annotated[

@@ -44,7 +44,7 @@ def serve(
         from metaroles.llm.local import LocalLLM
         from metaroles.llm.serving import ModelServer
 
-        llm = LocalLLM(model_path, n_ctx=n_ctx, max_tokens=max_tokens, batch=slots, prefix_cache=True)
+        llm = LocalLLM(model_path, n_ctx=n_ctx, max_tokens=max_tokens, batch=slots, unified=True)
         try:
             server = ModelServer(llm, host=host, port=port, max_waiting=max_waiting)
         except OSError as exc:

@@ -1,15 +1,39 @@
 """A continuous-batching engine for the embedded model: the calls of many roles decoded together.
 
-One llama.cpp context holds a sequence for each call in flight, each in a cache stream of its own
-(not a unified cache), so what a call answers does not depend on what else is decoded beside it
-(``bench/engine.py`` checks it: an answer decoded alone and among 31 others is the same, token
-for token). One thread runs the loop:
+One llama.cpp context holds a sequence for each call in flight. One thread runs the loop:
 
 1. admit waiting calls while a slot is free: their prompts (the model's chat template) join the batch;
 2. every live call adds the token it sampled last;
 3. one ``llama_decode`` for the whole batch;
 4. each call samples its next token with its own sampler chain (its seed, temperature, repeat
-   penalty) and ends at the end-of-generation token or its ``max_tokens``; its slot is cleared.
+   penalty) and ends at the end-of-generation token or its ``max_tokens``.
+
+**Prefix cache.** A slot keeps its cache when its call ends, and a new call goes to the free slot
+whose kept tokens share the longest prefix with its prompt; only the rest of the prompt is
+decoded. When another slot — running, or kept — holds more of the prompt, its cells are taken
+instead of being decoded again (``llama_memory_seq_cp``), and a call that arrives with another
+that begins alike waits one step to take the other's cells. A society's prompts, which begin with
+the same system prompt and scenario, then mostly come from the cache.
+
+**The same answer in any batch.** By default each call has a cache stream of its own, so what it
+answers does not depend on what is decoded beside it, on the slot it got, nor on how much of its
+prompt came from the cache: a run's embedded model answers the same in every process, batch and
+shard. Three things make it so:
+
+- a stream's cells stay in the order of their positions (a slot's cache is trimmed at its end
+  and refilled from there, a slot taking another's cells copies its whole stream);
+- the cache holds Q8_0 keys and values. With f16 ones llama.cpp's CPU attention takes other
+  paths (tiles for 64 or more query tokens, a split over threads for one token among 512 cells or
+  more) whose sums round differently: 38 of 40 long prompts answered otherwise from the cache
+  than decoded alone. Q8_0 attention has one path, token by token.
+
+``unified=True`` (what ``metaroles serve`` runs) puts every call in one cache instead, as
+llama.cpp's server does (``kv_unified``): cells taken from another slot are shared, not copied,
+and a step is faster (``bench/engine.py``: ``engine_batched``), but an answer may then differ in
+the last digits of its logits with the cells it got and what was decoded beside it.
+
+Either way the batch lists its calls by sequence: llama.cpp decodes a run of consecutive sequence
+ids in one pass, and listed as they were admitted a step took about 1.5× as long.
 
 A call with a grammar (structured output, a forced tool call) samples as llama.cpp's own
 ``common_sampler`` does: the chain draws from every token, and only when the grammar refuses the
@@ -17,21 +41,7 @@ draw is the grammar applied to the whole vocabulary and the draw made again. Che
 cheap; masking all 49k at every step (the grammar first in the chain) cost about 15 % of the
 engine's tokens/s on short JSON answers. Greedy answers are the same either way.
 
-A call is answered on the event loop that made it (``anyio.from_thread``). On two cores this gives
-about 2.5-3.8× the tokens/s of one call at a time (``bench/engine.py``).
-
-With ``prefix_cache=True`` (what ``metaroles serve`` runs) a slot keeps its cache when its call
-ends, and a new call goes to the free slot whose kept tokens share the longest prefix with its
-prompt; only the rest of the prompt is decoded. When another slot — running, or kept — holds
-more of the prompt, its cells are shared with the new call's slot (``llama_memory_seq_cp``: in a
-unified cache the cells are not copied, only marked as the other sequence's too) instead of being
-decoded again. A society's prompts that begin with the same system prompt and scenario then
-mostly come from the cache, whichever slot they get. The calls then also share one
-unified cache (llama.cpp's ``kv_unified``), which decodes about twice as fast here as a stream
-per call (``bench/engine.py``: ``engine_batched``). As with llama.cpp's server (``cache_prompt``),
-an answer may then differ in the last digits of its logits with the slot it got and what was
-decoded beside it, so the embedded model of a run keeps both off: its answers are the same in
-every process.
+A call is answered on the event loop that made it (``anyio.from_thread``).
 """
 
 from __future__ import annotations
@@ -119,11 +129,17 @@ class BatchEngine:
         slots: How many calls are decoded together.
         n_ctx: Tokens each call may hold (prompt and answer).
         threads: Threads for llama.cpp's decoding.
-        prefix_cache: Keep each slot's cache after its call and reuse its longest shared prefix.
+        unified: One cache for every call, as a server has (faster; an answer may vary with its batch).
     """
 
     def __init__(
-        self, path: Path, *, slots: int = 16, n_ctx: int = 2048, threads: int = 2, prefix_cache: bool = False
+        self,
+        path: Path,
+        *,
+        slots: int = 16,
+        n_ctx: int = 2048,
+        threads: int = 2,
+        unified: bool = False,
     ) -> None:
         """Load the model and make the context (nothing runs until a call is submitted)."""
         if slots < 1 or n_ctx < 64:
@@ -137,13 +153,14 @@ class BatchEngine:
         self.template = llama_cpp.llama_model_chat_template(self.model, None)
         self.slots, self.n_ctx = slots, n_ctx
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * slots, slots, prefix_cache
+        self.unified = unified
+        params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * slots, slots, unified
+        params.type_k = params.type_v = llama_cpp.GGML_TYPE_Q8_0  # one attention path (see the module)
         params.n_batch = params.n_ubatch = max(512, 64 * slots)
         params.n_threads = params.n_threads_batch = threads
         self.ctx = llama_cpp.llama_init_from_model(self.model, params)
         self.capacity = params.n_batch
         self.batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
-        self.prefix_cache = prefix_cache
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self._data = (llama_cpp.llama_token_data * self.n_vocab)()  # the candidates of a grammar's draw
         self._view = numpy.frombuffer(self._data, dtype=numpy.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
@@ -152,7 +169,7 @@ class BatchEngine:
         self._waiting: deque[_Call] = deque()
         self._live: dict[int, _Call] = {}
         self._kept: dict[int, list[int]] = {}
-        """Per slot, the tokens its cache holds from its last call (prefix cache)."""
+        """Per slot, the tokens its cache holds from its last call."""
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -218,6 +235,8 @@ class BatchEngine:
                 while not self._waiting and not self._live:
                     self._wake.wait()
                 admitted = self._admit()
+                if not self.unified:
+                    self._compact()
             try:
                 self._step(admitted)
             except Exception as exc:  # a failed decode fails every call in it, never the engine
@@ -226,9 +245,12 @@ class BatchEngine:
 
     def _admit(self) -> list[_Call]:
         """Give free slots to waiting calls, as far as the batch has room for their prompts."""
-        admitted, room = [], self.capacity - len(self._live)
+        admitted: list[_Call] = []
+        room = self.capacity - len(self._live)
         free = [seq for seq in range(self.slots) if seq not in self._live]
         while self._waiting and free and len(self._waiting[0].tokens) <= room:  # (a cached prefix only saves room)
+            if self._worth_waiting(self._waiting[0], admitted):
+                break
             call = self._waiting.popleft()
             try:
                 call.grammar = _grammar(call.sampling, self.vocab)
@@ -243,17 +265,49 @@ class BatchEngine:
             admitted.append(call)
         return admitted
 
+    def _compact(self) -> None:
+        """Move the last live calls down into free slots below them, so the live ones are consecutive.
+
+        llama.cpp decodes a run of consecutive streams in one pass; every gap costs a pass of its own
+        (a step with calls in slots 0-3 and 7 took two). A move copies the call's whole stream (at
+        the next decode) and leaves the old slot its cache.
+        """
+        memory = llama_cpp.llama_get_memory(self.ctx)
+        while self._live:
+            top = max(self._live)
+            hole = next((seq for seq in range(top) if seq not in self._live), None)
+            if hole is None:
+                return
+            call = self._live.pop(top)
+            llama_cpp.llama_memory_seq_cp(memory, top, hole, -1, -1)
+            self._kept[top] = call.tokens[: call.position or call.start]
+            self._kept.pop(hole, None)
+            call.seq = hole
+            self._live[hole] = call
+
+    def _worth_waiting(self, call: _Call, admitted: list[_Call]) -> bool:
+        """Whether ``call`` should wait a step for a call admitted now that will hold much more of its prompt.
+
+        Calls that begin alike (a society's shared system prompt) arriving together: the first
+        decodes the shared start once, and the next step the others take its cells.
+        """
+        if not admitted:
+            return False
+        soon = max(_shared(other.tokens, call.tokens) for other in admitted)
+        return soon >= _donor_gain + max(self._donor(call.tokens, 0)[1], 0)
+
     def _slot(self, call: _Call, free: list[int]) -> int:
-        """The free slot for ``call``: with the prefix cache, the one sharing the most of its prompt."""
-        if not self.prefix_cache:
-            return free[0]
+        """The free slot for ``call``: the one sharing the most of its prompt (the lowest of equals)."""
         memory = llama_cpp.llama_get_memory(self.ctx)
         shared = {seq: _shared(self._kept.get(seq, ()), call.tokens) for seq in free}
-        seq = max(free, key=lambda s: (shared[s], -s))
+        seq = max(free, key=lambda s: (shared[s], -s)) if self.unified else free[0]  # streams: the lowest (one pass)
         donor, lent = self._donor(call.tokens, shared[seq])
         if donor is not None:  # another slot holds more of the prompt: its cells are shared, not decoded again
-            llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
-            llama_cpp.llama_memory_seq_cp(memory, donor, seq, 0, lent)
+            if self.unified:
+                llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+                llama_cpp.llama_memory_seq_cp(memory, donor, seq, 0, lent)
+            else:  # a stream of its own: the donor's whole stream is copied (at the next decode), its tail dropped
+                llama_cpp.llama_memory_seq_cp(memory, donor, seq, -1, -1)
             shared[seq] = lent
         call.start = min(shared[seq], len(call.tokens) - 1)  # the last prompt token is decoded: its logits are needed
         llama_cpp.llama_memory_seq_rm(memory, seq, call.start, -1)
@@ -278,7 +332,7 @@ class BatchEngine:
         """One decode of the live calls' last tokens and the admitted calls' prompts; then each samples."""
         batch, fresh = self.batch, {id(call) for call in admitted}
         batch.n_tokens = 0
-        for call in self._live.values():
+        for _, call in sorted(self._live.items()):  # by sequence: a stream per call takes runs of consecutive ids
             if id(call) in fresh:
                 for position in range(call.start, len(call.tokens)):
                     last = position == len(call.tokens) - 1
@@ -331,7 +385,7 @@ class BatchEngine:
 
     def _finish(self, call: _Call, error: BaseException | None) -> None:
         del self._live[call.seq]
-        if self.prefix_cache and error is None:  # the cache holds every token decoded (not the last one sampled)
+        if error is None:  # the cache holds every token decoded (not the last one sampled)
             self._kept[call.seq] = call.tokens[: call.position]
         else:
             llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), call.seq, -1, -1)
@@ -344,6 +398,10 @@ class BatchEngine:
         counters.cached_tokens += call.start
         counters.completion_tokens += call.made
         _tell(call, error)
+
+
+_donor_gain = 16
+"""Prompt tokens a call must gain by waiting a step for another's cells (fewer: it decodes them itself)."""
 
 
 def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:

@@ -5,11 +5,11 @@ llama-cpp-python comes with the ``local`` extra. This module imports ``llama_cpp
 imports it only when the local model is asked for.
 
 One model per process is loaded once and shared by every role; calls to it are serialised (one
-model, many roles) and run in a worker thread so the event loop keeps going. With ``batch=N``,
-calls are decoded together instead, up to N at a time, by the
-continuous-batching engine (``llm.engine``): each keeps its own cache stream and sampler, so its
-answer does not depend on the others. It runs with one
-thread: on two busy cores two threads make generation collapse. Structured output and forced
+model, many roles) and run in a worker thread so the event loop keeps going; it runs with one
+thread: on two busy cores two threads make generation collapse. With ``batch=N``, calls are
+decoded together instead, up to N at a time, by the continuous-batching engine (``llm.engine``),
+with a prefix cache: each keeps its own cache stream and sampler, so its answer does not depend on
+the others nor on what came from the cache. Structured output and forced
 tool calls are constrained by a grammar built from the JSON schema, so even this small model
 answers with valid JSON.
 """
@@ -104,8 +104,8 @@ class LocalLLM:
         repeat_penalty: Discourages the loops small models fall into.
         batch: Decode up to this many calls together (0: one at a time, as before); the engine
             uses 2 threads, and constrains structured output and forced tool calls with the same grammar.
-        prefix_cache: With ``batch``, reuse a slot's cached prompt prefix (what a server does; an
-            answer may then vary with the slot it got, so a run's embedded model keeps it off).
+        unified: With ``batch``, one cache for every call, as a server has (``metaroles serve``):
+            faster, but an answer may vary with what is decoded beside it, so a run's model keeps it off.
     """
 
     def __init__(
@@ -119,7 +119,7 @@ class LocalLLM:
         seed: int = 0,
         repeat_penalty: float = 1.3,
         batch: int = 0,
-        prefix_cache: bool = False,
+        unified: bool = False,
     ) -> None:
         """Point at the model file; it is loaded on the first call."""
         self.path = Path(model_path) if model_path is not None else smollm2_path()
@@ -131,7 +131,7 @@ class LocalLLM:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
             raise ConfigError(f"batch={batch!r} must be a whole number of calls decoded together (0: one at a time)")
         self.batch = batch
-        self.prefix_cache = prefix_cache
+        self.unified = unified
         self.defaults: dict[str, Any] = {
             "max_tokens": max_tokens,
             "temperature": temperature,
@@ -181,12 +181,12 @@ class LocalLLM:
         return outcome.text, usage
 
     def engine(self) -> BatchEngine:
-        """The batching engine of this model file, batch size, context and cache use (one per process)."""
-        key = (str(self.path), self.batch, self.n_ctx, self.prefix_cache)
+        """The batching engine of this model file, batch size, context and cache (one per process)."""
+        key = (str(self.path), self.batch, self.n_ctx, self.unified)
         engine = _ENGINES.get(key)
         if engine is None:
             slots = max(self.batch, 1)
-            engine = BatchEngine(self.path, slots=slots, n_ctx=self.n_ctx, prefix_cache=self.prefix_cache)
+            engine = BatchEngine(self.path, slots=slots, n_ctx=self.n_ctx, unified=self.unified)
             _ENGINES[key] = engine
         return engine
 
