@@ -49,7 +49,7 @@ def sweep(
         options = options_from(set_ or [])
         folder = out or default_out(scenario, parsed, options, spec)
         total = len(trials(parsed))
-        progress = _progress(quiet)
+        progress = trial_progress(quiet)
         task = progress.add_task("sweep", total=total, last="")
 
         def on_trial(row: dict[str, Any]) -> None:
@@ -76,7 +76,7 @@ def sweep(
         raise typer.Exit(1)
 
 
-def _progress(quiet: bool) -> Progress:
+def trial_progress(quiet: bool) -> Progress:
     """The live display: trials done of all, the last one's status, the time so far (off if quiet or not a terminal)."""
     return Progress(
         TextColumn("trial"),

@@ -26,6 +26,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,20 +138,59 @@ def run_sweep(
             (checked for every trial before any runs), or a bad backend or job count.
         InvalidValueError: For a durability other than ``"run"`` or ``"round"`` (or ``"sweep"``, the local default).
     """
-    durability = _checked(backend, jobs, durability)
-    local = backend == "local"
     module = load_scenario(scenario)
     options = dict(options or {})
     every = trials(grid)
-    for params in every:  # a typo in the grid fails now, not in trial 17
-        checked_config(module, {**options, **{k: v for k, v in params.items() if k not in RUN_KEYS}})
-    out.mkdir(parents=True, exist_ok=True)
+    configs = [{**options, **{k: v for k, v in p.items() if k not in RUN_KEYS}} for p in every]
+    for config in configs:  # a typo in the grid fails now, not in trial 17
+        checked_config(module, config)
     names = [trial_name(p) for p in every]
     if len(set(names)) != len(names):
         raise ConfigError("two trials of this grid would share a folder; give distinct values")
-    table = Table(len(every))
+    batch = TrialBatch(scenario, out, names, every, configs)
+    return run_trials(
+        batch, llm=llm, backend=backend, jobs=jobs, ray_address=ray_address, on_trial=on_trial, durability=durability
+    )
+
+
+@dataclass(frozen=True)
+class TrialBatch:
+    """Trials of one scenario, each named (its folder in ``out``), labelled (its row) and configured."""
+
+    scenario: str
+    out: Path
+    names: list[str]
+    params: list[dict[str, Any]]
+    """Each trial's row labels; its ``RUN_KEYS`` (seed, rounds, budget) are its run options."""
+    configs: list[dict[str, Any]]
+    """Each trial's whole scenario configuration (checked by the caller)."""
+
+
+def run_trials(
+    batch: TrialBatch,
+    *,
+    llm: dict[str, Any] | None = None,
+    backend: str = "local",
+    jobs: int = 1,
+    ray_address: str | None = None,
+    on_trial: Callable[[Row], None] | None = None,
+    durability: str | None = None,
+) -> list[Row]:
+    """Run the trials of ``batch`` not finished yet (what :func:`run_sweep` and evaluations share); rows in order.
+
+    Raises:
+        ConfigError: For a bad backend or job count.
+        InvalidValueError: For a bad durability.
+    """
+    durability = _checked(backend, jobs, durability)
+    out, names = batch.out, batch.names
+    out.mkdir(parents=True, exist_ok=True)
+    table = Table(len(names))
     spec = {"llm": "test", **(llm or {})}
-    calls = [(scenario, str(out / n), p, options, spec, durability) for n, p in zip(names, every, strict=True)]
+    calls = [
+        (batch.scenario, str(out / n), p, c, spec, durability)
+        for n, p, c in zip(names, batch.params, batch.configs, strict=True)
+    ]
     group = GroupSync(out, names) if durability == "sweep" else None
     with (out / TABLE).open("w", encoding="utf-8") as live:  # a line per trial as it ends; grid order at the end
 
@@ -162,7 +202,7 @@ def run_sweep(
             if on_trial is not None:
                 on_trial(row)
 
-        (LocalTrials(jobs) if local else RayTrials(ray_address)).run(calls, done)
+        (LocalTrials(jobs) if backend == "local" else RayTrials(ray_address)).run(calls, done)
     if group is not None:
         group.finish()
     table.write(out)
@@ -200,13 +240,14 @@ class Table:
         """The rows in, in grid order."""
         return [row for row in self._rows if row is not None]
 
-    def write(self, out: Path) -> None:
-        """Write ``sweep.jsonl`` and ``sweep.csv`` (atomically): a column per key, in the order the rows name them."""
+    def write(self, out: Path, *, name: str = "sweep", jsonl: bool = True) -> None:
+        """Write ``NAME.jsonl`` and ``NAME.csv`` (atomically): a column per key, in the order the rows name them."""
         rows = self.rows()
-        write_atomic(out / TABLE, "".join(json.dumps(row) + "\n" for row in rows))
+        if jsonl:
+            write_atomic(out / f"{name}.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
         columns = list(dict.fromkeys(itertools.chain.from_iterable(rows)))
         lines = [_csv_line(columns), *(_csv_line([row.get(k, "") for k in columns]) for row in rows)]
-        write_atomic(out / "sweep.csv", "".join(lines))
+        write_atomic(out / f"{name}.csv", "".join(lines))
 
 
 def _csv_line(values: list[Any]) -> str:

@@ -31,6 +31,7 @@ import anyio
 
 from metaroles.core.files import syncs_deferred
 from metaroles.core.text import redacted
+from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.registry import load_scenario
@@ -41,6 +42,9 @@ from metaroles.team.options import RunOptions
 
 RUN_KEYS = ("seed", "rounds", "budget")
 """Grid keys that are run options; every other key is an option of the scenario."""
+
+CASSETTE = "cassette.jsonl"
+"""A trial's recorded model answers (when its sweep or eval records them)."""
 
 Row = dict[str, Any]
 Done = Callable[[int, Row], None]
@@ -54,7 +58,12 @@ def run_trial(
     llm: dict[str, Any],
     durability: str = "run",
 ) -> Row:
-    """Run (or resume, or skip if finished) one trial in ``run_dir``; return its row. Runs in a worker."""
+    """Run (or resume, or skip if finished) one trial in ``run_dir``; return its row. Runs in a worker.
+
+    ``params`` label the row and give the run options (``RUN_KEYS``); ``options`` is the
+    scenario's whole configuration. ``llm["cassette"]``: ``"record"`` records the trial's model
+    answers in its ``cassette.jsonl``; ``"replay:DIR"`` answers from ``DIR/<this trial>/cassette.jsonl``.
+    """
     folder = Path(run_dir)
     row: Row = {"trial": folder.name, **params}
     started = time.perf_counter()
@@ -83,18 +92,25 @@ async def _trial(
     scenario: str, folder: Path, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any], durability: str
 ) -> None:
     seed = params.get("seed", options.get("seed"))
-    model = llm_from_settings(LLMSettings(**{**llm, "seed": seed}))
+    settings = {k: v for k, v in llm.items() if k != "cassette"}
+    model = llm_from_settings(LLMSettings(**{**settings, "seed": seed}))
     if restarted_since(folder):  # a power cut stopped it before it synced its files: from the start
         shutil.rmtree(folder)
-    if (folder / MANIFEST).is_file():  # interrupted: continue from its last checkpoint
+    cassette = llm.get("cassette")
+    if cassette and cassette.startswith("replay:"):  # answered from the same trial's tape in a recorded sweep only
+        model = CassetteLLM(Path(cassette.removeprefix("replay:")) / folder.name / CASSETTE, mode=CassetteMode.REPLAY)
+    if (folder / MANIFEST).is_file():  # interrupted: continue from its last checkpoint (recording on, if it did)
         await resume_scenario(folder, llm=model)
         return
+    tape = ""
+    if cassette == "record":
+        tape = str((folder / CASSETTE).absolute())
+        await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+        model = CassetteLLM(tape, mode=CassetteMode.RECORD, inner=model)
     run = RunOptions(**{k: params[k] for k in RUN_KEYS if k in params}, durability=durability)
-    config = {**options, **{k: v for k, v in params.items() if k not in RUN_KEYS}}
     record = {"llm": llm.get("llm", "test"), "model": llm.get("model"), "base_url": redacted(llm.get("base_url"))}
-    await run_scenario(
-        scenario, llm=model, options=config, out_dir=folder, manifest={**record, "sweep": params}, run=run
-    )
+    manifest = {**record, "sweep": params, **({"cassette": tape} if tape else {})}
+    await run_scenario(scenario, llm=model, options=options, out_dir=folder, manifest=manifest, run=run)
 
 
 def _measured(scenario: str, folder: Path) -> Row:

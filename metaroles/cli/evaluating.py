@@ -1,0 +1,93 @@
+"""``metaroles eval SUITE``: a scenario over a suite's tasks × settings × seeds, each run scored."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
+from metaroles.cli.sweeping import trial_progress
+from metaroles.core.text import printable
+from metaroles.llm.settings import LLMSettings
+from metaroles.project.evaluate import SUMMARY, TABLE, Suite, load_suite, run_eval, summary
+
+
+@app.command(name="eval")
+def evaluate(
+    suite: Annotated[str, typer.Argument(help="a built-in suite (software) or a suite folder with a suite.toml")],
+    setting: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--setting",
+            metavar="NAME:KEY=VALUE,...",
+            help="a setting to compare (repeatable; replaces the suite's), e.g. no_fix:max_fix_loops=0",
+        ),
+    ] = None,
+    seeds: Annotated[int | None, typer.Option(min=1, help="run seeds 0..N-1 (default: the suite's)")] = None,
+    task: Annotated[list[str] | None, typer.Option("--task", help="only this task (repeatable)")] = None,
+    llm: Annotated[str | None, typer.Option(help=LLM_HELP)] = None,
+    model: Annotated[str | None, typer.Option(help="model name for an OpenAI-compatible server")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")] = None,
+    backend: Annotated[str, typer.Option(help="'local' (processes here) or 'ray' (one Ray task per trial)")] = "local",
+    jobs: Annotated[int, typer.Option(min=1, max=1024, help="trials at once on the local backend")] = 1,
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port")] = None,
+    out: Annotated[Path | None, typer.Option(help="evaluation folder (default: evals/SUITE)")] = None,
+    record: Annotated[bool, typer.Option("--record", help="keep every trial's model answers (cassette.jsonl)")] = False,
+    replay: Annotated[
+        Path | None, typer.Option(metavar="EVAL_DIR", help="answer every call from an evaluation that recorded them")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
+) -> None:
+    """Run a suite's tasks × settings × seeds, score every run, write eval.csv/.parquet, summary.csv and report.md."""
+    with reported():
+        if record and replay is not None:
+            raise typer.BadParameter("--record and --replay exclude each other: a replay asks no model")
+        chosen = load_suite(suite, seeds=range(seeds) if seeds else None, tasks=task, settings=_settings(setting))
+        settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
+        spec: dict[str, Any] = settings.model_dump(exclude_none=True)
+        folder = out or Path("evals") / chosen.name
+        total = len(chosen.tasks) * len(chosen.settings) * len(chosen.seeds)
+        progress = trial_progress(quiet)
+        bar = progress.add_task("eval", total=total, last="")
+
+        def on_trial(row: dict[str, Any]) -> None:
+            progress.update(bar, advance=1, last=printable(f"{row['trial']}: {row['status']}"))
+
+        with progress:
+            rows = run_eval(
+                chosen, folder, llm=spec, backend=backend, jobs=jobs, ray_address=ray_address,
+                record=record, replay=replay, on_trial=on_trial,
+            )  # fmt: skip
+    _print(chosen, rows)
+    failed = [row for row in rows if row.get("status") != "done"]
+    typer.echo(f"{len(rows) - len(failed)} of {total} trials done; in {folder}: {TABLE}, {SUMMARY}, report.md")
+    for row in failed:
+        err.print(
+            printable(f"failed: {row['task']} {row['setting']} seed {row['seed']}: {row.get('error')}"), highlight=False
+        )
+    if failed:
+        raise typer.Exit(1)
+
+
+def _settings(specs: list[str] | None) -> dict[str, dict[str, Any]] | None:
+    """``--setting NAME:KEY=VALUE,...`` as the settings an evaluation compares (None: the suite's own)."""
+    if not specs:
+        return None
+    settings: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        name, _, pairs = spec.partition(":")
+        if not name.strip() or name.strip() in settings:
+            raise typer.BadParameter(f"--setting {spec!r}: give each setting a new NAME, e.g. no_fix:max_fix_loops=0")
+        settings[name.strip()] = options_from([p for p in pairs.split(",") if p.strip()])
+    return settings
+
+
+def _print(suite: Suite, rows: list[dict[str, Any]]) -> None:
+    """The summary: each metric per setting, with its interval and its difference from the first setting."""
+    for line in summary(suite, rows):
+        span = f" [{line['low']}, {line['high']}]" if line.get("low") is not None else ""
+        diff = f"  Δ {line['diff']} [{line['diff_low']}, {line['diff_high']}]" if line.get("diff") is not None else ""
+        typer.echo(f"{line['metric']:<16} {line['setting']:<12} n={line['n']:<4} {line['mean']}{span}{diff}")
