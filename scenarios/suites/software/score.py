@@ -22,6 +22,7 @@ import json
 import shutil
 import tempfile
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,8 @@ def _run(sources: list[Path], tests: Path, timeout: float) -> tuple[list[dict[st
             shutil.copyfile(source, folder / "src" / source.name)
         shutil.copyfile(tests, folder / "acceptance.py")
         tool = PythonExecute(workdir=folder, timeout=timeout, max_timeout=max(timeout, 60.0))
-        result = anyio.run(_execute, tool)
+        with ThreadPoolExecutor(1) as thread:  # its own event loop: the caller may be inside one (a notebook)
+            result = thread.submit(anyio.run, _execute, tool).result()
     steps = []
     for line in str(result.output).splitlines():
         try:

@@ -1,0 +1,165 @@
+"""Evaluations: suites of tasks scored in the sandbox, tables with intervals, replay and resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from metaroles import FunctionLLM
+from metaroles.core.exceptions import ConfigError
+from metaroles.project.evaluate import Suite, interval, load_suite, run_eval
+from metaroles.project.scenario import run_scenario
+from tests.faults.helpers import killed, ok
+
+WORD_COUNT = "A module whose count_words(text) returns how many words text has."
+EVAL_FILES = ("eval.jsonl", "eval.csv", "eval.parquet", "summary.csv", "report.md")
+
+
+def answers(code: str) -> dict[str, str]:
+    """What each of the company's actions answers: a one-module plan, then ``code`` and a passing test."""
+    return {
+        "WritePRD": json.dumps({"goal": "Count words", "user_stories": ["I count words"], "requirements": ["count"]}),
+        "WriteDesign": json.dumps({"modules": [{"name": "counter", "purpose": "count words"}]}),
+        "WriteTasks": json.dumps({"tasks": [{"module": "counter", "description": "count_words(text) -> int"}]}),
+        "WriteCode": f"```python\n{code}```",
+        "WriteTest": "def test_nothing():\n    assert True\n",
+    }
+
+
+async def scored(tmp_path: Path, code: str, task: str = "word_count") -> dict[str, object]:
+    """The software suite's score of a company whose engineer writes ``code`` for ``task``."""
+    suite = load_suite("software", tasks=[task])
+    script = answers(code)
+    llm = FunctionLLM(lambda request: script[request.action])
+    run_dir = tmp_path / "run"
+    await run_scenario("software_company", llm=llm, options=suite.tasks[0].options, out_dir=run_dir)
+    return suite.scorer()(run_dir, suite.tasks[0])
+
+
+async def test_a_correct_program_scores_four_and_passes_every_acceptance_test(tmp_path: Path) -> None:
+    score = await scored(tmp_path, "def count_words(text):\n    return len(text.split())\n")
+    assert score["executability"] == 4
+    assert score["tests_passed"] == score["tests_total"] == 3 and score["pass_rate"] == 1.0
+    assert score["loc"] == 2 and score["fix_attempts"] == 0 and not score["timed_out"]
+
+
+async def test_a_syntax_error_scores_zero(tmp_path: Path) -> None:
+    score = await scored(tmp_path, "def count_words(text)\n    return 0\n")
+    assert score["executability"] == 0 and score["tests_passed"] == 0
+    assert "SyntaxError" in str(score["first_problem"])
+
+
+async def test_a_program_without_the_asked_function_scores_one_and_a_wrong_one_two_or_three(tmp_path: Path) -> None:
+    assert (await scored(tmp_path / "a", "def words(text):\n    return 0\n"))["executability"] == 1
+    assert (await scored(tmp_path / "b", "def count_words(text):\n    return -1\n"))["executability"] == 2
+    partly = await scored(tmp_path / "c", "def count_words(text):\n    return len(text.split(' ')) if text else 0\n")
+    assert partly["executability"] == 3 and 0 < partly["tests_passed"] < partly["tests_total"]
+
+
+async def test_a_program_that_hangs_is_cut_at_the_limit_with_the_tests_it_finished(tmp_path: Path) -> None:
+    code = "def count_words(text):\n    while 'fox' in text:\n        pass\n    return len(text.split())\n"
+    score = await scored(tmp_path, code)  # the last test (by name) counts the words of a text with a fox
+    assert score["timed_out"] is True
+    assert score["executability"] == 3 and score["tests_passed"] == 2, "the tests before the hang count"
+
+
+async def test_a_program_writing_outside_its_folder_is_refused_and_scores_zero(tmp_path: Path) -> None:
+    target = tmp_path / "escaped.txt"
+    code = f"open({str(target)!r}, 'w').write('out')\n\ndef count_words(text):\n    return len(text.split())\n"
+    score = await scored(tmp_path, code)
+    assert not target.exists(), "the sandbox let the program write outside its folder"
+    assert score["executability"] == 0 and "Error" in str(score["first_problem"])
+
+
+def test_the_software_suite_has_thirty_specified_tasks_with_hidden_tests() -> None:
+    suite = load_suite("software")
+    assert suite.scenario == "software_company" and len(suite.tasks) >= 30
+    for task in suite.tasks:
+        assert task.options["idea"] and (task.folder / "acceptance.py").is_file()
+        tests = (task.folder / "acceptance.py").read_text()
+        assert "from solution import" in tests and "def test_" in tests
+        assert (task.folder / "acceptance.py").read_text() not in task.options["idea"]
+
+
+def test_bad_suites_and_tasks_are_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no suite 'nope'"):
+        load_suite("nope")
+    with pytest.raises(ConfigError, match="no task 'nope'"):
+        load_suite("software", tasks=["nope"])
+    with pytest.raises(ConfigError, match="max_fix_loops"):
+        load_suite("software", tasks=["fizzbuzz"], settings={"bad": {"max_fix_loops": -1}})
+
+
+def suite_folder(tmp_path: Path) -> Path:
+    """A suite of one's own: two software tasks, scored by the software suite's scorer, two settings."""
+    software = load_suite("software")
+    folder = tmp_path / "suite"
+    for task in ("word_count", "leap_year"):
+        (folder / "tasks" / task).mkdir(parents=True)
+        for name in ("task.toml", "acceptance.py"):
+            (folder / "tasks" / task / name).write_bytes((software.folder / "tasks" / task / name).read_bytes())
+    (folder / "score.py").write_bytes((software.folder / "score.py").read_bytes())
+    (folder / "suite.toml").write_text(
+        'scenario = "software_company"\nseeds = [0, 1]\nmetrics = ["executability", "pass_rate"]\ntimeout = 10\n'
+        "[settings.fix]\nmax_fix_loops = 1\n[settings.no_fix]\nmax_fix_loops = 0\n"
+    )
+    return folder
+
+
+def test_an_eval_recorded_then_replayed_gives_the_same_tables_byte_for_byte(tmp_path: Path) -> None:
+    suite = load_suite(suite_folder(tmp_path))
+    rows = run_eval(suite, tmp_path / "live", llm={"llm": "test"}, record=True, jobs=2)
+    assert [(r["task"], r["setting"], r["seed"]) for r in rows][:3] == [
+        ("leap_year", "fix", 0),
+        ("leap_year", "fix", 1),
+        ("leap_year", "no_fix", 0),
+    ]
+    assert all(r["status"] == "done" and r["executability"] in range(5) for r in rows)
+    assert len(list((tmp_path / "live").glob("*/cassette.jsonl"))) == 8
+    run_eval(suite, tmp_path / "again", llm={"llm": "test:99"}, replay=tmp_path / "live")  # another model: unused
+    for name in EVAL_FILES:
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "live" / name).read_bytes(), name
+    summary = pd.read_csv(tmp_path / "live" / "summary.csv")
+    no_fix = summary[(summary.metric == "executability") & (summary.setting == "no_fix")].iloc[0]
+    assert no_fix["n"] == 4 and "diff" in summary.columns
+    frame = pd.read_parquet(tmp_path / "live" / "eval.parquet")
+    assert list(frame.columns[:4]) == ["task", "setting", "seed", "status"] and len(frame) == 8
+    assert "| executability | no_fix | 4 |" in (tmp_path / "live" / "report.md").read_text()
+
+
+def test_a_replay_without_a_recording_is_refused(tmp_path: Path) -> None:
+    suite = load_suite(suite_folder(tmp_path))
+    with pytest.raises(ConfigError, match="holds no recorded trial"):
+        run_eval(suite, tmp_path / "out", replay=tmp_path)
+
+
+def test_a_killed_eval_runs_only_the_missing_trials_when_run_again(tmp_path: Path) -> None:
+    folder = suite_folder(tmp_path)
+    args = ["eval", str(folder), "--llm", "test", "-q"]
+    ok(*args, "--out", str(tmp_path / "whole"))
+    killed("point=append:events.jsonl:40", *args, "--out", str(tmp_path / "cut"))
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in (tmp_path / "cut").glob("*/report.json")}
+    assert 0 < len(finished) < 8 and not (tmp_path / "cut" / "eval.csv").exists()
+    ok(*args, "--out", str(tmp_path / "cut"))
+    assert {name: (tmp_path / "cut" / name / "report.json").stat().st_mtime_ns for name in finished} == finished
+    for name in EVAL_FILES:
+        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_the_bootstrap_interval_holds_the_mean_and_is_the_same_every_time() -> None:
+    values = [0.0, 1.0, 1.0, 4.0, 3.0, 2.0]
+    mean, low, high = interval(values)
+    assert low <= mean <= high and (mean, low, high) == interval(list(values))
+    assert interval([]) == (None, None, None) and interval([2.0]) == (2.0, None, None)
+
+
+def test_a_suite_object_lists_its_trials_task_setting_seed(tmp_path: Path) -> None:
+    from metaroles.project.evaluate import trial_batch
+
+    suite: Suite = load_suite(suite_folder(tmp_path), seeds=[3])
+    batch = trial_batch(suite, tmp_path)
+    assert batch.names[:2] == ["task=leap_year,setting=fix,seed=3", "task=leap_year,setting=no_fix,seed=3"]
+    assert batch.configs[1]["max_fix_loops"] == 0 and "idea" in batch.configs[1]
