@@ -164,7 +164,7 @@ class WriteTasks(_Workspace):
 
     async def run(self, history: Sequence[Message]) -> TaskList:
         """Ask for the tasks."""
-        design = latest(history, Design)
+        design = latest(history, Design) or latest(history, PRD)  # without an architect: from the PRD
         context = design.model_dump_json() if design else ""
         tasks = await self.aask(
             render_prompt(load_prompt("metaroles.actions.prompts", "write_tasks.txt"), design=context),
@@ -179,7 +179,7 @@ class WriteCode(_Workspace):
 
     async def run(self, history: Sequence[Message]) -> str:
         """Write every module; return the list of files."""
-        tasks = latest(history, TaskList)
+        tasks = latest(history, TaskList) or _tasks_from(history)
         report = latest(history, TestReport)
         feedback = (
             f"The last test run failed with: {'; '.join(report.errors)[:600]}" if isinstance(report, TestReport) else ""
@@ -196,6 +196,16 @@ class WriteCode(_Workspace):
             self.write(f"attempts/{attempt}/src/{path}", code)  # every attempt kept; src/ holds the latest
             written.append(path)
         return "wrote " + ", ".join(f"src/{p}" for p in written)
+
+
+def _tasks_from(history: Sequence[Message]) -> TaskList | None:
+    """Tasks when no project manager made them: a module of the design each, else one from the PRD."""
+    design, prd = latest(history, Design), latest(history, PRD)
+    if isinstance(design, Design):
+        return TaskList(tasks=[Task(module=m.name, description=m.purpose) for m in design.modules])
+    if isinstance(prd, PRD):
+        return TaskList(tasks=[Task(module="main", description="; ".join([prd.goal, *prd.requirements])[:100])])
+    return None
 
 
 class WriteTest(_Workspace):

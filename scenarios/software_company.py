@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 from metaroles.actions.software import RunTests, TestReport, WriteCode, WriteDesign, WritePRD, WriteTasks, WriteTest
 from pydantic import BaseModel, Field
@@ -28,14 +29,22 @@ class Config(BaseModel):
     """How often failed tests go back to the engineer."""
     workspace: str | None = None
     """Where the artifacts go (``metaroles run`` sets the run directory's ``workspace/``)."""
+    without: list[Literal["Architect", "ProjectManager", "QA"]] = Field(default_factory=list)
+    """Roles left out (an ablation): the role before one sends to the role after it, which works from
+    what it gets (tasks from the design's modules, or from the PRD); without QA nothing is tested."""
 
 
 class Engineer(Role):
     """Writes the code for the tasks, and again after failing tests (at most ``max_fix_loops`` times)."""
 
-    def __init__(self, workspace: Path, *, max_fix_loops: int) -> None:
-        """Create the engineer for ``workspace``."""
-        super().__init__(name="Engineer", actions=[WriteCode(workspace)], watch=[WriteTasks, RunTests], send_to="QA")
+    def __init__(self, workspace: Path, *, max_fix_loops: int, after: type = WriteTasks, tested: bool = True) -> None:
+        """Create the engineer for ``workspace``: it codes from what ``after`` made, for QA (untested: the human)."""
+        super().__init__(
+            name="Engineer",
+            actions=[WriteCode(workspace)],
+            watch=[after, RunTests],
+            send_to="QA" if tested else "Human",
+        )
         self.max_fix_loops = max_fix_loops
 
     async def _think(self) -> bool:
@@ -64,17 +73,17 @@ class QA(Role):
 
 
 def build(config: Config, llm: LLM) -> ScenarioPlan:
-    """Hire the company."""
+    """Hire the company (without the roles ``config.without`` leaves out)."""
     workspace = Path(config.workspace or tempfile.mkdtemp(prefix="software-company-"))
+    chain = ["ProductManager", *(n for n in ("Architect", "ProjectManager") if n not in config.without), "Engineer"]
+    made_by = {"ProductManager": WritePRD, "Architect": WriteDesign, "ProjectManager": WriteTasks}
     team = Team(llm=llm, investment=config.investment)
-    team.hire(
-        [
-            Role(name="ProductManager", actions=[WritePRD(workspace)], watch=[UserRequirement], send_to="Architect"),
-            Role(name="Architect", actions=[WriteDesign(workspace)], watch=[WritePRD], send_to="ProjectManager"),
-            Role(name="ProjectManager", actions=[WriteTasks(workspace)], watch=[WriteDesign], send_to="Engineer"),
-            Engineer(workspace, max_fix_loops=config.max_fix_loops),
-            QA(workspace),
-            Role(name="Human", watch=[]),
-        ]
-    )
+    for index, name in enumerate(chain[:-1]):  # each watches what the one before made, and sends to the next
+        watched = made_by[chain[index - 1]] if index else UserRequirement
+        team.hire([Role(name=name, actions=[made_by[name](workspace)], watch=[watched], send_to=chain[index + 1])])
+    tested = "QA" not in config.without
+    after = made_by[chain[-2]]
+    team.hire([Engineer(workspace, max_fix_loops=config.max_fix_loops, after=after, tested=tested)])
+    team.hire([QA(workspace)] if tested else [])
+    team.hire([Role(name="Human", watch=[])])
     return ScenarioPlan(team=team, idea=config.idea, send_to="ProductManager", n_round=8 + 3 * config.max_fix_loops)

@@ -29,13 +29,13 @@ def answers(code: str) -> dict[str, str]:
     }
 
 
-async def scored(tmp_path: Path, code: str, task: str = "word_count") -> dict[str, object]:
+async def scored(tmp_path: Path, code: str, task: str = "word_count", **options: object) -> dict[str, object]:
     """The software suite's score of a company whose engineer writes ``code`` for ``task``."""
     suite = load_suite("software", tasks=[task])
     script = answers(code)
     llm = FunctionLLM(lambda request: script[request.action])
     run_dir = tmp_path / "run"
-    await run_scenario("software_company", llm=llm, options=suite.tasks[0].options, out_dir=run_dir)
+    await run_scenario("software_company", llm=llm, options={**suite.tasks[0].options, **options}, out_dir=run_dir)
     return suite.scorer()(run_dir, suite.tasks[0])
 
 
@@ -163,3 +163,30 @@ def test_a_suite_object_lists_its_trials_task_setting_seed(tmp_path: Path) -> No
     batch = trial_batch(suite, tmp_path)
     assert batch.names[:2] == ["task=leap_year,setting=fix,seed=3", "task=leap_year,setting=no_fix,seed=3"]
     assert batch.configs[1]["max_fix_loops"] == 0 and "idea" in batch.configs[1]
+
+
+@pytest.mark.parametrize("left_out", ["Architect", "ProjectManager", "QA"])
+async def test_a_company_without_a_role_still_ships_and_is_scored(tmp_path: Path, left_out: str) -> None:
+    code = "def count_words(text):\n    return len(text.split())\n"
+    score = await scored(tmp_path, code, without=[left_out])
+    assert score["executability"] == 4
+    events = (tmp_path / "run" / "events.jsonl").read_text()
+    assert f'"{left_out}"' not in events and '"Engineer"' in events
+    tested = (tmp_path / "run" / "workspace" / "test_report.json").exists()
+    assert tested == (left_out != "QA")
+
+
+def test_a_setting_that_gives_one_role_another_model_is_recorded_and_replayed(tmp_path: Path) -> None:
+    suite = load_suite(
+        "software", tasks=["leap_year"], seeds=[0], settings={"base": {}, "other": {"role.Engineer.llm": "test:9"}}
+    )
+    rows = run_eval(suite, tmp_path / "live", llm={"llm": "test"}, record=True)
+    assert [r["setting"] for r in rows] == ["base", "other"] and all(r["status"] == "done" for r in rows)
+    other = tmp_path / "live" / "task=leap_year,setting=other,seed=0"
+    assert json.loads((other / "manifest.json").read_text())["role_llms"] == {"Engineer": "test:9"}
+    engineer_calls = (other / "cassette.Engineer.jsonl").read_text().splitlines()
+    assert engineer_calls and all(json.loads(line)["role"] == "Engineer" for line in engineer_calls)
+    assert '"role": "Engineer"' not in (other / "cassette.jsonl").read_text()
+    run_eval(suite, tmp_path / "again", llm={"llm": "test:5"}, replay=tmp_path / "live")
+    for name in EVAL_FILES:
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "live" / name).read_bytes(), name

@@ -26,6 +26,18 @@ def evaluate(
             help="a setting to compare (repeatable; replaces the suite's), e.g. no_fix:max_fix_loops=0",
         ),
     ] = None,
+    without: Annotated[
+        list[str] | None,
+        typer.Option("--without", metavar="ROLE", help="one more setting: the scenario without ROLE (repeatable)"),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="one more setting with this change (repeatable), e.g. role.Engineer.llm=openai or max_fix_loops=0",
+        ),
+    ] = None,
     seeds: Annotated[int | None, typer.Option(min=1, help="run seeds 0..N-1 (default: the suite's)")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", help="only this task (repeatable)")] = None,
     llm: Annotated[str | None, typer.Option(help=LLM_HELP)] = None,
@@ -41,11 +53,18 @@ def evaluate(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
 ) -> None:
-    """Run a suite's tasks × settings × seeds, score every run, write eval.csv/.parquet, summary.csv and report.md."""
+    """Run a suite's tasks × settings × seeds, score every run, write eval.csv/.parquet, summary.csv and report.md.
+
+    ``--without`` and ``--set`` add settings beside the suite's (or ``--setting``'s): each is
+    compared with the first setting, its difference and interval in the table.
+    """
     with reported():
         if record and replay is not None:
             raise typer.BadParameter("--record and --replay exclude each other: a replay asks no model")
-        chosen = load_suite(suite, seeds=range(seeds) if seeds else None, tasks=task, settings=_settings(setting))
+        base = load_suite(suite, seeds=range(seeds) if seeds else None, tasks=task, settings=_settings(setting))
+        extra = {f"without={role}": {"without": [role]} for role in without or []}
+        extra |= {pair: options_from([pair]) for pair in set_ or []}
+        chosen = load_suite(base.folder, seeds=base.seeds, tasks=task, settings={**base.settings, **extra})
         settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         folder = out or Path("evals") / chosen.name
@@ -89,5 +108,6 @@ def _print(suite: Suite, rows: list[dict[str, Any]]) -> None:
     """The summary: each metric per setting, with its interval and its difference from the first setting."""
     for line in summary(suite, rows):
         span = f" [{line['low']}, {line['high']}]" if line.get("low") is not None else ""
-        diff = f"  Δ {line['diff']} [{line['diff_low']}, {line['diff_high']}]" if line.get("diff") is not None else ""
-        typer.echo(f"{line['metric']:<16} {line['setting']:<12} n={line['n']:<4} {line['mean']}{span}{diff}")
+        diff = f"  Δ {line['diff']}" if line.get("diff") is not None else ""
+        diff += f" [{line['diff_low']}, {line['diff_high']}]" if line.get("diff_low") is not None else ""
+        typer.echo(f"{line['metric']:<16} {line['setting']:<16} n={line['n']:<4} {line['mean']}{span}{diff}")

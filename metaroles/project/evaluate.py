@@ -39,7 +39,7 @@ from metaroles.core.files import write_atomic
 from metaroles.project.registry import load_scenario
 from metaroles.project.scenario import checked_config
 from metaroles.project.sweep import Table, TrialBatch, run_trials
-from metaroles.project.trials import Row
+from metaroles.project.trials import Row, split_role_llms
 
 TABLE = "eval.jsonl"
 SUMMARY = "summary.csv"
@@ -121,7 +121,7 @@ def load_suite(
     module = load_scenario(suite.scenario)
     for task in suite.tasks:  # an option the scenario refuses fails now, not in trial 17
         for setting in suite.settings.values():
-            checked_config(module, {**suite.options, **task.options, **setting})
+            checked_config(module, split_role_llms({**suite.options, **task.options, **setting})[0])
     return suite
 
 
@@ -156,7 +156,7 @@ def trial_batch(suite: Suite, out: Path) -> TrialBatch:
     for task in suite.tasks:
         for setting, options in suite.settings.items():
             for seed in suite.seeds:
-                names.append(f"task={task.name},setting={setting},seed={seed}")
+                names.append(f"task={task.name},setting={setting},seed={seed}".replace("/", "_"))
                 params.append({"task": task.name, "setting": setting, "seed": seed})
                 configs.append({**suite.options, **task.options, **options})
     return TrialBatch(suite.scenario, out, names, params, configs)

@@ -89,8 +89,12 @@ async def run_scenario(
     run: RunOptions | None = None,
     on_round: Callable[[Team], None] | None = None,
     on_progress: Callable[[Team], None] | None = None,
+    role_llms: dict[str, LLM] | None = None,
 ) -> tuple[TeamReport, Team]:
     """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
+
+    ``role_llms`` give the named roles models of their own (record their specs in the manifest's
+    ``role_llms`` for a resume to give them again).
 
     The run directory holds ``manifest.json`` (what to rebuild the run from, and what produced
     it), ``events.jsonl``, ``checkpoints/`` (one per round), and at the end ``transcript.md``,
@@ -102,6 +106,7 @@ async def run_scenario(
     module = load_scenario(name)
     config, recorded = _configured(module, options, out_dir)
     plan = _plan(module, config, llm, run, out_dir)
+    _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress, plan.team.on_record = (
         on_round,
         on_progress,

@@ -92,25 +92,65 @@ async def _trial(
     scenario: str, folder: Path, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any], durability: str
 ) -> None:
     seed = params.get("seed", options.get("seed"))
-    settings = {k: v for k, v in llm.items() if k != "cassette"}
-    model = llm_from_settings(LLMSettings(**{**settings, "seed": seed}))
     if restarted_since(folder):  # a power cut stopped it before it synced its files: from the start
         shutil.rmtree(folder)
-    cassette = llm.get("cassette")
-    if cassette and cassette.startswith("replay:"):  # answered from the same trial's tape in a recorded sweep only
-        model = CassetteLLM(Path(cassette.removeprefix("replay:")) / folder.name / CASSETTE, mode=CassetteMode.REPLAY)
-    if (folder / MANIFEST).is_file():  # interrupted: continue from its last checkpoint (recording on, if it did)
-        await resume_scenario(folder, llm=model)
+    resuming = (folder / MANIFEST).is_file()
+    options, specs = split_role_llms(options)
+    model, role_llms, tape = _models(llm, specs, folder, seed, resuming=resuming)
+    if resuming:  # interrupted: continue from its last checkpoint
+        await resume_scenario(folder, llm=model, role_llms=role_llms)
         return
-    tape = ""
-    if cassette == "record":
-        tape = str((folder / CASSETTE).absolute())
-        await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
-        model = CassetteLLM(tape, mode=CassetteMode.RECORD, inner=model)
     run = RunOptions(**{k: params[k] for k in RUN_KEYS if k in params}, durability=durability)
     record = {"llm": llm.get("llm", "test"), "model": llm.get("model"), "base_url": redacted(llm.get("base_url"))}
-    manifest = {**record, "sweep": params, **({"cassette": tape} if tape else {})}
-    await run_scenario(scenario, llm=model, options=options, out_dir=folder, manifest=manifest, run=run)
+    given = {**({"cassette": tape} if tape else {}), **({"role_llms": specs} if specs else {})}
+    await run_scenario(
+        scenario,
+        llm=model,
+        options=options,
+        out_dir=folder,
+        manifest={**record, "sweep": params, **given},
+        run=run,
+        role_llms=role_llms,
+    )
+
+
+def _models(
+    llm: dict[str, Any], specs: dict[str, str], folder: Path, seed: Any, *, resuming: bool
+) -> tuple[Any, dict[str, Any], str]:
+    """The trial's model and its roles' own (``specs``), through their tapes; the path of the main tape.
+
+    ``llm["cassette"] == "record"``: each model records into the trial's ``cassette.jsonl`` (a
+    role's own into ``cassette.NAME.jsonl``), and a resumed trial answers the calls its tape holds
+    from it before asking live; ``"replay:DIR"``: each answers from the same tape of ``DIR``'s trial.
+    """
+    cassette = str(llm.get("cassette") or "")
+    wanted = {"": {k: v for k, v in llm.items() if k != "cassette"}, **{n: {"llm": s} for n, s in specs.items()}}
+    models: dict[str, Any] = {}
+    for name, settings in wanted.items():
+        tape = folder / (f"cassette.{name}.jsonl" if name else CASSETTE)
+        if cassette.startswith("replay:"):
+            recorded = Path(cassette.removeprefix("replay:")) / folder.name / tape.name
+            models[name] = CassetteLLM(recorded, mode=CassetteMode.REPLAY)
+            continue
+        model = llm_from_settings(LLMSettings(**{**settings, "seed": seed}))
+        if cassette == "record":
+            folder.mkdir(parents=True, exist_ok=True)
+            mode = CassetteMode.REPLAY_OR_LIVE if resuming and tape.is_file() else CassetteMode.RECORD
+            model = CassetteLLM(tape, mode=mode, inner=model)
+        models[name] = model
+    main_tape = str((folder / CASSETTE).absolute()) if cassette == "record" else ""
+    return models.pop(""), models, main_tape
+
+
+def split_role_llms(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``options`` without its ``role.NAME.llm`` keys, and those as role name → model spec."""
+    specs = {
+        key.removeprefix("role.").removesuffix(".llm"): str(value)
+        for key, value in options.items()
+        if key.startswith("role.") and key.endswith(".llm")
+    }
+    rest = {k: v for k, v in options.items() if not (k.startswith("role.") and k.endswith(".llm"))}
+    return rest, specs
 
 
 def _measured(scenario: str, folder: Path) -> Row:
