@@ -190,3 +190,25 @@ def test_a_setting_that_gives_one_role_another_model_is_recorded_and_replayed(tm
     run_eval(suite, tmp_path / "again", llm={"llm": "test:5"}, replay=tmp_path / "live")
     for name in EVAL_FILES:
         assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "live" / name).read_bytes(), name
+
+
+def test_werewolf_debate_and_society_suites_give_win_rates_agreement_and_polarisation(tmp_path: Path) -> None:
+    werewolf = load_suite("werewolf", seeds=[0, 1], tasks=["six_players"])
+    rows = run_eval(werewolf, tmp_path / "werewolf", jobs=2)
+    assert all(r["villagers_win"] + r["werewolves_win"] <= 1 and r["winner"] for r in rows)
+    summary = pd.read_csv(tmp_path / "werewolf" / "summary.csv").set_index("metric")
+    rate = summary.loc["werewolves_win"]
+    assert rate["n"] == 2 and rate["mean"] == sum(r["werewolves_win"] for r in rows) / 2
+
+    debate = load_suite("debate", seeds=[0, 1, 2], tasks=["trams", "homework"])
+    rows = run_eval(debate, tmp_path / "debate", jobs=2)
+    agreement = pd.read_csv(tmp_path / "debate" / "summary.csv").set_index("metric").loc["agreement"]
+    by_motion = [[r["winner"] for r in rows if r["task"] == task] for task in ("trams", "homework")]
+    expected = sum(max(w.count(x) for x in w) / 3 for w in by_motion) / 2
+    assert agreement["mean"] == pytest.approx(expected) and agreement["n"] == 6
+
+    society = load_suite("society", seeds=[0], tasks=["epsilon_0_05", "epsilon_0_5"])
+    rows = run_eval(society, tmp_path / "society")
+    polarised, agreed = (next(r for r in rows if r["task"] == t) for t in ("epsilon_0_05", "epsilon_0_5"))
+    assert polarised["clusters"] > agreed["clusters"] and polarised["variance"] > agreed["variance"]
+    assert "| epsilon_0_05 |" in (tmp_path / "society" / "report.md").read_text()

@@ -74,16 +74,29 @@ class Suite:
 
     def scorer(self) -> Callable[[Path, Task], dict[str, Any]]:
         """The suite's ``score(run_dir, task)`` (from its ``score.py``)."""
+        score = getattr(self.scoring(), "score", None)
+        if not callable(score):
+            raise ConfigError(f"{str(self.folder / 'score.py')!r} must define score(run_dir, task) returning a dict")
+        return score  # type: ignore[no-any-return]
+
+    def across(self) -> Callable[[list[Row]], dict[str, float]] | None:
+        """The suite's ``across(rows)``, if its ``score.py`` has one: figures of a setting's trials taken together.
+
+        It gets one setting's rows (every task and seed) and returns metric → value; a figure
+        over several seeds of a task (a judge's agreement with itself) is one.
+        """
+        across = getattr(self.scoring(), "across", None)
+        return across if callable(across) else None
+
+    def scoring(self) -> ModuleType:
+        """The suite's ``score.py``, loaded (once per call: a suite folder may change between evaluations)."""
         path = self.folder / "score.py"
         spec = importlib.util.spec_from_file_location(f"metaroles_suite_{self.name}_score", path)
         if spec is None or spec.loader is None or not path.is_file():
             raise ConfigError(f"suite {self.name!r} has no score.py in {str(self.folder)!r}; add one defining score()")
         module: ModuleType = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        score = getattr(module, "score", None)
-        if not callable(score):
-            raise ConfigError(f"{str(path)!r} must define score(run_dir, task) returning a dict of scores")
-        return score  # type: ignore[no-any-return]
+        return module
 
 
 def load_suite(
@@ -264,7 +277,44 @@ def summary(suite: Suite, rows: list[Row]) -> list[Row]:
                 paired = [values[k] - base[k] for k in sorted(values.keys() & base.keys(), key=str)]
                 line["diff"], line["diff_low"], line["diff_high"] = interval(paired)
             lines.append(line)
+    return lines + _across(suite, rows, settings)
+
+
+def _across(suite: Suite, rows: list[Row], settings: list[str]) -> list[Row]:
+    """The suite's ``across`` figures per setting, with an interval over tasks when it gives them per task too."""
+    across = suite.across()
+    if across is None:
+        return []
+    lines = []
+    for setting in settings:
+        scored = [r for r in rows if r["setting"] == setting and r.get("status") == "done"]
+        per_task = [across([r for r in scored if r["task"] == task.name]) for task in suite.tasks]
+        for metric, value in across(scored).items():
+            values = [figures[metric] for figures in per_task if isinstance(figures.get(metric), int | float)]
+            _, low, high = interval(values) if len(values) > 1 else (None, None, None)
+            lines.append(
+                {"metric": metric, "setting": setting, "n": len(scored), "mean": value, "low": low, "high": high}
+            )
     return lines
+
+
+def _by_task(suite: Suite, rows: list[Row]) -> list[str]:
+    """The report's table of each task's mean per metric and setting."""
+    metrics = metrics_of(suite, rows)
+    head = " | ".join(f"{m} ({s})" for m in metrics for s in suite.settings)
+    text = ["", "## By task", "", f"| task | {head} |", "|---|" + "---|" * len(metrics) * len(suite.settings)]
+    for task in suite.tasks:
+        cells = []
+        for metric in metrics:
+            for setting in suite.settings:
+                values = [
+                    float(r[metric])
+                    for r in rows
+                    if r["task"] == task.name and r["setting"] == setting and isinstance(r.get(metric), int | float)
+                ]
+                cells.append(f"{round(fmean(values), 3)}" if values else "")
+        text.append(f"| {task.name} | {' | '.join(cells)} |")
+    return text
 
 
 def _values(rows: dict[tuple[Any, Any], Row], metric: str) -> dict[tuple[Any, Any], float]:
@@ -303,6 +353,7 @@ def report(suite: Suite, rows: list[Row], lines: list[Row]) -> str:
             f"| {line['metric']} | {line['setting']} | {line['n']} | {line['mean']} | {span} | "
             f"{'' if diff is None else diff} | {diff_span} |"
         )
+    text += _by_task(suite, rows)
     failed = [row for row in rows if row.get("status") != "done"]
     if failed:
         text += ["", "## Trials that did not finish", ""]
