@@ -6,8 +6,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from metaroles.project.evaluate import Task
 from metaroles.scenarios.debate import Config, summary
+
+from metaroles.project.evaluate import Task
 
 
 def score(run_dir: Path, task: Task) -> dict[str, Any]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from metaroles.project.evaluate import Task
 from metaroles.scenarios.werewolf import summary
+
+from metaroles.project.evaluate import Task
 
 
 def score(run_dir: Path, task: Task) -> dict[str, Any]:
