@@ -212,3 +212,28 @@ def test_werewolf_debate_and_society_suites_give_win_rates_agreement_and_polaris
     polarised, agreed = (next(r for r in rows if r["task"] == t) for t in ("epsilon_0_05", "epsilon_0_5"))
     assert polarised["clusters"] > agreed["clusters"] and polarised["variance"] > agreed["variance"]
     assert "| epsilon_0_05 |" in (tmp_path / "society" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope"], "no suite 'nope'"),
+        (["software", "--record", "--replay", "x"], "exclude each other"),
+        (["software", "--without", "Nobody", "--task", "fizzbuzz"], "'Architect', 'ProjectManager' or 'QA'"),
+        (["software", "--setting", ":x=1"], "give each setting a new NAME"),
+        (["software", "--task", "nope"], "no task 'nope'"),
+    ],
+)
+def test_bad_eval_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "metaroles", "eval", *args, "--out", str(tmp_path / "e")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "e").exists(), "nothing ran"
