@@ -233,7 +233,8 @@ def write_eval(suite: Suite, out: Path, rows: list[Row]) -> None:
     for index, line in enumerate(lines):
         summary_table.put(index, line)
     summary_table.write(out, name=SUMMARY.removesuffix(".csv"), jsonl=False)
-    write_atomic(out / "report.md", report(suite, rows, lines))
+    drawn = plots(suite, out / "plots", rows, lines)
+    write_atomic(out / "report.md", report(suite, rows, lines, plots=drawn))
 
 
 def _parquet(path: Path, rows: list[Row]) -> None:
@@ -333,8 +334,59 @@ def interval(values: list[float], *, resamples: int = 2000, seed: int = 0) -> tu
     return round(mean, 6), round(means[int(0.025 * resamples)], 6), round(means[int(0.975 * resamples) - 1], 6)
 
 
-def report(suite: Suite, rows: list[Row], lines: list[Row]) -> str:
-    """The Markdown report: what ran, each metric per setting with its interval, the failed trials."""
+def plots(suite: Suite, folder: Path, rows: list[Row], lines: list[Row]) -> list[tuple[str, str]]:
+    """The report's pictures (PNG, matplotlib of the ``graph`` extra; none without it): (caption, file) each.
+
+    Each metric's distribution per setting, tokens against the first metric, and each metric per
+    setting with its 95 % interval.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    metrics = metrics_of(suite, rows)[:4]
+    if not metrics:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    drawn = []
+    figure, axes = plt.subplots(2, len(metrics), figsize=(3.2 * len(metrics), 5.6), squeeze=False)
+    for column, metric in enumerate(metrics):
+        for setting in suite.settings:
+            values = [r[metric] for r in rows if r["setting"] == setting and isinstance(r.get(metric), int | float)]
+            axes[0][column].hist(values, bins=10, alpha=0.6, label=setting)
+        shown = [line for line in lines if line["metric"] == metric and line["mean"] is not None]
+        low = [line["mean"] - (line["low"] if line["low"] is not None else line["mean"]) for line in shown]
+        high = [(line["high"] if line["high"] is not None else line["mean"]) - line["mean"] for line in shown]
+        axes[1][column].bar([line["setting"] for line in shown], [line["mean"] for line in shown], yerr=[low, high])
+        axes[0][column].set_title(metric)
+        axes[1][column].tick_params(axis="x", labelrotation=30, labelsize=7)
+    axes[0][0].legend(fontsize=7)
+    drawn.append(_saved(figure, folder / "scores.png", "each metric's distribution, and its mean per setting (95 %)"))
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    for setting in suite.settings:
+        mine = [r for r in rows if r["setting"] == setting and isinstance(r.get(metrics[0]), int | float)]
+        axis.scatter([r.get("total_tokens") or 0 for r in mine], [r[metrics[0]] for r in mine], label=setting)
+    axis.set_xlabel("tokens per trial")
+    axis.set_ylabel(metrics[0])
+    axis.legend()
+    drawn.append(_saved(figure, folder / "cost_vs_score.png", f"tokens against {metrics[0]}, a point per trial"))
+    return drawn
+
+
+def _saved(figure: Any, path: Path, caption: str) -> tuple[str, str]:
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path, dpi=80, metadata={"Software": None})
+    plt.close(figure)
+    return caption, f"{path.parent.name}/{path.name}"
+
+
+def report(suite: Suite, rows: list[Row], lines: list[Row], *, plots: Sequence[tuple[str, str]] = ()) -> str:
+    """The Markdown report: what ran, each metric per setting with its interval, the pictures, the failed trials."""
     done = sum(1 for row in rows if row.get("status") == "done")
     text = [
         f"# Evaluation: {suite.name} ({suite.scenario})",
@@ -353,6 +405,8 @@ def report(suite: Suite, rows: list[Row], lines: list[Row]) -> str:
             f"| {line['metric']} | {line['setting']} | {line['n']} | {line['mean']} | {span} | "
             f"{'' if diff is None else diff} | {diff_span} |"
         )
+    for caption, file in plots:
+        text += ["", f"![{caption}]({file})"]
     text += _by_task(suite, rows)
     failed = [row for row in rows if row.get("status") != "done"]
     if failed:
