@@ -112,10 +112,17 @@ def markdown(title: str, model: BaseModel) -> str:
 class _Workspace(Action):
     """An action that writes into the company's workspace."""
 
-    def __init__(self, workspace: Path) -> None:
-        """Write into ``workspace``."""
+    def __init__(self, workspace: Path, prompts: Path | None = None) -> None:
+        """Write into ``workspace``; ``prompts``: a folder whose prompt files replace the shipped ones."""
         super().__init__()
         self.workspace = workspace
+        self.prompts = prompts
+
+    def template(self, name: str) -> str:
+        """Prompt file ``name``: from the ``prompts`` folder when it holds one (a variant), else the shipped one."""
+        if self.prompts is not None and (self.prompts / name).is_file():
+            return (self.prompts / name).read_text(encoding="utf-8")
+        return load_prompt("metaroles.actions.prompts", name)
 
     def write(self, relative: str, text: str) -> None:
         """Write a file in the workspace: a kill leaves the old file or the new one, and no link is followed.
@@ -139,7 +146,7 @@ class WritePRD(_Workspace):
 
     async def run(self, history: Sequence[Message]) -> PRD:
         """Ask for the PRD."""
-        prompt = render_prompt(load_prompt("metaroles.actions.prompts", "write_prd.txt"), idea=history[-1].content)
+        prompt = render_prompt(self.template("write_prd.txt"), idea=history[-1].content)
         prd = await self.aask(prompt, output_model=PRD)
         self.write("docs/prd.md", markdown("Product requirements", prd))
         return prd
@@ -151,9 +158,7 @@ class WriteDesign(_Workspace):
     async def run(self, history: Sequence[Message]) -> Design:
         """Ask for the design."""
         prd = latest(history, PRD)
-        prompt = render_prompt(
-            load_prompt("metaroles.actions.prompts", "write_design.txt"), prd=prd.model_dump_json() if prd else ""
-        )
+        prompt = render_prompt(self.template("write_design.txt"), prd=prd.model_dump_json() if prd else "")
         design = await self.aask(prompt, output_model=Design)
         self.write("docs/design.md", markdown("Design", design))
         return design
@@ -167,7 +172,7 @@ class WriteTasks(_Workspace):
         design = latest(history, Design) or latest(history, PRD)  # without an architect: from the PRD
         context = design.model_dump_json() if design else ""
         tasks = await self.aask(
-            render_prompt(load_prompt("metaroles.actions.prompts", "write_tasks.txt"), design=context),
+            render_prompt(self.template("write_tasks.txt"), design=context),
             output_model=TaskList,
         )
         self.write("docs/tasks.md", markdown("Tasks", tasks))
@@ -188,7 +193,7 @@ class WriteCode(_Workspace):
         written = []
         for index, task in enumerate(tasks.tasks if isinstance(tasks, TaskList) else []):
             path = module_file(task.module, index)
-            template = load_prompt("metaroles.actions.prompts", "write_code.txt")
+            template = self.template("write_code.txt")
             code = strip_fences(
                 await self.aask(render_prompt(template, path=path, task=task.description, feedback=feedback))
             )
@@ -215,7 +220,7 @@ class WriteTest(_Workspace):
         """Write the tests for every module in src/."""
         written = []
         for stem, code in self.sources("src", "*.py"):
-            template = load_prompt("metaroles.actions.prompts", "write_test.txt")
+            template = self.template("write_test.txt")
             prompt = render_prompt(template, module=stem, code=code[:1500])
             self.write(f"tests/test_{stem}.py", strip_fences(await self.aask(prompt)))
             written.append(f"tests/test_{stem}.py")

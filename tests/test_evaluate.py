@@ -237,3 +237,23 @@ def test_bad_eval_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], 
     assert result.returncode == 2 and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "e").exists(), "nothing ran"
+
+
+async def test_a_prompt_variant_setting_reaches_the_model_and_a_missing_folder_is_refused(tmp_path: Path) -> None:
+    variants = tmp_path / "terse"
+    variants.mkdir()
+    (variants / "write_code.txt").write_text("TERSE: write $path for $task. $feedback")
+    asked: list[str] = []
+    script = answers("def count_words(text):\n    return len(text.split())\n")
+
+    def model(request):  # type: ignore[no-untyped-def]
+        asked.append(f"{request.action}: {request.messages[-1]['content']}")
+        return script[request.action]
+
+    options = {"idea": WORD_COUNT, "prompts": str(variants)}
+    await run_scenario("software_company", llm=FunctionLLM(model), options=options, out_dir=tmp_path / "run")
+    code_prompts = [text for text in asked if text.startswith("WriteCode")]
+    assert code_prompts == ["WriteCode: TERSE: write counter.py for count_words(text) -> int. "]
+    assert any(text.startswith("WritePRD") and "TERSE" not in text for text in asked), "the other prompts are shipped"
+    with pytest.raises(ConfigError, match="is not a folder"):
+        load_suite("software", tasks=["fizzbuzz"], settings={"bad": {"prompts": str(tmp_path / "none")}})
