@@ -257,3 +257,12 @@ async def test_a_prompt_variant_setting_reaches_the_model_and_a_missing_folder_i
     assert any(text.startswith("WritePRD") and "TERSE" not in text for text in asked), "the other prompts are shipped"
     with pytest.raises(ConfigError, match="is not a folder"):
         load_suite("software", tasks=["fizzbuzz"], settings={"bad": {"prompts": str(tmp_path / "none")}})
+
+
+def test_an_eval_on_ray_writes_the_tables_an_eval_in_processes_writes(ray_address: str, tmp_path: Path) -> None:
+    suite = load_suite(suite_folder(tmp_path), seeds=[0])
+    local = run_eval(suite, tmp_path / "local", jobs=2)
+    on_ray = run_eval(suite, tmp_path / "ray", backend="ray", ray_address=ray_address)
+    assert on_ray == local and len(local) == 4
+    for name in ("eval.jsonl", "eval.csv", "summary.csv", "report.md"):
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
