@@ -294,10 +294,14 @@ class BatchEngine:
         if not admitted:
             return False
         soon = max(_shared(other.tokens, call.tokens) for other in admitted)
-        return soon >= _donor_gain + max(self._donor(call.tokens, 0)[1], 0)
+        return soon >= _DONOR_GAIN + self._donor(call.tokens, 0)[1]
 
     def _slot(self, call: _Call, free: list[int]) -> int:
-        """The free slot for ``call``: the one sharing the most of its prompt (the lowest of equals)."""
+        """The free slot for ``call``, its cached prefix taken from whichever slot holds the most of its prompt.
+
+        Unified: the free slot that holds the most (the lowest of equals); a stream per call: the
+        lowest free one, so the live calls stay consecutive (see :meth:`_compact`).
+        """
         memory = llama_cpp.llama_get_memory(self.ctx)
         shared = {seq: _shared(self._kept.get(seq, ()), call.tokens) for seq in free}
         seq = max(free, key=lambda s: (shared[s], -s)) if self.unified else free[0]  # streams: the lowest (one pass)
@@ -400,7 +404,7 @@ class BatchEngine:
         _tell(call, error)
 
 
-_donor_gain = 16
+_DONOR_GAIN = 16
 """Prompt tokens a call must gain by waiting a step for another's cells (fewer: it decodes them itself)."""
 
 
