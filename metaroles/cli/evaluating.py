@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
-from metaroles.cli.sweeping import trial_progress
+from metaroles.cli.sweeping import shown_trials
 from metaroles.core.text import printable
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.evaluate import SUMMARY, TABLE, Suite, load_suite, run_eval, summary
@@ -61,21 +61,15 @@ def evaluate(
     with reported():
         if record and replay is not None:
             raise typer.BadParameter("--record and --replay exclude each other: a replay asks no model")
-        base = load_suite(suite, seeds=range(seeds) if seeds else None, tasks=task, settings=_settings(setting))
         extra = {f"without={role}": {"without": [role]} for role in without or []}
         extra |= {pair: options_from([pair]) for pair in set_ or []}
-        chosen = load_suite(base.folder, seeds=base.seeds, tasks=task, settings={**base.settings, **extra})
+        seeded = range(seeds) if seeds else None
+        chosen = load_suite(suite, seeds=seeded, tasks=task, settings=_settings(setting), more_settings=extra)
         settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         folder = out or Path("evals") / chosen.name
         total = len(chosen.tasks) * len(chosen.settings) * len(chosen.seeds)
-        progress = trial_progress(quiet)
-        bar = progress.add_task("eval", total=total, last="")
-
-        def on_trial(row: dict[str, Any]) -> None:
-            progress.update(bar, advance=1, last=printable(f"{row['trial']}: {row['status']}"))
-
-        with progress:
+        with shown_trials("eval", total, quiet=quiet) as on_trial:
             rows = run_eval(
                 chosen, folder, llm=spec, backend=backend, jobs=jobs, ray_address=ray_address,
                 record=record, replay=replay, on_trial=on_trial,

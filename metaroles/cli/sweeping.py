@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,13 +51,7 @@ def sweep(
         options = options_from(set_ or [])
         folder = out or default_out(scenario, parsed, options, spec)
         total = len(trials(parsed))
-        progress = trial_progress(quiet)
-        task = progress.add_task("sweep", total=total, last="")
-
-        def on_trial(row: dict[str, Any]) -> None:
-            progress.update(task, advance=1, last=printable(f"{row['trial']}: {row['status']}"))
-
-        with progress:
+        with shown_trials("sweep", total, quiet=quiet) as on_trial:
             rows = run_sweep(
                 scenario,
                 parsed,
@@ -74,6 +70,19 @@ def sweep(
         err.print(printable(f"failed: {row['trial']}: {row.get('error', '')}"), highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+@contextmanager
+def shown_trials(label: str, total: int, *, quiet: bool) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """The live display of ``total`` trials while the block runs; yields what to call as each ends (its row)."""
+    progress = trial_progress(quiet)
+    bar = progress.add_task(label, total=total, last="")
+
+    def on_trial(row: dict[str, Any]) -> None:
+        progress.update(bar, advance=1, last=printable(f"{row['trial']}: {row['status']}"))
+
+    with progress:
+        yield on_trial
 
 
 def trial_progress(quiet: bool) -> Progress:

@@ -105,8 +105,11 @@ def load_suite(
     seeds: Sequence[int] | None = None,
     tasks: Sequence[str] | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
+    more_settings: dict[str, dict[str, Any]] | None = None,
 ) -> Suite:
     """The suite ``name``: a built-in one (``software``, ...) or a folder; other seeds, fewer tasks, other settings.
+
+    ``settings`` replace the suite's own; ``more_settings`` are compared beside them (ablations).
 
     Raises:
         ConfigError: Naming what is wrong: no such suite, an unreadable ``suite.toml`` or ``task.toml``,
@@ -120,7 +123,7 @@ def load_suite(
     if missing:
         raise ConfigError(f"suite {folder.name!r} has no task {missing[0]!r}; its tasks: {', '.join(every)}")
     loaded = [_task(folder / "tasks" / task) for task in chosen]
-    settings = settings or spec.get("settings") or {"default": {}}
+    settings = {**(settings or spec.get("settings") or {"default": {}}), **(more_settings or {})}
     suite = Suite(
         name=folder.name,
         folder=folder,
