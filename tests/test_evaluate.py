@@ -36,7 +36,8 @@ async def scored(tmp_path: Path, code: str, task: str = "word_count", **options:
     llm = FunctionLLM(lambda request: script[request.action])
     run_dir = tmp_path / "run"
     await run_scenario("software_company", llm=llm, options={**suite.tasks[0].options, **options}, out_dir=run_dir)
-    return suite.scorer()(run_dir, suite.tasks[0])
+    with suite.scorer() as scorer:
+        return scorer.score(run_dir, suite.tasks[0])
 
 
 async def test_a_correct_program_scores_four_and_passes_every_acceptance_test(tmp_path: Path) -> None:

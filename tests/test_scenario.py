@@ -52,8 +52,13 @@ def test_cli_runs_a_scenario_and_prints_the_transcript(tmp_path, capsys):
     assert main(["run", "debate", "--llm", "test:3", "--set", "turns=1", "--runs-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "[Alice → Bob, Judge]" in out and "[Judge → <all>]" in out and "stopped (idle)" in out
-    (run_dir,) = tmp_path.iterdir()
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.name != "latest"]
     assert run_dir.name.startswith("debate-") and (run_dir / "state.json").exists()
+    assert (tmp_path / "latest").resolve() == run_dir.resolve(), "runs/latest is the run just made"
+    assert main(["run", "debate", "--llm", "test:3", "--set", "turns=1", "--runs-dir", str(tmp_path)]) == 0
+    newer = next(p for p in tmp_path.iterdir() if p.name not in ("latest", run_dir.name))
+    assert (tmp_path / "latest").resolve() == newer.resolve(), "and moves to the next one"
+    assert main(["show", str(tmp_path / "latest")]) == 0
 
 
 def test_cli_unknown_scenario_is_a_clear_error(capsys):
@@ -83,7 +88,7 @@ def test_cli_records_a_cassette_and_replays_it_with_no_model(tmp_path, capsys):
 def test_cli_resumes_a_run_directory_from_its_last_checkpoint(tmp_path, capsys):
     assert main(["run", "debate", "--llm", "test:4", "--set", "turns=2", "--runs-dir", str(tmp_path)]) == 0
     finished = capsys.readouterr().out
-    (run_dir,) = tmp_path.iterdir()
+    run_dir = (tmp_path / "latest").resolve()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert (manifest["scenario"], manifest["llm"], manifest["config"]["turns"]) == ("debate", "test:4", 2)
     checkpoints = sorted((run_dir / "checkpoints").glob("round-*.json"))

@@ -114,8 +114,7 @@ class BaseAgent(ABC):
 
     @messages.setter
     def messages(self, value: Iterable[Message]) -> None:
-        self.memory.clear()
-        self.memory.add_messages(value)
+        self.memory.messages = list(value)  # ``agent.messages += [...]`` hands back the live list, extended
 
     @property
     def finished(self) -> bool:

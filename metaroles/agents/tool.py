@@ -62,6 +62,10 @@ class ToolFailure(ToolResult):
     """A ToolResult that reports a failure."""
 
 
+class CLIResult(ToolResult):
+    """A ToolResult shown as a command's output (OpenManus' ``CLIResult``)."""
+
+
 def _combine(first: Any, second: Any, field: str, *, concatenate: bool = True) -> Any:
     if first and second:
         if concatenate and isinstance(first, str) and isinstance(second, str):

@@ -26,8 +26,6 @@ from metaroles.messages.message import Message
 ModelT = TypeVar("ModelT", bound=BaseModel)
 _ACTION_OWN = frozenset("name llm instruction output_model desc system_prompt prefix i_context".split())
 """The constructor's own arguments (a subclass that annotates one redeclares it)."""
-ActionResult = str | BaseModel | Message | None
-"""What ``Action.run`` may return: text, a validated model, a full Message, or nothing."""
 
 CONTEXT_MESSAGES = 10
 """How many of the newest history messages the default prompt shows."""
@@ -130,6 +128,10 @@ class ActionOutput:
         return f"ActionOutput(content={self.content!r})"
 
 
+ActionResult = str | BaseModel | ActionOutput | Message | None
+"""What ``Action.run`` may return: text, a validated model, MetaGPT's ActionOutput, a full Message, or nothing."""
+
+
 class Action(Dumped):
     """One step of a role.
 
@@ -145,6 +147,8 @@ class Action(Dumped):
         output_model: A pydantic model the answer must validate as.
         desc, system_prompt, prefix, i_context: MetaGPT's fields of the same names (``prefix`` is
             otherwise set by the role; ``i_context`` is the action's input, kept for its ``run``).
+        context: MetaGPT's shared ``Context`` (its configuration): accepted and not used, since
+            collaborators are passed in (give the action ``llm=``, or let its role give its own).
         **fields: The fields a subclass declares with annotations, as MetaGPT's pydantic actions take them.
     """
 
@@ -184,6 +188,7 @@ class Action(Dumped):
         system_prompt: str | None = None,
         prefix: str = "",
         i_context: Any = None,
+        context: object = None,
         **fields: Any,
     ) -> None:
         """Create an action; see the class docstring for the arguments."""
@@ -334,9 +339,12 @@ def result_message(result: ActionResult, action: Action, sender: str, send_to: f
     if isinstance(result, BaseModel):
         content = result.model_dump_json()
         return Message.trusted(content, result, ChatRole.ASSISTANT, action.cause_by, sender, send_to)
+    if isinstance(result, ActionOutput):  # MetaGPT's: its text, and its structured output if any
+        structured = result.instruct_content
+        return Message.trusted(result.content, structured, ChatRole.ASSISTANT, action.cause_by, sender, send_to)
     if result is None:
         return None
     raise InvalidValueError(
         f"{type(action).__name__}.run returned {result!r} ({type(result).__name__}); "
-        "return a str, a pydantic model, a Message or None"
+        "return a str, a pydantic model, an ActionOutput, a Message or None"
     )

@@ -146,8 +146,14 @@ class Bus:
             self.add_role(role)
 
     def get_role(self, name: str) -> Role | None:
-        """Return the role named ``name``, or ``None`` if there is none (as MetaGPT's; :meth:`role` raises)."""
-        return self.roles.get(name)
+        """Return the role named ``name`` (else the first whose profile it is, as MetaGPT keys roles), or ``None``.
+
+        :meth:`role` raises instead.
+        """
+        found = self.roles.get(name)
+        if found is None:
+            found = next((role for role in self.roles.values() if role.profile == name), None)
+        return found
 
     def role(self, name: str) -> Role:
         """Return the role named ``name``.
@@ -161,8 +167,14 @@ class Bus:
             raise UnknownRoleError(f"no role named {name!r}; known roles: {sorted(self.roles)}") from None
 
     def get_roles(self) -> dict[str, Role]:
-        """Name → role, in hiring order (MetaGPT's ``env.get_roles()``; the same as :attr:`roles`)."""
-        return self.roles
+        """Profile → role, in hiring order, as MetaGPT's ``env.get_roles()`` keys them (:attr:`roles` is by name).
+
+        Two roles of one profile keep the first, as ``dict`` would; a role's profile defaults to its name.
+        """
+        roles: dict[str, Role] = {}
+        for role in self.roles.values():
+            roles.setdefault(role.profile, role)
+        return roles
 
     def role_names(self) -> list[str]:
         """The roles' names, in hiring order (MetaGPT's ``env.role_names()``)."""

@@ -12,7 +12,7 @@ import random
 from collections.abc import Mapping
 from typing import Annotated, Any, cast
 
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field, field_serializer, field_validator
 
 from metaroles.bus.context import RoleContext
 from metaroles.bus.record import EnvEvent
@@ -74,6 +74,16 @@ class EnvironmentState(BaseModel):
     @field_serializer("ledger")
     def _saved_ledger(self, entries: list[LedgerEntry]) -> list[dict[str, Any]]:
         return [entry.saved() for entry in entries]
+
+    @field_validator("history", mode="before")
+    @classmethod
+    def _history_as_memory(cls, value: Any) -> Any:
+        """A history given as a Memory, or as MetaGPT's dump of one (``{"storage": [...], "index": ...}``)."""
+        if isinstance(value, Memory):
+            return value.storage
+        if isinstance(value, Mapping) and "storage" in value:
+            return value["storage"]
+        return value
 
 
 _SHARED_FIELDS = ("buffer", "memory", "working_memory", "news")

@@ -11,6 +11,8 @@ import errno
 import json
 import math
 import os
+import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +39,7 @@ from metaroles.llm.settings import LLMSettings
 from metaroles.messages.message import Message
 from metaroles.project import rundir
 from metaroles.project.rundir import format_message
+from metaroles.team.report import StopReason
 from metaroles.team.team import Team, TeamReport
 
 app = typer.Typer(
@@ -252,22 +255,52 @@ def in_flight(llm: object) -> int | None:
 
 
 def execute(
-    work: Callable[[Callable[[Team], None]], Any],
+    work: Callable[[Callable[[Team], None], threading.Event], Any],
     total: int,
     *,
     quiet: bool,
     run_dir: Path | None = None,
     show_traceback: bool = False,
 ) -> tuple[TeamReport, Team]:
-    """Run ``work`` under the progress display; errors become one line and an exit code (see :func:`reported`)."""
-    live = Live(total, enabled=not quiet and err.is_terminal)
+    """Run ``work(progress, stopping)`` under the progress display; errors become one line and an exit code.
 
+    The first Ctrl-C sets ``stopping``: the run stops at its next round barrier and writes what a
+    stopped run writes (:func:`finish` then exits 130); a second one stops it at once, its last
+    checkpoint whole. See :func:`reported` for the errors.
+    """
+    live = Live(total, enabled=not quiet and err.is_terminal)
+    stopping = threading.Event()
     with (
         reported(run_dir, show_traceback=show_traceback),
         live.progress,
+        interrupts(stopping),
     ):  # the run's session settles the heap after each round (core.heap)
-        report, team = anyio.run(lambda: work(live))
+        report, team = anyio.run(lambda: work(live, stopping))
     return report, team
+
+
+@contextmanager
+def interrupts(stopping: threading.Event) -> Iterator[None]:
+    """While inside: the first SIGINT sets ``stopping`` (and says so), the next raises ``KeyboardInterrupt``.
+
+    Installed before the event loop starts, so asyncio keeps it (it cancels its main task on SIGINT
+    only where the default handler stands, which a round that never awaits would not see).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def asked(signum: int, frame: object) -> None:
+        if stopping.is_set():
+            raise KeyboardInterrupt
+        stopping.set()
+        os.write(2, b"\nstopping at the end of this round (Ctrl-C again stops at once) ...\n")
+
+    before = signal.signal(signal.SIGINT, asked)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def finish(
@@ -281,6 +314,9 @@ def finish(
     if not quiet:
         print_transcript(team.env.history.storage, run_dir, wanted=transcript)
     typer.echo(f"\n{report}")
+    if report.stop_reason is StopReason.INTERRUPTED:
+        going_on = f"; to go on: metaroles resume {run_dir}" if run_dir is not None else ""
+        raise fail(f"interrupted after round {team.env.round}{going_on}", code=130)
     table = Table(show_header=False, box=None)
     table.add_row("rounds", str(team.env.round))
     table.add_row("messages", str(len(team.env.history)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +13,7 @@ from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
 from metaroles.cli.sweeping import shown_trials
 from metaroles.core.text import printable
 from metaroles.llm.settings import LLMSettings
-from metaroles.project.evaluate import SUMMARY, TABLE, Suite, load_suite, run_eval, summary
+from metaroles.project.evaluate import SUMMARY, TABLE, check_model, load_suite, run_eval
 
 
 @app.command(name="eval")
@@ -52,11 +53,16 @@ def evaluate(
         Path | None, typer.Option(metavar="EVAL_DIR", help="answer every call from an evaluation that recorded them")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
+    trust: Annotated[
+        bool,
+        typer.Option("--trust", help="import a scenario the suite names outside its folder, or a module (it is code)"),
+    ] = False,
 ) -> None:
     """Run a suite's tasks × settings × seeds, score every run, write eval.csv/.parquet, summary.csv and report.md.
 
     ``--without`` and ``--set`` add settings beside the suite's (or ``--setting``'s): each is
-    compared with the first setting, its difference and interval in the table.
+    compared with the first setting, its difference and interval in the table. A suite is code:
+    its ``score.py`` runs in a child process, each call with a time limit (``score_timeout``).
     """
     with reported():
         if record and replay is not None:
@@ -64,8 +70,11 @@ def evaluate(
         extra = {f"without={role}": {"without": [role]} for role in without or []}
         extra |= {pair: options_from([pair]) for pair in set_ or []}
         seeded = range(seeds) if seeds else None
-        chosen = load_suite(suite, seeds=seeded, tasks=task, settings=_settings(setting), more_settings=extra)
         settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
+        check_model(settings.llm, settings)
+        chosen = load_suite(
+            suite, seeds=seeded, tasks=task, settings=_settings(setting), more_settings=extra, trust=trust
+        )
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         folder = out or Path("evals") / chosen.name
         total = len(chosen.tasks) * len(chosen.settings) * len(chosen.seeds)
@@ -74,7 +83,7 @@ def evaluate(
                 chosen, folder, llm=spec, backend=backend, jobs=jobs, ray_address=ray_address,
                 record=record, replay=replay, on_trial=on_trial,
             )  # fmt: skip
-    _print(chosen, rows)
+    _print(folder)
     failed = [row for row in rows if row.get("status") != "done"]
     typer.echo(f"{len(rows) - len(failed)} of {total} trials done; in {folder}: {TABLE}, {SUMMARY}, report.md")
     for row in failed:
@@ -98,10 +107,12 @@ def _settings(specs: list[str] | None) -> dict[str, dict[str, Any]] | None:
     return settings
 
 
-def _print(suite: Suite, rows: list[dict[str, Any]]) -> None:
-    """The summary: each metric per setting, with its interval and its difference from the first setting."""
-    for line in summary(suite, rows):
-        span = f" [{line['low']}, {line['high']}]" if line.get("low") is not None else ""
-        diff = f"  Δ {line['diff']}" if line.get("diff") is not None else ""
-        diff += f" [{line['diff_low']}, {line['diff_high']}]" if line.get("diff_low") is not None else ""
+def _print(folder: Path) -> None:
+    """The summary the evaluation wrote: each metric per setting, its interval, its difference from the first."""
+    with (folder / SUMMARY).open(encoding="utf-8", newline="") as table:
+        lines = list(csv.DictReader(table))
+    for line in lines:
+        span = f" [{line['low']}, {line['high']}]" if line.get("low") else ""
+        diff = f"  Δ {line['diff']}" if line.get("diff") else ""
+        diff += f" [{line['diff_low']}, {line['diff_high']}]" if line.get("diff_low") else ""
         typer.echo(f"{line['metric']:<16} {line['setting']:<16} n={line['n']:<4} {line['mean']}{span}{diff}")

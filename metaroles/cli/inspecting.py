@@ -183,8 +183,12 @@ def diff(
     """
     with reported():
         result = diff_runs(run_dir_at(run_a), run_dir_at(run_b))
+        unseeded = _unseeded(run_a, run_b)
     if result.identical:
         typer.echo(f"identical: {result.common} message(s), {result.events_common} event(s)")
+        return
+    if result.first_divergence_round is None and unseeded:
+        typer.echo(f"same messages: {result.common} (by content; {unseeded})")
         return
     if result.first_divergence_round is None:
         typer.echo(f"same messages: {result.common}")
@@ -194,6 +198,17 @@ def diff(
             typer.echo(printable(f"- {_line(left)}\n+ {_line(right)}"))
     _echo_event_difference(result)
     raise typer.Exit(1)
+
+
+def _unseeded(*run_dirs: Path) -> str:
+    """Why two runs' ids differ when neither fixed a seed (empty when both did)."""
+    manifests = [read_manifest(run_dir_at(run_dir)) for run_dir in run_dirs]
+    if all(manifest.get("seed") is not None for manifest in manifests):
+        return ""
+    said = "their ids and events differ because a run without --seed draws fresh ids; run both with --seed N"
+    if any(str(manifest.get("llm", "")).startswith("test:") for manifest in manifests):
+        said += " (--llm test:N seeds the test model's answers, not the run)"
+    return said
 
 
 def _echo_event_difference(result: RunDiff) -> None:

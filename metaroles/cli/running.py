@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -31,15 +32,22 @@ from metaroles.cli.common import (
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import zstandard
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
-from metaroles.project.registry import load_scenario
-from metaroles.project.rundir import MAX_ROUNDS, check_run_dir, new_run_dir, read_manifest, scenario_label
+from metaroles.project.registry import known_scenarios, load_scenario
+from metaroles.project.rundir import (
+    MAX_ROUNDS,
+    check_run_dir,
+    new_run_dir,
+    point_latest,
+    read_manifest,
+    scenario_label,
+)
 from metaroles.project.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
 from metaroles.record.durability import checked_durability
 from metaroles.team.options import RunOptions, read_config_file
 from metaroles.team.team import Team
 from metaroles.telemetry.tracing import require_otel
 
-TRUST_HELP = "run the scenario file the manifest names even if it lies outside the current folder (it is code)"
+TRUST_HELP = "import the scenario file or module the manifest names even if it is not yours (it is code)"
 DURABILITY_HELP = "when to wait for the disk: 'round' (each checkpoint) or 'run' (once, at the end: faster)"
 
 
@@ -152,10 +160,12 @@ def run(
     if out is not None and (not out.name or out.resolve() == Path.cwd().resolve()):
         raise fail(f"--out {str(out)!r} is the current folder; name a new folder for the run, e.g. --out runs/mine")
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
+    if run_dir is not None and out is None:
+        point_latest(run_dir)  # runs/latest: the newest run, whatever its name
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
     runner = partial(run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest)
     report, team = execute(
-        lambda live: runner(run=run_options, on_progress=live),
+        lambda live, stopping: runner(run=run_options, on_progress=live, stopping=stopping),
         run_options.rounds or 0,
         quiet=quiet,
         run_dir=run_dir,
@@ -181,22 +191,36 @@ def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], di
     return name, options, settings
 
 
-def trusted(scenario: str, *, trust: bool) -> None:
-    """Refuse to import a scenario file outside the current folder unless ``--trust`` says to: it is code.
+def trusted(scenario: str, run_dir: Path, *, trust: bool) -> None:
+    """Refuse to import the code a received run directory names unless ``--trust`` says to.
 
-    A run directory received from elsewhere names the ``.py`` it was made with; resuming or forking it
-    runs that file. Installed scenarios (a name or a module) are the user's own already.
+    A run directory may come from someone else; resuming or forking it imports the scenario its
+    manifest names. Without ``--trust`` that is a scenario that ships with metaroles or that an
+    installed plug-in registers, or a ``.py`` file in the current folder that is not inside the run
+    directory itself. Any other file, and any other module (``venv.__main__`` runs when imported),
+    needs ``--trust``.
 
     Raises:
-        ConfigError: Showing the path and how to run it anyway.
+        ConfigError: Showing what the manifest names and how to run it anyway.
     """
-    if trust or not scenario.endswith(".py"):
+    if trust:
         return
-    path = Path(scenario).resolve()
-    if not path.is_relative_to(Path.cwd().resolve()):
+    if scenario.endswith(".py"):
+        path = Path(scenario).resolve()
+        if path.is_relative_to(run_dir.resolve()):
+            where = "inside the run directory"
+        elif not path.is_relative_to(Path.cwd().resolve()):
+            where = "outside the current folder"
+        else:
+            return
         raise ConfigError(
-            f"this run directory was made by the scenario file {str(path)!r}, outside the current folder; "
-            "resuming runs that file's code: read it, then pass --trust (or run from its folder)"
+            f"this run directory was made by the scenario file {str(path)!r}, {where}; "
+            "resuming runs that file's code: read it, then pass --trust"
+        )
+    if "." in scenario and scenario not in known_scenarios().values():
+        raise ConfigError(
+            f"this run directory names the module {scenario!r}, which is not a registered scenario; "
+            "importing it runs its code: if it is yours, pass --trust"
         )
 
 
@@ -223,15 +247,15 @@ def resume(
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
         check_run_dir(run_dir)
-        trusted(manifest["scenario"], trust=trust)
+        trusted(manifest["scenario"], run_dir, trust=trust)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     with reported():
         llm = resumed_model(manifest)
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     quiet = quiet or manifest.get("quiet") is True
     report, team = execute(
-        lambda live: resume_scenario(
-            run_dir, llm=llm, role_llms=role_llms, on_progress=live, backend=chosen, rounds=rounds
+        lambda live, stopping: resume_scenario(
+            run_dir, llm=llm, role_llms=role_llms, on_progress=live, backend=chosen, rounds=rounds, stopping=stopping
         ),
         manifest["n_round"] if rounds is None else rounds,
         quiet=quiet,
@@ -269,7 +293,7 @@ def fork(
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
         check_run_dir(run_dir)
-        trusted(manifest["scenario"], trust=trust)
+        trusted(manifest["scenario"], run_dir, trust=trust)
     changes, specs = {}, dict(manifest.get("role_llms") or {})  # a fork of a fork keeps its parent's models
     for key, value in options_from(set_ or []).items():
         if key.startswith("role.") and key.endswith(".llm"):
@@ -280,8 +304,10 @@ def fork(
     llm = manifest_model(manifest)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     child = out or new_run_dir(run_dir.parent, f"{scenario_label(manifest['scenario'])}-fork{from_round}")
+    if out is None:
+        point_latest(child)
 
-    def work(live: Callable[[Team], None]) -> Any:
+    def work(live: Callable[[Team], None], stopping: threading.Event) -> Any:
         return fork_scenario(
             run_dir,
             from_round=from_round,
@@ -294,6 +320,7 @@ def fork(
             on_progress=live,
             backend=chosen,
             rounds=rounds,
+            stopping=stopping,
         )
 
     total = manifest["n_round"] if rounds is None else rounds

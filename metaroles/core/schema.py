@@ -7,13 +7,14 @@ names, Role classes or instances (:func:`to_addresses`).
 
 from __future__ import annotations
 
-import importlib
+import sys
 import unicodedata
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Annotated, Any, cast
+from types import ModuleType
+from typing import Annotated, Any, ClassVar, cast
 
-from pydantic import AfterValidator, BaseModel, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, create_model
 
 from metaroles.core.exceptions import InvalidValueError
 
@@ -129,6 +130,11 @@ def any_to_str(value: object) -> str:
     )
 
 
+def any_to_name(value: object) -> str:
+    """The short name of what :func:`any_to_str` names (MetaGPT's: ``WriteCode`` for ``pkg.actions.WriteCode``)."""
+    return any_to_str(value).rpartition(".")[2]
+
+
 def action_ids(actions: object) -> set[str]:
     """Normalise one action or several (classes, instances or ids) to a set of action ids.
 
@@ -203,25 +209,56 @@ def to_addresses(value: object) -> frozenset[str]:
     return addresses
 
 
+class UnresolvedContent(BaseModel):
+    """``instruct_content`` whose type is not loaded in this process: its fields, kept as data.
+
+    Reading a run directory, a dump or a cassette never imports a module it names (data never runs
+    code). A stand-in keeps the fields and the original type's name, so it is written back unchanged;
+    import the type's module before loading to get the type itself.
+    """
+
+    model_config = ConfigDict(extra="allow")
+    type_path: ClassVar[str] = ""
+    """The qualified name of the type the data was written from."""
+    note: ClassVar[str] = ""
+    """Why the type is a stand-in, and how to get the real one."""
+
+
+_STAND_INS: dict[str, type[UnresolvedContent]] = {}
+
+
 def _type_path(model: type[BaseModel]) -> str:
+    if issubclass(model, UnresolvedContent) and model.type_path:
+        return model.type_path
     return f"{model.__module__}.{model.__qualname__}"
 
 
-def _import_model(path: str) -> type[BaseModel] | None:
+def _loaded_model(path: str) -> type[BaseModel] | None:
+    """The pydantic class named ``path`` among the modules this process has imported (never imports one)."""
     module_name, _, qualname = path.rpartition(".")
     while module_name:
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ImportError:
+        module = sys.modules.get(module_name)
+        if module is None:
             module_name, _, head = module_name.rpartition(".")
             qualname = f"{head}.{qualname}"
             continue
+        obj: Any = module
         for part in qualname.split("."):
-            obj = getattr(obj, part, None)
+            obj = vars(obj).get(part) if isinstance(obj, type | ModuleType) else None
         if isinstance(obj, type) and issubclass(obj, BaseModel):
             return obj
         return None
     return None
+
+
+def _stand_in(path: str) -> type[UnresolvedContent]:
+    model = _STAND_INS.get(path)
+    if model is None:
+        note = f"type {path!r} is not loaded in this process; its fields are kept as data (import its module first)"
+        model = create_model(path.rpartition(".")[2] or "Content", __base__=UnresolvedContent, __doc__=note)
+        model.type_path, model.note = path, note
+        _STAND_INS[path] = model
+    return model
 
 
 def encode_instruct_content(model: BaseModel) -> dict[str, Any]:
@@ -232,23 +269,23 @@ def encode_instruct_content(model: BaseModel) -> dict[str, Any]:
 def decode_instruct_content(data: dict[str, Any]) -> BaseModel:
     """Restore a pydantic instance encoded by :func:`encode_instruct_content`.
 
-    The original class is imported by its qualified name. If it cannot be imported (a class
-    defined inside a function, a module not installed here) a stand-in model with the same
-    field names is built, so that the data is never lost.
+    The type is looked up among the modules already imported, never imported: the data may come
+    from someone else. If it is not loaded (a module not imported here, a class defined inside a
+    function) an :class:`UnresolvedContent` stand-in keeps the fields and the type's name.
     """
     path = data.get("type")
     value = data.get("value")
     if path is None and isinstance(data.get("class"), str):  # MetaGPT's form: the class's name and its fields
         path = data["class"]
+        value = data.get("value", {k: v for k, v in data.items() if k != "class"})
     if not isinstance(path, str) or not isinstance(value, dict):
         raise InvalidValueError(
             f"instruct_content={data!r} is neither a pydantic model nor an encoded one "
             "({'type': 'pkg.module.Model', 'value': {...}})"
         )
-    model = _import_model(path)
+    model = _loaded_model(path)
     if model is None:
-        fields: dict[str, Any] = {key: (Any, ...) for key in value}
-        model = create_model(path.rpartition(".")[2], **fields)
+        return _stand_in(path).model_validate(value)
     return model.model_validate(value)
 
 

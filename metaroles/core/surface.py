@@ -164,6 +164,11 @@ def dumped_class(data: Mapping[str, Any], base: type[T]) -> type[T]:
     if name is None or name == class_path(base):
         return base
     found = _CLASSES.get(name)
+    if found is None and str(name).startswith("__main__."):
+        raise InvalidValueError(
+            f"the dump names class {name!r}, defined in a script run as __main__, which another process cannot "
+            "import: move the classes into a module (e.g. my_roles.py), import them in the script, and save again"
+        )
     if found is None:
         raise InvalidValueError(
             f"the dump names class {name!r}, which is not defined in this process; import its module first"

@@ -46,6 +46,7 @@ A call is answered on the event loop that made it (``anyio.from_thread``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import logging
@@ -60,7 +61,7 @@ from typing import Any
 import llama_cpp
 import numpy
 
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, RunError
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,7 @@ class BatchEngine:
         """Per slot, the tokens its cache holds from its last call."""
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._closing = False
 
     # -- the callers' side ------------------------------------------------------------------------
 
@@ -188,11 +190,36 @@ class BatchEngine:
                 "shorten the history the action sends or raise n_ctx"
             )
         with self._wake:
+            if self._closing:
+                raise RunError("the local model's engine is closed (the process is ending); start a new one")
             self._waiting.append(_Call(tokens, sampling, done))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="metaroles-engine", daemon=True)
                 self._thread.start()
+                atexit.register(self.close)  # before the model's memory goes: a decode under way ends first
             self._wake.notify()
+
+    def close(self) -> None:
+        """Stop the engine's thread after the step under way, fail the calls left, free the model (idempotent).
+
+        Called at interpreter exit once the engine has run: a process ended by Ctrl-C must not free
+        llama.cpp's memory (or unload its library) under a decode in the engine's thread.
+        """
+        with self._wake:
+            if self._closing:
+                return
+            self._closing = True
+            self._wake.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        stopped = RunError("the local model's engine was closed before the call ended")
+        for call in [*self._waiting, *self._live.values()]:
+            _tell(call, stopped)
+        self._waiting.clear()
+        self._live.clear()
+        llama_cpp.llama_batch_free(self.batch)
+        llama_cpp.llama_free(self.ctx)
+        llama_cpp.llama_model_free(self.model)
 
     def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> bytes:
         """``messages`` laid out by the model's chat template, ready for the assistant's turn."""
@@ -232,8 +259,10 @@ class BatchEngine:
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._waiting and not self._live:
+                while not self._waiting and not self._live and not self._closing:
                     self._wake.wait()
+                if self._closing:
+                    return
                 admitted = self._admit()
                 if not self.unified:
                     self._compact()

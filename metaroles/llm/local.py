@@ -31,6 +31,7 @@ from metaroles.core.exceptions import ConfigError
 from metaroles.core.ids import new_id  # llama.cpp's own call ids are random: ours follow the run
 from metaroles.core.schema import Function, ToolCall
 from metaroles.llm.engine import BatchEngine, Outcome, Sampling
+from metaroles.llm.grammar import Unsupported, schema_grammar, to_gbnf
 from metaroles.llm.model_files import smollm2_path
 from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
 
@@ -67,7 +68,11 @@ def _gbnf(schema: dict[str, Any]) -> str:
     text = json.dumps(schema)  # keep the schema's property order: the grammar follows it
     grammar = _GBNF.get(text)
     if grammar is None:
-        grammar = _GBNF[text] = json_schema_to_gbnf(text)
+        try:  # the whole schema: bounds, enums, lengths, patterns (an answer validates by construction)
+            grammar = to_gbnf(*schema_grammar(schema))
+        except Unsupported:  # a keyword no grammar carries: the shape only, the answer validated after
+            grammar = json_schema_to_gbnf(text)
+        _GBNF[text] = grammar
     return grammar
 
 

@@ -442,10 +442,14 @@ class ChatMemory:
             del window[: len(window) - self.max_messages]
 
     def get_recent_messages(self, n: int) -> list[Message]:
-        """Return the newest ``n`` messages, oldest first."""
-        if n <= 0:
-            return []
-        return self._messages[-n:]
+        """Return the newest ``n`` messages, oldest first.
+
+        Raises:
+            InvalidValueError: If ``n`` is not a non-negative integer (a ``ValueError``, as OpenManus' bound).
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidValueError(f"n={n!r} must be a non-negative integer, e.g. get_recent_messages(5)")
+        return self._messages[-n:] if n else []
 
     def to_dict_list(self) -> list[dict[str, Any]]:
         """Return the window in the chat form a model API expects."""

@@ -150,13 +150,13 @@ class MessageQueue(_Waitable):
         return DumpedText(json.dumps([m.model_dump(mode="json") for m in self.peek_all()], ensure_ascii=False))
 
     @classmethod
-    def load(cls, data: str | bytes | Iterable[dict[str, Any] | Message]) -> Self:
+    def load(cls, data: str | bytes | Iterable[dict[str, Any] | str | Message]) -> Self:
         """Restore a queue from :meth:`dump`'s text (or a list of message dicts or messages).
 
         Raises:
             InvalidValueError: If the text is not a JSON list of messages (nothing is restored).
         """
-        return cls(m if isinstance(m, Message) else Message.model_validate(m) for m in _entries(data))
+        return cls(_message(m) for m in _entries(data))
 
 
 class PriorityMessageQueue(_Waitable):
@@ -241,6 +241,15 @@ class PriorityMessageQueue(_Waitable):
         for entry in _entries(data):
             queue.push(Message.model_validate(entry["message"]), priority=int(entry["priority"]))
         return queue
+
+
+def _message(entry: dict[str, Any] | str | Message) -> Message:
+    """A message of a dumped queue: a message, its dict, or its JSON text (MetaGPT's dump lists texts)."""
+    if isinstance(entry, Message):
+        return entry
+    if isinstance(entry, str):
+        return Message.model_validate_json(entry)
+    return Message.model_validate(entry)
 
 
 def _entries(data: str | bytes | Iterable[Any]) -> Iterable[Any]:

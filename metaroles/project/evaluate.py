@@ -22,7 +22,6 @@ files, byte for byte, with no model.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import tomllib
@@ -31,32 +30,26 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from statistics import fmean
-from types import ModuleType
 from typing import Any
 
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic
-from metaroles.project.registry import load_scenario
-from metaroles.project.scenario import checked_config
-from metaroles.project.sweep import Table, TrialBatch, run_trials
+from metaroles.llm.model_files import local_model_available
+from metaroles.llm.providers import resolve_llm
+from metaroles.llm.settings import LLMSettings
+from metaroles.project.registry import known_scenarios, load_scenario
+from metaroles.project.scenario import check_role_models, checked_config
+from metaroles.project.scoring import ScorerError, ScorerProcess, Task
+from metaroles.project.sweep import MAX_TRIALS, Table, TrialBatch, run_trials
 from metaroles.project.trials import Row, split_role_llms
 
 TABLE = "eval.jsonl"
 SUMMARY = "summary.csv"
 LABELS = ("task", "setting", "seed")
+SCORE_TIMEOUT = 300.0
+"""Seconds a suite's scorer may take per trial unless its ``suite.toml`` says (``score_timeout``)."""
 RUN_COLUMNS = ("status", "rounds", "messages", "total_tokens", "total_cost")
 """What the trial's row keeps of its run (the wall time is the clock's: it stays in the sweep's table)."""
-
-
-@dataclass(frozen=True)
-class Task:
-    """One task of a suite: its folder (hidden files included), the options it gives the scenario, its spec."""
-
-    name: str
-    folder: Path
-    options: dict[str, Any]
-    spec: dict[str, Any]
-    """The whole of ``task.toml`` (a scorer reads what it needs)."""
 
 
 @dataclass(frozen=True)
@@ -72,31 +65,12 @@ class Suite:
     settings: dict[str, dict[str, Any]] = field(default_factory=lambda: {"default": {}})
     metrics: list[str] = field(default_factory=list)
 
-    def scorer(self) -> Callable[[Path, Task], dict[str, Any]]:
-        """The suite's ``score(run_dir, task)`` (from its ``score.py``)."""
-        score = getattr(self.scoring(), "score", None)
-        if not callable(score):
-            raise ConfigError(f"{str(self.folder / 'score.py')!r} must define score(run_dir, task) returning a dict")
-        return score  # type: ignore[no-any-return]
+    score_timeout: float = SCORE_TIMEOUT
+    """Seconds a call of the scorer may take (``score_timeout`` in ``suite.toml``)."""
 
-    def across(self) -> Callable[[list[Row]], dict[str, float]] | None:
-        """The suite's ``across(rows)``, if its ``score.py`` has one: figures of a setting's trials taken together.
-
-        It gets one setting's rows (every task and seed) and returns metric → value; a figure
-        over several seeds of a task (a judge's agreement with itself) is one.
-        """
-        across = getattr(self.scoring(), "across", None)
-        return across if callable(across) else None
-
-    def scoring(self) -> ModuleType:
-        """The suite's ``score.py``, loaded (once per call: a suite folder may change between evaluations)."""
-        path = self.folder / "score.py"
-        spec = importlib.util.spec_from_file_location(f"metaroles_suite_{self.name}_score", path)
-        if spec is None or spec.loader is None or not path.is_file():
-            raise ConfigError(f"suite {self.name!r} has no score.py in {str(self.folder)!r}; add one defining score()")
-        module: ModuleType = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+    def scorer(self) -> ScorerProcess:
+        """The suite's ``score.py`` in a child process (a context manager; see :mod:`metaroles.project.scoring`)."""
+        return ScorerProcess(self.folder / "score.py", timeout=self.score_timeout)
 
 
 def load_suite(
@@ -106,39 +80,137 @@ def load_suite(
     tasks: Sequence[str] | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
     more_settings: dict[str, dict[str, Any]] | None = None,
+    trust: bool = True,
 ) -> Suite:
     """The suite ``name``: a built-in one (``software``, ...) or a folder; other seeds, fewer tasks, other settings.
 
     ``settings`` replace the suite's own; ``more_settings`` are compared beside them (ablations).
+    A ``scenario = "x.py"`` is found from the suite's folder. ``trust=False`` (the command line
+    without ``--trust``): a scenario file outside the suite's folder, or a module that is not a
+    registered scenario, is refused rather than imported (a suite may come from someone else).
+    Its ``score.py`` is loaded in a child process now, so a broken scorer is found before any trial.
 
     Raises:
         ConfigError: Naming what is wrong: no such suite, an unreadable ``suite.toml`` or ``task.toml``,
-            an unknown task asked for, or options the scenario refuses (checked for every trial now).
+            a value of the wrong kind in it, no tasks, an unknown task asked for, too many trials, a
+            scenario it may not import, a ``score.py`` that does not load, or options the scenario
+            refuses (checked for every trial now).
     """
     folder = _suite_folder(name)
     spec = _toml(folder / "suite.toml")
     every = sorted(path.parent.name for path in (folder / "tasks").glob("*/task.toml"))
+    if not every:
+        raise ConfigError(f"suite {str(folder)!r} has no tasks; add tasks/NAME/task.toml for each task")
     chosen = list(tasks) if tasks else every
     missing = sorted(set(chosen) - set(every))
     if missing:
         raise ConfigError(f"suite {folder.name!r} has no task {missing[0]!r}; its tasks: {', '.join(every)}")
     loaded = [_task(folder / "tasks" / task) for task in chosen]
-    settings = {**(settings or spec.get("settings") or {"default": {}}), **(more_settings or {})}
+    own = _settings_of(folder, spec)
+    settings = {**(settings or own), **(more_settings or {})}
     suite = Suite(
         name=folder.name,
         folder=folder,
-        scenario=str(spec.get("scenario", "")),
+        scenario=_scenario_of(folder, spec, trust=trust),
         tasks=loaded,
-        seeds=list(seeds) if seeds is not None else list(spec.get("seeds", [0])),
-        options=dict(spec.get("options", {})),
+        seeds=list(seeds) if seeds is not None else _seeds_of(folder, spec),
+        options=_table(folder, spec, "options"),
         settings={str(k): dict(v) for k, v in settings.items()},
-        metrics=[str(m) for m in spec.get("metrics", [])],
+        metrics=_strings(folder, spec, "metrics"),
+        score_timeout=_positive(folder, spec, "score_timeout", SCORE_TIMEOUT),
     )
+    trials = len(suite.tasks) * len(suite.settings) * len(suite.seeds)
+    if trials > MAX_TRIALS:
+        raise ConfigError(
+            f"suite {suite.name!r} asks for {trials} trials (tasks x settings x seeds), more than {MAX_TRIALS}; "
+            "use fewer seeds, tasks or settings"
+        )
     module = load_scenario(suite.scenario)
     for task in suite.tasks:  # an option the scenario refuses fails now, not in trial 17
         for setting in suite.settings.values():
             checked_config(module, split_role_llms({**suite.options, **task.options, **setting})[0])
+    for setting in suite.settings.values():  # a model for a role the scenario lacks, too
+        options, specs = split_role_llms({**suite.options, **suite.tasks[0].options, **setting})
+        for spec in specs.values():
+            check_model(spec)
+        check_role_models(module, options, specs)
+    with suite.scorer() as scorer:
+        scorer.check()
     return suite
+
+
+def check_model(spec: str, settings: LLMSettings | None = None) -> None:
+    """Refuse a model an evaluation could not configure, before any trial runs (it would fail every one).
+
+    The embedded model is checked for being installed, not loaded; any other is built and dropped.
+
+    Raises:
+        ConfigError: Naming the model and how to configure it.
+    """
+    settings = settings or LLMSettings(llm=spec)
+    if spec == "local":
+        if not local_model_available():
+            resolve_llm("local", settings)  # says what to install
+        return
+    resolve_llm(spec, settings)
+
+
+def _scenario_of(folder: Path, spec: dict[str, Any], *, trust: bool) -> str:
+    """The suite's scenario: a name, a module, or a ``.py`` found from the suite's folder."""
+    scenario = spec.get("scenario")
+    if not isinstance(scenario, str) or not scenario:
+        raise ConfigError(f'{str(folder / "suite.toml")!r} must name its scenario, e.g. scenario = "debate"')
+    if scenario.endswith(".py"):
+        path = (folder / scenario).resolve()
+        if not trust and not path.is_relative_to(folder.resolve()):
+            raise ConfigError(
+                f"suite {folder.name!r} names the scenario file {str(path)!r}, outside the suite's folder; "
+                "it is code: read it, then pass --trust"
+            )
+        return str(path)
+    if not trust and "." in scenario and scenario not in known_scenarios().values():
+        raise ConfigError(
+            f"suite {folder.name!r} names the module {scenario!r}, which is not a registered scenario; "
+            "importing it runs its code: if it is yours, pass --trust"
+        )
+    return scenario
+
+
+def _settings_of(folder: Path, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    settings = spec.get("settings", {"default": {}})
+    if not isinstance(settings, dict) or not all(isinstance(v, dict) for v in settings.values()):
+        raise ConfigError(
+            f"{str(folder / 'suite.toml')!r}: settings={settings!r} must be tables, e.g. [settings.default]"
+        )
+    return settings or {"default": {}}
+
+
+def _seeds_of(folder: Path, spec: dict[str, Any]) -> list[int]:
+    seeds = spec.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        raise ConfigError(f"{str(folder / 'suite.toml')!r}: seeds={seeds!r} must be a list of integers, e.g. [0, 1]")
+    return seeds
+
+
+def _table(folder: Path, spec: dict[str, Any], key: str) -> dict[str, Any]:
+    value = spec.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{str(folder / 'suite.toml')!r}: {key}={value!r} must be a table, e.g. [{key}]")
+    return dict(value)
+
+
+def _strings(folder: Path, spec: dict[str, Any], key: str) -> list[str]:
+    value = spec.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{str(folder / 'suite.toml')!r}: {key}={value!r} must be a list of names")
+    return value
+
+
+def _positive(folder: Path, spec: dict[str, Any], key: str, default: float) -> float:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
+        raise ConfigError(f"{str(folder / 'suite.toml')!r}: {key}={value!r} must be a number of seconds, e.g. 60")
+    return float(value)
 
 
 def _suite_folder(name: str | Path) -> Path:
@@ -157,13 +229,16 @@ def _suite_folder(name: str | Path) -> Path:
 def _toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc}; fix the file") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {str(path)!r}: {exc}; fix the file (TOML, UTF-8)") from None
 
 
 def _task(folder: Path) -> Task:
     spec = _toml(folder / "task.toml")
-    return Task(name=folder.name, folder=folder, options=dict(spec.get("options", {})), spec=spec)
+    options = spec.get("options", {})
+    if not isinstance(options, dict):
+        raise ConfigError(f"{str(folder / 'task.toml')!r}: options={options!r} must be a table, e.g. [options]")
+    return Task(name=folder.name, folder=folder, options=dict(options), spec=spec)
 
 
 def trial_batch(suite: Suite, out: Path) -> TrialBatch:
@@ -205,33 +280,43 @@ def run_eval(
         spec["cassette"] = "record" if replay is None else f"replay:{Path(replay).absolute()}"
     batch = trial_batch(suite, out)
     rows = run_trials(batch, llm=spec, backend=backend, jobs=jobs, ray_address=ray_address, on_trial=on_trial)
-    scored = score_rows(suite, out, rows)
-    write_eval(suite, out, scored)
+    with suite.scorer() as scorer:
+        scored = score_rows(suite, out, rows, scorer)
+        write_eval(suite, out, scored, scorer)
     return scored
 
 
-def score_rows(suite: Suite, out: Path, rows: list[Row]) -> list[Row]:
-    """Each trial's row as the evaluation keeps it: labels, its run's figures and (when it finished) its scores."""
-    score, tasks = suite.scorer(), {task.name: task for task in suite.tasks}
+def score_rows(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess) -> list[Row]:
+    """Each trial's row as the evaluation keeps it: labels, its run's figures and (when it finished) its scores.
+
+    A trial its scorer fails on (it raised, answered badly, ran past its limit) is kept as failed, with why.
+    """
+    tasks = {task.name: task for task in suite.tasks}
     scored = []
     for row in rows:
         kept = {key: row.get(key) for key in (*LABELS, *RUN_COLUMNS)}
         if row.get("status") == "done":
-            kept.update(score(out / str(row["trial"]), tasks[str(row["task"])]))
+            try:
+                kept.update(scorer.score(out / str(row["trial"]), tasks[str(row["task"])]))
+            except ScorerError as exc:
+                kept["status"], kept["error"] = "failed", f"scoring: {exc}"
         else:
             kept["error"] = row.get("error")
         scored.append(kept)
     return scored
 
 
-def write_eval(suite: Suite, out: Path, rows: list[Row]) -> None:
-    """``eval.jsonl``, ``eval.csv``, ``eval.parquet``, ``summary.csv`` and ``report.md`` (see the module)."""
+def write_eval(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess | None = None) -> None:
+    """``eval.jsonl``, ``eval.csv``, ``eval.parquet``, ``summary.csv`` and ``report.md`` (see the module).
+
+    ``scorer``: the suite's scorer, for its ``across`` figures (none without it).
+    """
     table = Table(len(rows))
     for index, row in enumerate(rows):
         table.put(index, row)
     table.write(out, name=TABLE.removesuffix(".jsonl"))
     _parquet(out / "eval.parquet", rows)
-    lines = summary(suite, rows)
+    lines = summary(suite, rows, scorer)
     summary_table = Table(len(lines))
     for index, line in enumerate(lines):
         summary_table.put(index, line)
@@ -266,8 +351,11 @@ def metrics_of(suite: Suite, rows: list[Row]) -> list[str]:
     return list(dict.fromkeys(numeric))
 
 
-def summary(suite: Suite, rows: list[Row]) -> list[Row]:
-    """Per setting and metric: trials scored, mean, 95 % bootstrap interval; past the first, the paired difference."""
+def summary(suite: Suite, rows: list[Row], scorer: ScorerProcess | None = None) -> list[Row]:
+    """Per setting and metric: trials scored, mean, 95 % bootstrap interval; past the first, the paired difference.
+
+    With ``scorer``, the suite's ``across`` figures follow (see :func:`_across`).
+    """
     settings = list(suite.settings)
     by_setting = {s: {(r["task"], r["seed"]): r for r in rows if r["setting"] == s} for s in settings}
     lines: list[Row] = []
@@ -281,14 +369,18 @@ def summary(suite: Suite, rows: list[Row]) -> list[Row]:
                 paired = [values[k] - base[k] for k in sorted(values.keys() & base.keys(), key=str)]
                 line["diff"], line["diff_low"], line["diff_high"] = interval(paired)
             lines.append(line)
-    return lines + _across(suite, rows, settings)
+    return lines + (_across(suite, rows, settings, scorer) if scorer is not None else [])
 
 
-def _across(suite: Suite, rows: list[Row], settings: list[str]) -> list[Row]:
-    """The suite's ``across`` figures per setting, with an interval over tasks when it gives them per task too."""
-    across = suite.across()
-    if across is None:
+def _across(suite: Suite, rows: list[Row], settings: list[str], scorer: ScorerProcess) -> list[Row]:
+    """The suite's ``across`` figures per setting, with an interval over tasks when it gives them per task too.
+
+    Raises:
+        ScorerError: If the suite's ``across`` fails.
+    """
+    if not scorer.has_across():
         return []
+    across = scorer.across
     lines = []
     for setting in settings:
         scored = [r for r in rows if r["setting"] == setting and r.get("status") == "done"]

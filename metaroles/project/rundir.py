@@ -264,6 +264,20 @@ def new_run_dir(root: Path, name: str) -> Path:
     return root / f"{scenario_label(name)}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
+LATEST = "latest"
+"""The link, beside the run directories a command names itself, to the newest of them (``runs/latest``)."""
+
+
+def point_latest(run_dir: Path) -> None:
+    """Create ``run_dir`` and point ``latest`` beside it at it (a relative link: the folder can move)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    link = run_dir.parent / LATEST
+    temporary = run_dir.parent / f".{LATEST}.{os.getpid()}.tmp"
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(run_dir.name, target_is_directory=True)
+    os.replace(temporary, link)
+
+
 def transcript_markdown(title: str, messages: Sequence[Message], rounds: dict[str, int]) -> str:
     """The transcript as Markdown: a section per round, or per phase when messages name one.
 

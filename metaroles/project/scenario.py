@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +17,7 @@ from pydantic import ValidationError
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic, zstandard
 from metaroles.llm.ledger import Price
+from metaroles.llm.offline import TestLLM
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import describe_llm
 from metaroles.project.metrics import check_metrics, metrics_recorder, read_metrics
@@ -90,8 +93,12 @@ async def run_scenario(
     on_round: Callable[[Team], None] | None = None,
     on_progress: Callable[[Team], None] | None = None,
     role_llms: dict[str, LLM] | None = None,
+    stopping: threading.Event | None = None,
 ) -> tuple[TeamReport, Team]:
     """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
+
+    ``stopping``: set it (a signal handler may) to stop the run at the next round barrier (see
+    :meth:`Team.stop`); resume and fork take one too.
 
     ``role_llms`` give the named roles models of their own (record their specs in the manifest's
     ``role_llms`` for a resume to give them again).
@@ -107,6 +114,7 @@ async def run_scenario(
     config, recorded = _configured(module, options, out_dir)
     plan = _plan(module, config, llm, run, out_dir)
     _give_models(plan.team, role_llms or {})
+    plan.team.stopping = stopping or plan.team.stopping
     plan.team.on_round, plan.team.on_progress, plan.team.on_record = (
         on_round,
         on_progress,
@@ -191,6 +199,27 @@ def _configured(module: ModuleType, options: dict[str, Any], run_dir: Path | Non
     return config, {**config.model_dump(mode="json"), "workspace": given or None}
 
 
+def check_role_models(module: ModuleType, options: dict[str, Any], names: Iterable[str]) -> None:
+    """Refuse ``role.NAME.llm`` for a ``NAME`` the scenario has no role of, before any run starts.
+
+    The scenario is built once (with the offline test model, in a scratch folder) to learn its roles.
+
+    Raises:
+        ConfigError: Naming the role and the roles there are.
+    """
+    wanted = sorted(set(names))
+    if not wanted:
+        return
+    with tempfile.TemporaryDirectory(prefix="metaroles-roles-") as scratch:
+        config, _ = _configured(module, options, Path(scratch))
+        roles = _plan(module, config, TestLLM(0), RunOptions(), Path(scratch)).team.env.roles
+        unknown = [name for name in wanted if name not in roles]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(roles), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"role.{unknown[0]}.llm: no role named {unknown[0]!r}; {hint}roles: {sorted(roles)}")
+
+
 def checked_config(module: ModuleType, options: dict[str, Any]) -> Any:
     """The scenario's ``Config`` from ``options``.
 
@@ -253,6 +282,7 @@ async def resume_scenario(
     on_progress: Callable[[Team], None] | None = None,
     backend: Any = None,
     rounds: int | None = None,
+    stopping: threading.Event | None = None,
 ) -> tuple[TeamReport, Team]:
     """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint.
 
@@ -274,6 +304,7 @@ async def resume_scenario(
             manifest = {**manifest, "n_round": plan.n_round, "rounds": rounds}
             write_manifest(run_dir, manifest)
         plan.team.on_round, plan.team.on_progress = on_round, on_progress
+        plan.team.stopping = stopping or plan.team.stopping
         plan.team.on_record = metrics_recorder(load_scenario(manifest["scenario"]), run_dir)
         with synced_at_end(run_dir, durability):
             report = await _continue(plan, run_dir, manifest)
@@ -333,6 +364,7 @@ async def fork_scenario(
     on_progress: Callable[[Team], None] | None = None,
     backend: Any = None,
     rounds: int | None = None,
+    stopping: threading.Event | None = None,
 ) -> tuple[TeamReport, Team]:
     """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
 
@@ -352,6 +384,7 @@ async def fork_scenario(
     plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
+    plan.team.stopping = stopping or plan.team.stopping
     plan.team.on_record = metrics_recorder(load_scenario(record["scenario"]), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}

@@ -18,6 +18,8 @@ class StopReason(StrEnum):
     IDLE = "idle"
     BUDGET = "budget"
     MAX_ROUNDS = "n_round"
+    INTERRUPTED = "interrupted"
+    """:meth:`Team.stop` asked (Ctrl-C on the command line): stopped at a round barrier, resumable."""
 
 
 class TeamReport(BaseModel):

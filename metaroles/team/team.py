@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -107,6 +108,8 @@ class Team(Dumped):
         self.on_record: Callable[[Team], None] | None = None
         """Called after a round's events are logged, before its checkpoint; only records (as ``on_progress``)."""
         self._failed = self._stranded = self._idea_due = False
+        self.stopping = threading.Event()
+        """Set (from any thread, or a signal handler) to stop the run at the next round barrier: see :meth:`stop`."""
         self.workspace: Path | None = None
         """The folder the roles' actions write files into, if any: kept with every checkpoint (see ``workspace``)."""
         self._kept: workspace.Files | None = None
@@ -169,6 +172,14 @@ class Team(Dumped):
                 if role.llm is None and self.llm is not None:
                     role.set_llm(self.llm)
                 self.env.add_role(role)
+
+    def stop(self) -> None:
+        """Stop the run at the next round barrier, cleanly: its state saved, resumable (safe from any thread).
+
+        The round under way finishes (a round is all or nothing), then the run stops with
+        :attr:`StopReason.INTERRUPTED`; clear :attr:`stopping` to run the team again.
+        """
+        self.stopping.set()
 
     def invest(self, investment: float) -> None:
         """Set the run's money budget: the run stops cleanly once the ledger's total cost reaches it."""
@@ -425,6 +436,8 @@ class Team(Dumped):
             await self._checkpoint()
         rounds = 0
         while rounds < n_round:
+            if self.stopping.is_set():
+                return rounds, StopReason.INTERRUPTED
             if (self._sharded or self.env).is_idle:
                 return rounds, StopReason.IDLE
             if self.budget_crossed():

@@ -1,0 +1,206 @@
+"""A suite's ``score.py`` run in a child process, each call with a time limit.
+
+A suite is code someone may have sent: its scorer does not run in the process that holds the
+evaluation. :class:`ScorerProcess` starts ``python -m metaroles.project.scoring SCORE_PY``, sends it
+one JSON request per line (``score`` a trial, or ``across`` a setting's rows) and reads one JSON
+answer per line. A call that outlives its limit kills the child (the next call starts another);
+a scorer that raises, returns something other than a dict, or does not load is a
+:class:`ScorerError` naming the file and what to fix, never a crash of the evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from metaroles.core.exceptions import ConfigError, RunError
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a suite: its folder (hidden files included), the options it gives the scenario, its spec."""
+
+    name: str
+    folder: Path
+    options: dict[str, Any]
+    spec: dict[str, Any]
+    """The whole of ``task.toml`` (a scorer reads what it needs)."""
+
+
+class ScorerError(RunError):
+    """A suite's scorer failed on one call (it raised, answered badly, or ran past its limit)."""
+
+
+class ScorerProcess:
+    """The child process that runs a suite's ``score.py`` (see the module)."""
+
+    def __init__(self, score_py: Path, *, timeout: float) -> None:
+        """Prepare to run ``score_py``; each call may take ``timeout`` seconds."""
+        self.score_py = score_py
+        self.timeout = timeout
+        self._child: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> ScorerProcess:
+        """Start the child lazily (at the first call)."""
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        """Stop the child."""
+        self.close()
+
+    def close(self) -> None:
+        """Stop the child if it runs."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.kill()
+            child.wait()
+            for stream in (child.stdin, child.stdout):
+                if stream is not None:
+                    stream.close()
+
+    def score(self, run_dir: Path, task: Task) -> dict[str, Any]:
+        """``score(run_dir, task)`` of the suite: metric → number or text.
+
+        Raises:
+            ScorerError: If the scorer raised, answered other than a dict of scores, or ran past its limit.
+        """
+        data = dataclasses.asdict(task) | {"folder": str(task.folder)}
+        return self._call({"op": "score", "run_dir": str(run_dir), "task": data})
+
+    def across(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """``across(rows)`` of the suite (see :meth:`has_across`): figures of a setting's trials taken together.
+
+        Raises:
+            ScorerError: As :meth:`score`.
+        """
+        return self._call({"op": "across", "rows": rows})
+
+    def has_across(self) -> bool:
+        """Whether the suite's ``score.py`` defines ``across(rows)``."""
+        return bool(self._call({"op": "check"})["across"])
+
+    def check(self) -> None:
+        """Load ``score.py`` in the child now: a syntax error or a missing ``score()`` is found before any trial.
+
+        Raises:
+            ConfigError: Naming the file and what is wrong.
+        """
+        try:
+            self._call({"op": "check"})
+        except ScorerError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def _started(self) -> subprocess.Popen[str]:
+        if self._child is None or self._child.poll() is not None:
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "metaroles.project.scoring", str(self.score_py)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                encoding="utf-8",
+            )
+        return self._child
+
+    def _call(self, request: dict[str, Any]) -> dict[str, Any]:
+        child = self._started()
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            child.stdin.write(json.dumps(request) + "\n")
+            child.stdin.flush()
+        except BrokenPipeError:
+            self.close()
+            raise ScorerError(f"{str(self.score_py)!r} stopped before it answered; run it alone to see why") from None
+        line = self._line(child)
+        answer = json.loads(line)
+        if "error" in answer:
+            raise ScorerError(f"{str(self.score_py)!r}: {answer['error']}")
+        return dict(answer["result"])
+
+    def _line(self, child: subprocess.Popen[str]) -> str:
+        """The child's next answer, waiting at most the time limit."""
+        assert child.stdout is not None
+        deadline = time.monotonic() + self.timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(child.stdout, selectors.EVENT_READ)
+            while not selector.select(max(0.0, deadline - time.monotonic())):
+                if time.monotonic() >= deadline:
+                    self.close()
+                    raise ScorerError(
+                        f"{str(self.score_py)!r} ran past its limit of {self.timeout:g} s and was stopped; "
+                        "make it faster or raise score_timeout in suite.toml"
+                    )
+        line = child.stdout.readline()
+        if not line:
+            code = child.wait()
+            self.close()
+            raise ScorerError(
+                f"{str(self.score_py)!r} exited (code {code}) before it answered; run it alone to see why"
+            )
+        return line
+
+
+def _load(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"metaroles_suite_score_{abs(hash(str(path)))}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError("it cannot be loaded as Python")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "score", None)):
+        raise ValueError("it must define score(run_dir, task) returning a dict")
+    return module
+
+
+def _answer(module: Any, request: dict[str, Any]) -> Any:
+    across = getattr(module, "across", None)
+    if request["op"] == "check":
+        return {"across": callable(across)}
+    if request["op"] == "across":
+        return across(request["rows"])
+    task = request["task"]
+    return module.score(
+        Path(request["run_dir"]), Task(task["name"], Path(task["folder"]), task["options"], task["spec"])
+    )
+
+
+def _checked(result: Any, op: str) -> dict[str, Any]:
+    name = "score()" if op == "score" else "across()"
+    if not isinstance(result, dict) or not all(isinstance(key, str) for key in result):
+        raise ValueError(f"{name} returned {type(result).__name__}; return a dict of metric name → number or text")
+    for key, value in result.items():
+        if not (value is None or isinstance(value, str | int | float | bool)):
+            raise ValueError(f"{name} gave {key}={value!r} ({type(value).__name__}); a score is a number, text or None")
+    return result
+
+
+def main(argv: list[str]) -> None:
+    """The child's loop: load ``argv[0]``, answer each request line with a line (see the module)."""
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # what the scorer prints goes to stderr, never into the answers
+    sys.stdout = sys.stderr
+    module: Any = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            module = module or _load(Path(argv[0]))
+            reply = {"result": _checked(_answer(module, request), request["op"])}
+        except SyntaxError as exc:
+            reply = {"error": f"line {exc.lineno}: {exc.msg}; fix the file"}
+        except Exception as exc:  # the suite's code failed: the evaluation names it and goes on
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        answers.write(json.dumps(reply, allow_nan=True, default=str) + "\n")
+        answers.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
