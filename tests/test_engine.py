@@ -248,3 +248,29 @@ def test_llama_cpp_parses_the_grammar_of_every_generated_schema(llms, model) -> 
     sampler = llama_cpp.llama_sampler_init_grammar(llms[0].engine().vocab, text.encode(), b"root")
     assert sampler, text
     llama_cpp.llama_sampler_free(sampler)
+
+
+EXIT_MID_DECODE = """
+import sys, threading
+from metaroles.llm.engine import Sampling
+from metaroles.llm.local import LocalLLM
+
+engine = LocalLLM(batch=4).engine()
+ended = threading.Event()
+for i in range(4):
+    messages = [{"role": "user", "content": f"Write a long story about the number {i}."}]
+    engine.submit(messages, Sampling(max_tokens=1500, temperature=0.8, seed=1), lambda outcome: ended.set())
+while engine.running == 0 and not ended.is_set():
+    pass  # until the engine's thread has taken the calls: it decodes now
+sys.exit(130)  # as Ctrl-C ends the command: the interpreter finalises while a decode is under way
+"""
+
+
+def test_a_process_ending_mid_decode_stops_the_engine_before_the_model_is_freed():
+    """Ctrl-C on an ``--llm local`` run once crashed in libggml-cpu (exit -11): the engine now closes at exit."""
+    import subprocess
+    import sys
+
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-c", EXIT_MID_DECODE], capture_output=True, text=True, check=False)
+        assert result.returncode == 130, (result.returncode, result.stderr[-2000:])

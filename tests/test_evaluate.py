@@ -267,3 +267,90 @@ def test_an_eval_on_ray_writes_the_tables_an_eval_in_processes_writes(ray_addres
     assert on_ray == local and len(local) == 4
     for name in ("eval.jsonl", "eval.csv", "summary.csv", "report.md"):
         assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+
+
+# -- a suite is code someone may have sent: its scorer runs apart, with a limit; bad suites are refused
+
+
+def tiny_suite(tmp_path: Path, score: str = "def score(run_dir, task):\n    return {'ok': 1}\n", **toml: str) -> Path:
+    """A one-task, one-seed debate suite whose score.py is ``score`` and whose suite.toml has ``toml`` set."""
+    folder = tmp_path / "tiny"
+    (folder / "tasks" / "one").mkdir(parents=True)
+    (folder / "tasks" / "one" / "task.toml").write_text("[options]\nturns = 1\n")
+    (folder / "score.py").write_text(score)
+    lines = {"scenario": '"debate"', "seeds": "[0]", **toml}
+    (folder / "suite.toml").write_text("".join(f"{key} = {value}\n" for key, value in lines.items()))
+    return folder
+
+
+def eval_cli(*args: str, cwd: Path | None = None):  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "metaroles", "eval", *args, "--quiet"]
+    return subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd)
+
+
+def test_a_scorer_that_hangs_raises_or_answers_badly_fails_its_trial_and_the_eval_says_why(tmp_path: Path) -> None:
+    hangs = "import time\ndef score(run_dir, task):\n    time.sleep(1000)\n"
+    for score, why in (
+        (hangs, "took more than 1 s to answer and was stopped"),
+        ("def score(run_dir, task):\n    raise KeyError('winner')\n", "KeyError: 'winner'"),
+        ("def score(run_dir, task):\n    return [1, 2]\n", "score() returned list; return a dict"),
+    ):
+        folder = tiny_suite(tmp_path / str(len(why)), score, score_timeout="1")
+        (row,) = run_eval(load_suite(folder), tmp_path / str(len(why)) / "out", llm={"llm": "test"})
+        assert row["status"] == "failed" and why in row["error"] and "score.py" in row["error"], row
+    result = eval_cli(str(folder), "--out", str(tmp_path / "cli"))
+    assert result.returncode == 1 and "scoring:" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"settings": "5"}, "settings=5 must be tables"),
+        ({"seeds": '"abc"'}, "seeds='abc' must be a list of integers"),
+        ({"scenario": '"../elsewhere.py"'}, "outside the suite's folder; it is code: read it, then pass --trust"),
+        ({"scenario": '"os.path"'}, "not a registered scenario; importing it runs its code"),
+        ({"score_timeout": "-1"}, "score_timeout=-1 must be a number of seconds"),
+    ],
+)
+def test_a_bad_suite_is_one_line_and_exit_2_before_any_trial(
+    tmp_path: Path, change: dict[str, str], message: str
+) -> None:
+    folder = tiny_suite(tmp_path, **change)
+    result = eval_cli(str(folder), "--out", str(tmp_path / "e"))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "e").exists()
+
+
+def test_bad_eval_options_and_files_are_refused_up_front(tmp_path: Path) -> None:
+    folder = tiny_suite(tmp_path)
+    for args, message in (
+        (["--seeds", "1000000"], "asks for 1000000 trials"),
+        (["--llm", "nope"], "llm='nope'"),
+        (["--set", "role.Nobody.llm=test"], "no role named 'Nobody'"),
+    ):
+        result = eval_cli(str(folder), *args, "--out", str(tmp_path / "e"))
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+        assert not (tmp_path / "e").exists(), "nothing ran"
+    (folder / "suite.toml").write_bytes(b'scenario = "d\xe9bate"\n')
+    assert "UTF-8" in eval_cli(str(folder)).stderr
+    (folder / "suite.toml").write_text('scenario = "debate"\n')
+    (folder / "score.py").write_text("def score(run_dir, task) return 1\n")
+    result = eval_cli(str(folder), "--out", str(tmp_path / "e"))
+    assert result.returncode == 2 and "score.py': line 1: expected ':'; fix the file" in result.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "suite.toml").write_text('scenario = "debate"\n')
+    assert "has no tasks" in eval_cli(str(empty)).stderr
+
+
+def test_a_suites_scenario_file_is_found_from_the_suites_folder(tmp_path: Path) -> None:
+    folder = tiny_suite(tmp_path, scenario='"talk.py"')
+    (folder / "talk.py").write_text((Path(__file__).parents[1] / "scenarios" / "debate.py").read_text())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = eval_cli(str(folder), "--out", str(tmp_path / "e"), cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert "1 of 1 trials done" in result.stdout

@@ -275,7 +275,12 @@ def execute(
         live.progress,
         interrupts(stopping),
     ):  # the run's session settles the heap after each round (core.heap)
-        report, team = anyio.run(lambda: work(live, stopping))
+        try:
+            report, team = anyio.run(lambda: work(live, stopping))
+        except BaseExceptionGroup as group:  # a second Ctrl-C raised inside a task of the round
+            if group.subgroup(KeyboardInterrupt) is None:
+                raise
+            raise KeyboardInterrupt from None
     return report, team
 
 
@@ -294,7 +299,8 @@ def interrupts(stopping: threading.Event) -> Iterator[None]:
         if stopping.is_set():
             raise KeyboardInterrupt
         stopping.set()
-        os.write(2, b"\nstopping at the end of this round (Ctrl-C again stops at once) ...\n")
+        if err.is_terminal:  # at a terminal, say what happens next (a log keeps its one error line)
+            os.write(2, b"\nstopping at the end of this round (Ctrl-C again stops at once) ...\n")
 
     before = signal.signal(signal.SIGINT, asked)
     try:
@@ -316,7 +322,7 @@ def finish(
     typer.echo(f"\n{report}")
     if report.stop_reason is StopReason.INTERRUPTED:
         going_on = f"; to go on: metaroles resume {run_dir}" if run_dir is not None else ""
-        raise fail(f"interrupted after round {team.env.round}{going_on}", code=130)
+        raise fail(f"interrupted{going_on}", code=130)
     table = Table(show_header=False, box=None)
     table.add_row("rounds", str(team.env.round))
     table.add_row("messages", str(len(team.env.history)))

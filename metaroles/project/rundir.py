@@ -315,6 +315,8 @@ def write_run_dir(out_dir: Path, team: Team, report: TeamReport, manifest: dict[
         rounds = publish_rounds(events_file(out_dir, manifest))
         title = str(manifest.get("scenario", "run"))  # not the folder's name: that belongs in the manifest only
         files.append((out_dir / TRANSCRIPT, transcript_markdown(title, env.history.storage, rounds)))
+    else:  # a transcript an earlier stop wrote (a run stopped early was short enough) is not this run's
+        (out_dir / TRANSCRIPT).unlink(missing_ok=True)
     whole = report.model_copy(update={"rounds": env.round})  # the run's rounds, not this call's (a resume runs fewer)
     summary = {"report": whole.model_dump(mode="json"), "config": manifest.get("config", {})}
     files.append((out_dir / LEDGER, json.dumps(env.ledger.dump(), indent=1) + "\n"))

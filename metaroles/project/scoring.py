@@ -37,6 +37,10 @@ class Task:
     """The whole of ``task.toml`` (a scorer reads what it needs)."""
 
 
+STARTUP = 120.0
+"""Seconds the child may take to start and load ``score.py`` (imports are slow on a busy machine)."""
+
+
 class ScorerError(RunError):
     """A suite's scorer failed on one call (it raised, answered badly, or ran past its limit)."""
 
@@ -49,6 +53,7 @@ class ScorerProcess:
         self.score_py = score_py
         self.timeout = timeout
         self._child: subprocess.Popen[str] | None = None
+        self._across = False
 
     def __enter__(self) -> ScorerProcess:
         """Start the child lazily (at the first call)."""
@@ -86,8 +91,13 @@ class ScorerProcess:
         return self._call({"op": "across", "rows": rows})
 
     def has_across(self) -> bool:
-        """Whether the suite's ``score.py`` defines ``across(rows)``."""
-        return bool(self._call({"op": "check"})["across"])
+        """Whether the suite's ``score.py`` defines ``across(rows)``.
+
+        Raises:
+            ScorerError: If ``score.py`` does not load.
+        """
+        self._started()
+        return self._across
 
     def check(self) -> None:
         """Load ``score.py`` in the child now: a syntax error or a missing ``score()`` is found before any trial.
@@ -96,48 +106,52 @@ class ScorerProcess:
             ConfigError: Naming the file and what is wrong.
         """
         try:
-            self._call({"op": "check"})
+            self._started()
         except ScorerError as exc:
             raise ConfigError(str(exc)) from None
 
     def _started(self) -> subprocess.Popen[str]:
-        if self._child is None or self._child.poll() is not None:
-            self._child = subprocess.Popen(
-                [sys.executable, "-m", "metaroles.project.scoring", str(self.score_py)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                encoding="utf-8",
-            )
+        """The child, started (and ``score.py`` loaded: it says so first) if it is not running."""
+        if self._child is not None and self._child.poll() is None:
+            return self._child
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "metaroles.project.scoring", str(self.score_py)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            encoding="utf-8",
+        )
+        ready = self._answer(self._child, max(STARTUP, self.timeout), "to load")
+        self._across = bool(ready["across"])
         return self._child
 
     def _call(self, request: dict[str, Any]) -> dict[str, Any]:
         child = self._started()
-        assert child.stdin is not None and child.stdout is not None
+        assert child.stdin is not None  # noqa: S101 - set by Popen(PIPE)
         try:
             child.stdin.write(json.dumps(request) + "\n")
             child.stdin.flush()
         except BrokenPipeError:
             self.close()
             raise ScorerError(f"{str(self.score_py)!r} stopped before it answered; run it alone to see why") from None
-        line = self._line(child)
-        answer = json.loads(line)
-        if "error" in answer:
-            raise ScorerError(f"{str(self.score_py)!r}: {answer['error']}")
-        return dict(answer["result"])
+        return self._answer(child, self.timeout, "to answer")
 
-    def _line(self, child: subprocess.Popen[str]) -> str:
-        """The child's next answer, waiting at most the time limit."""
-        assert child.stdout is not None
-        deadline = time.monotonic() + self.timeout
+    def _answer(self, child: subprocess.Popen[str], limit: float, doing: str) -> dict[str, Any]:
+        """The child's next answer, waited for at most ``limit`` seconds.
+
+        Raises:
+            ScorerError: If it took longer (the child is stopped), ended, or answered with an error.
+        """
+        assert child.stdout is not None  # noqa: S101 - set by Popen(PIPE)
+        deadline = time.monotonic() + limit
         with selectors.DefaultSelector() as selector:
             selector.register(child.stdout, selectors.EVENT_READ)
             while not selector.select(max(0.0, deadline - time.monotonic())):
                 if time.monotonic() >= deadline:
                     self.close()
                     raise ScorerError(
-                        f"{str(self.score_py)!r} ran past its limit of {self.timeout:g} s and was stopped; "
+                        f"{str(self.score_py)!r} took more than {limit:g} s {doing} and was stopped; "
                         "make it faster or raise score_timeout in suite.toml"
                     )
         line = child.stdout.readline()
@@ -147,7 +161,10 @@ class ScorerProcess:
             raise ScorerError(
                 f"{str(self.score_py)!r} exited (code {code}) before it answered; run it alone to see why"
             )
-        return line
+        answer = json.loads(line)
+        if "error" in answer:
+            raise ScorerError(f"{str(self.score_py)!r}: {answer['error']}")
+        return dict(answer["result"])
 
 
 def _load(path: Path) -> Any:
@@ -162,11 +179,8 @@ def _load(path: Path) -> Any:
 
 
 def _answer(module: Any, request: dict[str, Any]) -> Any:
-    across = getattr(module, "across", None)
-    if request["op"] == "check":
-        return {"across": callable(across)}
     if request["op"] == "across":
-        return across(request["rows"])
+        return module.across(request["rows"])
     task = request["task"]
     return module.score(
         Path(request["run_dir"]), Task(task["name"], Path(task["folder"]), task["options"], task["spec"])
@@ -184,22 +198,31 @@ def _checked(result: Any, op: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    """The child's loop: load ``argv[0]``, answer each request line with a line (see the module)."""
+    """The child's loop: load ``argv[0]`` and say so, then answer each request line with a line (see the module)."""
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # what the scorer prints goes to stderr, never into the answers
     sys.stdout = sys.stderr
-    module: Any = None
+    try:
+        module = _load(Path(argv[0]))
+        _say(answers, {"result": {"across": callable(getattr(module, "across", None))}})
+    except SyntaxError as exc:
+        _say(answers, {"error": f"line {exc.lineno}: {exc.msg}; fix the file"})
+        return
+    except Exception as exc:  # the suite's code failed to load: the evaluation says so and stops
+        _say(answers, {"error": f"{type(exc).__name__}: {exc}"})
+        return
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            module = module or _load(Path(argv[0]))
             reply = {"result": _checked(_answer(module, request), request["op"])}
-        except SyntaxError as exc:
-            reply = {"error": f"line {exc.lineno}: {exc.msg}; fix the file"}
         except Exception as exc:  # the suite's code failed: the evaluation names it and goes on
             reply = {"error": f"{type(exc).__name__}: {exc}"}
-        answers.write(json.dumps(reply, allow_nan=True, default=str) + "\n")
-        answers.flush()
+        _say(answers, reply)
+
+
+def _say(answers: Any, reply: dict[str, Any]) -> None:
+    answers.write(json.dumps(reply, default=str) + "\n")
+    answers.flush()
 
 
 if __name__ == "__main__":

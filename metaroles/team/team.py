@@ -107,7 +107,7 @@ class Team(Dumped):
         """Called after every round is recorded, only to look (on shards, maybe while the next round runs)."""
         self.on_record: Callable[[Team], None] | None = None
         """Called after a round's events are logged, before its checkpoint; only records (as ``on_progress``)."""
-        self._failed = self._stranded = self._idea_due = False
+        self._failed = self._stranded = self._idea_due = self._cut = False
         self.stopping = threading.Event()
         """Set (from any thread, or a signal handler) to stop the run at the next round barrier: see :meth:`stop`."""
         self.workspace: Path | None = None
@@ -249,7 +249,7 @@ class Team(Dumped):
         self._log = None
         if events is not None:
             self._log = EventLog(Path(events), self.env, through_round=self.env.round, turns=self.log_turns)
-        self._failed = False
+        self._failed = self._cut = False
         try:
             if idea:
                 self.run_project(idea, send_to)
@@ -263,7 +263,7 @@ class Team(Dumped):
             if writer is not None and (save_to is None or self._stranded):
                 writer.sync_names()  # the round files' names, once (else synced with state.json, which may name one)
             if save_to is not None and not self._stranded:  # a lost shard took roles: the checkpoint stands
-                save_state(self.env, Path(save_to), writer, whole=self._failed)
+                save_state(self.env, Path(save_to), writer, whole=self._failed or self._cut)
         detail = self.budget_crossed() or "" if reason is StopReason.BUDGET else ""
         return TeamReport.of(self.env, rounds, reason, detail=detail, budget=self.budget)
 
@@ -334,7 +334,7 @@ class Team(Dumped):
     async def _final_checkpoint(self) -> None:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
         writer, run = self._checkpoints, self._sharded
-        if writer is not None and writer.round != self.env.round and not self._failed and not self._stranded:
+        if writer is not None and writer.round != self.env.round and not (self._failed or self._stranded or self._cut):
             after = self._log.unsynced() if self._log is not None else []  # the log's lines, synced first
             self._keep_files(writer)
             if run is None:
@@ -436,7 +436,8 @@ class Team(Dumped):
             await self._checkpoint()
         rounds = 0
         while rounds < n_round:
-            if self.stopping.is_set():
+            if self.stopping.is_set():  # no checkpoint off its schedule: the resumed run is the uninterrupted one
+                self._cut = True
                 return rounds, StopReason.INTERRUPTED
             if (self._sharded or self.env).is_idle:
                 return rounds, StopReason.IDLE

@@ -8,6 +8,7 @@ WHEN is one of
   ``append:metrics.jsonl``, ... see ``metaroles.core.files``);
 - ``write=K``: SIGKILL at the K-th write point of any name (a random moment that is exactly reproducible);
 - ``interrupt=K``: Ctrl-C (SIGINT) at the K-th write point of any name;
+- ``interrupt2=K``: Ctrl-C twice there (the second stops the run at once);
 - ``call=K``: SIGKILL as the K-th model call is asked (mid-turn);
 - ``fail=K``: the K-th model call fails as a provider does past its retries (``ProviderError``);
 - ``count``: run, then print ``writes=N calls=M`` (write points reached, model calls asked) on stderr.
@@ -33,7 +34,7 @@ def main() -> int:
     kind, _, value = when.partition("=")
     if kind == "count":
         return _counted(args)
-    if kind in ("point", "write", "interrupt"):
+    if kind in ("point", "write", "interrupt", "interrupt2"):
         name, _, count = value.rpartition(":") if kind == "point" else ("", "", value)
         seen = 0
 
@@ -41,8 +42,10 @@ def main() -> int:
             nonlocal seen
             if kind != "point" or point == name:
                 seen += 1
+                if seen == int(count) and kind == "interrupt2":
+                    os.kill(os.getpid(), signal.SIGINT)
                 if seen == int(count):
-                    os.kill(os.getpid(), signal.SIGINT if kind == "interrupt" else signal.SIGKILL)
+                    os.kill(os.getpid(), signal.SIGINT if kind.startswith("interrupt") else signal.SIGKILL)
 
         files.fault_hook = hook
     elif kind in ("call", "fail"):

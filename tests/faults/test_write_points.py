@@ -148,3 +148,24 @@ def test_message_rows_written_ahead_of_the_checkpoint_are_cut_on_resume(tmp_path
     assert (folder / "messages.jsonl").read_bytes().count(b"\n") > named  # ahead of its last checkpoint
     ok("resume", str(run_dir), "-q")
     assert differences(straight_dir, run_dir) == []
+
+
+SOCIETY = ["--set", "agents=3000", "--rounds", "8"]
+"""A run whose rounds never await a model: Ctrl-C must still stop it at the next round barrier."""
+
+
+@pytest.mark.parametrize("when", ["interrupt=9", "interrupt2=9"])
+def test_ctrl_c_stops_a_cpu_bound_run_at_the_next_barrier_and_twice_at_once(tmp_path, when):
+    straight, run_dir = tmp_path / "straight", tmp_path / "society"
+    ok("run", "society", "--llm", "test", "--seed", "5", *SOCIETY, "--out", str(straight), "-q")
+    result = command(when, "run", "society", "--llm", "test", "--seed", "5", *SOCIETY, "--out", str(run_dir), "-q")
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert one_line_error(result.stderr) == f"error: interrupted; to go on: metaroles resume {run_dir}"
+    if when.startswith("interrupt="):  # once: the round under way ends, and the run writes what a stopped run writes
+        report = json.loads((run_dir / "report.json").read_text())["report"]
+        assert report["stop_reason"] == "interrupted" and 0 < report["rounds"] < 8
+        assert (run_dir / "ledger.json").is_file()
+    else:  # twice: at once, its last checkpoint whole
+        assert not (run_dir / "report.json").exists()
+    ok("resume", str(run_dir), "-q")
+    assert differences(straight, run_dir) == []
