@@ -128,7 +128,7 @@ class ScorerProcess:
 
     def _call(self, request: dict[str, Any]) -> dict[str, Any]:
         child = self._started()
-        assert child.stdin is not None  # noqa: S101 - set by Popen(PIPE)
+        assert child.stdin is not None
         try:
             child.stdin.write(json.dumps(request) + "\n")
             child.stdin.flush()
@@ -143,7 +143,7 @@ class ScorerProcess:
         Raises:
             ScorerError: If it took longer (the child is stopped), ended, or answered with an error.
         """
-        assert child.stdout is not None  # noqa: S101 - set by Popen(PIPE)
+        assert child.stdout is not None
         deadline = time.monotonic() + limit
         with selectors.DefaultSelector() as selector:
             selector.register(child.stdout, selectors.EVENT_READ)

@@ -42,10 +42,8 @@ def main() -> int:
             nonlocal seen
             if kind != "point" or point == name:
                 seen += 1
-                if seen == int(count) and kind == "interrupt2":
-                    os.kill(os.getpid(), signal.SIGINT)
                 if seen == int(count):
-                    os.kill(os.getpid(), signal.SIGINT if kind.startswith("interrupt") else signal.SIGKILL)
+                    _strike(kind)
 
         files.fault_hook = hook
     elif kind in ("call", "fail"):
@@ -64,6 +62,12 @@ def main() -> int:
     from metaroles.cli import main as cli
 
     return cli(args)
+
+
+def _strike(kind: str) -> None:
+    """SIGKILL, or Ctrl-C (twice for ``interrupt2``)."""
+    for _ in range(2 if kind == "interrupt2" else 1):
+        os.kill(os.getpid(), signal.SIGINT if kind.startswith("interrupt") else signal.SIGKILL)
 
 
 def _counted(args: list[str]) -> int:
