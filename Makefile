@@ -43,20 +43,23 @@ typecheck: $(STAMP)
 	for folder in actions environments scenarios; do cp -rs $(CURDIR)/$$folder $(TYPECHECK)/metaroles/$$folder; done
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p metaroles
 
+# apt waits (up to 10 min) for another install holding its lock, instead of failing at once.
+APT_WAIT := -o DPkg::Lock::Timeout=600
+
 # The Redis tests start a real redis-server (Debian's package) on a free 127.0.0.1 port.
 need-redis:
 	@command -v redis-server >/dev/null 2>&1 || { echo "Installing redis-server (Debian package) for the Redis tests ..."; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq redis-server; }
 
 # The interactive flow page is tested in a real headless browser: Debian's chromium.
 need-chromium:
 	@command -v chromium >/dev/null 2>&1 || { echo "Installing chromium (Debian package) for the browser test ..."; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq chromium; }
 
 # Model-written code runs in the kernel sandbox: Debian's bubblewrap.
 need-bwrap:
 	@command -v bwrap >/dev/null 2>&1 || { echo "Installing bubblewrap (Debian package) for the sandbox ..."; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap; }
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq bubblewrap; }
 
 test: lint typecheck need-redis need-chromium need-bwrap
 	$(BIN)/python -m pytest

@@ -1,4 +1,5 @@
 import json
+import re
 
 import anyio
 import pytest
@@ -117,3 +118,41 @@ async def test_a_last_line_cut_by_a_kill_is_dropped_and_recording_goes_on_after_
         path.write_text(path.read_text() + '{"key": ')
         CassetteLLM(path, mode="replay", model="m")
     assert path.read_text().endswith('{"key": '), "a replay changes nothing on disk"
+
+
+async def test_a_cassette_that_would_put_nonsense_into_the_ledger_is_refused_by_line(tmp_path):
+    good = tmp_path / "good.jsonl"
+    recorder = CassetteLLM(good, mode="record", inner=TestLLM())
+    await recorder.complete(ask("hi"))
+    entry = json.loads(good.read_text())
+    for change, said in (
+        ({"usage": {"prompt_tokens": -5}}, "response.usage.prompt_tokens=-5"),
+        ({"cost": -1e308}, "response.cost=-1e+308"),
+        ({"cost": float("inf")}, "response.cost=inf"),
+    ):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(json.dumps({**entry, "response": {**entry["response"], **change}}) + "\n")
+        with pytest.raises(ConfigError, match=re.escape(f"line 1: {said}")):
+            CassetteLLM(bad, mode="replay")
+    bad.write_text(json.dumps({k: v for k, v in entry.items() if k != "response"}) + "\n")
+    with pytest.raises(ConfigError, match="line 1 has no response; record it again"):
+        CassetteLLM(bad, mode="replay")
+
+
+def test_record_refuses_a_cassette_that_holds_calls(tmp_path):
+    from typer.testing import CliRunner
+
+    from metaroles.cli import app
+
+    cassette = tmp_path / "calls.jsonl"
+    runner = CliRunner()
+    first = runner.invoke(
+        app, ["run", "debate", "--llm", "test", "--set", "turns=1", "--no-save", "--record", str(cassette)]
+    )
+    assert first.exit_code == 0 and cassette.stat().st_size > 0
+    kept = cassette.read_bytes()
+    again = runner.invoke(
+        app, ["run", "debate", "--llm", "test", "--set", "turns=1", "--no-save", "--record", str(cassette)]
+    )
+    assert again.exit_code == 2 and "holds recorded calls already" in again.output
+    assert cassette.read_bytes() == kept, "nothing lost"

@@ -115,6 +115,7 @@ def test_a_call_whose_grammar_does_not_parse_fails_alone():
     assert good.error is None and good.text and good.prompt_tokens > 0 and 0 < good.completion_tokens <= 4
 
 
+@pytest.mark.timeout(900)  # two processes each load the model and decode: minutes on a busy 2-core laptop
 def test_a_society_on_the_batched_engine_is_the_same_run_in_any_process(tmp_path):
     from tests.test_determinism import assert_same_bytes, contents, metaroles
 

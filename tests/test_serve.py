@@ -123,6 +123,62 @@ def test_bad_requests_are_400s_naming_what_is_wrong(url):
     assert post(url, {"messages": [{"role": "user", "content": "still here?"}], "max_tokens": 2})[0] == 200
 
 
+def raw_post(base: str, head: bytes, body: bytes = b"") -> tuple[int, str]:
+    """A hand-written request (what no client library sends): the status and the body of the answer."""
+    host, port = base.split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=120) as connection:
+        connection.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + head + b"\r\n" + body
+        )
+        answer = connection.makefile("rb").read().decode()
+    return int(answer.split()[1]), answer.split("\r\n\r\n", 1)[1]
+
+
+def test_what_a_client_cannot_mean_is_a_400_and_nothing_is_read_past_the_limits(url):
+    hi = [{"role": "user", "content": "hi"}]
+    for body, said in (
+        ({"messages": [5]}, "messages[0]=5 must be an object"),
+        ({"messages": [{"role": "user", "content": 7}]}, "content=7 must be text"),
+        ({"messages": hi, "max_tokens": 0}, "max_tokens=0 must be at least 1"),
+        ({"messages": hi, "max_tokens": -5}, "max_tokens=-5 must be at least 1"),
+        (
+            {
+                "messages": hi,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"schema": {"type": "object", "properties": 5}},
+                },
+            },
+            "schema cannot be followed",
+        ),
+    ):
+        status, _, answer = post(url, body)
+        assert status == 400 and said in answer["error"]["message"], (body, answer)
+    nan = b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}'  # Python's json reads NaN
+    status, text = raw_post(url, b"Content-Length: %d\r\n" % len(nan), nan)
+    assert status == 400 and "temperature=nan must be a finite number" in text, text
+    nested = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, text = raw_post(url, b"Content-Length: %d\r\n" % len(nested), nested)
+    assert status == 400 and "nested too deeply" in text
+    status, text = raw_post(url, b"Content-Length: abc\r\n")
+    assert status == 400 and "is not a byte count" in text
+    status, text = raw_post(url, b"Content-Length: 209715200\r\n")  # 200 MB announced, none sent: never read
+    assert status == 413 and "over the limit" in text
+    assert post(url, {"messages": hi, "max_tokens": 2})[0] == 200, "and the server goes on"
+
+
+def test_a_body_that_never_arrives_is_answered_408_at_its_deadline(monkeypatch):
+    from metaroles.llm import serving
+    from metaroles.llm.local import LocalLLM
+
+    monkeypatch.setattr(serving, "BODY_SECONDS", 1.0)
+    server = serving.ModelServer(LocalLLM(batch=1, max_tokens=2))
+    with server.running():
+        status, text = raw_post(server.url, b"Content-Length: 100\r\n", b'{"messages"')  # 11 of 100 bytes, then nothing
+        assert status == 408 and "did not arrive within 1 s" in text
+        assert post(server.url, {"messages": [{"role": "user", "content": "hi"}]})[0] == 200
+
+
 def test_a_full_queue_is_answered_429_with_retry_after():
     from metaroles.llm.local import LocalLLM
     from metaroles.llm.serving import ModelServer
@@ -163,10 +219,12 @@ def test_a_port_in_use_is_one_line_and_exit_2():
     assert "--port" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.timeout(900)  # three runs against a model on two busy cores
 def test_a_run_against_the_server_killed_and_resumed_is_the_same_as_its_replay(url, tmp_path: Path):
     cassette, run_dir, replayed = tmp_path / "calls.jsonl", tmp_path / "served", tmp_path / "replayed"
     society = ["--set", "agents=8", "--set", "llm_agents=6", "--set", "degree=2", "--seed", "3", "-q"]
-    served = ["--llm", "openai", "--base-url", url, "--model", "smollm2", "--rounds", "3"]
+    # a busy machine answers slowly: the client waits (a call that times out is retried, and counted twice)
+    served = ["--llm", "openai", "--base-url", url, "--model", "smollm2", "--rounds", "3", "--timeout", "600"]
     # killed as round 2's events are appended: its calls are made and on tape, its checkpoint is not written
     killed(
         "point=append:events.jsonl:3",

@@ -509,3 +509,23 @@ def test_export_otlp_to_a_collector_that_refuses_is_one_line_and_exit_1(tmp_path
     assert len(err) == 1 and f"{receiver}/v1/nowhere" in err[0] and "0 of" in err[0], err
     assert main(["export", str(tmp_path / "missing"), "--otlp", receiver]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_export_otlp_names_a_bad_url_and_never_prints_a_password(tmp_path, capsys, receiver):
+    from metaroles.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "society", "--llm", "test", "--set", "agents=6", "--rounds", "2", "-q", "--out", str(out)]) == 0
+    capsys.readouterr()
+    for endpoint, said in (
+        ("http://[::1", "is not a URL"),
+        ("ftp://host", "is not an http(s) URL"),
+        ("http://h:x", "is not a URL"),
+    ):
+        assert main(["export", str(out), "--otlp", endpoint]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "a metaroles bug" not in err and len(err.strip().splitlines()) == 1, err
+    with_password = receiver.replace("http://", "http://user:s3cret-PW@") + "/v1/nowhere"
+    assert main(["export", str(out), "--otlp", with_password]) == 1
+    captured = capsys.readouterr()
+    assert "s3cret-PW" not in captured.err + captured.out and "***@" in captured.err

@@ -140,6 +140,10 @@ def run(
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
     chosen = {k: v if v is not None else settings.get(k) for k, v in given.items()}
+    if record is not None and record.is_file() and record.stat().st_size:
+        raise fail(
+            f"--record {str(record)!r} holds recorded calls already; name a new file, or delete it to record again"
+        )
     language_model, manifest = model_from(chosen, replay)
     language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
     manifest["cassette"] = str(record.absolute()) if record else str(replay or "")  # resume goes on recording it

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from warnings import warn
 
+from pydantic import ValidationError
+
 from metaroles.core.exceptions import ConfigError, RunError
 from metaroles.core.files import write_atomic
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
@@ -112,9 +114,28 @@ class CassetteLLM:
                     self._drop_torn(text, number)
                     return
                 raise ConfigError(f"cassette {str(self.path)!r} line {number} is not a recorded call: {exc}") from None
+            entry["response"] = self._response(entry, number)
             self._tapes[(key, role, action)].append(entry)
             self._by_key[key].append(entry)
             self.model = self.model or str(entry.get("model", ""))
+
+    def _response(self, entry: dict[str, Any], number: int) -> LLMResponse:
+        """The recorded answer, checked now: a replay never puts negative tokens or costs into the ledger.
+
+        Raises:
+            ConfigError: Naming the line and what is wrong with it.
+        """
+        if "response" not in entry:
+            raise ConfigError(f"cassette {str(self.path)!r} line {number} has no response; record it again")
+        try:
+            return LLMResponse.model_validate(entry["response"])
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise ConfigError(
+                f"cassette {str(self.path)!r} line {number}: response.{where}={problem.get('input')!r}: "
+                f"{problem['msg']}; record it again"
+            ) from None
 
     def _drop_torn(self, text: str, number: int) -> None:
         """Forget a last line cut short by a kill; a cassette that goes on recording is cut back to its whole lines."""
@@ -148,7 +169,8 @@ class CassetteLLM:
         if self.mode is not CassetteMode.RECORD:
             entry = self._take(key, request.role, request.action)
             if entry is not None:
-                return LLMResponse.model_validate(entry["response"])
+                response: LLMResponse = entry["response"]
+                return response
             if self.mode is CassetteMode.REPLAY:
                 raise CassetteMiss(
                     f"cassette {str(self.path)!r} has no answer for role {request.role!r}, action "

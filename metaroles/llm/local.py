@@ -56,15 +56,19 @@ def _model(path: Path, n_ctx: int, n_threads: int) -> llama_cpp.Llama:
 
 def _grammar(schema: dict[str, Any]) -> LlamaGrammar:
     """The parsed grammar of ``schema`` (the one-at-a-time path's), kept per schema."""
-    text = _gbnf(schema)
+    text = grammar_of(schema)
     grammar = _GRAMMARS.get(text)
     if grammar is None:
         grammar = _GRAMMARS[text] = LlamaGrammar.from_string(text, verbose=False)
     return grammar
 
 
-def _gbnf(schema: dict[str, Any]) -> str:
-    """The GBNF grammar of ``schema`` (the batching engine's; :func:`_grammar` parses it), kept per schema."""
+def grammar_of(schema: dict[str, Any]) -> str:
+    """The GBNF grammar of ``schema`` (the batching engine's; :func:`_grammar` parses it), kept per schema.
+
+    Raises:
+        ValueError: (or another error of llama-cpp-python's converter) for a schema no grammar follows.
+    """
     text = json.dumps(schema)  # keep the schema's property order: the grammar follows it
     grammar = _GBNF.get(text)
     if grammar is None:
@@ -168,7 +172,7 @@ class LocalLLM:
         """Answer through the batching engine: the call waits on an event the engine's thread sets."""
         with _LOCK:
             engine = self.engine()
-            grammar = None if schema is None else _gbnf(schema)
+            grammar = None if schema is None else grammar_of(schema)
         answered, token, outcomes = anyio.Event(), current_token(), []
 
         def done(outcome: Outcome) -> None:

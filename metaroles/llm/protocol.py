@@ -22,11 +22,11 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 class Usage(BaseModel):
     """Tokens spent by one call."""
 
-    prompt_tokens: int = 0
+    prompt_tokens: int = Field(default=0, ge=0)
     """Tokens in the request."""
-    completion_tokens: int = 0
+    completion_tokens: int = Field(default=0, ge=0)
     """Tokens in the answer."""
-    cached_tokens: int = 0
+    cached_tokens: int = Field(default=0, ge=0)
     """Of the prompt tokens, those the engine served from its prefix cache (as its answer reports)."""
 
     @property
@@ -73,7 +73,7 @@ class LLMResponse(BaseModel):
     """Tokens spent."""
     model: str = ""
     """Model that answered."""
-    cost: float = 0.0
+    cost: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     """Money spent on this call, in the ledger's currency."""
 
 

@@ -23,6 +23,7 @@ standard library's threading server, one thread per connection (the engine's thr
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 import time
@@ -34,8 +35,13 @@ from typing import Any
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from metaroles.core.exceptions import ConfigError, MetarolesError
-from metaroles.llm.local import LocalLLM
+from metaroles.llm.local import LocalLLM, grammar_of
 from metaroles.llm.protocol import LLMRequest, LLMResponse
+
+MAX_BODY = 16 * 1024 * 1024
+"""The largest request body taken, in bytes (answered 413 above it, before it is read)."""
+BODY_SECONDS = 30.0
+"""Seconds a body may take to arrive once its headers have."""
 
 
 class BadRequest(ValueError):
@@ -50,17 +56,30 @@ def chat_request(body: Any) -> tuple[LLMRequest, bool]:
     """
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
         raise BadRequest("the body must be a JSON object with a non-empty 'messages' list")
-    messages = [{"role": m.get("role", "user"), "content": _text(m.get("content"))} for m in body["messages"]]
+    messages = [_message(index, m) for index, m in enumerate(body["messages"])]
     fields: dict[str, Any] = {"messages": messages}
     for name, key in (("max_tokens", "max_tokens"), ("max_tokens", "max_completion_tokens"), ("seed", "seed")):
         if body.get(key) is not None:
             fields[name] = _number(body, key, int)
+            if name == "max_tokens" and fields[name] < 1:
+                raise BadRequest(f"{key}={body[key]!r} must be at least 1")
     if body.get("temperature") is not None:
         fields["temperature"] = _number(body, "temperature", float)
+        if not 0 <= fields["temperature"] <= 2:
+            raise BadRequest(f"temperature={body['temperature']!r} must be a number from 0 to 2")
     fields["output_schema"] = _schema(body.get("response_format"))
     if body.get("tools"):
         fields["tools"], fields["tool_choice"] = body["tools"], _tool_choice(body.get("tool_choice"))
     return LLMRequest(**fields), bool(body.get("stream"))
+
+
+def _message(index: int, message: Any) -> dict[str, str]:
+    if not isinstance(message, dict) or not isinstance(message.get("role", "user"), str):
+        raise BadRequest(f"messages[{index}]={message!r} must be an object with a 'role' and a 'content'")
+    content = message.get("content")
+    if not (content is None or isinstance(content, str | list)):
+        raise BadRequest(f"messages[{index}].content={content!r} must be text or a list of content parts")
+    return {"role": message.get("role", "user"), "content": _text(content)}
 
 
 def _text(content: Any) -> str:
@@ -71,7 +90,9 @@ def _text(content: Any) -> str:
 
 def _number(body: dict[str, Any], key: str, kind: type[int] | type[float]) -> Any:
     value = body[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not float(value).is_integer()):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BadRequest(f"{key}={value!r} must be a finite number")
+    if kind is int and not float(value).is_integer():
         raise BadRequest(f"{key}={value!r} must be a number{' (whole)' if kind is int else ''}")
     return kind(value)
 
@@ -84,6 +105,10 @@ def _schema(response_format: Any) -> dict[str, Any] | None:
     schema = (response_format.get("json_schema") or {}).get("schema")
     if response_format.get("type") != "json_schema" or not isinstance(schema, dict):
         raise BadRequest("response_format must be text, json_object, or json_schema with a 'schema' object")
+    try:
+        grammar_of(schema)
+    except (ValueError, TypeError, KeyError, RecursionError, AttributeError) as exc:
+        raise BadRequest(f"response_format's schema cannot be followed: {type(exc).__name__}: {exc}") from None
     return schema
 
 
@@ -247,22 +272,45 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error")
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        if self.path.rstrip("/") != "/v1/chat/completions":
-            self._error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error")
+        length = self.headers.get("content-length") or "0"
+        if not length.isdigit():
+            self._error(400, f"Content-Length: {length!r} is not a byte count", "invalid_request_error", close=True)
             return
-        if not self.server.model.admit():
-            self._error(429, "the engine's queue is full; retry after a second", "rate_limit_error", retry=True)
+        if int(length) > MAX_BODY:
+            message = f"a body of {int(length)} bytes is over the limit of {MAX_BODY}; send a shorter prompt"
+            self._error(413, message, "invalid_request_error", close=True)
+            return
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error", close=True)
+            return
+        if not self.server.model.admit():  # before the body is read: a full queue costs no memory
+            self._error(429, "the engine's queue is full; retry after a second", "rate_limit_error", close=True)
             return
         try:
-            self._complete(body)
+            body = self._body(int(length))
+            if body is not None:
+                self._complete(body)
         finally:
             self.server.model.release()
+
+    def _body(self, length: int) -> bytes | None:
+        """The body, read within :data:`BODY_SECONDS` (a client that trickles it is answered 408)."""
+        self.connection.settimeout(BODY_SECONDS)
+        try:
+            return self.rfile.read(length)
+        except TimeoutError:
+            self._error(408, f"the body did not arrive within {BODY_SECONDS:g} s", "invalid_request_error", close=True)
+            return None
+        finally:
+            self.connection.settimeout(None)
 
     def _complete(self, raw: bytes) -> None:
         try:
             request, stream = chat_request(json.loads(raw or b"null"))
             answer = self.server.model.answer(request)
+        except RecursionError:  # JSON nested deeper than Python can read
+            self._error(400, "the body's JSON is nested too deeply", "invalid_request_error")
+            return
         except (ValueError, MetarolesError) as exc:  # a bad body, or a prompt that does not fit
             self._error(400, str(exc), "invalid_request_error")
             return
@@ -275,8 +323,13 @@ class _Handler(BaseHTTPRequestHandler):
         events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in stream_chunks(answer))
         self._send(200, (events + "data: [DONE]\n\n").encode(), "text/event-stream")
 
-    def _error(self, status: int, message: str, kind: str, *, retry: bool = False) -> None:
-        self._json(status, {"error": {"message": message, "type": kind}}, {"retry-after": "1"} if retry else {})
+    def _error(self, status: int, message: str, kind: str, *, close: bool = False) -> None:
+        """An error body; ``close``: the request's body was not read, so the connection cannot be reused."""
+        headers = {"retry-after": "1"} if status == 429 else {}
+        if close:
+            headers["connection"] = "close"
+            self.close_connection = True
+        self._json(status, {"error": {"message": message, "type": kind}}, headers)
 
     def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(body).encode(), "application/json", headers)

@@ -29,10 +29,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from opentelemetry.sdk.trace import SpanProcessor
 
-from metaroles.core.exceptions import RunError
+from metaroles.core.exceptions import ConfigError, RunError
+from metaroles.core.text import REDACTED, redacted
 from metaroles.record.eventread import Event, iter_rounds, read_timings
 from metaroles.telemetry.meters import SYSTEM, provider_of
 
@@ -290,8 +292,12 @@ def send_otlp(
         finally:
             provider.shutdown()
     where = str(getattr(exporter, "_endpoint", url or ""))  # what the exporter resolved from the environment
+    secret = urlsplit(where).password if "@" in where else None
+    where = redacted(where) or ""
     if sender.failed:
         why = f": {told[0]}" if told else ""
+        if secret:  # the exporter's own message may quote the URL whole
+            why = why.replace(secret, REDACTED)
         raise ExportFailed(f"the OTLP collector at {where} did not take the spans ({sender.sent} of {count} sent){why}")
     return count, where
 
@@ -323,10 +329,21 @@ class ExportFailed(RunError):
 
 
 def _traces_url(endpoint: str) -> str:
-    """``endpoint`` with ``/v1/traces`` when it names no path (an OTLP/HTTP collector's base URL)."""
-    from urllib.parse import urlsplit
+    """``endpoint`` with ``/v1/traces`` when it names no path (an OTLP/HTTP collector's base URL).
 
-    if urlsplit(endpoint).path in ("", "/"):
+    Raises:
+        ConfigError: If it is not an http(s) URL with a host (it is named, its password hidden).
+    """
+    try:
+        parts = urlsplit(endpoint)
+        parts.port  # noqa: B018 - a port that is no number raises here
+    except ValueError as exc:
+        raise ConfigError(f"--otlp {redacted(endpoint)!r} is not a URL ({exc}); e.g. http://localhost:4318") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"--otlp {redacted(endpoint)!r} is not an http(s) URL with a host; e.g. http://localhost:4318"
+        )
+    if parts.path in ("", "/"):
         return endpoint.rstrip("/") + "/v1/traces"
     return endpoint
 
