@@ -39,7 +39,8 @@ from metaroles.llm.providers import resolve_llm
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.registry import known_scenarios, load_scenario
 from metaroles.project.scenario import check_role_models, checked_config
-from metaroles.project.scoring import ScorerError, ScorerProcess, Task
+from metaroles.project.scoring import ScorerError, ScorerProcess
+from metaroles.project.scoring import Task as Task  # a suite's score.py may import it from here
 from metaroles.project.sweep import MAX_TRIALS, Table, TrialBatch, run_trials
 from metaroles.project.trials import Row, split_role_llms
 
@@ -131,8 +132,8 @@ def load_suite(
             checked_config(module, split_role_llms({**suite.options, **task.options, **setting})[0])
     for setting in suite.settings.values():  # a model for a role the scenario lacks, too
         options, specs = split_role_llms({**suite.options, **suite.tasks[0].options, **setting})
-        for spec in specs.values():
-            check_model(spec)
+        for model_spec in specs.values():
+            check_model(model_spec)
         check_role_models(module, options, specs)
     with suite.scorer() as scorer:
         scorer.check()

@@ -213,6 +213,7 @@ def main(argv: list[str]) -> None:
         return
     for line in sys.stdin:
         request = json.loads(line)
+        reply: dict[str, Any]
         try:
             reply = {"result": _checked(_answer(module, request), request["op"])}
         except Exception as exc:  # the suite's code failed: the evaluation names it and goes on

@@ -8,7 +8,7 @@ from typing import Any
 
 from metaroles.scenarios.debate import Config, summary
 
-from metaroles.project.evaluate import Task
+from metaroles.project.scoring import Task
 
 
 def score(run_dir: Path, task: Task) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 
 from metaroles.agents.sandbox import PythonExecute
-from metaroles.project.evaluate import Task
+from metaroles.project.scoring import Task
 
 RUNNER = r"""
 import glob, importlib, json, os, sys, types

@@ -7,7 +7,7 @@ from typing import Any
 
 from metaroles.scenarios.werewolf import summary
 
-from metaroles.project.evaluate import Task
+from metaroles.project.scoring import Task
 
 
 def score(run_dir: Path, task: Task) -> dict[str, Any]:
