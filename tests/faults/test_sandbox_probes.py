@@ -24,9 +24,20 @@ SECRET = "sk-probe-parent-secret"
 PYTHON = os.path.realpath(sys.executable)
 PURELIB = sysconfig.get_paths()["purelib"]
 
-GUARD_LOSES = frozenset({"fork_exec_writes_outside", "mkfifo"})
-"""Probes the in-process guard cannot refuse: ``_posixsubprocess.fork_exec`` and ``os.mkfifo`` raise
-no audit event, and a process spawned that way runs without the hook."""
+GUARD_LOSES = frozenset(
+    {
+        "fork_exec_writes_outside",
+        "mkfifo",
+        "mknod_outside",
+        "pth_through_a_directory_descriptor",
+        "disk_filled_in_files_under_the_cap",
+    }
+)
+"""Probes the in-process guard cannot refuse: ``_posixsubprocess.fork_exec``, ``os.mkfifo`` and ``os.mknod``
+raise no audit event (a process spawned that way runs without the hook); ``os.open``'s event does not
+carry its ``dir_fd``; the file-size cap is per file."""
+BUBBLEWRAP_LOSES = frozenset({"disk_filled_in_files_under_the_cap"})
+"""The working directory is the host's folder: files each under the cap still fill its disk."""
 
 _FORK_EXEC = """
 import _posixsubprocess, os, sys
@@ -123,6 +134,18 @@ PROBES = [
         _FORK_EXEC + "spawn(['{python}', '-c', 'import os  # {marker}\\nwhile True: os.getpid()'])\nprint('spawned')",
     ),
     Probe("disk_filled", "f = open('fill', 'wb')\nfor _ in range(200):\n    f.write(b'x' * 1_048_576)"),
+    Probe("mknod_outside", "import os, stat\nos.mknod('{outside}/escape', 0o600 | stat.S_IFREG)"),
+    Probe(
+        "pth_through_a_directory_descriptor",
+        "import os\nfd = os.open('{purelib}', os.O_RDONLY)\n"
+        "os.close(os.open('zz_metaroles_probe_{marker}.pth', os.O_CREAT | os.O_WRONLY, dir_fd=fd))",
+    ),
+    Probe("list_the_root", "import os\nprint('listed:', sorted(os.listdir(os.open('/', os.O_RDONLY))))"),
+    Probe(
+        "disk_filled_in_files_under_the_cap",
+        "for n in range(4):\n    with open(f'fill{{n}}', 'wb') as f:\n        for _ in range(7):\n"
+        "            f.write(b'x' * 1_048_576)",
+    ),
 ]
 
 
@@ -196,6 +219,9 @@ def _left_behind(workdir: Path, marker: str, kind: str) -> str | None:
     fill = workdir / "fill"
     if fill.exists() and fill.stat().st_size > 8 * 1024 * 1024:
         return f"wrote a {fill.stat().st_size}-byte file"
+    written = sum(p.stat().st_size for p in workdir.glob("fill?"))
+    if written > 8 * 1024 * 1024:
+        return f"wrote {written} bytes in files each under the cap"
     return None
 
 
@@ -231,8 +257,9 @@ async def test_the_probe_is_refused(tmp_path, monkeypatch, udp, probe, kind):
         achieved = escaped(probe.name, str(result.output) + str(result.error), outside, workdir, udp, marker, kind)
     finally:
         _planted(marker, remove=True)
-    if kind == "unsafe-guard" and probe.name in GUARD_LOSES:
-        assert achieved, f"the guard now refuses {probe.name}: take it off GUARD_LOSES and docs/sandbox.md"
+    loses = GUARD_LOSES if kind == "unsafe-guard" else BUBBLEWRAP_LOSES
+    if probe.name in loses:
+        assert achieved, f"{kind} now refuses {probe.name}: take it off its list and docs/sandbox.md's table"
     else:
         assert achieved is None, f"{probe.name} escaped under {kind}: {achieved}\n{result}"
     if probe.name == "daemon_outlives_the_tool":
