@@ -3,6 +3,9 @@
 Exit codes: 0 done; 1 the run failed (a role raised, a model failed); 2 bad input (unknown
 scenario, not a run directory, bad option). Errors are one line on stderr; the transcript goes
 to stdout and the live progress display to stderr, so ``metaroles run x > out.txt`` stays clean.
+
+The command modules import what a command runs inside that command (and types under
+``TYPE_CHECKING``): ``metaroles --help`` and ``metaroles show`` load no model, bus or sharding code.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import typer
@@ -31,16 +34,12 @@ from rich.table import Table
 
 from metaroles.core.exceptions import MetarolesError, RunError
 from metaroles.core.text import REDACTED, printable, redacted
-from metaroles.llm.cassette import CassetteLLM, CassetteMode
-from metaroles.llm.limits import LimitedLLM
-from metaroles.llm.protocol import LLM
-from metaroles.llm.providers import llm_from_settings
-from metaroles.llm.settings import LLMSettings
-from metaroles.messages.message import Message
-from metaroles.project import rundir
-from metaroles.project.rundir import format_message
-from metaroles.team.report import StopReason
-from metaroles.team.team import Team, TeamReport
+
+if TYPE_CHECKING:
+    from metaroles.llm.protocol import LLM
+    from metaroles.llm.settings import LLMSettings
+    from metaroles.messages.message import Message
+    from metaroles.team.team import Team, TeamReport
 
 app = typer.Typer(
     name="metaroles",
@@ -168,11 +167,15 @@ def resolve(settings: dict[str, Any]) -> LLM:
 
 
 def _settings(settings: dict[str, Any]) -> LLMSettings:
+    from metaroles.llm.settings import LLMSettings
+
     with reported():
         return LLMSettings.from_env(os.environ, **settings)
 
 
 def _resolved(settings: LLMSettings) -> LLM:
+    from metaroles.llm.providers import llm_from_settings
+
     with reported():
         llm = llm_from_settings(settings, notify=lambda text: err.print(escape(printable(text)), soft_wrap=True))
     said = SMALL_MODEL.format(batch=getattr(llm, "batch", 1)) if _small(llm) else model_name(llm)
@@ -259,6 +262,8 @@ class Live:
 
 def in_flight(llm: object) -> int | None:
     """The calls in flight the limit around ``llm`` allows now (learnt, when adaptive), if it has one."""
+    from metaroles.llm.limits import LimitedLLM
+
     while llm is not None and not isinstance(llm, LimitedLLM):
         llm = getattr(llm, "inner", None)  # a cassette's model
     if llm is None:
@@ -332,7 +337,7 @@ def finish(
     if not quiet:
         print_transcript(team.env.history.storage, run_dir, wanted=transcript)
     typer.echo(f"\n{report}")
-    if report.stop_reason is StopReason.INTERRUPTED:
+    if report.stop_reason == "interrupted":  # StopReason.INTERRUPTED
         going_on = f"; to go on: metaroles resume {run_dir}" if run_dir is not None else ""
         raise fail(f"interrupted{going_on}", code=130)
     table = Table(show_header=False, box=None)
@@ -348,6 +353,9 @@ def finish(
 
 def print_transcript(messages: Sequence[Message], run_dir: Path | None, *, wanted: bool | None) -> None:
     """Print ``messages`` a line each (a chunk at a time: a long run's is never one string), or say why not."""
+    from metaroles.project import rundir
+    from metaroles.project.rundir import format_message
+
     if not wanted and len(messages) > rundir.TRANSCRIPT_LIMIT:
         where = f"metaroles show {run_dir}" if run_dir is not None else "run it with --transcript"
         said = f"the transcript of {len(messages):,} messages is not printed; to read it: {where}"
@@ -367,6 +375,8 @@ def model_from(settings: dict[str, Any], replay: Path | None) -> tuple[LLM, dict
     The record holds what the options and the environment said; ``run_scenario`` adds the provider
     ``auto`` resolved to (``describe_llm``), so resume and fork reach the same one.
     """
+    from metaroles.llm.cassette import CassetteLLM, CassetteMode
+
     if replay is not None:
         if not replay.is_file():
             raise fail(f"no cassette at {str(replay)!r}; record one with --record")
@@ -427,6 +437,8 @@ def resumed_model(manifest: dict[str, Any]) -> LLM:
     as they were the first time (a served model's answer may vary with what else it was decoding);
     the calls after them are asked live and recorded, so the cassette stays the whole run's.
     """
+    from metaroles.llm.cassette import CassetteLLM, CassetteMode
+
     llm = manifest_model(manifest)
     cassette = manifest.get("cassette")
     if not cassette or str(manifest.get("llm") or "").startswith("replay:"):

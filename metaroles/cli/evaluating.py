@@ -12,8 +12,6 @@ import typer
 from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
 from metaroles.cli.sweeping import shown_trials
 from metaroles.core.text import printable
-from metaroles.llm.settings import LLMSettings
-from metaroles.project.evaluate import SUMMARY, TABLE, check_model, load_suite, run_eval
 
 
 @app.command(name="eval")
@@ -64,6 +62,9 @@ def evaluate(
     compared with the first setting, its difference and interval in the table. A suite is code:
     its ``score.py`` runs in a child process, each call with a time limit (``score_timeout``).
     """
+    from metaroles.llm.settings import LLMSettings
+    from metaroles.project.evaluate import SUMMARY, TABLE, check_model, load_suite, run_eval
+
     with reported():
         if record and replay is not None:
             raise typer.BadParameter("--record and --replay exclude each other: a replay asks no model")
@@ -109,6 +110,8 @@ def _settings(specs: list[str] | None) -> dict[str, dict[str, Any]] | None:
 
 def _print(folder: Path) -> None:
     """The summary the evaluation wrote: each metric per setting, its interval, its difference from the first."""
+    from metaroles.project.evaluate import SUMMARY
+
     with (folder / SUMMARY).open(encoding="utf-8", newline="") as table:
         lines = list(csv.DictReader(table))
     for line in lines:

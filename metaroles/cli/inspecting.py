@@ -6,7 +6,7 @@ import json
 from enum import StrEnum
 from pathlib import Path
 from textwrap import indent
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,13 +14,9 @@ from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at
 from metaroles.core.exceptions import ConfigError, MetarolesError, RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
 from metaroles.core.text import printable
-from metaroles.project.diff import RunDiff, diff_runs, run_messages
-from metaroles.project.registry import PLUGIN_KINDS, known_scenarios, plugins
-from metaroles.project.rundir import LEDGER, events_file, read_manifest, scenario_label
-from metaroles.record.eventlog import read_events
-from metaroles.record.export import export_events
-from metaroles.telemetry.spans import SPANS, events_from_spans, read_spans
-from metaroles.telemetry.tracing import require_otel
+
+if TYPE_CHECKING:
+    from metaroles.project.diff import RunDiff
 
 
 @app.command()
@@ -35,6 +31,11 @@ def graph(
     ] = False,
 ) -> None:
     """The message-flow graph of a run: a picture, an interactive page, Mermaid, GraphML or JSON."""
+    from metaroles.project.diff import run_messages
+    from metaroles.project.rundir import events_file
+    from metaroles.record.eventlog import read_events
+    from metaroles.telemetry.spans import SPANS, events_from_spans, read_spans
+
     try:
         from metaroles.flow import graph as flowgraph  # networkx/matplotlib: only for this command
         from metaroles.flow import page as flowhtml
@@ -74,6 +75,8 @@ def graph(
 
 
 def _title(run_dir: Path) -> str:
+    from metaroles.project.rundir import read_manifest
+
     try:
         manifest = read_manifest(run_dir)
     except MetarolesError:
@@ -88,6 +91,8 @@ def show(
     round_: Annotated[int | None, typer.Option("--round", help="only this round")] = None,
 ) -> None:
     """Print a run's transcript, optionally only one role's messages or one round."""
+    from metaroles.project.diff import run_messages
+
     with reported():
         messages = run_messages(run_dir_at(run_dir))
     if role is not None:
@@ -136,6 +141,9 @@ def export(
     run's trace instead — the spans ``metaroles run --otel`` makes, timed from its record — even for a
     run recorded without tracing.
     """
+    from metaroles.project.rundir import events_file
+    from metaroles.record.export import export_events
+
     with reported():
         log = events_file(run_dir_at(run_dir))
         if not log.is_file():
@@ -155,6 +163,9 @@ def export(
 
 def _send_trace(run_dir: Path, log: Path, endpoint: str | None) -> tuple[int, str]:
     """Send the run's span tree over OTLP/HTTP (``telemetry.export``): how many spans, and where."""
+    from metaroles.project.rundir import LEDGER, read_manifest, scenario_label
+    from metaroles.telemetry.tracing import require_otel
+
     require_otel()
     from metaroles.telemetry.export import RunFacts, send_otlp
 
@@ -181,6 +192,8 @@ def diff(
 
     Exits 0 when the runs are identical, 1 when they differ (as ``diff`` does), 2 when one cannot be read.
     """
+    from metaroles.project.diff import diff_runs
+
     with reported():
         result = diff_runs(run_dir_at(run_a), run_dir_at(run_b))
         unseeded = _unseeded(run_a, run_b)
@@ -202,6 +215,8 @@ def diff(
 
 def _unseeded(*run_dirs: Path) -> str:
     """Why two runs' ids differ when neither fixed a seed (empty when both did)."""
+    from metaroles.project.rundir import read_manifest
+
     manifests = [read_manifest(run_dir_at(run_dir)) for run_dir in run_dirs]
     if all(manifest.get("seed") is not None for manifest in manifests):
         return ""
@@ -230,6 +245,8 @@ def _line(message: Any) -> str:
 @app.command("list")
 def list_() -> None:
     """The scenarios you can run, and the roles, actions and environments plug-ins contribute."""
+    from metaroles.project.registry import PLUGIN_KINDS, known_scenarios, plugins
+
     for name, module in known_scenarios().items():
         typer.echo(f"{name}\t{module}")
     for kind in PLUGIN_KINDS:

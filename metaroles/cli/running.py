@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,21 +31,11 @@ from metaroles.cli.common import (
 )
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import zstandard
-from metaroles.llm.cassette import CassetteLLM, CassetteMode
-from metaroles.project.registry import known_scenarios, load_scenario
-from metaroles.project.rundir import (
-    MAX_ROUNDS,
-    check_run_dir,
-    new_run_dir,
-    point_latest,
-    read_manifest,
-    scenario_label,
-)
-from metaroles.project.scenario import checked_config, fork_scenario, resume_scenario, run_scenario
 from metaroles.record.durability import checked_durability
-from metaroles.team.options import RunOptions, read_config_file
-from metaroles.team.team import Team
-from metaroles.telemetry.tracing import require_otel
+from metaroles.team.options import MAX_ROUNDS, RunOptions, read_config_file
+
+if TYPE_CHECKING:
+    from metaroles.team.team import Team
 
 TRUST_HELP = "import the scenario file or module the manifest names even if it is not yours (it is code)"
 DURABILITY_HELP = "when to wait for the disk: 'round' (each checkpoint) or 'run' (once, at the end: faster)"
@@ -53,6 +43,8 @@ DURABILITY_HELP = "when to wait for the disk: 'round' (each checkpoint) or 'run'
 
 def _check_extras(*, otel: bool, zstd: bool) -> None:
     """Refuse an option whose extra is not installed, saying what to install."""
+    from metaroles.telemetry.tracing import require_otel
+
     if otel:
         require_otel()
     if zstd:
@@ -133,6 +125,10 @@ def run(
     show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
 ) -> None:
     """Run a scenario and write its run directory."""
+    from metaroles.llm.cassette import CassetteLLM, CassetteMode
+    from metaroles.project.rundir import new_run_dir, point_latest
+    from metaroles.project.scenario import run_scenario
+
     _check_extras(otel=otel, zstd=zstd)  # before anything is loaded or written
     checked_durability(durability)
     name, options, settings = _read_target(target, set_ or [])
@@ -183,6 +179,9 @@ def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], di
 
     A wrong name is reported here, before any model is loaded.
     """
+    from metaroles.project.registry import load_scenario
+    from metaroles.project.scenario import checked_config
+
     name, options, settings = target, options_from(pairs), {}
     if target.endswith((".yaml", ".yml")):
         with reported():
@@ -207,6 +206,8 @@ def trusted(scenario: str, run_dir: Path, *, trust: bool) -> None:
     Raises:
         ConfigError: Showing what the manifest names and how to run it anyway.
     """
+    from metaroles.project.registry import known_scenarios
+
     if trust:
         return
     if scenario.endswith(".py"):
@@ -248,6 +249,9 @@ def resume(
     It runs where it ran before (the manifest's backend) unless ``--backend``/``--shards`` say
     otherwise: any count of shards continues it alike.
     """
+    from metaroles.project.rundir import check_run_dir, read_manifest
+    from metaroles.project.scenario import resume_scenario
+
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
         check_run_dir(run_dir)
@@ -294,6 +298,9 @@ def fork(
     show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
 ) -> None:
     """Start a new run from a round of an earlier one, with a change; the new run records its parent."""
+    from metaroles.project.rundir import check_run_dir, new_run_dir, point_latest, read_manifest, scenario_label
+    from metaroles.project.scenario import fork_scenario
+
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
         check_run_dir(run_dir)

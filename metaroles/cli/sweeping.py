@@ -13,8 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
 from metaroles.core.text import printable
-from metaroles.llm.settings import LLMSettings
-from metaroles.project.sweep import MAX_TRIALS, TABLE, default_out, parse_grid, run_sweep, trials
 
 
 @app.command()
@@ -36,16 +34,20 @@ def sweep(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
     max_trials: Annotated[
-        int, typer.Option(min=1, help="refuse a grid of more trials than this (a typo in a range runs for days)")
-    ] = MAX_TRIALS,
+        int | None,
+        typer.Option(min=1, help="refuse a grid of more trials than this (default 10000: a typo runs for days)"),
+    ] = None,
     durability: Annotated[
         str | None,
         typer.Option(help="'sweep' (trials synced together; local default), 'run' (each at its end), 'round'"),
     ] = None,
 ) -> None:
     """Run a scenario once per combination of the grid; re-running skips finished trials and resumes the rest."""
+    from metaroles.llm.settings import LLMSettings
+    from metaroles.project.sweep import MAX_TRIALS, TABLE, default_out, parse_grid, run_sweep, trials
+
     with reported():
-        parsed = parse_grid(grid, max_trials=max_trials)
+        parsed = parse_grid(grid, max_trials=max_trials or MAX_TRIALS)
         settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         options = options_from(set_ or [])

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, cast
 from pydantic import AfterValidator, BaseModel, ConfigDict, create_model
 
 from metaroles.core.exceptions import InvalidValueError
+from metaroles.core.surface import framework_module
 
 MESSAGE_ROUTE_TO_ALL = "<all>"
 """The ``send_to`` address that reaches every role of an Environment."""
@@ -234,10 +235,10 @@ def _type_path(model: type[BaseModel]) -> str:
 
 
 def _loaded_model(path: str) -> type[BaseModel] | None:
-    """The pydantic class named ``path`` among the modules this process has imported (never imports one)."""
+    """The pydantic class named ``path`` among the modules this process has imported (or metaroles' own)."""
     module_name, _, qualname = path.rpartition(".")
     while module_name:
-        module = sys.modules.get(module_name)
+        module = sys.modules.get(module_name) or framework_module(module_name)
         if module is None:
             module_name, _, head = module_name.rpartition(".")
             qualname = f"{head}.{qualname}"

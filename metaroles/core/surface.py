@@ -15,8 +15,10 @@ rebuilds the subclass that was dumped, as MetaGPT's polymorphic models do.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any, ClassVar, Self, TypeVar
 from weakref import WeakValueDictionary
 
@@ -164,6 +166,8 @@ def dumped_class(data: Mapping[str, Any], base: type[T]) -> type[T]:
     if name is None or name == class_path(base):
         return base
     found = _CLASSES.get(name)
+    if found is None:
+        found = _framework_class(str(name))
     if found is None and str(name).startswith("__main__."):
         raise InvalidValueError(
             f"the dump names class {name!r}, defined in a script run as __main__, which another process cannot "
@@ -176,6 +180,33 @@ def dumped_class(data: Mapping[str, Any], base: type[T]) -> type[T]:
     if not issubclass(found, base):
         raise InvalidValueError(f"the dump names class {name!r}, which is not a {base.__name__}")
     return found
+
+
+def framework_module(module: str) -> ModuleType | None:
+    """Module ``module`` if it is one of metaroles' own, imported if need be; ``None`` for any other.
+
+    ``import metaroles`` imports lazily, so a class a dump names may not be loaded yet. Only the
+    framework's own modules are imported here (none of them does anything when imported), and none
+    whose name has a part beginning with an underscore (``metaroles.__main__`` runs the command):
+    any other module a piece of data names is looked up among those loaded, never imported.
+    """
+    parts = module.split(".")
+    if parts[0] != "metaroles" or any(part.startswith("_") or not part.isidentifier() for part in parts):
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def _framework_class(name: str) -> type | None:
+    """A class of metaroles itself that no one has imported yet (see :func:`framework_module`)."""
+    module = name
+    while "." in module:
+        module = module.rpartition(".")[0]
+        if framework_module(module) is not None:
+            return _CLASSES.get(name)
+    return None
 
 
 def declared_fields(cls: type, base: type) -> list[str]:

@@ -33,6 +33,7 @@ from metaroles.messages.message import Message
 from metaroles.messages.render import readable
 from metaroles.record.eventlog import publish_rounds
 from metaroles.record.numbering import numbered
+from metaroles.team.options import MAX_ROUNDS
 from metaroles.team.team import Team, TeamReport
 
 MANIFEST = "manifest.json"
@@ -96,10 +97,6 @@ def provenance() -> dict[str, Any]:
 def write_manifest(run_dir: Path, record: dict[str, Any]) -> None:
     """Write ``manifest.json`` (atomically): what the run is rebuilt from on resume."""
     write_atomic(run_dir / MANIFEST, json.dumps(record, indent=1) + "\n")
-
-
-MAX_ROUNDS = 1_000_000
-"""The most rounds a run may ask for (``metaroles run --rounds``)."""
 
 
 class Parent(BaseModel):

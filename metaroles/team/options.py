@@ -8,6 +8,9 @@ from typing import Any, Literal
 
 from metaroles.core.exceptions import ConfigError, InvalidValueError
 
+MAX_ROUNDS = 1_000_000
+"""The most rounds a run may ask for (``metaroles run --rounds``)."""
+
 RUN_OPTIONS = ("rounds", "idea", "llm", "model", "base_url", "seed", "budget")
 """Keys of a YAML config file that set how to run, not the scenario's own options."""
 
