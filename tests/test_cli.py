@@ -466,3 +466,75 @@ def test_a_missing_extra_is_named_with_how_to_install_it(tmp_path):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
         assert done.returncode == 2 and len(errors) == 1 and said in errors[0], done.stderr
+
+
+# -- a scenario's options can be found, and a slip gets the nearest right name ----------------------
+
+
+def test_a_scenarios_options_are_listed_with_types_defaults_and_what_they_do():
+    result = invoke("list", "debate")
+    assert result.exit_code == 0
+    assert "turns: int = 3\n    Speeches per debater." in result.output
+    assert "topic: str = 'Cities should" in result.output and "    The motion." in result.output
+    assert "list[GameRole] = ['werewolf'" in invoke("list", "werewolf").output
+    assert "NAME" in invoke("run", "--help").output and "FILE.py" in invoke("run", "--help").output
+
+
+def test_slips_in_options_get_the_form_or_the_name_meant(tmp_path, monkeypatch):
+    result = invoke("run", "society", "--set", "opinions=0.5", "--no-save")
+    assert result.exit_code == 2 and """--set 'opinions=["a", "b"]'""" in result.output
+    (tmp_path / "run.yaml").write_text("scenario: debate\nrouns: 3\n")
+    result = invoke("run", str(tmp_path / "run.yaml"), "--no-save")
+    assert result.exit_code == 2 and "did you mean 'rounds'?" in result.output
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "peer_review.py").write_text("")
+    result = invoke("run", "peer_review", "--no-save")
+    assert result.exit_code == 2 and "did you mean the file 'peer_review.py' here" in result.output
+
+
+def test_role_llm_on_run_gives_that_role_its_model_and_resume_keeps_it(tmp_path):
+    out = tmp_path / "r"
+    assert (
+        invoke(
+            "run", "debate", "--llm", "test", "--set", "turns=1", "--set", "role.Bob.llm=test:7", "--out", str(out)
+        ).exit_code
+        == 0
+    )
+    assert json.loads((out / "manifest.json").read_text())["role_llms"] == {"Bob": "test:7"}
+    result = invoke("run", "debate", "--llm", "test", "--set", "role.Bobb.llm=test:7", "--no-save")
+    assert result.exit_code == 2 and "no role named 'Bobb'" in result.output
+
+
+def test_a_build_that_returns_the_wrong_thing_is_the_users_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wrong.py").write_text(
+        "from pydantic import BaseModel\nclass Config(BaseModel):\n    pass\ndef build(config, llm):\n    return 5\n"
+    )
+    result = invoke("run", "wrong.py", "--llm", "test", "--no-save")
+    assert result.exit_code == 2 and "build() returned int; return ScenarioPlan(" in result.output
+    assert "a metaroles bug" not in result.output
+
+
+def test_run_messages_takes_a_path_as_text_and_a_dead_letter_names_the_role_meant(tmp_path):
+    import warnings
+
+    from metaroles import Environment, Message, Role
+    from metaroles.project.diff import run_messages
+
+    invoke("run", "debate", "--llm", "test", "--set", "turns=1", "--out", str(tmp_path / "r"))
+    assert run_messages(str(tmp_path / "r")) == run_messages(tmp_path / "r")
+    env = Environment()
+    env.add_roles([Role(name="Reviewer1")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env.publish_message(Message("x", send_to="Reviwer1"))
+    assert "did you mean 'Reviewer1'?" in str(caught[0].message)
+
+
+def test_an_edge_carrying_two_actions_names_both():
+    from collections import Counter
+
+    from metaroles.flow.plot import edge_label
+
+    assert edge_label(Counter({"WriteCode": 2, "WriteTest": 1})) == "WriteCode 2 · WriteTest 1"
+    assert edge_label(Counter({"WriteCode": 3})) == "3"

@@ -9,9 +9,10 @@ mode raises). Interventions see every publish and delivery. The :class:`Environm
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 from warnings import warn
 from weakref import WeakSet
@@ -432,7 +433,8 @@ class Bus:
         """Keep ``message``, which reached no role, in :attr:`dead_letters` (an event, a warning; strict: an error)."""
         self.dead_letters.append(message)
         self._undelivered.append(message)
-        detail = f"send_to {sorted(message.send_to)} meets no role; known addresses: {self._book.addresses()[:20]}"
+        detail = f"send_to {sorted(message.send_to)} meets no role{_nearest(message.send_to, self.roles)}"
+        detail += f"; known addresses: {self._book.addresses()[:20]}"
         self._record("dead_letter", message, detail=detail)
         warn(
             f"message {message.id} from {message.sent_from or '?'!r} reached no role: {detail}",
@@ -473,3 +475,12 @@ def _checked(result: object, hook: Intervention) -> Message:
             f"{type(hook).__name__} returned {result!r}; an intervention must return a Message or DropMessage"
         )
     return result
+
+
+def _nearest(addresses: Iterable[str], roles: Mapping[str, object]) -> str:
+    """``; did you mean 'Reviewer1'?`` for an address that resembles a role's name (empty if none does)."""
+    for address in sorted(addresses):
+        close = difflib.get_close_matches(address, list(roles), n=1, cutoff=0.75)
+        if close:
+            return f"; did you mean {close[0]!r}?"
+    return ""

@@ -243,10 +243,24 @@ def _line(message: Any) -> str:
 
 
 @app.command("list")
-def list_() -> None:
-    """The scenarios you can run, and the roles, actions and environments plug-ins contribute."""
-    from metaroles.project.registry import PLUGIN_KINDS, known_scenarios, plugins
+def list_(
+    scenario: Annotated[
+        str | None, typer.Argument(help="a scenario (name, FILE.py or pkg.module): list its options")
+    ] = None,
+) -> None:
+    """The scenarios you can run, and what plug-ins contribute; with a scenario, its options (``--set KEY=VALUE``)."""
+    from metaroles.project.registry import PLUGIN_KINDS, known_scenarios, load_scenario, plugins, scenario_options
 
+    if scenario is not None:
+        with reported():
+            options = scenario_options(load_scenario(scenario))
+        for option in options:
+            typer.echo(f"{option.name}: {option.kind} = {option.default}")
+            if option.description:
+                typer.echo(f"    {option.description}")
+        if not options:
+            typer.echo(f"{scenario} takes no options")
+        return
     for name, module in known_scenarios().items():
         typer.echo(f"{name}\t{module}")
     for kind in PLUGIN_KINDS:

@@ -53,7 +53,13 @@ def _check_extras(*, otel: bool, zstd: bool) -> None:
 
 @app.command()
 def run(
-    target: Annotated[str, typer.Argument(help="scenario name (see `metaroles list`) or a YAML config file")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="the scenario: a NAME (see `metaroles list`), a FILE.py, a pkg.module, or a FILE.yaml config; "
+            "its options: `metaroles list NAME`"
+        ),
+    ],
     rounds: Annotated[
         int | None, typer.Option(min=0, max=MAX_ROUNDS, help="rounds to run (default: the scenario's)")
     ] = None,
@@ -92,7 +98,10 @@ def run(
     ] = None,
     record: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="record every model call here")] = None,
     replay: Annotated[Path | None, typer.Option(metavar="CASSETTE", help="answer from a recorded cassette")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="scenario option")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="a scenario option, or role.NAME.llm=MODEL for one role"),
+    ] = None,
     checkpoint_every: Annotated[
         int | None, typer.Option(min=1, help="a checkpoint every N rounds (default: the scenario's, else 1)")
     ] = None,
@@ -128,10 +137,12 @@ def run(
     from metaroles.llm.cassette import CassetteLLM, CassetteMode
     from metaroles.project.rundir import new_run_dir, point_latest
     from metaroles.project.scenario import run_scenario
+    from metaroles.project.trials import split_role_llms
 
     _check_extras(otel=otel, zstd=zstd)  # before anything is loaded or written
     checked_durability(durability)
     name, options, settings = _read_target(target, set_ or [])
+    options, specs = split_role_llms(options)  # role.NAME.llm=MODEL: that role's own model
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
@@ -161,9 +172,14 @@ def run(
         raise fail(f"--out {str(out)!r} is the current folder; name a new folder for the run, e.g. --out runs/mine")
     run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
     if run_dir is not None and out is None:
-        point_latest(run_dir)  # runs/latest: the newest run, whatever its name
+        with reported():
+            point_latest(run_dir)  # runs/latest: the newest run, whatever its name
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
-    runner = partial(run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest)
+    role_llms = {role: resolve({"llm": spec}) for role, spec in specs.items()}
+    manifest |= {"role_llms": specs} if specs else {}
+    runner = partial(
+        run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest, role_llms=role_llms
+    )
     report, team = execute(
         lambda live, stopping: runner(run=run_options, on_progress=live, stopping=stopping),
         run_options.rounds or 0,
@@ -189,8 +205,12 @@ def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], di
         name, options, settings = config.scenario, {**config.config, **options}, config.run
     if name.endswith(".py"):
         name = str(Path(name).resolve())  # resume and fork find it from anywhere
+    from metaroles.project.trials import split_role_llms
+    from metaroles.team.options import RUN_OPTIONS
+
+    own = {k: v for k, v in split_role_llms(options)[0].items() if k != "workspace"}
     with reported():
-        checked_config(load_scenario(name), {k: v for k, v in options.items() if k != "workspace"})
+        checked_config(load_scenario(name), own, also=RUN_OPTIONS)
     return name, options, settings
 
 
@@ -316,7 +336,8 @@ def fork(
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     child = out or new_run_dir(run_dir.parent, f"{scenario_label(manifest['scenario'])}-fork{from_round}")
     if out is None:
-        point_latest(child)
+        with reported():
+            point_latest(child)
 
     def work(live: Callable[[Team], None], stopping: threading.Event) -> Any:
         return fork_scenario(

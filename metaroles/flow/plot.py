@@ -105,7 +105,7 @@ def draw(events: list[Event], *, title: str = "") -> Any:
     _draw_edges(graph, positions, axes, actions, sizes)
     _draw_nodes(graph, positions, axes, sizes, big=big)
     if not big:  # message counts on the edges; at 50 roles they would only be noise
-        counts = {(a, b): d["count"] for a, b, d in graph.edges(data=True) if a != b}
+        counts = {(a, b): edge_label(d["actions"]) for a, b, d in graph.edges(data=True) if a != b}
         nx.draw_networkx_edge_labels(
             graph,
             positions,
@@ -123,6 +123,15 @@ def draw(events: list[Event], *, title: str = "") -> Any:
     axes.margins(0.12)
     figure.tight_layout()
     return figure
+
+
+def edge_label(actions: Counter[str]) -> str:
+    """An edge's label: its message count, or per action when it carries several (``WriteCode 2 · WriteTest 1``)."""
+    if len(actions) == 1:
+        return str(sum(actions.values()))
+    return " · ".join(
+        f"{name} {count}" for name, count in sorted(actions.items(), key=lambda item: (-item[1], item[0]))
+    )
 
 
 def _width(count: int, most: int) -> float:

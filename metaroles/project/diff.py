@@ -35,14 +35,15 @@ class RunMessage:
     """The content as people read it (a structured answer's fields as Markdown)."""
 
 
-def run_messages(run_dir: Path) -> list[RunMessage]:
-    """The messages of the run in ``run_dir``, in publish order, each with its round.
+def run_messages(run_dir: str | Path) -> list[RunMessage]:
+    """The messages of the run in ``run_dir`` (a path or its text), in publish order, each with its round.
 
     Reads ``state.json`` of a finished run, else the last checkpoint of an interrupted one.
 
     Raises:
         ConfigError: If ``run_dir`` holds neither.
     """
+    run_dir = Path(run_dir)
     history = _history(run_dir)
     rounds = publish_rounds(events_file(run_dir))
     return [

@@ -8,15 +8,21 @@ environments (groups ``metaroles.roles``, ``metaroles.actions``, ``metaroles.env
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import importlib.util
+import inspect
+import itertools
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from pydantic import BaseModel
 
 from metaroles.core import installed
 from metaroles.core.exceptions import ConfigError
@@ -75,6 +81,8 @@ def load_scenario(name: str) -> ModuleType:
     if name not in known:
         close = difflib.get_close_matches(name, list(known), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
+        if Path(f"{name}.py").is_file():
+            hint = f"did you mean the file {name + '.py'!r} here (metaroles run {name}.py)? "
         raise ConfigError(f"no scenario named {name!r}; {hint}known scenarios: {sorted(known)}")
     return importlib.import_module(known[name])
 
@@ -124,6 +132,54 @@ def known_scenarios() -> dict[str, str]:
     for entry in installed.entry_points(ENTRY_POINTS):
         found.setdefault(entry.name, entry.value.partition(":")[0])
     return dict(sorted(found.items()))
+
+
+@dataclass(frozen=True)
+class OptionDoc:
+    """One option of a scenario's ``Config``, as ``metaroles list NAME`` shows it."""
+
+    name: str
+    kind: str
+    """Its type, as written in the class."""
+    default: str
+    """Its default, or ``required``."""
+    description: str
+    """Its attribute docstring (or ``Field(description=...)``), if any."""
+
+
+def scenario_options(module: ModuleType) -> list[OptionDoc]:
+    """The options of a scenario's ``Config``: name, type, default and description, in declaration order."""
+    config: type[BaseModel] = module.Config
+    written = _as_written(config)
+    found = []
+    for name, field in config.model_fields.items():
+        if field.is_required():
+            default = "required"
+        elif field.default_factory is not None:
+            default = repr(field.default_factory())  # type: ignore[call-arg]
+        else:
+            default = repr(field.default)
+        kind, note = written.get(name, (str(field.annotation).replace("typing.", ""), ""))
+        found.append(OptionDoc(name, kind, default, field.description or note))
+    return found
+
+
+def _as_written(config: type) -> dict[str, tuple[str, str]]:
+    """Per field of the class body: its type as written, and the string after it (the house's field docs)."""
+    written: dict[str, tuple[str, str]] = {}
+    for klass in reversed(config.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in itertools.pairwise([*body, ast.Pass()]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                said = (
+                    after.value.value if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) else ""
+                )
+                written[node.target.id] = (ast.unparse(node.annotation), " ".join(str(said).split()))
+    return written
 
 
 PLUGIN_KINDS = ("roles", "actions", "environments")

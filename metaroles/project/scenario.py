@@ -6,7 +6,9 @@ import difflib
 import inspect
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+import types
+import typing
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import ModuleType
@@ -56,6 +58,11 @@ def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions, run_dir: P
         plan: ScenarioPlan = module.build(config, llm, run_dir=run_dir)
     else:
         plan = module.build(config, llm)
+    if not isinstance(plan, ScenarioPlan):
+        raise ConfigError(
+            f"{module.__name__}.build() returned {type(plan).__name__}; return "
+            "ScenarioPlan(team=..., idea=..., send_to=..., n_round=...) (see the README's 'Write a scenario')"
+        )
     folder = getattr(config, "workspace", None)
     plan.team.workspace = Path(folder) if folder else None
     if run.seed is not None:
@@ -220,27 +227,41 @@ def check_role_models(module: ModuleType, options: dict[str, Any], names: Iterab
         raise ConfigError(f"role.{unknown[0]}.llm: no role named {unknown[0]!r}; {hint}roles: {sorted(roles)}")
 
 
-def checked_config(module: ModuleType, options: dict[str, Any]) -> Any:
+def checked_config(module: ModuleType, options: dict[str, Any], *, also: Sequence[str] = ()) -> Any:
     """The scenario's ``Config`` from ``options``.
 
+    ``also``: other names the options may have meant (a YAML file's run options), for "did you mean".
+
     Raises:
-        ConfigError: Naming the option, the value and what is wrong (an unknown option included).
+        ConfigError: Naming the option, the value and what is wrong (an unknown option included; a
+            list option given otherwise shows the list form).
     """
     fields = module.Config.model_fields
     unknown = sorted(set(options) - set(fields))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], list(fields), n=1)
+        close = difflib.get_close_matches(unknown[0], [*fields, *also], n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(
             f"{unknown[0]!r} is not an option of this scenario; {hint}"
-            f"its options: {', '.join(sorted(fields)) or 'none'}"
+            f"its options: {', '.join(sorted(fields)) or 'none'} (see: metaroles list SCENARIO)"
         )
     try:
         return module.Config.model_validate(options)
     except ValidationError as exc:
         error = exc.errors()[0]
         name = ".".join(str(p) for p in error["loc"])
-        raise ConfigError(f"option {name}={error.get('input')!r}: {error['msg']}") from None
+        field = fields.get(str(error["loc"][0])) if error["loc"] else None
+        listed = field is not None and _is_list(field.annotation)
+        form = f'; a list is written --set \'{name}=["a", "b"]\' (JSON), or in YAML {name}: [a, b]' if listed else ""
+        raise ConfigError(f"option {name}={error.get('input')!r}: {error['msg']}{form}") from None
+
+
+def _is_list(annotation: Any) -> bool:
+    """Whether an option's type is a list (a tuple, a set), or such a list or ``None``."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, set, frozenset):
+        return True
+    return origin in (typing.Union, types.UnionType) and any(_is_list(arg) for arg in typing.get_args(annotation))
 
 
 def _rebuild(
