@@ -354,3 +354,14 @@ def test_a_suites_scenario_file_is_found_from_the_suites_folder(tmp_path: Path) 
     result = eval_cli(str(folder), "--out", str(tmp_path / "e"), cwd=elsewhere)
     assert result.returncode == 0, result.stderr
     assert "1 of 1 trials done" in result.stdout
+
+
+def test_the_report_names_the_model_states_each_scale_and_rounds_its_figures(tmp_path: Path) -> None:
+    suite = load_suite("debate", seeds=[0, 1], tasks=["trams"])
+    rows = run_eval(suite, tmp_path / "e", llm={"llm": "test"})
+    text = (tmp_path / "e" / "report.md").read_text()
+    assert "Model: `test` (seeded by each trial's seed) — the offline test model" in text, text
+    assert "- **pro_wins**: 0 or 1 per trial" in text and "- **confidence**: 0-1" in text
+    assert [row["model"] for row in rows] == ["test:0", "test:1"]
+    figures = [cell for line in text.splitlines() if line.startswith("| confidence") for cell in line.split("|")[4:6]]
+    assert figures and all(len(part.strip().partition(".")[2]) <= 3 for cell in figures for part in cell.split("–"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class Suite:
 
     score_timeout: float = SCORE_TIMEOUT
     """Seconds a call of the scorer may take (``score_timeout`` in ``suite.toml``)."""
+    scales: dict[str, str] = field(default_factory=dict)
+    """What each metric's numbers mean (``[scales]`` in ``suite.toml``), for the report."""
 
     def scorer(self) -> ScorerProcess:
         """The suite's ``score.py`` in a child process (a context manager; see :mod:`metaroles.project.scoring`)."""
@@ -119,6 +122,7 @@ def load_suite(
         settings={str(k): dict(v) for k, v in settings.items()},
         metrics=_strings(folder, spec, "metrics"),
         score_timeout=_positive(folder, spec, "score_timeout", SCORE_TIMEOUT),
+        scales={str(k): str(v) for k, v in _table(folder, spec, "scales").items()},
     )
     trials = len(suite.tasks) * len(suite.settings) * len(suite.seeds)
     if trials > MAX_TRIALS:
@@ -296,6 +300,7 @@ def score_rows(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess) 
     scored = []
     for row in rows:
         kept = {key: row.get(key) for key in (*LABELS, *RUN_COLUMNS)}
+        kept["model"] = _model_of(out / str(row["trial"]))
         if row.get("status") == "done":
             try:
                 kept.update(scorer.score(out / str(row["trial"]), tasks[str(row["task"])]))
@@ -305,6 +310,16 @@ def score_rows(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess) 
             kept["error"] = row.get("error")
         scored.append(kept)
     return scored
+
+
+def _model_of(run_dir: Path) -> str | None:
+    """The model a trial ran with, as its manifest names it (a replay names the model on its tape)."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    parts = [manifest.get("llm"), manifest.get("model"), manifest.get("base_url")]
+    return " ".join(str(part) for part in parts if part) or None
 
 
 def write_eval(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess | None = None) -> None:
@@ -347,7 +362,7 @@ def metrics_of(suite: Suite, rows: list[Row]) -> list[str]:
     """The metrics compared: the suite's, else every numeric score the scorer gave."""
     if suite.metrics:
         return suite.metrics
-    skip = {*LABELS, *RUN_COLUMNS, "error"}
+    skip = {*LABELS, *RUN_COLUMNS, "error", "model"}
     numeric = [k for row in rows for k, v in row.items() if k not in skip and isinstance(v, int | float)]
     return list(dict.fromkeys(numeric))
 
@@ -481,8 +496,20 @@ def _saved(figure: Any, path: Path, caption: str) -> tuple[str, str]:
     return caption, f"{path.parent.name}/{path.name}"
 
 
+PROVIDERS = {
+    "test": "the offline test model: answers made from the requests, so scores measure the pipeline, not a model",
+    "scripted": "scripted answers",
+    "local": "the embedded model, run by llama.cpp in the process",
+    "openai": "an OpenAI-compatible server",
+}
+"""What each kind of model is, as the report says it."""
+
+
 def report(suite: Suite, rows: list[Row], lines: list[Row], *, plots: Sequence[tuple[str, str]] = ()) -> str:
-    """The Markdown report: what ran, each metric per setting with its interval, the pictures, the failed trials."""
+    """The Markdown report: what ran on which model, each metric's scale, per setting with its interval.
+
+    Figures are printed to 3 decimals (``summary.csv`` keeps 6); then the pictures and the failed trials.
+    """
     done = sum(1 for row in rows if row.get("status") == "done")
     text = [
         f"# Evaluation: {suite.name} ({suite.scenario})",
@@ -490,16 +517,18 @@ def report(suite: Suite, rows: list[Row], lines: list[Row], *, plots: Sequence[t
         f"{len(suite.tasks)} tasks × {len(suite.settings)} settings × {len(suite.seeds)} seeds: "
         f"{done} of {len(rows)} trials ran to the end.",
         "",
+        *_models_said(rows),
+        *_scales_said(suite, rows),
         "| metric | setting | n | mean | 95 % interval | difference from the first | its interval |",
         "|---|---|---|---|---|---|---|",
     ]
     for line in lines:
-        span = f"{line['low']} – {line['high']}" if line.get("low") is not None else ""
+        span = f"{_num(line['low'])} – {_num(line['high'])}" if line.get("low") is not None else ""
         diff = line.get("diff")
-        diff_span = f"{line['diff_low']} – {line['diff_high']}" if line.get("diff_low") is not None else ""
+        diff_span = f"{_num(line['diff_low'])} – {_num(line['diff_high'])}" if line.get("diff_low") is not None else ""
         text.append(
-            f"| {line['metric']} | {line['setting']} | {line['n']} | {line['mean']} | {span} | "
-            f"{'' if diff is None else diff} | {diff_span} |"
+            f"| {line['metric']} | {line['setting']} | {line['n']} | {_num(line['mean'])} | {span} | "
+            f"{'' if diff is None else _num(diff)} | {diff_span} |"
         )
     for caption, file in plots:
         text += ["", f"![{caption}]({file})"]
@@ -509,3 +538,27 @@ def report(suite: Suite, rows: list[Row], lines: list[Row], *, plots: Sequence[t
         text += ["", "## Trials that did not finish", ""]
         text += [f"- {row['task']}, {row['setting']}, seed {row['seed']}: {row.get('error')}" for row in failed]
     return "\n".join(text) + "\n"
+
+
+def _num(value: Any) -> Any:
+    """A figure as the report prints it: 3 decimals at most."""
+    return round(value, 3) if isinstance(value, float) else value
+
+
+def _models_said(rows: list[Row]) -> list[str]:
+    models = sorted({re.sub(r"^test:\d+", "test", str(row["model"])) for row in rows if row.get("model")})
+    said = []
+    for model in models:
+        kind = model.split(" ")[0].partition(":")[0]
+        seeded = " (seeded by each trial's seed)" if model == "test" else ""
+        said.append(f"Model: `{model}`{seeded} — {PROVIDERS.get(kind, kind)}.")
+    return [*said, ""] if said else []
+
+
+def _scales_said(suite: Suite, rows: list[Row]) -> list[str]:
+    metrics = metrics_of(suite, rows)
+    if not metrics:
+        return []
+    unsaid = "as the suite's score.py computes it"
+    said = [f"- **{metric}**: {suite.scales.get(metric, unsaid)}" for metric in metrics]
+    return ["Scales:", "", *said, ""]

@@ -35,7 +35,7 @@ from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.registry import load_scenario
-from metaroles.project.rundir import MANIFEST
+from metaroles.project.rundir import MANIFEST, read_manifest
 from metaroles.project.scenario import resume_scenario, run_scenario
 from metaroles.record.durability import restarted_since
 from metaroles.team.options import RunOptions
@@ -102,6 +102,10 @@ async def _trial(
         return
     run = RunOptions(**{k: params[k] for k in RUN_KEYS if k in params}, durability=durability)
     record = {"llm": llm.get("llm", "test"), "model": llm.get("model"), "base_url": redacted(llm.get("base_url"))}
+    cassette = str(llm.get("cassette") or "")
+    if cassette.startswith("replay:"):  # the model that answered is the one on tape, not the one standing by
+        recorded = read_manifest(Path(cassette.removeprefix("replay:")) / folder.name)
+        record = {key: recorded.get(key) for key in ("llm", "model", "base_url")}
     given = {**({"cassette": tape} if tape else {}), **({"role_llms": specs} if specs else {})}
     await run_scenario(
         scenario,
