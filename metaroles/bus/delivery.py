@@ -25,6 +25,7 @@ from metaroles.bus.routing import (
     DropMessage,
     Intervention,
     RouteExplanation,
+    WatchCheck,
     explain_route,
 )
 from metaroles.core.exceptions import (
@@ -76,6 +77,8 @@ class Bus:
         self.round = 0
         self._book = AddressBook()
         self._members = self._book.members
+        self.watches = WatchCheck()
+        """The roles' bare watches and actions, noted as they join (the session warns of a watch none produces)."""
         self._ready: list[Role] = []
         self._pending: list[tuple[int, Message]] = []
         self._in_round = False
@@ -104,6 +107,7 @@ class Bus:
         self.roles[role.name] = role
         self._keep_recipients()
         self._book.add(role)
+        self.watches.join(role)
         self._outsider = len(self._members)
         if not role.rc.msg_buffer.empty():
             self.mark_ready(role)

@@ -26,7 +26,7 @@ from metaroles.bus.action import UserRequirement
 from metaroles.bus.delivery import Bus
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import TurnObserver, WorkerPool, run_roles, take_turn
-from metaroles.bus.routing import Intervention, env_index, warn_unheard_watches
+from metaroles.bus.routing import Intervention, env_index
 from metaroles.bus.state import STATE_REFERENCE, EnvironmentState, by_reference, resolved, rng_state, set_rng_state
 from metaroles.core.exceptions import (
     ConfigError,
@@ -193,7 +193,7 @@ class Environment(Bus, Dumped):
             yield
             return
         heard = {m.cause_by for m in self.history.get(100)} | {UserRequirement.action_id()}
-        warn_unheard_watches(self._members, heard=heard)  # a watch no action produces: a role idle for ever
+        self.watches.warn(heard=heard)  # a watch no action produces: a role idle for ever
         error: Exception | None = None
         async with anyio.create_task_group() as tg:
             self._pool, self._heap = WorkerPool(tg, self.concurrency), SettledHeap()

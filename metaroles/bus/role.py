@@ -85,6 +85,8 @@ class Role(Dumped):
     _own_observe: ClassVar[bool] = False
     _own_think: ClassVar[bool] = False
     _declared: ClassVar[list[str]] = []
+    _class_address: ClassVar[str] = "metaroles.bus.role.Role"
+    """``module.QualName`` of the class: every role's second address, one string for all its roles."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Note which hooks of a turn the subclass overrides.
@@ -97,6 +99,7 @@ class Role(Dumped):
         cls._default_turn = all(getattr(cls, hook) is getattr(Role, hook) for hook in _TURN_HOOKS)
         cls._own_observe, cls._own_think = cls._observe is not Role._observe, cls._think is not Role._think
         cls._declared = [name for name in declared_fields(cls, Role) if name not in _OWN]
+        cls._class_address = class_path(cls)
 
     def __init__(
         self,
@@ -134,7 +137,7 @@ class Role(Dumped):
         self.actions: list[Action] = []
         self.states: list[str] = []
         self.send_to = send_to
-        self.addresses: frozenset[str] = frozenset({self.name, f"{type(self).__module__}.{type(self).__qualname__}"})
+        self.addresses: frozenset[str] = frozenset({self.name, type(self)._class_address})
         self.ledger: CostLedger | None = None
         self._env_index = -1
         self.ids: IdScope | None = None

@@ -24,34 +24,58 @@ class UnheardWatchWarning(UserWarning):
     """A role watches an action id that no role's action has, but one close to it (a typo, a short name)."""
 
 
-def warn_unheard_watches(roles: Sequence[Role], *, heard: Iterable[str] = ()) -> None:
-    """Warn, once per id, of a role that watches a bare name no action has when an action's class is named so.
+class WatchCheck:
+    """Watches on a bare name that no action has, when an action's class is named so: noted as roles join.
 
     ``watch=["WriteDraft"]`` for an action whose id is ``mypkg.actions.WriteDraft`` would leave the
-    role idle for ever; the warning names the ids it may have meant (an action's id is always
+    role idle for ever; :meth:`warn` names the ids it may have meant (an action's id is always
     qualified). Ids that no action's name resembles stay quiet, and so do qualified ones: an
-    environment may publish under a ``cause_by`` of its own. ``heard``: ids that count as produced
-    besides the roles' actions (the user's requirement, what the history holds).
+    environment may publish under a ``cause_by`` of its own. A role's watches and actions are read
+    once, when it joins, so a run's start costs nothing per role.
     """
-    bare = {w: role for role in roles for w in role.rc.watch if "." not in w}  # action ids are qualified
-    if not bare:
-        return
-    produced = set(heard)
-    for role in roles:
-        produced.update(action.action_id() for action in role.actions)
-    short: dict[str, list[str]] = {}
-    for action_id in produced:
-        short.setdefault(action_id.rpartition(".")[2], []).append(action_id)
-    for watched, role in bare.items():
-        names = [] if watched in produced else difflib.get_close_matches(watched, list(short), n=3, cutoff=0.8)
-        close = [action_id for name in names for action_id in short[name]]
-        if close:
-            warn(
-                f"role {role.name!r} watches {watched!r}, which no role's action produces, so it may never "
-                f"act; did you mean {', '.join(repr(c) for c in sorted(close))}? (watch the Action class itself)",
-                UnheardWatchWarning,
-                stacklevel=4,
-            )
+
+    __slots__ = ("_bare", "_produced", "_short", "_told")
+
+    def __init__(self) -> None:
+        """Nothing noted yet."""
+        self._bare: dict[str, str] = {}
+        """Each bare watched name, and the first role that watches it."""
+        self._produced: set[str] = set()
+        self._short: dict[str, list[str]] = {}
+        """An action's class name → the action ids of that name."""
+        self._told: set[str] = set()
+
+    def join(self, role: Role) -> None:
+        """Note ``role``'s actions and its bare watches."""
+        for action in role.actions:
+            action_id = action.action_id()
+            if action_id not in self._produced:
+                self._produced.add(action_id)
+                self._short.setdefault(action_id.rpartition(".")[2], []).append(action_id)
+        for watched in role.rc.watch:
+            if "." not in watched:  # action ids are qualified
+                self._bare.setdefault(watched, role.name)
+
+    def warn(self, *, heard: Iterable[str] = ()) -> None:
+        """Warn, once per name, of a bare watch no action produces but one resembles.
+
+        ``heard``: ids that count as produced besides the roles' actions (the user's requirement,
+        what the history holds).
+        """
+        produced = self._produced | set(heard)
+        for watched, role in self._bare.items():
+            if watched in self._told or watched in produced:
+                continue
+            names = difflib.get_close_matches(watched, list(self._short), n=3, cutoff=0.8)
+            close = [action_id for name in names for action_id in self._short[name]]
+            if close:
+                self._told.add(watched)
+                warn(
+                    f"role {role!r} watches {watched!r}, which no role's action produces, so it may never "
+                    f"act; did you mean {', '.join(repr(c) for c in sorted(close))}? (watch the Action class itself)",
+                    UnheardWatchWarning,
+                    stacklevel=4,
+                )
 
 
 class DeadLetterWarning(UserWarning):

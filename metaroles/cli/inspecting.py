@@ -32,9 +32,6 @@ def graph(
 ) -> None:
     """The message-flow graph of a run: a picture, an interactive page, Mermaid, GraphML or JSON."""
     from metaroles.project.diff import run_messages
-    from metaroles.project.rundir import events_file
-    from metaroles.record.eventlog import read_events
-    from metaroles.telemetry.spans import SPANS, events_from_spans, read_spans
 
     try:
         from metaroles.flow import graph as flowgraph  # networkx/matplotlib: only for this command
@@ -45,12 +42,8 @@ def graph(
             f"metaroles graph needs the graph extra ({exc.name} is missing): pip install 'metaroles[graph]'"
         ) from None
 
-    source = SPANS if from_spans else events_file(run_dir_at(run_dir)).name
-    if not (run_dir_at(run_dir) / source).is_file():
-        hint = "run it with --otel" if from_spans else "pass a run directory `metaroles run` wrote"
-        raise fail(f"{str(run_dir)!r} has no {source}; {hint}")
+    events = _graph_events(run_dir, from_spans=from_spans)
     with reported():
-        events = events_from_spans(read_spans(run_dir / SPANS)) if from_spans else read_events(events_file(run_dir))
         texts = {m.id: m.text for m in run_messages(run_dir)} if format_ is Format.html else {}
     title = _title(run_dir)
     if format_ in (Format.mermaid, Format.json) and out is None:
@@ -72,6 +65,20 @@ def graph(
             text = flowgraph.to_mermaid(events) if format_ is Format.mermaid else flowgraph.to_json(events)
             write_atomic(target, text, durable=False)
     typer.echo(f"wrote {target}")
+
+
+def _graph_events(run_dir: Path, *, from_spans: bool) -> list[dict[str, Any]]:
+    """The events a graph is drawn from: the run's log, or the spans a run made with ``--otel`` wrote."""
+    from metaroles.project.rundir import events_file
+    from metaroles.record.eventlog import read_events
+    from metaroles.telemetry.spans import SPANS, events_from_spans, read_spans
+
+    source = SPANS if from_spans else events_file(run_dir_at(run_dir)).name
+    if not (run_dir_at(run_dir) / source).is_file():
+        hint = "run it with --otel" if from_spans else "pass a run directory `metaroles run` wrote"
+        raise fail(f"{str(run_dir)!r} has no {source}; {hint}")
+    with reported():
+        return events_from_spans(read_spans(run_dir / SPANS)) if from_spans else read_events(events_file(run_dir))
 
 
 def _title(run_dir: Path) -> str:

@@ -134,8 +134,6 @@ def run(
     show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
 ) -> None:
     """Run a scenario and write its run directory."""
-    from metaroles.llm.cassette import CassetteLLM, CassetteMode
-    from metaroles.project.rundir import new_run_dir, point_latest
     from metaroles.project.scenario import run_scenario
     from metaroles.project.trials import split_role_llms
 
@@ -146,14 +144,9 @@ def run(
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
-    chosen = {k: v if v is not None else settings.get(k) for k, v in given.items()}
-    if record is not None and record.is_file() and record.stat().st_size:
-        raise fail(
-            f"--record {str(record)!r} holds recorded calls already; name a new file, or delete it to record again"
-        )
-    language_model, manifest = model_from(chosen, replay)
-    language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
-    manifest["cassette"] = str(record.absolute()) if record else str(replay or "")  # resume goes on recording it
+    language_model, manifest = _taped_model(
+        {k: settings.get(k) if v is None else v for k, v in given.items()}, record, replay
+    )
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
         idea=idea if idea is not None else settings.get("idea"),
@@ -168,26 +161,60 @@ def run(
         zstd=zstd,
         durability=durability,
     )
-    if out is not None and (not out.name or out.resolve() == Path.cwd().resolve()):
-        raise fail(f"--out {str(out)!r} is the current folder; name a new folder for the run, e.g. --out runs/mine")
-    run_dir = None if no_save else (out or new_run_dir(runs_dir, name))
-    if run_dir is not None and out is None:
-        with reported():
-            point_latest(run_dir)  # runs/latest: the newest run, whatever its name
+    run_dir = None if no_save else _new_run_dir(out, runs_dir, name)
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
-    role_llms = {role: resolve({"llm": spec}) for role, spec in specs.items()}
     manifest |= {"role_llms": specs} if specs else {}
-    runner = partial(
-        run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest, role_llms=role_llms
-    )
+    scenario = partial(run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest)
+    _execute_run(scenario, run_options, specs, run_dir, quiet=quiet, traceback=show_traceback)
+
+
+def _execute_run(
+    scenario: Callable[..., Any],
+    run: RunOptions,
+    specs: dict[str, str],
+    run_dir: Path | None,
+    *,
+    quiet: bool,
+    traceback: bool,
+) -> None:
+    """Run ``scenario`` (its roles in ``specs`` on their own models) under the progress display, then report it."""
+    role_llms = {role: resolve({"llm": spec}) for role, spec in specs.items()}
     report, team = execute(
-        lambda live, stopping: runner(run=run_options, on_progress=live, stopping=stopping),
-        run_options.rounds or 0,
+        lambda live, stopping: scenario(run=run, role_llms=role_llms, on_progress=live, stopping=stopping),
+        run.rounds or 0,
         quiet=quiet,
         run_dir=run_dir,
-        show_traceback=show_traceback,
+        show_traceback=traceback,
     )
-    finish(report, team, run_dir, quiet=quiet, transcript=transcript)
+    finish(report, team, run_dir, quiet=quiet, transcript=run.transcript)
+
+
+def _taped_model(chosen: dict[str, Any], record: Path | None, replay: Path | None) -> tuple[Any, dict[str, Any]]:
+    """The run's model (recording into ``record``, or replaying ``replay``) and what the manifest says of it."""
+    from metaroles.llm.cassette import CassetteLLM, CassetteMode
+
+    if record is not None and record.is_file() and record.stat().st_size:
+        raise fail(
+            f"--record {str(record)!r} holds recorded calls already; name a new file, or delete it to record again"
+        )
+    language_model, manifest = model_from(chosen, replay)
+    language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
+    manifest["cassette"] = str(record.absolute()) if record else str(replay or "")  # resume goes on recording it
+    return language_model, manifest
+
+
+def _new_run_dir(out: Path | None, runs_dir: Path, name: str) -> Path:
+    """``--out``, or a new folder in ``runs_dir`` that ``runs_dir/latest`` then points at."""
+    from metaroles.project.rundir import new_run_dir, point_latest
+
+    if out is not None:
+        if not out.name or out.resolve() == Path.cwd().resolve():
+            raise fail(f"--out {str(out)!r} is the current folder; name a new folder for the run, e.g. --out runs/mine")
+        return out
+    run_dir = new_run_dir(runs_dir, name)
+    with reported():
+        point_latest(run_dir)  # runs/latest: the newest run, whatever its name
+    return run_dir
 
 
 def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -318,26 +345,20 @@ def fork(
     show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
 ) -> None:
     """Start a new run from a round of an earlier one, with a change; the new run records its parent."""
-    from metaroles.project.rundir import check_run_dir, new_run_dir, point_latest, read_manifest, scenario_label
+    from metaroles.project.rundir import check_run_dir, read_manifest, scenario_label
     from metaroles.project.scenario import fork_scenario
+    from metaroles.project.trials import split_role_llms
 
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
         check_run_dir(run_dir)
         trusted(manifest["scenario"], run_dir, trust=trust)
-    changes, specs = {}, dict(manifest.get("role_llms") or {})  # a fork of a fork keeps its parent's models
-    for key, value in options_from(set_ or []).items():
-        if key.startswith("role.") and key.endswith(".llm"):
-            specs[key[len("role.") : -len(".llm")]] = str(value)
-        else:
-            changes[key] = value
+    changes, more = split_role_llms(options_from(set_ or []))
+    specs = {**(manifest.get("role_llms") or {}), **more}  # a fork of a fork keeps its parent's models
     role_llms = {name: resolve({"llm": spec}) for name, spec in specs.items()}
     llm = manifest_model(manifest)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
-    child = out or new_run_dir(run_dir.parent, f"{scenario_label(manifest['scenario'])}-fork{from_round}")
-    if out is None:
-        with reported():
-            point_latest(child)
+    child = _new_run_dir(out, run_dir.parent, f"{scenario_label(manifest['scenario'])}-fork{from_round}")
 
     def work(live: Callable[[Team], None], stopping: threading.Event) -> Any:
         return fork_scenario(

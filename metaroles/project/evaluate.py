@@ -124,6 +124,19 @@ def load_suite(
         score_timeout=_positive(folder, spec, "score_timeout", SCORE_TIMEOUT),
         scales={str(k): str(v) for k, v in _table(folder, spec, "scales").items()},
     )
+    _check_trials(suite)
+    return suite
+
+
+def _check_trials(suite: Suite) -> None:
+    """Refuse, before any trial runs, what would fail every one of them.
+
+    Too many trials, options or role models the scenario refuses, a model that cannot be
+    configured, a ``score.py`` that does not load.
+
+    Raises:
+        ConfigError: Naming the first thing wrong.
+    """
     trials = len(suite.tasks) * len(suite.settings) * len(suite.seeds)
     if trials > MAX_TRIALS:
         raise ConfigError(
@@ -141,7 +154,6 @@ def load_suite(
         check_role_models(module, options, specs)
     with suite.scorer() as scorer:
         scorer.check()
-    return suite
 
 
 def check_model(spec: str, settings: LLMSettings | None = None) -> None:

@@ -67,6 +67,10 @@ class Team(Dumped):
             (``RayBackend(shards=K)``, ``LocalBackend(shards=K)``); every file of the run is the same.
         idea: The idea the run was given (MetaGPT's field; :meth:`run_project` sets it).
 
+    Attributes:
+        stopping: Set it (from any thread, or a signal handler) to stop the run at the next round
+            barrier, cleanly (:meth:`stop`).
+
     As MetaGPT's Team, it dumps (:meth:`model_dump`) and saves (:meth:`serialize`) as data, and
     ``Team(**dump)`` / :meth:`deserialize` rebuild it mid-run: the next rounds go on as if it never stopped.
     """
@@ -109,7 +113,6 @@ class Team(Dumped):
         """Called after a round's events are logged, before its checkpoint; only records (as ``on_progress``)."""
         self._failed = self._stranded = self._idea_due = self._cut = False
         self.stopping = threading.Event()
-        """Set (from any thread, or a signal handler) to stop the run at the next round barrier: see :meth:`stop`."""
         self.workspace: Path | None = None
         """The folder the roles' actions write files into, if any: kept with every checkpoint (see ``workspace``)."""
         self._kept: workspace.Files | None = None
