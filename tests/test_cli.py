@@ -538,3 +538,16 @@ def test_an_edge_carrying_two_actions_names_both():
 
     assert edge_label(Counter({"WriteCode": 2, "WriteTest": 1})) == "WriteCode 2 · WriteTest 1"
     assert edge_label(Counter({"WriteCode": 3})) == "3"
+
+
+def test_diff_of_two_unseeded_runs_compares_contents_and_says_why_ids_differ(tmp_path):
+    for name in ("a", "b"):
+        assert (
+            invoke("run", "debate", "--llm", "test:3", "--set", "turns=1", "--out", str(tmp_path / name)).exit_code == 0
+        )
+    result = invoke("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert result.exit_code == 0, result.output
+    assert "same messages: 4 (by content;" in result.output and "a run without --seed draws fresh ids" in result.output
+    assert "--llm test:N seeds the test model's answers, not the run" in result.output
+    invoke("run", "debate", "--llm", "test:4", "--set", "turns=1", "--out", str(tmp_path / "c"))
+    assert invoke("diff", str(tmp_path / "a"), str(tmp_path / "c")).exit_code == 1, "other answers still differ"
