@@ -120,3 +120,6 @@ def test_what_the_grammar_cannot_carry_is_said() -> None:
         schema_grammar({"type": "array", "items": {"type": "integer"}, "uniqueItems": True})
     with pytest.raises(Unsupported):
         schema_grammar({"type": "integer", "minimum": 3, "maximum": 2})
+    with pytest.raises(Unsupported, match="more than the grammar spells out"):
+        schema_grammar({"type": "string", "minLength": 5000})
+    assert "{0,100000}" not in to_gbnf(*schema_grammar({"type": "string", "maxLength": 100_000})), "left to validation"

@@ -15,6 +15,9 @@ carries the whole of what pydantic writes into a schema:
   property is written, so ``required`` holds), and maps (``additionalProperties``);
 - ``anyOf``/``oneOf``, ``allOf`` of one schema, ``$ref`` into ``$defs`` (recursion included).
 
+A bound past :data:`MAX_REPEAT` (a ``maxLength`` of 10,000, say) is left to the validation after
+decoding: llama.cpp would spell the repeat out as that many rules.
+
 The grammar is built as a small tree (:class:`Node`), rendered with :func:`to_gbnf`; the same
 tree draws sentences (:func:`sample`), which is how the tests check the claim over generated
 schemas. A keyword it cannot honour (``uniqueItems``, ``multipleOf``, a regular expression with
@@ -34,6 +37,8 @@ __all__ = ["Node", "Unsupported", "sample", "schema_grammar", "to_gbnf"]
 
 MAX_DIGITS = 15
 """Digits an integer part may have where the schema sets no bound."""
+MAX_REPEAT = 1000
+"""The longest counted repeat (a string's length, an array's items) the grammar spells out."""
 MAX_FRACTION = 20
 """Digits a fraction may have (a float's shortest form has at most 17 significant ones)."""
 
@@ -82,8 +87,17 @@ def alt(*items: Node) -> Node:
 
 
 def rep(item: Node, low: int, high: int | None) -> Node:
-    """``item`` from ``low`` to ``high`` times (``None``: no upper bound)."""
-    return Node("rep", items=(item,), low=low, high=high)
+    """``item`` from ``low`` to ``high`` times (``None``: no upper bound).
+
+    llama.cpp spells a counted repeat out as that many rules: past :data:`MAX_REPEAT` the upper
+    bound is left to the validation after decoding, and a lower bound that large is refused.
+
+    Raises:
+        Unsupported: If ``low`` is over :data:`MAX_REPEAT`.
+    """
+    if low > MAX_REPEAT:
+        raise Unsupported(f"a repeat of at least {low} is more than the grammar spells out ({MAX_REPEAT})")
+    return Node("rep", items=(item,), low=low, high=None if high is not None and high > MAX_REPEAT else high)
 
 
 EMPTY = lit("")
