@@ -551,3 +551,29 @@ def test_diff_of_two_unseeded_runs_compares_contents_and_says_why_ids_differ(tmp
     assert "--llm test:N seeds the test model's answers, not the run" in result.output
     invoke("run", "debate", "--llm", "test:4", "--set", "turns=1", "--out", str(tmp_path / "c"))
     assert invoke("diff", str(tmp_path / "a"), str(tmp_path / "c")).exit_code == 1, "other answers still differ"
+
+
+def test_a_scenario_files_action_ids_are_the_same_by_command_and_by_import(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "ids_by_import.py").write_text(SCENARIO_FILE)
+    out = tmp_path / "run"
+    assert (
+        invoke(
+            "run", str(tmp_path / "ids_by_import.py"), "--llm", "test:1", "--set", "rounds=1", "--out", str(out)
+        ).exit_code
+        == 0
+    )
+    state = json.loads((out / "state.json").read_text())
+    made = {m["cause_by"] for m in state["history"] if m.get("sent_from") in ("r1", "r2")}
+    imported = subprocess.run(
+        [sys.executable, "-c", "import ids_by_import; print(ids_by_import.Review.action_id())"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert made == {imported} == {"ids_by_import.Review"}
+    assert json.loads((out / "manifest.json").read_text())["module"] == "ids_by_import"
+    assert invoke("fork", str(out), "--from-round", "1", "--out", str(tmp_path / "fork"), "--trust").exit_code == 0

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from metaroles.core import installed
 from metaroles.core.exceptions import ConfigError
-from metaroles.sharding.transfer import USER_SCENARIO
+from metaroles.sharding.transfer import FILE_SCENARIO
 from metaroles.team.team import Team
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -50,19 +50,22 @@ ENTRY_POINTS = "metaroles.scenarios"
 """Entry-point group through which installed packages contribute scenarios (name = module)."""
 
 
-def load_scenario(name: str) -> ModuleType:
+def load_scenario(name: str, *, module: str | None = None) -> ModuleType:
     """Import scenario ``name``: a registered name, a module's dotted path, or a ``.py`` file.
 
     A registered name is ``metaroles.scenarios.NAME`` or one an installed plug-in contributes;
     ``mypkg.scenarios.peer_review`` is imported as is; ``path/to/peer_review.py`` is loaded from
-    the file. Either must define ``Config`` (a pydantic model) and ``build(config, llm)``.
+    the file, as the module ``peer_review`` (as ``import peer_review`` would name it, so its action
+    ids are the same whether the file runs by ``metaroles run`` or from a notebook beside it; a
+    name another module has already is not taken) or as ``module`` when a manifest recorded it.
+    Either must define ``Config`` (a pydantic model) and ``build(config, llm)``.
 
     Raises:
         ConfigError: If there is no such scenario (the message suggests the closest name), or the
             module lacks ``Config`` or ``build``.
     """
     if name.endswith(".py"):
-        return _checked(name, _from_file(Path(name)))
+        return _checked(name, _from_file(Path(name), module))
     if "." in name and all(_IDENTIFIER.match(part) for part in name.split(".")):
         try:
             return _checked(name, importlib.import_module(name))
@@ -87,21 +90,59 @@ def load_scenario(name: str) -> ModuleType:
     return importlib.import_module(known[name])
 
 
-def _from_file(path: Path) -> ModuleType:
-    """The scenario module in file ``path`` (imported once per process under a name derived from the file)."""
+def recorded_scenario(manifest: dict[str, Any]) -> ModuleType:
+    """The scenario a run directory's manifest names, loaded as it was when the run was made.
+
+    A scenario file loads under the module name the manifest records (a run made before names were
+    recorded: the name files had then), so a resumed or forked run makes the same action ids.
+    """
+    name = str(manifest["scenario"])
+    if not name.endswith(".py"):
+        return load_scenario(name)
+    return load_scenario(name, module=manifest.get("module") or legacy_module_name(Path(name)))
+
+
+LEGACY_PREFIX = "metaroles_user_scenario_"
+"""The module-name prefix scenario files were loaded under before they took their own names."""
+
+
+def file_module_name(path: Path) -> str:
+    """The module name a scenario file loads under: its stem, unless another module has that name."""
+    stem = path.stem
+    if not stem.isidentifier() or stem in sys.builtin_module_names:
+        return legacy_module_name(path)
+    known = sys.modules.get(stem)
+    if known is not None:
+        return stem if getattr(known, "__file__", None) == str(path) else legacy_module_name(path)
+    try:
+        found = importlib.util.find_spec(stem)
+    except (ImportError, ValueError):
+        found = None
+    return stem if found is None or found.origin == str(path) else legacy_module_name(path)
+
+
+def legacy_module_name(path: Path) -> str:
+    """The name a scenario file was loaded under before (a run directory made then resumes with its ids)."""
+    return f"{LEGACY_PREFIX}{_IDENTIFIER_CHARS.sub('_', path.stem)}"
+
+
+def _from_file(path: Path, module_name: str | None = None) -> ModuleType:
+    """The scenario module in file ``path``, imported once per process (see :func:`load_scenario`)."""
     if not path.is_file():
         raise ConfigError(
             f"scenario file {str(path)!r} does not exist; pass the path of a .py file with Config and build"
         )
     resolved = path.resolve()
-    module_name = f"{USER_SCENARIO}{_IDENTIFIER_CHARS.sub('_', resolved.stem)}"
+    module_name = module_name or file_module_name(resolved)
     known = sys.modules.get(module_name)
     if known is not None and getattr(known, "__file__", None) == str(resolved):
+        setattr(known, FILE_SCENARIO, str(resolved))
         return known
     spec = importlib.util.spec_from_file_location(module_name, resolved)
     if spec is None or spec.loader is None:
         raise ConfigError(f"scenario file {str(path)!r} cannot be loaded as Python")
     module = importlib.util.module_from_spec(spec)
+    setattr(module, FILE_SCENARIO, str(resolved))
     sys.modules[module_name] = module  # pydantic and pickle look classes up by their module
     try:
         spec.loader.exec_module(module)

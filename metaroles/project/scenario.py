@@ -23,7 +23,7 @@ from metaroles.llm.offline import TestLLM
 from metaroles.llm.protocol import LLM
 from metaroles.llm.providers import describe_llm
 from metaroles.project.metrics import check_metrics, metrics_recorder, read_metrics
-from metaroles.project.registry import ScenarioPlan, load_scenario
+from metaroles.project.registry import ScenarioPlan, load_scenario, recorded_scenario
 from metaroles.project.rundir import (
     CHECKPOINTS,
     EVENTS,
@@ -135,6 +135,8 @@ async def run_scenario(
         zstandard()  # the extra is there before anything is written
     checked_durability(run.durability, sweep=True)
     record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
+    if name.endswith(".py"):  # the name its classes were made under: a resume or fork makes the same ids
+        record["module"] = module.__name__
     with locked(out_dir):
         refuse_a_run_in(out_dir)
         connect(plan.team.backend)
@@ -278,7 +280,7 @@ def _rebuild(
     config makes of it (so a fork's ``--set rounds=20`` or ``turns=5`` counts). A manifest from before
     ``rounds`` was recorded keeps its ``n_round``.
     """
-    module = load_scenario(manifest["scenario"])
+    module = recorded_scenario(manifest)
     config, _ = _configured(module, {**manifest["config"], **(changes or {})}, run_dir)
     if rounds is None:
         rounds = manifest["rounds"] if "rounds" in manifest else manifest["n_round"]
@@ -326,7 +328,7 @@ async def resume_scenario(
             write_manifest(run_dir, manifest)
         plan.team.on_round, plan.team.on_progress = on_round, on_progress
         plan.team.stopping = stopping or plan.team.stopping
-        plan.team.on_record = metrics_recorder(load_scenario(manifest["scenario"]), run_dir)
+        plan.team.on_record = metrics_recorder(recorded_scenario(manifest), run_dir)
         with synced_at_end(run_dir, durability):
             report = await _continue(plan, run_dir, manifest)
         write_run_dir(run_dir, plan.team, report, manifest)
@@ -346,7 +348,7 @@ async def _continue(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any])
         plan.n_round,
         save_to=run_dir / STATE,
         events=events_file(run_dir, manifest),
-        check=check_metrics(load_scenario(manifest["scenario"]), run_dir),
+        check=check_metrics(recorded_scenario(manifest), run_dir),
     )
 
 
@@ -406,7 +408,7 @@ async def fork_scenario(
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
     plan.team.stopping = stopping or plan.team.stopping
-    plan.team.on_record = metrics_recorder(load_scenario(record["scenario"]), out_dir)
+    plan.team.on_record = metrics_recorder(recorded_scenario(record), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
     child |= {"n_round": plan.n_round, "rounds": rounds if rounds is not None else record.get("rounds")}

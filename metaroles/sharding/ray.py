@@ -16,6 +16,7 @@ import os
 import pickle
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 from metaroles.bus.role import Role
@@ -27,7 +28,7 @@ from metaroles.sharding.backends import ShardBy, check_shards
 from metaroles.sharding.crossing import OutboxReader, OutboxWriter
 from metaroles.sharding.ray_reaper import reap_with_this_process
 from metaroles.sharding.shardset import Addresses, Delivery, Stepped, StepResult
-from metaroles.sharding.transfer import USER_SCENARIO, quick
+from metaroles.sharding.transfer import FILE_SCENARIO, quick
 from metaroles.sharding.worker import ShardHost
 
 
@@ -218,8 +219,8 @@ class RayShards:
         from ray import cloudpickle
 
         by_value: Callable[[Any], None] = cloudpickle.register_pickle_by_value  # (ray's cloudpickle is untyped)
-        for name, module in list(sys.modules.items()):  # a scenario from a file: no worker can import it
-            if name.startswith(USER_SCENARIO):
+        for module in list(sys.modules.values()):  # a scenario from a file: no worker can import it
+            if isinstance(module, ModuleType) and vars(module).get(FILE_SCENARIO):
                 by_value(module)
         self.pickler: type[pickle.Pickler] = cloudpickle.Pickler
 

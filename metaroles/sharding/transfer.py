@@ -34,8 +34,8 @@ from metaroles.messages.queue import MessageQueue
 _HOST: ContextVar[dict[str, Any]] = ContextVar("metaroles_shard_host")
 _ID = attrgetter("id")
 
-USER_SCENARIO = "metaroles_user_scenario_"
-"""The module-name prefix of a scenario loaded from a ``.py`` file (no worker imports it: Ray ships it by value)."""
+FILE_SCENARIO = "__metaroles_scenario_file__"
+"""Set on a module loaded from a scenario file (its path): no Ray worker can import it, so it travels by value."""
 
 
 def _hosted(key: str) -> Any:
