@@ -134,9 +134,8 @@ async def run_scenario(
     if run.zstd:
         zstandard()  # the extra is there before anything is written
     checked_durability(run.durability, sweep=True)
-    record = {**_manifest_record(name, recorded, plan, run), **(manifest or {}), **describe_llm(llm), **provenance()}
-    if name.endswith(".py"):  # the name its classes were made under: a resume or fork makes the same ids
-        record["module"] = module.__name__
+    record = {**_manifest_record(name, module, recorded, plan, run), **(manifest or {}), **describe_llm(llm)}
+    record |= provenance()
     with locked(out_dir):
         refuse_a_run_in(out_dir)
         connect(plan.team.backend)
@@ -172,10 +171,13 @@ def _observed(run: RunOptions, team: Team, name: str, out_dir: Path | None) -> A
     return run_telemetry(team.env, scenario=scenario_label(name), run_id=run_id, out_dir=out_dir)
 
 
-def _manifest_record(name: str, config: dict[str, Any], plan: ScenarioPlan, run: RunOptions) -> dict[str, Any]:
-    """What a run is rebuilt from: the scenario, its config and how it runs."""
+def _manifest_record(
+    name: str, module: ModuleType, config: dict[str, Any], plan: ScenarioPlan, run: RunOptions
+) -> dict[str, Any]:
+    """What a run is rebuilt from: the scenario (a file's module name too: resume makes the same ids), its config."""
     return {
         "scenario": name,
+        **({"module": module.__name__} if name.endswith(".py") else {}),
         "config": config,
         "n_round": plan.n_round,
         "rounds": run.rounds,
