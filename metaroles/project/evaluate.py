@@ -33,12 +33,13 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, MetarolesError
 from metaroles.core.files import write_atomic
 from metaroles.llm.model_files import local_model_available
 from metaroles.llm.providers import resolve_llm
 from metaroles.llm.settings import LLMSettings
-from metaroles.project.registry import known_scenarios, load_scenario
+from metaroles.project.registry import load_scenario, unregistered_module
+from metaroles.project.rundir import read_manifest
 from metaroles.project.scenario import check_role_models, checked_config
 from metaroles.project.scoring import ScorerError, ScorerProcess
 from metaroles.project.scoring import Task as Task  # a suite's score.py may import it from here
@@ -185,7 +186,7 @@ def _scenario_of(folder: Path, spec: dict[str, Any], *, trust: bool) -> str:
                 "it is code: read it, then pass --trust"
             )
         return str(path)
-    if not trust and "." in scenario and scenario not in known_scenarios().values():
+    if not trust and unregistered_module(scenario):
         raise ConfigError(
             f"suite {folder.name!r} names the module {scenario!r}, which is not a registered scenario; "
             "importing it runs its code: if it is yours, pass --trust"
@@ -327,8 +328,8 @@ def score_rows(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess) 
 def _model_of(run_dir: Path) -> str | None:
     """The model a trial ran with, as its manifest names it (a replay names the model on its tape)."""
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = read_manifest(run_dir)
+    except MetarolesError:  # a trial that never started has none
         return None
     parts = [manifest.get("llm"), manifest.get("model"), manifest.get("base_url")]
     return " ".join(str(part) for part in parts if part) or None

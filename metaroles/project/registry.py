@@ -90,6 +90,15 @@ def load_scenario(name: str, *, module: str | None = None) -> ModuleType:
     return importlib.import_module(known[name])
 
 
+def unregistered_module(name: str) -> bool:
+    """Whether ``name`` is a module path (not a file) that no shipped or plug-in scenario registers.
+
+    Importing one runs its code (``venv.__main__`` makes a virtualenv): a name that came with data
+    (a manifest, a suite) is imported only when its user says so (``--trust``).
+    """
+    return not name.endswith(".py") and "." in name and name not in known_scenarios().values()
+
+
 def recorded_scenario(manifest: dict[str, Any]) -> ModuleType:
     """The scenario a run directory's manifest names, loaded as it was when the run was made.
 
@@ -99,7 +108,13 @@ def recorded_scenario(manifest: dict[str, Any]) -> ModuleType:
     name = str(manifest["scenario"])
     if not name.endswith(".py"):
         return load_scenario(name)
-    return load_scenario(name, module=manifest.get("module") or legacy_module_name(Path(name)))
+    path = Path(name).resolve()
+    recorded = manifest.get("module")
+    if recorded is None:  # made before module names were recorded
+        return load_scenario(name, module=legacy_module_name(path))
+    if recorded not in (path.stem, legacy_module_name(path)):  # data never picks a module name (os, json, ...)
+        recorded = None
+    return load_scenario(name, module=recorded)
 
 
 LEGACY_PREFIX = "metaroles_user_scenario_"
