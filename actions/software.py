@@ -7,9 +7,11 @@ in the sandboxed :class:`~metaroles.agents.sandbox.PythonExecute`.
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import json
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
@@ -38,9 +40,12 @@ class ModuleSpec(BaseModel):
 
 
 class Design(BaseModel):
-    """The architect's design."""
+    """The architect's design: its modules and the interfaces the program offers (MetaGPT's "data structures and
+    interfaces")."""
 
     modules: list[ModuleSpec] = Field(min_length=1, max_length=2)
+    interfaces: list[str] = Field(default_factory=list, max_length=4)
+    """Each a Python signature, e.g. ``def count_words(text: str) -> int``, named as the requirement names it."""
 
 
 class Task(BaseModel):
@@ -82,6 +87,50 @@ def strip_fences(text: str) -> str:
     """The code of a model's answer: inside its Markdown fence (even one left open), without the talk around it."""
     match = _FENCE.search(text)
     return (match.group(1) if match else text).strip() + "\n"
+
+
+_KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def main_guarded(code: str) -> str:
+    """``code`` with what it runs at import (example calls, prints, asserts) moved under ``if __name__ == "__main__":``.
+
+    A module is imported by the tests: the examples a model appends (``print(f(3))``, ``assert
+    f(1) == 2``, ``input()``) would run, fail or wait there. Definitions, imports and assignments of
+    values stay; an assignment calling what the module defines (or ``input``/``print``) moves. Code
+    that does not parse is left as it is (its tests say why).
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    lines = code.splitlines(keepends=True)
+    kept, moved, start = [], [], 0
+    for node in tree.body:
+        end = node.end_lineno or node.lineno
+        segment = "".join(lines[start:end])
+        start = end
+        (kept if _stays(node, defined) else moved).append(segment)
+    if not moved:
+        return code
+    kept.append("".join(lines[start:]))
+    body = textwrap.indent("".join(moved).strip("\n") + "\n", "    ")
+    return "".join(kept).rstrip("\n") + '\n\n\nif __name__ == "__main__":\n' + body
+
+
+def _stays(node: ast.stmt, defined: set[str]) -> bool:
+    """Whether a top-level statement belongs to the module's import (a definition), not to a run of it."""
+    if isinstance(node, _KEPT):
+        return True
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # a docstring
+        return True
+    if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):  # guarded already
+        return True
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        calls = {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+        return not calls & (defined | {"input", "print"})
+    return False
 
 
 def latest(history: Sequence[Message], model: type[BaseModel]) -> BaseModel | None:
@@ -131,6 +180,24 @@ class _Workspace(Action):
         """
         write_atomic(self.workspace / relative, text, beneath=self.workspace)
 
+    def requirement(self) -> str:
+        """The user's requirement as the product manager kept it (empty before there is one)."""
+        return self.document(REQUIREMENT)
+
+    def document(self, relative: str) -> str:
+        """A document of the workspace (``docs/design.md``), read following no link; empty when there is none."""
+        try:
+            return confined.read_bytes(self.workspace, relative).decode("utf-8", errors="replace").strip()
+        except FileNotFoundError:
+            return ""
+
+    def design(self) -> Design:
+        """The architect's design as it was written (an empty one when there is none, or it does not read)."""
+        try:
+            return Design.model_validate_json(self.document(DESIGN))
+        except ValueError:
+            return Design.model_construct(modules=[], interfaces=[])
+
     def sources(self, folder: str, pattern: str) -> list[tuple[str, str]]:
         """The regular files ``folder/pattern`` of the workspace, as (stem, text), read following no link."""
         found = []
@@ -141,12 +208,24 @@ class _Workspace(Action):
         return found
 
 
+REQUIREMENT = "docs/requirement.md"
+"""The user's requirement, word for word (MetaGPT's ``docs/requirement.txt``): what the engineer and QA read."""
+
+DESIGN = "docs/design.json"
+"""The design as data (MetaGPT keeps its documents as JSON too): the engineer reads its interfaces."""
+
+CODE_TOKENS = 768
+"""The longest answer a file of code or tests may be (a model's default bound cuts code mid-string)."""
+
+
 class WritePRD(_Workspace):
-    """Turn the idea into a PRD (docs/prd.md)."""
+    """Turn the idea into a PRD (docs/prd.md), keeping the idea itself (docs/requirement.md)."""
 
     async def run(self, history: Sequence[Message]) -> PRD:
         """Ask for the PRD."""
-        prompt = render_prompt(self.template("write_prd.txt"), idea=history[-1].content)
+        idea = history[-1].content
+        self.write(REQUIREMENT, idea.strip() + "\n")
+        prompt = render_prompt(self.template("write_prd.txt"), idea=idea)
         prd = await self.aask(prompt, output_model=PRD)
         self.write("docs/prd.md", markdown("Product requirements", prd))
         return prd
@@ -158,9 +237,12 @@ class WriteDesign(_Workspace):
     async def run(self, history: Sequence[Message]) -> Design:
         """Ask for the design."""
         prd = latest(history, PRD)
-        prompt = render_prompt(self.template("write_design.txt"), prd=prd.model_dump_json() if prd else "")
+        prompt = render_prompt(
+            self.template("write_design.txt"), prd=prd.model_dump_json() if prd else "", requirement=self.requirement()
+        )
         design = await self.aask(prompt, output_model=Design)
         self.write("docs/design.md", markdown("Design", design))
+        self.write(DESIGN, design.model_dump_json(indent=1))
         return design
 
 
@@ -190,17 +272,37 @@ class WriteCode(_Workspace):
             f"The last test run failed with: {'; '.join(report.errors)[:600]}" if isinstance(report, TestReport) else ""
         )
         attempt = 1 + sum(isinstance(m.instruct_content, TestReport) for m in history)
+        interfaces = _agreeing(self.design().interfaces, self.requirement())
         written = []
         for index, task in enumerate(tasks.tasks if isinstance(tasks, TaskList) else []):
             path = module_file(task.module, index)
             template = self.template("write_code.txt")
-            code = strip_fences(
-                await self.aask(render_prompt(template, path=path, task=task.description, feedback=feedback))
+            prompt = render_prompt(
+                template,
+                path=path,
+                task=task.description,
+                feedback=feedback,
+                requirement=self.requirement(),
+                interfaces=interfaces,
             )
+            code = main_guarded(strip_fences(await self.aask(prompt, max_tokens=CODE_TOKENS)))
             self.write(f"src/{path}", code)
             self.write(f"attempts/{attempt}/src/{path}", code)  # every attempt kept; src/ holds the latest
             written.append(path)
         return "wrote " + ", ".join(f"src/{p}" for p in written)
+
+
+def _agreeing(interfaces: list[str], requirement: str) -> str:
+    """The design's interfaces whose names the requirement uses, as a line for the engineer (a rename is dropped).
+
+    A small model's design often renames what the user named (``is_leap`` becomes ``year_leap``):
+    the requirement wins over a design that disagrees with it.
+    """
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", requirement))
+    agreeing = [
+        i for i in interfaces if (m := re.search(r"(?:def|class)?\s*([A-Za-z_]\w*)", i)) and m.group(1) in words
+    ]
+    return f"Its interfaces: {'; '.join(agreeing)}" if agreeing else ""
 
 
 def _tasks_from(history: Sequence[Message]) -> TaskList | None:
@@ -221,8 +323,8 @@ class WriteTest(_Workspace):
         written = []
         for stem, code in self.sources("src", "*.py"):
             template = self.template("write_test.txt")
-            prompt = render_prompt(template, module=stem, code=code[:1500])
-            self.write(f"tests/test_{stem}.py", strip_fences(await self.aask(prompt)))
+            prompt = render_prompt(template, module=stem, code=code[:1500], requirement=self.requirement())
+            self.write(f"tests/test_{stem}.py", strip_fences(await self.aask(prompt, max_tokens=CODE_TOKENS)))
             written.append(f"tests/test_{stem}.py")
         return "wrote " + ", ".join(written)
 

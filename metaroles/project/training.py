@@ -1,0 +1,165 @@
+"""Runs as training data: every model call of a run (or of every trial of an evaluation) as JSON lines.
+
+Two shapes (``metaroles export RUN_DIR --format sft|trajectories``):
+
+- ``sft``: a line per call, ``{"trial", "role", "action", "messages", "reward", "scores"}``, whose
+  ``messages`` are the chat messages exactly as the model got them, then its answer as the
+  ``assistant`` message (tool calls included) — the conversational format trainers read;
+- ``trajectories``: a line per role of a run, its calls in order as ``steps`` (``action``,
+  ``messages``, ``answer``), with the run's reward: for reinforcement learning over whole episodes.
+
+The calls come from the run's recorded model answers (``metaroles run --record FILE``, ``metaroles
+eval --record``; a replayed evaluation reads the tapes it replayed). An evaluation's scorer gives each
+trial its ``scores`` and its ``reward`` (``--reward METRIC``; by default the suite's first metric).
+Reading a run directory is reading data: only JSON is parsed, nothing is imported. The same
+recordings and scores give the same file, byte for byte.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from metaroles.core.exceptions import ConfigError, RunDirCorrupt
+from metaroles.core.files import read_text, write_atomic
+from metaroles.project.rundir import MANIFEST, read_manifest
+
+FORMATS = ("sft", "trajectories")
+TAPE = "cassette.jsonl"
+"""A trial's recorded calls (as evaluations and sweeps record them)."""
+
+
+def export_training(source: Path, target: Path, form: str, *, reward: str | None = None) -> int:
+    """Write the calls of ``source`` (a run directory or an evaluation folder) to ``target``; how many lines.
+
+    Raises:
+        ConfigError: For an unknown format, a folder that is neither, or runs that recorded no calls.
+    """
+    if form not in FORMATS:
+        raise ConfigError(f"--format {form!r} is not a training format; choose one of {', '.join(FORMATS)}")
+    scores = _scores(source)
+    runs = sorted(scores) if scores else [source]
+    if not scores and not (source / MANIFEST).is_file():
+        raise ConfigError(f"{str(source)!r} is neither a run directory nor an evaluation folder; pass one")
+    metric = reward or _first_metric(source)
+    lines = []
+    for run in runs:
+        trial_scores = scores.get(run, {})
+        value = trial_scores.get(metric) if metric else None
+        calls = list(recorded_calls(run))
+        lines += _sft(run.name, calls, value, trial_scores) if form == "sft" else _episodes(run.name, calls, value)
+    if not lines:
+        raise ConfigError(
+            f"{str(source)!r} recorded no model calls; run it with `metaroles run --record FILE` "
+            "or `metaroles eval --record`, then export"
+        )
+    write_atomic(target, "".join(json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n" for line in lines))
+    return len(lines)
+
+
+def recorded_calls(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """The run's recorded calls in the order they were made: its tapes' entries (``request``, ``response``, ...).
+
+    Raises:
+        RunDirCorrupt: For a tape line that is not a recorded call.
+    """
+    for tape in _tapes(run_dir):
+        text = read_text(tape)
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                entry["request"]["messages"], entry["response"]
+            except (ValueError, KeyError, TypeError, RecursionError):
+                if number == text.count("\n") + 1:  # the last line, cut short by a kill
+                    return
+                raise RunDirCorrupt(
+                    f"{str(tape)!r} line {number} is not a recorded model call; record it again"
+                ) from None
+            yield entry
+
+
+def _tapes(run_dir: Path) -> list[Path]:
+    """Where the run's calls were recorded: its own tapes, the file ``--record`` named, or the tape it replayed."""
+    own = sorted(run_dir.glob("cassette*.jsonl"))
+    if own:
+        return [own[0], *own[1:]] if own[0].name == TAPE else own
+    manifest = read_manifest(run_dir)
+    named = [str(manifest.get(key) or "") for key in ("cassette", "replayed_from")]
+    return [Path(n) for n in named if n.endswith(".jsonl") and Path(n).is_file()][:1]
+
+
+def _answer(response: dict[str, Any]) -> dict[str, Any]:
+    """The model's answer as the assistant message of a chat."""
+    message: dict[str, Any] = {"role": "assistant", "content": str(response.get("text") or "")}
+    if response.get("tool_calls"):
+        message["tool_calls"] = response["tool_calls"]
+    return message
+
+
+def _sft(trial: str, calls: list[dict[str, Any]], reward: Any, scores: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "trial": trial,
+            "role": call.get("role", ""),
+            "action": call.get("action", ""),
+            "messages": [*call["request"]["messages"], _answer(call["response"])],
+            "reward": reward,
+            "scores": scores,
+        }
+        for call in calls
+    ]
+
+
+def _episodes(trial: str, calls: list[dict[str, Any]], reward: Any) -> list[dict[str, Any]]:
+    steps: dict[str, list[dict[str, Any]]] = {}
+    for call in calls:
+        step = {"action": call.get("action", ""), "messages": call["request"]["messages"]}
+        steps.setdefault(call.get("role", ""), []).append(step | {"answer": _answer(call["response"])})
+    return [{"trial": trial, "role": role, "steps": taken, "reward": reward} for role, taken in steps.items()]
+
+
+def _scores(source: Path) -> dict[Path, dict[str, Any]]:
+    """An evaluation's trials (their folders) and the numbers their scorer gave; empty for a single run."""
+    table, trials = source / "eval.jsonl", source / "sweep.jsonl"
+    if not (table.is_file() and trials.is_file()):
+        return {}
+    folders = {}
+    for row in _json_lines(trials):
+        folders[(row.get("task"), row.get("setting"), row.get("seed"))] = source / str(row.get("trial"))
+    found = {}
+    for row in _json_lines(table):
+        folder = folders.get((row.get("task"), row.get("setting"), row.get("seed")))
+        if folder is not None and folder.parent == source and folder.is_dir():
+            found[folder] = {k: v for k, v in row.items() if _number(v) and k not in ("seed",)}
+    return found
+
+
+def _first_metric(source: Path) -> str | None:
+    """The suite's first metric, as the evaluation's summary lists it."""
+    summary = source / "summary.csv"
+    if not summary.is_file():
+        return None
+    rows = list(csv.DictReader(io.StringIO(read_text(summary))))
+    return rows[0].get("metric") if rows else None
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in read_text(path).splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

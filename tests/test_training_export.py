@@ -1,0 +1,86 @@
+"""Runs as training data: `metaroles export --format sft|trajectories`, loaded by `datasets`, the same after replay."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from metaroles.cli import main
+from metaroles.project.evaluate import load_suite, run_eval
+from tests.test_evaluate import suite_folder
+
+
+def test_a_recorded_run_exports_the_chats_the_model_saw_and_datasets_loads_them(tmp_path: Path, capsys) -> None:
+    tape = tmp_path / "calls.jsonl"
+    assert (
+        main(
+            [
+                "run",
+                "debate",
+                "--llm",
+                "test",
+                "--set",
+                "turns=2",
+                "--out",
+                str(tmp_path / "run"),
+                "--record",
+                str(tape),
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "sft.jsonl"
+    assert main(["export", str(tmp_path / "run"), "--format", "sft", "--out", str(out)]) == 0
+    recorded = [json.loads(line) for line in tape.read_text().splitlines()]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == len(recorded) >= 4
+    for line, call in zip(lines, recorded, strict=True):  # exactly what the model got, then what it said
+        assert line["messages"][:-1] == call["request"]["messages"]
+        assert line["messages"][-1] == {"role": "assistant", "content": call["response"]["text"]}
+        assert (line["role"], line["action"]) == (call["role"], call["action"])
+    datasets = pytest.importorskip("datasets")
+    loaded = datasets.load_dataset("json", data_files=str(out), split="train")
+    assert loaded.num_rows == len(lines) and loaded[0]["messages"][-1]["role"] == "assistant"
+    assert main(["export", str(tmp_path / "run"), "--format", "trajectories", "--out", str(tmp_path / "t.jsonl")]) == 0
+    episodes = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert sorted(e["role"] for e in episodes) == sorted({c["role"] for c in recorded})
+    assert sum(len(e["steps"]) for e in episodes) == len(recorded)
+    assert datasets.load_dataset("json", data_files=str(tmp_path / "t.jsonl"), split="train").num_rows == len(episodes)
+
+
+def test_an_eval_exports_every_trial_with_its_reward_and_a_replay_exports_the_same_bytes(tmp_path: Path) -> None:
+    suite = load_suite(suite_folder(tmp_path))
+    rows = run_eval(suite, tmp_path / "live", llm={"llm": "test"}, record=True)
+    run_eval(suite, tmp_path / "again", llm={"llm": "test:99"}, replay=tmp_path / "live")
+    for form in ("sft", "trajectories"):
+        for name in ("live", "again"):
+            assert (
+                main(["export", str(tmp_path / name), "--format", form, "--out", str(tmp_path / f"{name}.{form}")]) == 0
+            )
+        assert (tmp_path / f"live.{form}").read_bytes() == (tmp_path / f"again.{form}").read_bytes(), form
+    lines = [json.loads(line) for line in (tmp_path / "live.sft").read_text().splitlines()]
+    by_trial = {line["trial"]: line["reward"] for line in lines}
+    assert len(by_trial) == len(rows) == 8, "every trial of the eval"
+    for row in rows:  # the suite's first metric is the reward; the scorer's other figures come along
+        trial = f"task={row['task']},setting={row['setting']},seed={row['seed']}"
+        assert by_trial[trial] == row["executability"]
+    assert {line["scores"]["pass_rate"] for line in lines} <= {r["pass_rate"] for r in rows}
+    assert (
+        main(
+            ["export", str(tmp_path / "live"), "--format", "sft", "--reward", "pass_rate", "--out", str(tmp_path / "p")]
+        )
+        == 0
+    )
+    assert {json.loads(line)["reward"] for line in (tmp_path / "p").read_text().splitlines()} <= {
+        r["pass_rate"] for r in rows
+    }
+
+
+def test_exporting_what_recorded_no_calls_or_is_no_run_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    assert main(["run", "debate", "--llm", "test", "--set", "turns=1", "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run"), "--format", "sft"]) == 2
+    assert "recorded no model calls" in capsys.readouterr().err
+    assert main(["export", str(tmp_path), "--format", "trajectories"]) == 2
+    assert "neither a run directory nor an evaluation folder" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "export").exists(), "nothing written"
