@@ -41,7 +41,8 @@ class ModuleSpec(BaseModel):
 
 class Design(BaseModel):
     """The architect's design: its modules and the interfaces the program offers (MetaGPT's "data structures and
-    interfaces")."""
+    interfaces").
+    """
 
     modules: list[ModuleSpec] = Field(min_length=1, max_length=2)
     interfaces: list[str] = Field(default_factory=list, max_length=4)

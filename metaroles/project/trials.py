@@ -12,8 +12,8 @@ and running the sweep again resumes it.
 from __future__ import annotations
 
 import asyncio
-import os
 import json
+import os
 import shutil
 import signal
 import threading
@@ -108,8 +108,7 @@ async def _trial(
     if cassette.startswith("replay:"):  # the model that answered is the one on tape, not the one standing by
         recorded = read_manifest(Path(cassette.removeprefix("replay:")) / folder.name)
         record = {key: recorded.get(key) for key in ("llm", "model", "base_url")}
-        replayed = Path(os.path.abspath(cassette.removeprefix("replay:"))) / folder.name / CASSETTE
-        record["replayed_from"] = str(replayed)  # what `metaroles export` reads for the calls
+        record["replayed_from"] = _replayed_tape(cassette, folder)  # what `metaroles export` reads for the calls
     given = {**({"cassette": tape} if tape else {}), **({"role_llms": specs} if specs else {})}
     await run_scenario(
         scenario,
@@ -120,6 +119,11 @@ async def _trial(
         run=run,
         role_llms=role_llms,
     )
+
+
+def _replayed_tape(cassette: str, folder: Path) -> str:
+    """The tape a replayed trial answers from, as an absolute path."""
+    return str(Path(os.path.abspath(cassette.removeprefix("replay:"))) / folder.name / CASSETTE)
 
 
 def _models(
