@@ -40,9 +40,7 @@ class ModuleSpec(BaseModel):
 
 
 class Design(BaseModel):
-    """The architect's design: its modules and the interfaces the program offers (MetaGPT's "data structures and
-    interfaces").
-    """
+    """The architect's design: its modules and interfaces (MetaGPT's "data structures and interfaces")."""
 
     modules: list[ModuleSpec] = Field(min_length=1, max_length=2)
     interfaces: list[str] = Field(default_factory=list, max_length=4)
