@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -365,3 +366,39 @@ def test_the_report_names_the_model_states_each_scale_and_rounds_its_figures(tmp
     assert [row["model"] for row in rows] == ["test:0", "test:1"]
     figures = [cell for line in text.splitlines() if line.startswith("| confidence") for cell in line.split("|")[4:6]]
     assert figures and all(len(part.strip().partition(".")[2]) <= 3 for cell in figures for part in cell.split("–"))
+
+
+def test_the_reference_company_calibrates_the_paper_table_and_replays_it(tmp_path: Path) -> None:
+    """The scripted reference company scores 4 and passes every acceptance test: the table measures the model."""
+    suite = load_suite("software")
+    script = suite.folder / "reference_company.json"
+    generated = importlib.util.spec_from_file_location("reference_company", suite.folder / "reference_company.py")
+    assert generated is not None and generated.loader is not None
+    module = importlib.util.module_from_spec(generated)
+    generated.loader.exec_module(module)
+    assert json.loads(script.read_text(encoding="utf-8")) == module.script(), "regenerate reference_company.json"
+    rows = run_eval(suite, tmp_path / "ref", llm={"llm": f"scripted:{script}"}, record=True, jobs=2)
+    assert len(rows) == 31 and all(r["executability"] == 4 and r["pass_rate"] == 1.0 for r in rows)
+    assert all(r["files"] == 1 and r["tokens_per_line"] > 0 and r["fix_attempts"] == 0 for r in rows)
+    table = (tmp_path / "ref" / "table.md").read_text()
+    head = (
+        "| task | executability | pass_rate | running_s | total_tokens | files | loc_per_file | loc | tokens_per_line |"
+    )
+    assert head in table and "| **all (31 trials)** | **4.0** [4.0, 4.0] | **1.0** [1.0, 1.0] |" in table
+    assert sum(1 for line in table.splitlines() if line.startswith("| ")) == 1 + 31 + 1
+    run_eval(suite, tmp_path / "again", llm={"llm": "test"}, replay=tmp_path / "ref")
+    for name in EVAL_FILES:  # the table's running time is the clock's; every other file is the same
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+
+
+def test_ablation_compares_the_company_by_role_and_a_suite_without_ablations_refuses_it(tmp_path: Path) -> None:
+    suite = load_suite("software", tasks=["leap_year"], ablation=True)
+    assert list(suite.settings) == ["default", "without_qa", "without_architect", "pm_and_engineer"]
+    assert suite.settings["pm_and_engineer"]["without"] == ["Architect", "ProjectManager", "QA"]
+    script = suite.folder / "reference_company.json"
+    rows = run_eval(suite, tmp_path / "abl", llm={"llm": f"scripted:{script}"})
+    assert {r["setting"]: r["executability"] for r in rows} == dict.fromkeys(suite.settings, 4)
+    table = (tmp_path / "abl" / "table.md").read_text()
+    assert [line for line in table.splitlines() if line.startswith("## ")] == [f"## {s}" for s in suite.settings]
+    with pytest.raises(ConfigError, match="no \\[ablations.NAME\\] settings"):
+        load_suite("debate", ablation=True)

@@ -138,3 +138,19 @@ def test_tolerant_json_extraction():
     assert json.loads(extract_json('Answer: {"a": {"b": 2}} hope it helps')) == {"a": {"b": 2}}
     with pytest.raises(ValueError, match="invalid JSON"):
         parse_output("no json here", Inner)
+
+
+async def test_a_scripted_answer_with_when_answers_only_the_prompts_that_hold_its_text() -> None:
+    from metaroles.llm.offline import ScriptedLLM, ScriptExhausted
+    from metaroles.llm.protocol import LLMRequest
+
+    llm = ScriptedLLM({"*": {"Code": [{"when": "roman(", "answer": "R"}, {"when": "leap(", "answer": "L"}, "plain"]}})
+
+    def asked(text: str) -> LLMRequest:
+        return LLMRequest(messages=[{"role": "user", "content": text}], role="Engineer", action="Code")
+
+    assert (await llm.complete(asked("write leap(year)"))).text == "L"
+    assert (await llm.complete(asked("write roman(n)"))).text == "R"
+    assert (await llm.complete(asked("write roman(n)"))).text == "plain", "each answer once, then the plain one"
+    with pytest.raises(ScriptExhausted, match="call #4"):
+        await llm.complete(asked("write leap(year)"))

@@ -57,6 +57,9 @@ def evaluate(
     replay: Annotated[
         Path | None, typer.Option(metavar="EVAL_DIR", help="answer every call from an evaluation that recorded them")
     ] = None,
+    ablation: Annotated[
+        bool, typer.Option("--ablation", help="compare the suite's ablation settings too (software: by role)")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display")] = False,
     trust: Annotated[
         bool,
@@ -81,7 +84,13 @@ def evaluate(
         settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
         check_model(settings.llm, settings)
         chosen = load_suite(
-            suite, seeds=seeded, tasks=task, settings=_settings(setting), more_settings=extra, trust=trust
+            suite,
+            seeds=seeded,
+            tasks=task,
+            settings=_settings(setting),
+            more_settings=extra,
+            trust=trust,
+            ablation=ablation,
         )
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         folder = out or Path("evals") / chosen.name
@@ -93,7 +102,8 @@ def evaluate(
             )  # fmt: skip
     _print(folder)
     failed = [row for row in rows if row.get("status") != "done"]
-    typer.echo(f"{len(rows) - len(failed)} of {total} trials done; in {folder}: {TABLE}, {SUMMARY}, report.md")
+    written = f"{TABLE}, {SUMMARY}, report.md" + (", table.md" if chosen.table else "")
+    typer.echo(f"{len(rows) - len(failed)} of {total} trials done; in {folder}: {written}")
     for row in failed:
         err.print(
             printable(f"failed: {row['task']} {row['setting']} seed {row['seed']}: {row.get('error')}"), highlight=False

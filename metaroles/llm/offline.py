@@ -211,7 +211,8 @@ class ScriptedLLM:
     """A model that answers from a script: role name → action name → responses in order.
 
     ``"*"`` as a role or action matches any. A response may be a string or JSON data (dumped to
-    text). A mapping with ``"tool_calls"`` is a tool-calling answer: ``{"content": "...",
+    text). ``{"when": "TEXT", "answer": RESPONSE}`` answers only a request whose messages contain
+    TEXT (the first such one left): one script can answer many tasks, each by what its prompt says. A mapping with ``"tool_calls"`` is a tool-calling answer: ``{"content": "...",
     "tool_calls": [{"name": "python_execute", "arguments": {"code": "..."}, "id": "call_1"}]}``
     (``arguments`` as an object or as the raw JSON string a model would send, even a broken one;
     ``id`` optional). Every call is recorded in :attr:`calls`.
@@ -233,7 +234,7 @@ class ScriptedLLM:
         self.source = source
         self.model = model
         self.calls: list[ScriptedCall] = []
-        self._used: dict[tuple[str, str], int] = {}
+        self._taken: dict[tuple[str, str], set[int]] = {}
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedLLM:
@@ -272,19 +273,36 @@ class ScriptedLLM:
                     return r, a
         return role, action
 
+    def _next(self, key: tuple[str, str], responses: Sequence[Any], request: LLMRequest) -> int | None:
+        """The first response not given yet that answers ``request`` (a ``when`` its messages contain)."""
+        text: str | None = None
+        for index, answer in enumerate(responses):
+            if index in self._taken[key]:
+                continue
+            if not (isinstance(answer, Mapping) and "when" in answer):
+                return index
+            if text is None:
+                text = "\n".join(str(m.get("content") or "") for m in request.messages)
+            if str(answer["when"]) in text:
+                return index
+        return None
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Answer with the next scripted response for the request's role and action."""
         key = self._key(request.role, request.action)
-        number = self._used.get(key, 0)
+        number = len(self._taken.setdefault(key, set()))
         responses = self.script.get(key[0], {}).get(key[1], ())
-        if number >= len(responses):
+        index = self._next(key, responses, request)
+        if index is None:
             raise ScriptExhausted(
                 f"ScriptedLLM ({self.source}) has no response for role {request.role!r}, action "
                 f"{request.action!r}, call #{number + 1} ({len(responses)} scripted); add responses "
                 f"under [{request.role!r}][{request.action!r}] or '*'"
             )
-        self._used[key] = number + 1
-        answer = responses[number]
+        self._taken[key].add(index)
+        answer = responses[index]
+        if isinstance(answer, Mapping) and "when" in answer:
+            answer = answer.get("answer", "")
         text = answer if isinstance(answer, str) else json.dumps(answer)
         self.calls.append(
             ScriptedCall(role=request.role, action=request.action, number=number + 1, request=request, response=text)

@@ -23,7 +23,6 @@ files, byte for byte, with no model.
 from __future__ import annotations
 
 import json
-import random
 import re
 import tomllib
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ from typing import Any
 
 from metaroles.core.exceptions import ConfigError, MetarolesError
 from metaroles.core.files import write_atomic
-from metaroles.llm.model_files import local_model_available
+from metaroles.llm.model_files import MODEL_NAME, local_model_available
 from metaroles.llm.providers import resolve_llm
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.registry import load_scenario, unregistered_module
@@ -44,6 +43,7 @@ from metaroles.project.scenario import check_role_models, checked_config
 from metaroles.project.scoring import ScorerError, ScorerProcess
 from metaroles.project.scoring import Task as Task  # a suite's score.py may import it from here
 from metaroles.project.sweep import MAX_TRIALS, Table, TrialBatch, run_trials
+from metaroles.project.tables import TABLE_MD, interval, suite_table, wall_times
 from metaroles.project.trials import Row, split_role_llms
 
 TABLE = "eval.jsonl"
@@ -72,6 +72,8 @@ class Suite:
     """Seconds a call of the scorer may take (``score_timeout`` in ``suite.toml``)."""
     scales: dict[str, str] = field(default_factory=dict)
     """What each metric's numbers mean (``[scales]`` in ``suite.toml``), for the report."""
+    table: list[str] = field(default_factory=list)
+    """The columns of the suite's own table (``table`` in ``suite.toml``): ``table.md``, per task and overall."""
 
     def scorer(self) -> ScorerProcess:
         """The suite's ``score.py`` in a child process (a context manager; see :mod:`metaroles.project.scoring`)."""
@@ -86,10 +88,12 @@ def load_suite(
     settings: dict[str, dict[str, Any]] | None = None,
     more_settings: dict[str, dict[str, Any]] | None = None,
     trust: bool = True,
+    ablation: bool = False,
 ) -> Suite:
     """The suite ``name``: a built-in one (``software``, ...) or a folder; other seeds, fewer tasks, other settings.
 
-    ``settings`` replace the suite's own; ``more_settings`` are compared beside them (ablations).
+    ``settings`` replace the suite's own; ``more_settings`` are compared beside them, and with
+    ``ablation`` the suite's ``[ablations.NAME]`` settings too (the paper's table by role).
     A ``scenario = "x.py"`` is found from the suite's folder. ``trust=False`` (the command line
     without ``--trust``): a scenario file outside the suite's folder, or a module that is not a
     registered scenario, is refused rather than imported (a suite may come from someone else).
@@ -112,7 +116,10 @@ def load_suite(
         raise ConfigError(f"suite {folder.name!r} has no task {missing[0]!r}; its tasks: {', '.join(every)}")
     loaded = [_task(folder / "tasks" / task) for task in chosen]
     own = _settings_of(folder, spec)
-    settings = {**(settings or own), **(more_settings or {})}
+    ablations = _settings_of(folder, spec, "ablations") if ablation else {}
+    if ablation and not spec.get("ablations"):
+        raise ConfigError(f"suite {folder.name!r} has no [ablations.NAME] settings; drop --ablation")
+    settings = {**(settings or own), **ablations, **(more_settings or {})}
     suite = Suite(
         name=folder.name,
         folder=folder,
@@ -124,6 +131,7 @@ def load_suite(
         metrics=_strings(folder, spec, "metrics"),
         score_timeout=_positive(folder, spec, "score_timeout", SCORE_TIMEOUT),
         scales={str(k): str(v) for k, v in _table(folder, spec, "scales").items()},
+        table=_strings(folder, spec, "table"),
     )
     _check_trials(suite)
     return suite
@@ -167,7 +175,7 @@ def check_model(spec: str, settings: LLMSettings | None = None) -> None:
     """
     settings = settings or LLMSettings(llm=spec)
     if spec == "local":
-        if not local_model_available():
+        if not local_model_available(settings.model or MODEL_NAME):
             resolve_llm("local", settings)  # says what to install
         return
     resolve_llm(spec, settings)
@@ -194,13 +202,11 @@ def _scenario_of(folder: Path, spec: dict[str, Any], *, trust: bool) -> str:
     return scenario
 
 
-def _settings_of(folder: Path, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    settings = spec.get("settings", {"default": {}})
+def _settings_of(folder: Path, spec: dict[str, Any], key: str = "settings") -> dict[str, dict[str, Any]]:
+    settings = spec.get(key, {"default": {}} if key == "settings" else {})
     if not isinstance(settings, dict) or not all(isinstance(v, dict) for v in settings.values()):
-        raise ConfigError(
-            f"{str(folder / 'suite.toml')!r}: settings={settings!r} must be tables, e.g. [settings.default]"
-        )
-    return settings or {"default": {}}
+        raise ConfigError(f"{str(folder / 'suite.toml')!r}: {key}={settings!r} must be tables, e.g. [{key}.default]")
+    return settings or ({"default": {}} if key == "settings" else {})
 
 
 def _seeds_of(folder: Path, spec: dict[str, Any]) -> list[int]:
@@ -352,6 +358,8 @@ def write_eval(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess |
     summary_table.write(out, name=SUMMARY.removesuffix(".csv"), jsonl=False)
     drawn = plots(suite, out / "plots", rows, lines)
     write_atomic(out / "report.md", report(suite, rows, lines, plots=drawn))
+    if suite.table:
+        write_atomic(out / TABLE_MD, suite_table(suite, rows, wall_times(out)))
 
 
 def _parquet(path: Path, rows: list[Row]) -> None:
@@ -444,18 +452,6 @@ def _by_task(suite: Suite, rows: list[Row]) -> list[str]:
 
 def _values(rows: dict[tuple[Any, Any], Row], metric: str) -> dict[tuple[Any, Any], float]:
     return {key: float(row[metric]) for key, row in rows.items() if isinstance(row.get(metric), int | float)}
-
-
-def interval(values: list[float], *, resamples: int = 2000, seed: int = 0) -> tuple[Any, Any, Any]:
-    """Mean and 95 % percentile-bootstrap interval of ``values`` (a fixed seed: the same numbers every time)."""
-    if not values:
-        return None, None, None
-    mean = fmean(values)
-    if len(values) == 1:
-        return round(mean, 6), None, None
-    draw = random.Random(seed)
-    means = sorted(fmean(draw.choices(values, k=len(values))) for _ in range(resamples))
-    return round(mean, 6), round(means[int(0.025 * resamples)], 6), round(means[int(0.975 * resamples) - 1], 6)
 
 
 def plots(suite: Suite, folder: Path, rows: list[Row], lines: list[Row]) -> list[tuple[str, str]]:

@@ -5,7 +5,9 @@ and a runner in ``PythonExecute`` (bubblewrap: no network, only that folder writ
 the suite's ``timeout``) imports every module, gathers their public names into a module
 ``solution`` (what the tests import from, whatever files the engineer chose) and runs each
 ``test_*`` function, printing a line per step as it goes, so a program cut at the limit keeps the
-steps it finished. Executability, in the MetaGPT paper's sense:
+steps it finished. Besides, the paper's code statistics: files, lines of code (``loc``) and per file,
+and productivity: tokens (the ledger's prompt and completion tokens) per line of code.
+Executability, in the MetaGPT paper's sense:
 
 - 0: it does not start (no code, a syntax error, an import that fails or hangs, or writes outside
   its folder at import, which the sandbox refuses);
@@ -84,16 +86,28 @@ def score(run_dir: Path, task: Task) -> dict[str, Any]:
     passed = sum(1 for s in steps if s.get("step") == "test" and s.get("ok"))
     executability = 0 if not loaded else 1 if not entry else 2 if passed == 0 else 3 if passed < total else 4
     problems = [s["error"] for s in steps if s.get("error")]
+    loc = sum(1 for p in sources for line in p.read_text(errors="replace").splitlines() if line.strip())
+    tokens = _tokens(run_dir)
     return {
         "executability": executability,
         "tests_passed": passed,
         "tests_total": total,
         "pass_rate": round(passed / total, 6) if total else None,
         "timed_out": timed_out,
-        "loc": sum(1 for p in sources for line in p.read_text(errors="replace").splitlines() if line.strip()),
+        "loc": loc,
+        "files": len(sources),
+        "loc_per_file": round(loc / len(sources), 6) if sources else None,
+        "tokens_per_line": round(tokens / loc, 6) if loc else None,
         "fix_attempts": max(len(list((workspace / "attempts").glob("*/src"))) - 1, 0),
         "first_problem": (problems[0] if problems else "timed out" if timed_out else None),
     }
+
+
+def _tokens(run_dir: Path) -> int:
+    """Prompt and completion tokens of every model call of the run (its ledger)."""
+    ledger = run_dir / "ledger.json"
+    entries = json.loads(ledger.read_text(encoding="utf-8")) if ledger.is_file() else []
+    return sum(int(e.get("prompt_tokens", 0)) + int(e.get("completion_tokens", 0)) for e in entries)
 
 
 def _timeout(task: Task) -> float:

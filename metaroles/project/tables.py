@@ -1,0 +1,93 @@
+"""A suite's own table (``table.md``): chosen columns per task and overall, per setting, with intervals.
+
+The software suite's is the MetaGPT paper's SoftwareDev table: executability, running time, tokens,
+code files and lines, tokens per line of code, fix attempts and cost; with ``--ablation`` a block per
+setting of the company (the paper's table by role). Every column is a trial's figure from
+``eval.jsonl`` but ``running_s``, the trial's wall time from the clock (``sweep.jsonl``): the one
+figure a replay does not reproduce, so it stays out of the other tables and ``table.md`` is the
+evaluation's only file that differs between a recorded run and its replay.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from statistics import fmean
+from typing import TYPE_CHECKING, Any
+
+from metaroles.core.files import read_text
+
+if TYPE_CHECKING:
+    from metaroles.project.evaluate import Suite
+
+Row = dict[str, Any]
+TABLE_MD = "table.md"
+RUNNING = "running_s"
+
+
+def interval(values: list[float], *, resamples: int = 2000, seed: int = 0) -> tuple[Any, Any, Any]:
+    """Mean and 95 % percentile-bootstrap interval of ``values`` (a fixed seed: the same numbers every time)."""
+    if not values:
+        return None, None, None
+    mean = fmean(values)
+    if len(values) == 1:
+        return round(mean, 6), None, None
+    draw = random.Random(seed)
+    means = sorted(fmean(draw.choices(values, k=len(values))) for _ in range(resamples))
+    return round(mean, 6), round(means[int(0.025 * resamples)], 6), round(means[int(0.975 * resamples) - 1], 6)
+
+
+def wall_times(out: Path) -> dict[tuple[Any, Any, Any], float]:
+    """Each trial's wall time, as the sweep's table keeps it, by (task, setting, seed)."""
+    table = out / "sweep.jsonl"
+    times: dict[tuple[Any, Any, Any], float] = {}
+    if not table.is_file():
+        return times
+    for line in read_text(table).splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("wall_s"), int | float):
+            times[(row.get("task"), row.get("setting"), row.get("seed"))] = float(row["wall_s"])
+    return times
+
+
+def suite_table(suite: Suite, rows: list[Row], times: Mapping[tuple[Any, Any, Any], float]) -> str:
+    """The Markdown table: a block per setting, a line per task (its mean over seeds), then the overall mean."""
+    timed = [{**row, RUNNING: times.get((row["task"], row["setting"], row["seed"]))} for row in rows]
+    columns = suite.table
+    text = [f"# {suite.name}: the table", "", "Per task, the mean over its seeds; overall, the mean [95 % interval]."]
+    for setting in suite.settings:
+        mine = [row for row in timed if row["setting"] == setting and row.get("status") == "done"]
+        text += ["", f"## {setting}", "", f"| task | {' | '.join(columns)} |", "|---|" + "---|" * len(columns)]
+        for task in suite.tasks:
+            cells = [_mean([r for r in mine if r["task"] == task.name], column) for column in columns]
+            text.append(f"| {task.name} | {' | '.join(cells)} |")
+        overall = []
+        for column in columns:
+            mean, low, high = interval(_numbers(mine, column))
+            overall.append(
+                ""
+                if mean is None
+                else f"**{_round(mean)}**" + (f" [{_round(low)}, {_round(high)}]" if low is not None else "")
+            )
+        text.append(f"| **all ({len(mine)} trials)** | {' | '.join(overall)} |")
+    return "\n".join(text) + "\n"
+
+
+def _numbers(rows: list[Row], column: str) -> list[float]:
+    return [
+        float(r[column]) for r in rows if isinstance(r.get(column), int | float) and not isinstance(r[column], bool)
+    ]
+
+
+def _mean(rows: list[Row], column: str) -> str:
+    values = _numbers(rows, column)
+    return str(_round(fmean(values))) if values else ""
+
+
+def _round(value: float) -> float:
+    return round(value, 2)

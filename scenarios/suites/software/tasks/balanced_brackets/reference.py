@@ -1,0 +1,12 @@
+"""A correct solution of the balanced_brackets task (hidden from the company): the reference company answers with it."""
+
+
+def balanced(text):
+    pairs, stack = {")": "(", "]": "[", "}": "{"}, []
+    for char in text:
+        if char in "([{":
+            stack.append(char)
+        elif char in pairs:
+            if not stack or stack.pop() != pairs[char]:
+                return False
+    return not stack

@@ -1,0 +1,16 @@
+"""A correct solution of the bowling task (hidden from the company): the reference company answers with it."""
+
+
+def bowling_score(rolls):
+    score, index = 0, 0
+    for _ in range(10):
+        if rolls[index] == 10:
+            score += 10 + rolls[index + 1] + rolls[index + 2]
+            index += 1
+        elif rolls[index] + rolls[index + 1] == 10:
+            score += 10 + rolls[index + 2]
+            index += 2
+        else:
+            score += rolls[index] + rolls[index + 1]
+            index += 2
+    return score
