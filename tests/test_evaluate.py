@@ -400,5 +400,5 @@ def test_ablation_compares_the_company_by_role_and_a_suite_without_ablations_ref
     assert {r["setting"]: r["executability"] for r in rows} == dict.fromkeys(suite.settings, 4)
     table = (tmp_path / "abl" / "table.md").read_text()
     assert [line for line in table.splitlines() if line.startswith("## ")] == [f"## {s}" for s in suite.settings]
-    with pytest.raises(ConfigError, match="no \\[ablations.NAME\\] settings"):
+    with pytest.raises(ConfigError, match=r"no \[ablations.NAME\] settings"):
         load_suite("debate", ablation=True)

@@ -212,7 +212,8 @@ class ScriptedLLM:
 
     ``"*"`` as a role or action matches any. A response may be a string or JSON data (dumped to
     text). ``{"when": "TEXT", "answer": RESPONSE}`` answers only a request whose messages contain
-    TEXT (the first such one left): one script can answer many tasks, each by what its prompt says. A mapping with ``"tool_calls"`` is a tool-calling answer: ``{"content": "...",
+    TEXT (the first such one left): one script can answer many tasks, each by what its prompt says.
+    A mapping with ``"tool_calls"`` is a tool-calling answer: ``{"content": "...",
     "tool_calls": [{"name": "python_execute", "arguments": {"code": "..."}, "id": "call_1"}]}``
     (``arguments`` as an object or as the raw JSON string a model would send, even a broken one;
     ``id`` optional). Every call is recorded in :attr:`calls`.

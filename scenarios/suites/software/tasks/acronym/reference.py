@@ -1,4 +1,4 @@
-"""A correct solution of the acronym task (hidden from the company): the reference company answers with it."""
+"""A correct solution of acronym, hidden from the company: the reference company's code."""
 
 
 def acronym(phrase):

@@ -1,4 +1,4 @@
-"""A correct solution of the anagrams task (hidden from the company): the reference company answers with it."""
+"""A correct solution of anagrams, hidden from the company: the reference company's code."""
 
 
 def group_anagrams(words):

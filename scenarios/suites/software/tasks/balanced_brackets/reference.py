@@ -1,4 +1,4 @@
-"""A correct solution of the balanced_brackets task (hidden from the company): the reference company answers with it."""
+"""A correct solution of balanced_brackets, hidden from the company: the reference company's code."""
 
 
 def balanced(text):

@@ -1,4 +1,4 @@
-"""A correct solution of the binary_search task (hidden from the company): the reference company answers with it."""
+"""A correct solution of binary_search, hidden from the company: the reference company's code."""
 
 
 def binary_search(items, target):

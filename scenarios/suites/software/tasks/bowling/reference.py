@@ -1,4 +1,4 @@
-"""A correct solution of the bowling task (hidden from the company): the reference company answers with it."""
+"""A correct solution of bowling, hidden from the company: the reference company's code."""
 
 
 def bowling_score(rolls):

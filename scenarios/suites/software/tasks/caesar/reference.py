@@ -1,4 +1,4 @@
-"""A correct solution of the caesar task (hidden from the company): the reference company answers with it."""
+"""A correct solution of caesar, hidden from the company: the reference company's code."""
 
 
 def caesar(text, shift):

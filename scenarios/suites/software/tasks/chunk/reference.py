@@ -1,4 +1,4 @@
-"""A correct solution of the chunk task (hidden from the company): the reference company answers with it."""
+"""A correct solution of chunk, hidden from the company: the reference company's code."""
 
 
 def chunk(items, size):

@@ -1,4 +1,4 @@
-"""A correct solution of the csv_sum task (hidden from the company): the reference company answers with it."""
+"""A correct solution of csv_sum, hidden from the company: the reference company's code."""
 
 import csv
 import io
@@ -9,7 +9,7 @@ def column_sums(csv_text):
     header = next(reader)
     sums = {name: 0.0 for name in header}
     for row in reader:
-        for name, cell in zip(header, row):
+        for name, cell in zip(header, row, strict=False):
             try:
                 sums[name] += float(cell)
             except ValueError:

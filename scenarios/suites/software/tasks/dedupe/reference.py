@@ -1,4 +1,4 @@
-"""A correct solution of the dedupe task (hidden from the company): the reference company answers with it."""
+"""A correct solution of dedupe, hidden from the company: the reference company's code."""
 
 
 def dedupe(items):

@@ -1,4 +1,4 @@
-"""A correct solution of the fizzbuzz task (hidden from the company): the reference company answers with it."""
+"""A correct solution of fizzbuzz, hidden from the company: the reference company's code."""
 
 
 def fizzbuzz(n):

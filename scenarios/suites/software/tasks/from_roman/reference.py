@@ -1,4 +1,4 @@
-"""A correct solution of the from_roman task (hidden from the company): the reference company answers with it."""
+"""A correct solution of from_roman, hidden from the company: the reference company's code."""
 
 
 def from_roman(numeral):

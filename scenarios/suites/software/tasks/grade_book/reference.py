@@ -1,4 +1,4 @@
-"""A correct solution of the grade_book task (hidden from the company): the reference company answers with it."""
+"""A correct solution of grade_book, hidden from the company: the reference company's code."""
 
 
 def letter_grade(score):

@@ -1,4 +1,4 @@
-"""A correct solution of the interval_merge task (hidden from the company): the reference company answers with it."""
+"""A correct solution of interval_merge, hidden from the company: the reference company's code."""
 
 
 def merge_intervals(intervals):

@@ -1,4 +1,4 @@
-"""A correct solution of the isbn task (hidden from the company): the reference company answers with it."""
+"""A correct solution of isbn, hidden from the company: the reference company's code."""
 
 
 def valid_isbn10(code):

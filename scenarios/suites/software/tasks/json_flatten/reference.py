@@ -1,4 +1,4 @@
-"""A correct solution of the json_flatten task (hidden from the company): the reference company answers with it."""
+"""A correct solution of json_flatten, hidden from the company: the reference company's code."""
 
 
 def flatten(data, prefix=""):

@@ -1,4 +1,4 @@
-"""A correct solution of the leap_year task (hidden from the company): the reference company answers with it."""
+"""A correct solution of leap_year, hidden from the company: the reference company's code."""
 
 
 def is_leap(year):

@@ -1,5 +1,5 @@
-"""A correct solution of the matrix_transpose task (hidden from the company): the reference company answers with it."""
+"""A correct solution of matrix_transpose, hidden from the company: the reference company's code."""
 
 
 def transpose(matrix):
-    return [list(row) for row in zip(*matrix)]
+    return [list(row) for row in zip(*matrix, strict=True)]

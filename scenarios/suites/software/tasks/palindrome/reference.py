@@ -1,4 +1,4 @@
-"""A correct solution of the palindrome task (hidden from the company): the reference company answers with it."""
+"""A correct solution of palindrome, hidden from the company: the reference company's code."""
 
 
 def is_palindrome(text):

@@ -1,4 +1,4 @@
-"""A correct solution of the primes task (hidden from the company): the reference company answers with it."""
+"""A correct solution of primes, hidden from the company: the reference company's code."""
 
 
 def primes_up_to(n):

@@ -1,4 +1,4 @@
-"""A correct solution of the queue_sim task (hidden from the company): the reference company answers with it."""
+"""A correct solution of queue_sim, hidden from the company: the reference company's code."""
 
 
 def checkout_times(arrivals, service):

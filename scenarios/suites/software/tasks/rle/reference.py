@@ -1,4 +1,4 @@
-"""A correct solution of the rle task (hidden from the company): the reference company answers with it."""
+"""A correct solution of rle, hidden from the company: the reference company's code."""
 
 
 def rle_encode(text):

@@ -1,4 +1,4 @@
-"""A correct solution of the rock_paper_scissors task (hidden from the company): the reference company answers with it."""
+"""A correct solution of rock_paper_scissors, hidden from the company: the reference company's code."""
 
 
 def rps(a, b):

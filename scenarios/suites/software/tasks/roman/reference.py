@@ -1,4 +1,4 @@
-"""A correct solution of the roman task (hidden from the company): the reference company answers with it."""
+"""A correct solution of roman, hidden from the company: the reference company's code."""
 
 
 def to_roman(n):

@@ -1,4 +1,4 @@
-"""A correct solution of the run_length_of_ones task (hidden from the company): the reference company answers with it."""
+"""A correct solution of run_length_of_ones, hidden from the company: the reference company's code."""
 
 
 def longest_run(bits):

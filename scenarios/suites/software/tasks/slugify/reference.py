@@ -1,4 +1,4 @@
-"""A correct solution of the slugify task (hidden from the company): the reference company answers with it."""
+"""A correct solution of slugify, hidden from the company: the reference company's code."""
 
 import re
 

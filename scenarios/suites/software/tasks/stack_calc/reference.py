@@ -1,4 +1,4 @@
-"""A correct solution of the stack_calc task (hidden from the company): the reference company answers with it."""
+"""A correct solution of stack_calc, hidden from the company: the reference company's code."""
 
 
 def rpn(expression):

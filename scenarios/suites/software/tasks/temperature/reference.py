@@ -1,4 +1,4 @@
-"""A correct solution of the temperature task (hidden from the company): the reference company answers with it."""
+"""A correct solution of temperature, hidden from the company: the reference company's code."""
 
 
 def c_to_f(celsius):

@@ -1,4 +1,4 @@
-"""A correct solution of the tic_tac_toe task (hidden from the company): the reference company answers with it."""
+"""A correct solution of tic_tac_toe, hidden from the company: the reference company's code."""
 
 
 def winner(board):

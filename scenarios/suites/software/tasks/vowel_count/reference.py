@@ -1,4 +1,4 @@
-"""A correct solution of the vowel_count task (hidden from the company): the reference company answers with it."""
+"""A correct solution of vowel_count, hidden from the company: the reference company's code."""
 
 
 def count_vowels(text):

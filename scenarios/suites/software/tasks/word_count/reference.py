@@ -1,4 +1,4 @@
-"""A correct solution of the word_count task (hidden from the company): the reference company answers with it."""
+"""A correct solution of word_count, hidden from the company: the reference company's code."""
 
 
 def count_words(text):

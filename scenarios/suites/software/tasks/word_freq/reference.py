@@ -1,4 +1,4 @@
-"""A correct solution of the word_freq task (hidden from the company): the reference company answers with it."""
+"""A correct solution of word_freq, hidden from the company: the reference company's code."""
 
 from collections import Counter
 
