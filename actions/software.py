@@ -315,17 +315,20 @@ def _tasks_from(history: Sequence[Message]) -> TaskList | None:
 
 
 class WriteTest(_Workspace):
-    """Write a test file per module (tests/)."""
+    """Write a test file per module (tests/), once: a fix is judged by the tests that failed it."""
 
     async def run(self, history: Sequence[Message]) -> str:
-        """Write the tests for every module in src/."""
+        """Write the tests for every module in src/ that has none yet."""
         written = []
+        tested = {stem.removeprefix("test_") for stem, _ in self.sources("tests", "test_*.py")}
         for stem, code in self.sources("src", "*.py"):
+            if stem in tested:
+                continue
             template = self.template("write_test.txt")
             prompt = render_prompt(template, module=stem, code=code[:1500], requirement=self.requirement())
             self.write(f"tests/test_{stem}.py", strip_fences(await self.aask(prompt, max_tokens=CODE_TOKENS)))
             written.append(f"tests/test_{stem}.py")
-        return "wrote " + ", ".join(written)
+        return "wrote " + ", ".join(written) if written else "kept the tests"
 
 
 _RUNNER = r"""

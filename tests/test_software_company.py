@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from metaroles.actions.software import PRD, Design, TaskList, TestReport, module_file, strip_fences
+from metaroles.actions.software import PRD, Design, TaskList, TestReport, main_guarded, module_file, strip_fences
 
 from metaroles import FunctionLLM, TestLLM
 from metaroles.llm.model_files import local_model_available
@@ -29,7 +29,16 @@ async def test_a_working_company_ships_code_whose_tests_pass(tmp_path):
     workspace = tmp_path / "run" / "workspace"
     assert (workspace / "src" / "counter.py").read_text() == "def count_words(text):\n    return len(text.split())\n"
     assert "## Goal\n\n- Count words" in (workspace / "docs" / "prd.md").read_text()
-    assert {p.name for p in (workspace / "docs").iterdir()} == {"prd.md", "design.md", "tasks.md"}
+    assert {p.name for p in (workspace / "docs").iterdir()} == {
+        "requirement.md",
+        "prd.md",
+        "design.md",
+        "design.json",
+        "tasks.md",
+    }
+    assert (
+        workspace / "docs" / "requirement.md"
+    ).read_text() == "A command-line tool that counts the words in a text file.\n"
     report = json.loads((workspace / "test_report.json").read_text())
     assert (report["passed"], report["failed"], report["attempt"]) == (2, 0, 1)
     speakers = [m.sent_from for m in team.env.history]
@@ -77,3 +86,40 @@ async def test_a_short_run_with_the_embedded_model(tmp_path):
     assert [type(d) for d in documents] == [PRD, Design, TaskList], "structured answers validate"
     report = json.loads((tmp_path / "run" / "workspace" / "test_report.json").read_text())
     assert report["attempt"] == 1 and report["passed"] + report["failed"] >= 1
+
+
+def test_code_that_runs_at_import_moves_under_a_main_guard_and_definitions_stay():
+    code = (
+        "import re\n# a helper\ndef f(x):\n    return x + 1\n\nPATTERN = re.compile('a')\n"
+        "y = f(2)\nprint(y)\nassert f(1) == 3, 'examples a model appends'\n"
+    )
+    guarded = main_guarded(code)
+    assert guarded.startswith("import re\n# a helper\ndef f(x):\n    return x + 1\n\nPATTERN = re.compile('a')\n")
+    assert guarded.endswith(
+        "if __name__ == \"__main__\":\n    y = f(2)\n    print(y)\n    assert f(1) == 3, 'examples a model appends'\n"
+    )
+    scope: dict[str, object] = {"__name__": "imported"}
+    exec(compile(guarded, "m", "exec"), scope)  # imports without running the examples (their assert fails)
+    assert "y" not in scope and callable(scope["f"])
+    assert main_guarded("def f():\n    return 1\n") == "def f():\n    return 1\n", "nothing to move: unchanged"
+    assert main_guarded("def f(:\n") == "def f(:\n", "code that does not parse is left for its tests to show"
+
+
+async def test_the_engineer_and_qa_read_the_requirement_and_a_fix_keeps_the_tests_that_failed(tmp_path):
+    seen: dict[str, list[str]] = {}
+
+    def answer(request):
+        seen.setdefault(request.action, []).append(request.messages[-1]["content"])
+        if request.action == "WriteCode":
+            return "```python\ndef count_words(text):\n    return 0\n\nprint(count_words('a'))\n```"
+        return ANSWERS[request.action]
+
+    _, team = await run_scenario(
+        "software_company", llm=FunctionLLM(answer), options={"max_fix_loops": 1}, out_dir=tmp_path / "run"
+    )
+    idea = "A command-line tool that counts the words in a text file."
+    assert all(idea in prompt for prompt in seen["WriteCode"] + seen["WriteTest"] + seen["WriteDesign"])
+    assert len(seen["WriteCode"]) == 2 and len(seen["WriteTest"]) == 1, "the fix is judged by the same tests"
+    assert "The last test run failed" in seen["WriteCode"][1]
+    code = (tmp_path / "run" / "workspace" / "src" / "counter.py").read_text()
+    assert code.endswith("if __name__ == \"__main__\":\n    print(count_words('a'))\n")
