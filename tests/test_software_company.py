@@ -114,7 +114,7 @@ async def test_the_engineer_and_qa_read_the_requirement_and_a_fix_keeps_the_test
             return "```python\ndef count_words(text):\n    return 0\n\nprint(count_words('a'))\n```"
         return ANSWERS[request.action]
 
-    _, team = await run_scenario(
+    await run_scenario(
         "software_company", llm=FunctionLLM(answer), options={"max_fix_loops": 1}, out_dir=tmp_path / "run"
     )
     idea = "A command-line tool that counts the words in a text file."
