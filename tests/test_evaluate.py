@@ -402,3 +402,41 @@ def test_ablation_compares_the_company_by_role_and_a_suite_without_ablations_ref
     assert [line for line in table.splitlines() if line.startswith("## ")] == [f"## {s}" for s in suite.settings]
     with pytest.raises(ConfigError, match=r"no \[ablations.NAME\] settings"):
         load_suite("debate", ablation=True)
+
+
+def test_a_rubric_rates_each_run_by_weighted_criteria_recorded_and_replayed(tmp_path: Path) -> None:
+    rater = tmp_path / "rater.json"
+    rater.write_text(
+        json.dumps({"Rater": {"argues": [{"score": 8, "why": "both argue"}], "fair": [{"score": 2, "why": "no"}]}})
+    )
+    rubric = (
+        f'\n[rubric]\nllm = "scripted:{rater}"\n'
+        '[[rubric.criteria]]\nname = "argues"\nweight = 3\nquestion = "Does each side argue the motion?"\n'
+        '[[rubric.criteria]]\nname = "fair"\nquestion = "Is the verdict fair?"\n'
+    )
+    folder = tiny_suite(tmp_path, metrics='["rubric"]')
+    (folder / "suite.toml").write_text((folder / "suite.toml").read_text() + rubric)
+    suite = load_suite(folder)
+    rows = run_eval(suite, tmp_path / "live", llm={"llm": "test"}, record=True)
+    assert (rows[0]["rubric.argues"], rows[0]["rubric.fair"], rows[0]["rubric"]) == (0.8, 0.2, 0.65)
+    tape = tmp_path / "live" / "task=one,setting=default,seed=0" / "rubric.jsonl"
+    asked = [json.loads(line) for line in tape.read_text().splitlines()]
+    assert [a["action"] for a in asked] == ["argues", "fair"]
+    assert "Does each side argue the motion?" in asked[0]["request"]["messages"][-1]["content"]
+    assert "Alice" in asked[0]["request"]["messages"][-1]["content"], "the rater reads the transcript"
+    rater.unlink()  # no rater any more: the replay answers from the recorded trial's tape
+    run_eval(suite, tmp_path / "again", llm={"llm": "test:9"}, replay=tmp_path / "live")
+    for name in EVAL_FILES:
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "live" / name).read_bytes(), name
+
+
+def test_a_bad_rubric_is_refused_by_name(tmp_path: Path) -> None:
+    for bad, said in (
+        ('[rubric]\nllm = "test"\n', "needs \\[\\[rubric.criteria\\]\\]"),
+        ('[rubric]\n[[rubric.criteria]]\nname = "x"\n', "needs a name and a question"),
+        ('[rubric]\n[[rubric.criteria]]\nname = "x"\nquestion = "q"\nweight = -1\n', "weight=-1"),
+    ):
+        folder = tiny_suite(tmp_path / str(len(said)))
+        (folder / "suite.toml").write_text((folder / "suite.toml").read_text() + bad)
+        with pytest.raises(ConfigError, match=said):
+            load_suite(folder)

@@ -40,6 +40,7 @@ from metaroles.llm.settings import LLMSettings
 from metaroles.project.registry import load_scenario, unregistered_module
 from metaroles.project.rundir import read_manifest
 from metaroles.project.scenario import check_role_models, checked_config
+from metaroles.project.rubric import Rubric
 from metaroles.project.scoring import ScorerError, ScorerProcess
 from metaroles.project.scoring import Task as Task  # a suite's score.py may import it from here
 from metaroles.project.sweep import MAX_TRIALS, Table, TrialBatch, run_trials
@@ -72,6 +73,8 @@ class Suite:
     """Seconds a call of the scorer may take (``score_timeout`` in ``suite.toml``)."""
     scales: dict[str, str] = field(default_factory=dict)
     """What each metric's numbers mean (``[scales]`` in ``suite.toml``), for the report."""
+    rubric: Rubric | None = None
+    """A model's reading of each run against weighted criteria (``[rubric]`` in ``suite.toml``)."""
     table: list[str] = field(default_factory=list)
     """The columns of the suite's own table (``table`` in ``suite.toml``): ``table.md``, per task and overall."""
 
@@ -132,6 +135,7 @@ def load_suite(
         score_timeout=_positive(folder, spec, "score_timeout", SCORE_TIMEOUT),
         scales={str(k): str(v) for k, v in _table(folder, spec, "scales").items()},
         table=_strings(folder, spec, "table"),
+        rubric=Rubric.from_spec(spec.get("rubric"), str(folder / "suite.toml")),
     )
     _check_trials(suite)
     return suite
@@ -323,7 +327,9 @@ def score_rows(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess) 
         if row.get("status") == "done":
             try:
                 kept.update(scorer.score(out / str(row["trial"]), tasks[str(row["task"])]))
-            except ScorerError as exc:
+                if suite.rubric is not None:
+                    kept.update(suite.rubric.score(out / str(row["trial"])))
+            except (ScorerError, MetarolesError) as exc:
                 kept["status"], kept["error"] = "failed", f"scoring: {exc}"
         else:
             kept["error"] = row.get("error")
