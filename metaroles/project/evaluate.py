@@ -38,9 +38,9 @@ from metaroles.llm.model_files import MODEL_NAME, local_model_available
 from metaroles.llm.providers import resolve_llm
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.registry import load_scenario, unregistered_module
+from metaroles.project.rubric import Rubric
 from metaroles.project.rundir import read_manifest
 from metaroles.project.scenario import check_role_models, checked_config
-from metaroles.project.rubric import Rubric
 from metaroles.project.scoring import ScorerError, ScorerProcess
 from metaroles.project.scoring import Task as Task  # a suite's score.py may import it from here
 from metaroles.project.sweep import MAX_TRIALS, Table, TrialBatch, run_trials
