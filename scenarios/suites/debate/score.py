@@ -16,8 +16,10 @@ STOP = frozenset("should their there these those with from that this they them h
 
 
 def score(run_dir: Path, task: Task) -> dict[str, Any]:
-    """The winner, 1 if it is the side for the motion (``pro``), the judge's confidence; whether the verdict
-    validated, and the share of speeches on the motion (naming one of its words, not asking what it is).
+    """The winner, 1 if it is the motion's side (``pro``), the judge's confidence, and the debate's quality.
+
+    Quality: whether the verdict validated, and the share of speeches on the motion (naming one of its
+    words, not asking what the topic is).
     """
     verdict = summary(run_dir)
     config = Config(**task.options)

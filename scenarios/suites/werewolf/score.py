@@ -12,8 +12,9 @@ from metaroles.project.scoring import Task
 
 
 def score(run_dir: Path, task: Task) -> dict[str, Any]:
-    """The winning side as two 0/1 columns (their means are win rates), the game's last day, and the players'
-    structured answers: how many, and how many never validated (``failed_answers``).
+    """The winning side as two 0/1 columns (their means are win rates), the game's last day, the answers.
+
+    The players' structured answers: how many, and how many never validated (``failed_answers``).
     """
     ending = summary(run_dir)
     state = EnvironmentState.model_validate_json((run_dir / "state.json").read_text(encoding="utf-8"))
