@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from metaroles.llm.model_files import EMBEDDED, model_path
 
@@ -40,22 +41,27 @@ def speed(name: str) -> dict[str, float]:
     figures = {}
     for calls in (1, 16):
         engine = BatchEngine(model_path(name), slots=calls, n_ctx=1024)
-        ended, outcomes = threading.Event(), []
-
-        def done(outcome: object, calls: int = calls) -> None:
-            outcomes.append(outcome)
-            if len(outcomes) == calls:
-                ended.set()
-
         started = time.perf_counter()
-        for index in range(calls):
-            messages = [{"role": "user", "content": f"{PROMPT} (variant {index})"}]
-            engine.submit(messages, Sampling(max_tokens=200, temperature=0.0, seed=0), done)
-        ended.wait()
+        outcomes = answered(engine, calls, Sampling(max_tokens=200, temperature=0.0, seed=0))
         seconds = time.perf_counter() - started
         figures[f"tokens_per_s_{calls}"] = round(sum(o.completion_tokens for o in outcomes) / seconds, 1)
         engine.close()
     return figures
+
+
+def answered(engine: Any, calls: int, sampling: Any) -> list[Any]:
+    """``calls`` variants of the prompt asked at once; their outcomes once all have ended."""
+    ended, outcomes = threading.Event(), []
+
+    def done(outcome: Any) -> None:
+        outcomes.append(outcome)
+        if len(outcomes) == calls:
+            ended.set()
+
+    for index in range(calls):
+        engine.submit([{"role": "user", "content": f"{PROMPT} (variant {index})"}], sampling, done)
+    ended.wait()
+    return outcomes
 
 
 def evaluate(suite: str, name: str, out: Path, jobs: int) -> tuple[dict[str, dict[str, str]], list[dict], float]:
