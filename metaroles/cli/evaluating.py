@@ -50,7 +50,15 @@ def evaluate(
     model: Annotated[str | None, typer.Option(help="model name for an OpenAI-compatible server")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")] = None,
     backend: Annotated[str, typer.Option(help="'local' (processes here) or 'ray' (one Ray task per trial)")] = "local",
-    jobs: Annotated[int, typer.Option(min=1, max=1024, help="trials at once on the local backend")] = 1,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1024,
+            help="trials at once on the local backend (default: 1; with the embedded model 32, in threads "
+            "sharing its engine)",
+        ),
+    ] = None,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port")] = None,
     out: Annotated[Path | None, typer.Option(help="evaluation folder (default: evals/SUITE)")] = None,
     record: Annotated[bool, typer.Option("--record", help="keep every trial's model answers (cassette.jsonl)")] = False,
@@ -74,6 +82,7 @@ def evaluate(
     """
     from metaroles.llm.settings import LLMSettings
     from metaroles.project.evaluate import SUMMARY, TABLE, check_model, load_suite, run_eval
+    from metaroles.project.trials import default_jobs
 
     with reported():
         if record and replay is not None:
@@ -97,7 +106,7 @@ def evaluate(
         total = len(chosen.tasks) * len(chosen.settings) * len(chosen.seeds)
         with shown_trials("eval", total, quiet=quiet) as on_trial:
             rows = run_eval(
-                chosen, folder, llm=spec, backend=backend, jobs=jobs, ray_address=ray_address,
+                chosen, folder, llm=spec, backend=backend, jobs=jobs or default_jobs(spec), ray_address=ray_address,
                 record=record, replay=replay, on_trial=on_trial,
             )  # fmt: skip
     _print(folder)

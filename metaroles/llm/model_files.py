@@ -110,6 +110,15 @@ def _joined(name: str, model: EmbeddedModel, folders: list[Path]) -> Path:
         raise ConfigError(
             f"the chunks of {name} are incomplete ({len(pieces)} of {len(folders)}); {model.install_hint()}"
         )
+    return join_chunks(pieces, target, sha256=str(model.sha256), hint=model.install_hint())
+
+
+def join_chunks(pieces: list[Path], target: Path, *, sha256: str, hint: str) -> Path:
+    """``pieces`` joined in order into ``target``, which appears only once its digest is ``sha256``.
+
+    Raises:
+        ConfigError: If the joined digest is another (``hint``: the command that reinstalls the chunks).
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}")
     digest = hashlib.sha256()
@@ -120,10 +129,10 @@ def _joined(name: str, model: EmbeddedModel, folders: list[Path]) -> Path:
                     while block := chunk.read(1 << 22):
                         digest.update(block)
                         out.write(block)
-        if digest.hexdigest() != model.sha256:
+        if digest.hexdigest() != sha256:
             raise ConfigError(
-                f"the chunks of {name} join into a file of sha256 {digest.hexdigest()}, not the pinned "
-                f"{model.sha256}; reinstall them: {model.install_hint()} --force-reinstall"
+                f"the chunks of {target.stem} join into a file of sha256 {digest.hexdigest()}, not the pinned "
+                f"{sha256}; reinstall them: {hint} --force-reinstall"
             )
         os.replace(partial, target)
     finally:

@@ -164,6 +164,15 @@ def embedded_engine(llm: dict[str, Any]) -> bool:
     return kind == "local"
 
 
+EMBEDDED_JOBS = 32
+"""Trials at once with the embedded model unless ``--jobs`` says: as many as its engine decodes together."""
+
+
+def default_jobs(llm: dict[str, Any]) -> int:
+    """Trials to run at once when the user did not say: the engine's batch for the embedded model, else 1."""
+    return EMBEDDED_JOBS if embedded_engine(llm) else 1
+
+
 def split_role_llms(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """``options`` without its ``role.NAME.llm`` keys, and those as role name → model spec."""
     specs = {
