@@ -51,6 +51,25 @@ async def test_calls_decoded_together_answer_as_each_alone_in_any_order(llms):
         assert all(answers[i].usage.prompt_tokens == alone[0].usage.prompt_tokens for i in range(10))
 
 
+async def test_the_embedded_default_answers_the_same_in_a_batch_as_alone_structured_or_not():
+    """Qwen (the default, a 150k vocabulary): a grammar's redraw among its likeliest tokens, batched or alone."""
+    from metaroles.llm.local import LocalLLM
+
+    batched, alone = LocalLLM(max_tokens=16, batch=4), LocalLLM(max_tokens=16, batch=1)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}}}
+    asked = [request(i, seed=i, output_schema=schema if i % 2 else None) for i in range(4)]
+    together = {}
+
+    async def one(i: int) -> None:
+        together[i] = (await batched.complete(asked[i])).text
+
+    async with anyio.create_task_group() as group:
+        for i in range(4):
+            group.start_soon(one, i)
+    assert [together[i] for i in range(4)] == [(await alone.complete(a)).text for a in asked]
+    assert all(isinstance(__import__("json").loads(together[i]), dict) for i in (1, 3))
+
+
 async def test_a_seed_and_max_tokens_given_per_call_are_kept(llms):
     batched, _ = llms
     short = await batched.complete(request(1, max_tokens=3, temperature=0.9, seed=5))

