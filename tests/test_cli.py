@@ -403,7 +403,8 @@ def test_help_at_80_columns_wraps_each_options_text_under_it():
 def test_the_no_model_notice_is_one_line_that_keeps_the_extra_to_install(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "METAROLES_"))}
     code = "from metaroles.cli.common import _resolved\nfrom metaroles.llm.settings import LLMSettings\n"
-    code += "import metaroles.llm.providers as p\np._auto.__defaults__ = (lambda: False,)\n_resolved(LLMSettings())"
+    code += "import metaroles.llm.providers as p\np._auto.__defaults__ = (lambda name: False,)\n"
+    code += "_resolved(LLMSettings())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "COLUMNS": "60"})
     notice = [line for line in done.stderr.splitlines() if "no model configured" in line]
     assert len(notice) == 1 and "pip install 'metaroles[local]'" in notice[0], done.stderr
