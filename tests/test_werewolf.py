@@ -104,7 +104,7 @@ async def test_what_a_dead_player_says_is_dropped_and_recorded(tmp_path):
 async def test_the_embedded_model_answers_the_first_night():
     from metaroles.llm.local import LocalLLM
 
-    llm = LocalLLM(max_tokens=32, temperature=0.0)
+    llm = LocalLLM("smollm2-135m-instruct-q4_1", max_tokens=32, temperature=0.0)  # mechanics: the fast model
     _, team = await run_scenario("werewolf", llm=llm, options={"max_days": 1}, out_dir=None)
     answers = [m.instruct_content for m in team.env.history if m.sent_from != "Moderator" and m.instruct_content]
     kills = [a for a in answers if a.kind == "kill"]
