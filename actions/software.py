@@ -105,7 +105,9 @@ def main_guarded(code: str) -> str:
         return code
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
     lines = code.splitlines(keepends=True)
-    kept, moved, start = [], [], 0
+    kept: list[str] = []
+    moved: list[str] = []
+    start = 0
     for node in tree.body:
         end = node.end_lineno or node.lineno
         segment = "".join(lines[start:end])
@@ -222,7 +224,7 @@ class WritePRD(_Workspace):
 
     async def run(self, history: Sequence[Message]) -> PRD:
         """Ask for the PRD."""
-        idea = history[-1].content
+        idea = history[-1].content or ""
         self.write(REQUIREMENT, idea.strip() + "\n")
         prompt = render_prompt(self.template("write_prd.txt"), idea=idea)
         prd = await self.aask(prompt, output_model=PRD)

@@ -180,7 +180,7 @@ def export(
         target = out or run_dir / "export" / f"events.{format_.value}"
         if target.is_dir():
             raise ConfigError(f"--out {str(target)!r} is a folder; name the file to write")
-        count = export_events(log, target, format_.value)
+        count = export_events(log, target, "parquet" if format_ is ExportAs.parquet else "jsonl")
     typer.echo(f"wrote {target} ({count} events)")
 
 
