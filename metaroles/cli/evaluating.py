@@ -93,14 +93,9 @@ def evaluate(
         settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
         check_model(settings.llm, settings)
         chosen = load_suite(
-            suite,
-            seeds=seeded,
-            tasks=task,
-            settings=_settings(setting),
-            more_settings=extra,
-            trust=trust,
+            suite, seeds=seeded, tasks=task, settings=_settings(setting), more_settings=extra, trust=trust,
             ablation=ablation,
-        )
+        )  # fmt: skip
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         folder = out or Path("evals") / chosen.name
         total = len(chosen.tasks) * len(chosen.settings) * len(chosen.seeds)

@@ -110,19 +110,9 @@ def load_suite(
     """
     folder = _suite_folder(name)
     spec = _toml(folder / "suite.toml")
-    every = sorted(path.parent.name for path in (folder / "tasks").glob("*/task.toml"))
-    if not every:
-        raise ConfigError(f"suite {str(folder)!r} has no tasks; add tasks/NAME/task.toml for each task")
-    chosen = list(tasks) if tasks else every
-    missing = sorted(set(chosen) - set(every))
-    if missing:
-        raise ConfigError(f"suite {folder.name!r} has no task {missing[0]!r}; its tasks: {', '.join(every)}")
-    loaded = [_task(folder / "tasks" / task) for task in chosen]
+    loaded = [_task(folder / "tasks" / task) for task in _chosen_tasks(folder, tasks)]
     own = _settings_of(folder, spec)
-    ablations = _settings_of(folder, spec, "ablations") if ablation else {}
-    if ablation and not spec.get("ablations"):
-        raise ConfigError(f"suite {folder.name!r} has no [ablations.NAME] settings; drop --ablation")
-    settings = {**(settings or own), **ablations, **(more_settings or {})}
+    settings = {**(settings or own), **_ablations(folder, spec, ablation), **(more_settings or {})}
     suite = Suite(
         name=folder.name,
         folder=folder,
@@ -139,6 +129,25 @@ def load_suite(
     )
     _check_trials(suite)
     return suite
+
+
+def _chosen_tasks(folder: Path, tasks: Sequence[str] | None) -> list[str]:
+    """The tasks asked for (all of the suite's by default), each checked to be one of them."""
+    every = sorted(path.parent.name for path in (folder / "tasks").glob("*/task.toml"))
+    if not every:
+        raise ConfigError(f"suite {str(folder)!r} has no tasks; add tasks/NAME/task.toml for each task")
+    chosen = list(tasks) if tasks else every
+    missing = sorted(set(chosen) - set(every))
+    if missing:
+        raise ConfigError(f"suite {folder.name!r} has no task {missing[0]!r}; its tasks: {', '.join(every)}")
+    return chosen
+
+
+def _ablations(folder: Path, spec: dict[str, Any], wanted: bool) -> dict[str, dict[str, Any]]:
+    """The suite's ``[ablations.NAME]`` settings when ``--ablation`` asks for them."""
+    if wanted and not spec.get("ablations"):
+        raise ConfigError(f"suite {folder.name!r} has no [ablations.NAME] settings; drop --ablation")
+    return _settings_of(folder, spec, "ablations") if wanted else {}
 
 
 def _check_trials(suite: Suite) -> None:

@@ -15,12 +15,23 @@ import random
 from collections.abc import Mapping
 from pathlib import Path
 from statistics import fmean
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from metaroles.core.files import read_text
 
-if TYPE_CHECKING:
-    from metaroles.project.evaluate import Suite
+
+class Suite(Protocol):
+    """What the table needs of a suite (``evaluate.Suite``): its name, settings, tasks and columns."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def settings(self) -> dict[str, dict[str, Any]]: ...
+    @property
+    def tasks(self) -> list[Any]: ...
+    @property
+    def table(self) -> list[str]: ...
+
 
 Row = dict[str, Any]
 TABLE_MD = "table.md"
