@@ -24,13 +24,20 @@ class Suite(Protocol):
     """What the table needs of a suite (``evaluate.Suite``): its name, settings, tasks and columns."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The suite's name."""
+
     @property
-    def settings(self) -> dict[str, dict[str, Any]]: ...
+    def settings(self) -> dict[str, dict[str, Any]]:
+        """The settings compared, by name."""
+
     @property
-    def tasks(self) -> list[Any]: ...
+    def tasks(self) -> list[Any]:
+        """Its tasks (each with a ``name``)."""
+
     @property
-    def table(self) -> list[str]: ...
+    def table(self) -> list[str]:
+        """The table's columns."""
 
 
 Row = dict[str, Any]
