@@ -1,6 +1,6 @@
 """The embedded models compared: quality on the eval suites, and speed on the batched engine.
 
-    python bench/models.py [--part speed|software|debate|werewolf|all] [--models NAME,...] [--jobs 16]
+    python bench/models.py [--part speed|software|debate|werewolf|all] [--models NAME,...] [--jobs 16] [--seeds N]
 
 For each embedded model (``llm.model_files.EMBEDDED``):
 
@@ -64,10 +64,13 @@ def answered(engine: Any, calls: int, sampling: Any) -> list[Any]:
     return outcomes
 
 
-def evaluate(suite: str, name: str, out: Path, jobs: int) -> tuple[dict[str, dict[str, str]], list[dict], float]:
+def evaluate(
+    suite: str, name: str, out: Path, jobs: int, seeds: int | None
+) -> tuple[dict[str, dict[str, str]], list[dict], float]:
     """Run ``metaroles eval SUITE`` on the model; its summary by metric, its rows, its wall time."""
     folder = out / f"{suite}-{name}"
     command = [sys.executable, "-m", "metaroles", "eval", suite, "--llm", "local", "--model", name]
+    command += ["--seeds", str(seeds)] if seeds else []
     started = time.perf_counter()
     subprocess.run([*command, "--jobs", str(jobs), "--out", str(folder), "-q"], check=False, capture_output=True)
     seconds = time.perf_counter() - started
@@ -83,11 +86,11 @@ def figure(summary: dict[str, dict[str, str]], metric: str) -> list[float | None
     return [float(line[k]) if line.get(k) else None for k in ("mean", "low", "high")]
 
 
-def part(which: str, name: str, out: Path, jobs: int) -> dict[str, object]:
+def part(which: str, name: str, out: Path, jobs: int, seeds: int | None) -> dict[str, object]:
     """One part's figures for one model."""
     if which == "speed":
         return speed(name)
-    summary, rows, seconds = evaluate(which, name, out, jobs)
+    summary, rows, seconds = evaluate(which, name, out, jobs, seeds)
     found: dict[str, object] = {"wall_s": seconds, "trials": len(rows)}
     if which == "software":
         found["executability"] = figure(summary, "executability")
@@ -108,11 +111,12 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(EMBEDDED))
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("evals/models"))
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 instead of each suite's")
     args = parser.parse_args()
     parts = ["speed", "software", "debate", "werewolf"] if args.part == "all" else [args.part]
     for name in args.models.split(","):
         for which in parts:
-            found = part(which, name, args.out, args.jobs)
+            found = part(which, name, args.out, args.jobs, args.seeds)
             print(json.dumps({"model": name, "part": which, **found, "load_1min": round(os.getloadavg()[0], 2)}))
 
 
