@@ -70,7 +70,7 @@ async def test_a_program_that_hangs_is_cut_at_the_limit_with_the_tests_it_finish
 
 async def test_a_program_writing_outside_its_folder_is_refused_and_scores_zero(tmp_path: Path) -> None:
     target = tmp_path / "escaped.txt"
-    code = f"open({str(target)!r}, 'w').write('out')\n\ndef count_words(text):\n    return len(text.split())\n"
+    code = f"_ = open({str(target)!r}, 'w').write('out')\n\ndef count_words(text):\n    return len(text.split())\n"
     score = await scored(tmp_path, code)
     assert not target.exists(), "the sandbox let the program write outside its folder"
     assert score["executability"] == 0 and "Error" in str(score["first_problem"])

@@ -215,7 +215,7 @@ async def test_each_debater_is_told_the_motion_and_its_side_in_every_message():
         "debate", llm=FunctionLLM(model), options={"turns": 2, "topic": "Homework should go."}, out_dir=None
     )
     speeches = [(role, messages) for role, messages in asked if role in ("Alice", "Bob")]
-    assert len(speeches) == 2
+    assert len(speeches) == 4
     for role, (system, user) in speeches:
         stance = "agree with" if role == "Alice" else "disagree with"
         assert "Homework should go." in system["content"] and "Homework should go." in user["content"]
