@@ -443,7 +443,7 @@ class BatchEngine:
 
 GRAMMAR_TOP = 256
 """Tokens a refused draw is drawn again among first: the grammar checks the likeliest, not all 150k of
-Qwen's vocabulary (~40 ms a step); only when none of them fits does it check every token. The
+Qwen's vocabulary; only when none of them fits does it check every token. The
 chain's top-k (40) and top-p keep fewer than these, so the draw is the one the whole vocabulary gives
 whenever 40 of them fit (always, for a greedy one that fits)."""
 
