@@ -82,7 +82,7 @@ def test_file_names_and_code_fences():
 async def test_a_short_run_with_the_embedded_model(tmp_path):
     from metaroles.llm.local import LocalLLM
 
-    llm = LocalLLM(max_tokens=160, temperature=0.0)
+    llm = LocalLLM("smollm2-135m-instruct-q4_1", max_tokens=160, temperature=0.0)  # the pipeline: the fast model
     _, team = await run_scenario("software_company", llm=llm, options={"max_fix_loops": 0}, out_dir=tmp_path / "run")
     documents = [m.instruct_content for m in team.env.history.storage[1:4]]
     assert [type(d) for d in documents] == [PRD, Design, TaskList], "structured answers validate"
