@@ -11,6 +11,10 @@ from metaroles import Action, Message, UserRequirement
 from metaroles.core.prompts import load_prompt, render_prompt
 
 CONTEXT_TURNS = 8
+QUOTED_WORDS = 12
+"""The opponent's speech is quoted this far: a small model given all of it repeats it, side and all."""
+SPEECH_TOKENS = 160
+"""A speech's length at most (two or three sentences, and a margin)."""
 
 
 def debate_topic(history: Sequence[Message]) -> str:
@@ -61,9 +65,13 @@ class SpeakAloud(Action):
             )
         else:
             prompt = render_prompt(
-                load_prompt("metaroles.actions.prompts", "speak.txt"), topic=topic, stance=stance, last=last
+                load_prompt("metaroles.actions.prompts", "speak.txt"),
+                topic=topic,
+                stance=stance,
+                last=" ".join(last.split()[:QUOTED_WORDS]),
+                verdict="right" if self.side == "pro" else "wrong",
             )
-        return await self.aask(prompt, system_msgs=[system])
+        return await self.aask(prompt, system_msgs=[system], max_tokens=SPEECH_TOKENS)
 
 
 class Verdict(BaseModel):
