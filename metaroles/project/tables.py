@@ -10,14 +10,13 @@ evaluation's only file that differs between a recorded run and its replay.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Mapping
 from pathlib import Path
 from statistics import fmean
 from typing import Any, Protocol
 
-from metaroles.core.files import read_text
+from metaroles.project.sweep import read_table
 
 
 class Suite(Protocol):
@@ -59,18 +58,11 @@ def interval(values: list[float], *, resamples: int = 2000, seed: int = 0) -> tu
 
 def wall_times(out: Path) -> dict[tuple[Any, Any, Any], float]:
     """Each trial's wall time, as the sweep's table keeps it, by (task, setting, seed)."""
-    table = out / "sweep.jsonl"
-    times: dict[tuple[Any, Any, Any], float] = {}
-    if not table.is_file():
-        return times
-    for line in read_text(table).splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("wall_s"), int | float):
-            times[(row.get("task"), row.get("setting"), row.get("seed"))] = float(row["wall_s"])
-    return times
+    return {
+        (row.get("task"), row.get("setting"), row.get("seed")): float(row["wall_s"])
+        for row in read_table(out)
+        if isinstance(row.get("wall_s"), int | float)
+    }
 
 
 def suite_table(suite: Suite, rows: list[Row], times: Mapping[tuple[Any, Any, Any], float]) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
 from metaroles.project.rundir import MANIFEST, read_manifest
+from metaroles.project.sweep import read_table
 
 FORMATS = ("sft", "trajectories")
 TAPE = "cassette.jsonl"
@@ -130,7 +131,7 @@ def _scores(source: Path) -> dict[Path, dict[str, Any]]:
     if not (table.is_file() and trials.is_file()):
         return {}
     folders = {}
-    for row in _json_lines(trials):
+    for row in read_table(source):
         folders[(row.get("task"), row.get("setting"), row.get("seed"))] = source / str(row.get("trial"))
     found = {}
     for row in _json_lines(table):
