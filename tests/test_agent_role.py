@@ -141,6 +141,6 @@ async def test_the_agent_chat_is_checkpointed_and_comes_back_on_resume(tmp_path)
     again = coder(tmp_path, DONE)
     await team_with(again).resume(tmp_path / "ck", 1)
     assert [m.model_dump() for m in again.messages] == [m.model_dump() for m in first.messages]
-    assert (again.state, again.current_step, again._call_ids) == (first.state, first.current_step, first._call_ids)
+    assert (again.state, again.current_step, again.call_ids) == (first.state, first.current_step, first.call_ids)
     record = json.loads((tmp_path / "ck" / "round-0001.json").read_text())
     assert "state_dict" in record["roles"]["coder"], "an agent's role is saved whole, not replayed"

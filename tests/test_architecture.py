@@ -170,8 +170,8 @@ def test_no_package_reads_another_packages_private_names():
     """Outside ``self``/``cls``, ``x._name`` (read or written) must be a private name of the reader's own package.
 
     The scan cannot know ``x``'s type, so it goes by who defines the name: the reader's package must
-    define it, and no package of a lower layer may (a stand-in in ``sharding`` defines the
-    ``_env_index`` a Role has: ``bus`` reads it on both, ``sharding`` may not); ``super()._think()``
+    define it, and no package of a lower layer may (a stand-in in ``sharding`` that defined a
+    private name a Role has would let ``bus`` read it on both, ``sharding`` may not); ``super()._think()``
     in a subclass is the hook's own use. ``from
     metaroles.other import _name`` fails too. The folders that install inside metaroles
     (scenarios, actions, environments) count as packages above every layer.

@@ -290,7 +290,8 @@ class ToolCallAgent(ReActAgent):
         self.max_observe = max_observe
         self.on_event = on_event
         self.tool_calls: list[ToolCall] = []
-        self._call_ids: set[str] = set()
+        self.call_ids: set[str] = set()
+        """The ids of the tool calls made so far (a repeated or missing id is renamed: each result is its own)."""
 
     # -- think -----------------------------------------------------------------------------------
 
@@ -343,9 +344,9 @@ class ToolCallAgent(ReActAgent):
         """The calls, each with an id not used before by this agent (models repeat or omit ids)."""
         unique = []
         for call in calls:
-            if not call.id or call.id in self._call_ids:
-                call = call.model_copy(update={"id": f"call_{self.name}_{len(self._call_ids) + 1}"})
-            self._call_ids.add(call.id)
+            if not call.id or call.id in self.call_ids:
+                call = call.model_copy(update={"id": f"call_{self.name}_{len(self.call_ids) + 1}"})
+            self.call_ids.add(call.id)
             unique.append(call)
         return unique
 

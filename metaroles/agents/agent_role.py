@@ -107,7 +107,7 @@ class AgentRole(Role):
             "stop_reason": agent.stop_reason,
             "next_step_prompt": agent.next_step_prompt,
             "messages": [m.model_dump(mode="json") for m in agent.messages],
-            "call_ids": sorted(agent._call_ids),
+            "call_ids": sorted(agent.call_ids),
         }
 
     def load_extra_state(self, data: dict[str, Any]) -> None:
@@ -118,7 +118,7 @@ class AgentRole(Role):
         agent.stop_reason = data["stop_reason"]
         agent.next_step_prompt = data["next_step_prompt"]
         agent.messages = [Message.model_validate(m) for m in data["messages"]]
-        agent._call_ids = set(data["call_ids"])
+        agent.call_ids = set(data["call_ids"])
 
     def _on_agent_event(self, kind: str, fields: dict[str, Any]) -> None:
         env = self.rc.env

@@ -80,6 +80,8 @@ class Bus:
         self.watches = WatchCheck()
         """The roles' bare watches and actions, noted as they join (the session warns of a watch none produces)."""
         self._ready: list[Role] = []
+        self._is_ready = bytearray()
+        """By place, whether the role there is in ``_ready`` (readiness is the bus's, not the role's)."""
         self._pending: list[tuple[int, Message]] = []
         self._in_round = False
         self._undelivered: list[Message] = []
@@ -104,6 +106,7 @@ class Bus:
                 f"a role named {role.name!r} is already in this environment; give each role a unique name="
             )
         role.attach(self, len(self._members), ids=self.role_ids(len(self._members)))
+        self._is_ready.append(0)
         self.roles[role.name] = role
         self._keep_recipients()
         self._book.add(role)
@@ -117,31 +120,32 @@ class Bus:
 
         A sharded run puts the driver's stand-ins for the roles it ships to shards, and the roles
         back when they return (``sharding.driver``); a stand-in carries ``name``, ``addresses`` and
-        ``_env_index`` like the role it stands for.
+        ``place`` like the role it stands for.
         """
         members = list(self._members)
         for index, stand_in in stand_ins.items():
             members[index] = stand_in
-            stand_in._ready = False  # ready here once marked (rebuild_ready, a delivery), whatever it was elsewhere
+            self._is_ready[index] = 0  # ready here once marked (rebuild_ready, a delivery), whatever it was elsewhere
         self._book = AddressBook()
         self._members = self._book.members
         for member in members:
             self._book.add(member)
         self.roles = {member.name: member for member in members}
-        self._ready = [role for role in self._ready if role._env_index not in stand_ins]
+        self._ready = [role for role in self._ready if role.place not in stand_ins]
 
     def adopt_roles(self, roles: Iterable[Role], *, total: int) -> None:
-        """Host ``roles`` that keep their places (``_env_index``) in a bus of ``total`` roles (a shard's part).
+        """Host ``roles`` that keep their places (``place``) in a bus of ``total`` roles (a shard's part).
 
         They are routed to and run here; what is published during a round by anyone else ranks
         after all ``total`` roles, as on the whole bus.
         """
-        for role in sorted(roles, key=lambda r: r._env_index):
+        if len(self._is_ready) < total:
+            self._is_ready.extend(bytes(total - len(self._is_ready)))
+        for role in sorted(roles, key=lambda r: r.place):
             self.roles[role.name] = role
             self._keep_recipients()
             self._book.add(role)
-            role._ready = False  # it was ready where it came from; here it is ready if its buffer holds news
-            if not role.rc.msg_buffer.empty():
+            if not role.rc.msg_buffer.empty():  # ready here if its buffer holds news, whatever it was elsewhere
                 self.mark_ready(role)
         self._outsider = total
 
@@ -201,9 +205,20 @@ class Bus:
 
     def mark_ready(self, role: Role) -> None:
         """Note that ``role`` has buffered messages, so it runs in the next round."""
-        if not role._ready:
-            role._ready = True
+        if not self._is_ready[role.place]:
+            self._is_ready[role.place] = 1
             self._ready.append(role)
+
+    def _take_all_ready(self) -> list[Role]:
+        """The ready roles, in the order they became ready; none is ready any more."""
+        ready, self._ready = self._ready, []
+        is_ready = self._is_ready
+        if len(ready) > len(is_ready) >> 3:  # many: a fresh array costs less than a store per role
+            self._is_ready = bytearray(len(is_ready))
+        else:
+            for role in ready:
+                is_ready[role.place] = 0
+        return ready
 
     @property
     def members(self) -> Sequence[Role]:
@@ -239,11 +254,11 @@ class Bus:
 
     def push_all(self, messages: Iterable[Message], recipients: Iterable[Iterable[Role]]) -> None:
         """:meth:`push` each of ``messages`` to its recipients (``recipients``, in step): a round's delivery."""
-        ready = self._ready
+        ready, is_ready = self._ready, self._is_ready
         for message, roles in zip(messages, recipients, strict=True):
             for role in roles:
-                if role.rc.msg_buffer.push(message) and not role._ready:
-                    role._ready = True
+                if role.rc.msg_buffer.push(message) and not is_ready[role.place]:
+                    is_ready[role.place] = 1
                     ready.append(role)
 
     @property
@@ -391,7 +406,7 @@ class Bus:
         is taken in :meth:`publish_message` (every turn's message takes it); this gives the others.
         """
         sender = self.roles.get(message.sent_from)
-        return self._outsider if sender is None else sender._env_index
+        return self._outsider if sender is None else sender.place
 
     def _deliver(self, messages: Sequence[Message]) -> None:
         """Route each of ``messages``, in order, into the buffers of its recipients."""

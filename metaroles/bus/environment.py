@@ -284,9 +284,9 @@ class Environment(Bus, Dumped):
         """
         if self.steps is not None:
             roles, last = self.roles, len(self._members)
-            self.steps.order_by_role(lambda name: roles[name]._env_index if name in roles else last)
+            self.steps.order_by_role(lambda name: roles[name].place if name in roles else last)
         failures = this.failures
-        failures.sort(key=lambda failure: failure[0]._env_index)
+        failures.sort(key=lambda failure: failure[0].place)
         for role, exc in failures:
             frames = "".join(f"\n  at {frame}" for frame in raised_at(exc))  # by module: the same in any checkout
             self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}{frames}")
@@ -294,7 +294,7 @@ class Environment(Bus, Dumped):
         if len(entries) > spent[0]:
             roles, last = self.roles, len(self._members)
             entries[spent[0] :] = sorted(
-                entries[spent[0] :], key=lambda e: roles[e.role]._env_index if e.role in roles else last
+                entries[spent[0] :], key=lambda e: roles[e.role].place if e.role in roles else last
             )
             self.ledger.recount(spent)
 
@@ -358,9 +358,7 @@ class Environment(Bus, Dumped):
             ) from exc
 
     def _take_ready(self) -> list[Role]:
-        ready, self._ready = self._ready, []
-        for role in ready:
-            role._ready = False
+        ready = self._take_all_ready()
         if len(ready) > 1:
             ready.sort(key=env_index)
         return ready
@@ -422,9 +420,7 @@ class Environment(Bus, Dumped):
 
     def rebuild_ready(self) -> None:
         """Recompute which roles have buffered messages to observe (after their buffers were restored)."""
-        for role in self._ready:
-            role._ready = False
-        self._ready = []
+        self._take_all_ready()
         for role in self._members:
             if not role.rc.msg_buffer.empty():
                 self.mark_ready(role)

@@ -137,12 +137,12 @@ class Role(Dumped):
         self.actions: list[Action] = []
         self.states: list[str] = []
         self.send_to = send_to
-        self.addresses: frozenset[str] = frozenset({self.name, type(self)._class_address})
+        self.addresses: frozenset[str] = frozenset({self.name, self._class_address})
         self.ledger: CostLedger | None = None
-        self._env_index = -1
+        self.place = -1
+        """The role's place in its Environment (the order of delivery), set when it joins; -1 before."""
         self.ids: IdScope | None = None
         """Where the ids this role makes in its turns come from (set by the Environment it joins)."""
-        self._ready = False
         self.brain_memory = brain_memory
         if long_term is not None:
             self.rc.memory = LongtermMemory(long_term, similarity_threshold=similarity_threshold)
@@ -244,11 +244,6 @@ class Role(Dumped):
                 action.llm = llm
             self._bind(action)
 
-    @property
-    def place(self) -> int:
-        """The role's place in its Environment (the order of delivery); -1 before it joins one."""
-        return self._env_index
-
     def attach(self, env: RoleHost, index: int, *, ids: IdScope | None = None) -> None:
         """Join ``env`` as its ``index``-th role (called by the Environment); ``ids`` is where its turns' ids come from.
 
@@ -260,7 +255,7 @@ class Role(Dumped):
                 f"role {self.name!r} already belongs to another Environment; build a new role for this one"
             )
         self.rc.env = env
-        self._env_index = index
+        self.place = index
         self.ids = ids
         self.ledger = env.ledger
         for action in self.actions:

@@ -117,7 +117,7 @@ class RouteExplanation(BaseModel):
         return "\n".join(self.reasons)
 
 
-env_index: Callable[[Role], int] = attrgetter("_env_index")
+env_index: Callable[[Role], int] = attrgetter("place")
 """A role's place in its Environment (the order of delivery); C-level: a round sorts its ready roles by it."""
 
 
@@ -155,7 +155,7 @@ class AddressBook:
         for address in role.addresses:
             bucket = self._index.setdefault(address, [])
             bucket.append(role)
-            if len(bucket) > 1 and bucket[-2]._env_index > role._env_index:
+            if len(bucket) > 1 and bucket[-2].place > role.place:
                 bucket.sort(key=env_index)
 
     def reindex(self, role: Role) -> None:
@@ -191,7 +191,7 @@ class AddressBook:
             found: dict[int, Role] = {}
             for address in send_to:
                 for role in self._index.get(address, ()):
-                    found[role._env_index] = role
+                    found[role.place] = role
             if len(self._merged) >= max(self.CACHED, 2 * len(self.members)):
                 self._merged.clear()
             merged = self._merged[send_to] = [found[i] for i in sorted(found)]

@@ -269,6 +269,6 @@ class MemoryStorage:
         store = FaissVectorStore.from_persist_dir(str(folder))
         context = StorageContext.from_defaults(vector_store=store, persist_dir=str(folder))
         index = load_index_from_storage(context, embed_model=self._adapter)
-        if not isinstance(index, VectorStoreIndex) or store._faiss_index.ntotal != len(self.messages):
-            raise ValueError(f"{store._faiss_index.ntotal} vectors for {len(self.messages)} messages")
+        if not isinstance(index, VectorStoreIndex) or store.client.ntotal != len(self.messages):
+            raise ValueError(f"{store.client.ntotal} vectors for {len(self.messages)} messages")
         return index

@@ -200,9 +200,13 @@ class Memory(Dumped):
     ) -> Self:
         """The memory :meth:`parts` gave (``keys`` and ``messages`` in step), taken over as they are, unchecked."""
         memory = cls(ignore_id=ignore_id)
-        memory._store = dict(zip(keys, messages, strict=True))
-        memory._items, memory._index, memory._edits = messages, index, edits
+        memory._take_parts(keys, messages, index, edits)
         return memory
+
+    def _take_parts(self, keys: list[str], messages: list[Message], index: dict[str, array[int]], edits: int) -> None:
+        """Hold what :meth:`from_parts` was given, as it is."""
+        self._store = dict(zip(keys, messages, strict=True))
+        self._items, self._index, self._edits = messages, index, edits
 
     def by_key(self, key: str) -> Message | None:
         """The remembered message with this id (or content, with ``ignore_id``), if any. O(1)."""

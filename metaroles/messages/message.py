@@ -74,12 +74,7 @@ _SLOTS = tuple(f"_{field}" if field in (*_NORMALISED, "metadata") else field for
 def unpickled(cls: Any, *values: Any) -> Any:
     """A message rebuilt from the values :meth:`Message.__reduce__` pickled (they were valid when pickled)."""
     message = cls.__new__(cls)
-    (message.id, message.content, message.instruct_content, role, message._cause_by, message.sent_from) = values[:6]
-    (message._send_to, metadata, message.tool_calls, message.tool_call_id, message.name, message.base64_image) = values[
-        6:
-    ]
-    message._role = ROLES[role]
-    message._metadata = metadata
+    message._restore(values)
     return message
 
 
@@ -216,20 +211,39 @@ class Message:
         from an Action class, ``send_to`` was normalised when the Role was built.
         """
         message = cls.__new__(cls)
-        scope = SCOPE.get()  # new_id, inlined: this is the bus's hot path
-        message.id = new_id() if scope is None else scope.next()
-        message.content = content
-        message.instruct_content = instruct_content
-        message._role = role
-        message._cause_by = cause_by
-        message.sent_from = sent_from
-        message._send_to = send_to
-        message._metadata = None  # made when first read: most messages never carry any (64 B each at a million)
-        message.tool_calls = None
-        message.tool_call_id = None
-        message.name = None
-        message.base64_image = None
+        message._routed(content, instruct_content, role, cause_by, sent_from, send_to)
         return message
+
+    def _routed(
+        self,
+        content: str,
+        instruct_content: BaseModel | None,
+        role: ChatRole,
+        cause_by: str,
+        sent_from: str,
+        send_to: frozenset[str],
+    ) -> None:
+        """Fill a new message's fields from the routing values (:meth:`_fast`); a fresh id, nothing else."""
+        scope = SCOPE.get()  # new_id, inlined: this is the bus's hot path
+        self.id = new_id() if scope is None else scope.next()
+        self.content = content
+        self.instruct_content = instruct_content
+        self._role = role
+        self._cause_by = cause_by
+        self.sent_from = sent_from
+        self._send_to = send_to
+        self._metadata = None  # made when first read: most messages never carry any (64 B each at a million)
+        self.tool_calls = None
+        self.tool_call_id = None
+        self.name = None
+        self.base64_image = None
+
+    def _restore(self, values: tuple[Any, ...]) -> None:
+        """Fill a new message's fields from what :meth:`__reduce__` pickled (they were valid when pickled)."""
+        (self.id, self.content, self.instruct_content, role, self._cause_by, self.sent_from) = values[:6]
+        (self._send_to, metadata, self.tool_calls, self.tool_call_id, self.name, self.base64_image) = values[6:]
+        self._role = ROLES[role]
+        self._metadata = metadata
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickle as the field values, the chat role as text (messages cross to shards and back, thousands a round).
@@ -427,7 +441,7 @@ class Message:
         clone = type(self).__new__(type(self))
         for field in FIELDS:
             setattr(clone, field, getattr(self, field))
-        clone._metadata = dict(self._metadata) if self._metadata else None
+        clone.metadata = dict(self._metadata) if self._metadata else None  # type: ignore[assignment]
         for field, value in (update or {}).items():
             if field not in FIELDS:
                 raise InvalidValueError(f"Message has no field {field!r}; its fields are {list(FIELDS)}")
@@ -562,6 +576,6 @@ def share_recipients(messages: Iterable[Message], sets: dict[frozenset[str], fro
     round after round, so one set per sender is kept, not one per message (and the bus's routing,
     which remembers sets by object, meets each once).
     """
-    for message in messages:
+    for message in messages:  # the slot itself: the setter would check every address of a set known valid
         send_to = message._send_to
         message._send_to = sets.setdefault(send_to, send_to)

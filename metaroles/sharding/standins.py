@@ -43,7 +43,7 @@ class _RemoteContext:
 class RemoteRole:
     """The driver's stand-in for a role that runs on a shard: its name, addresses and place."""
 
-    __slots__ = ("_env_index", "_heard", "_ready", "addresses", "name", "profile", "rc", "shard")
+    __slots__ = ("_heard", "addresses", "name", "place", "profile", "rc", "shard")
 
     def __init__(self, role: Role, shard: int, inbox: list[Entry], heard: Mapping[str, list[str]]) -> None:
         """Stand in for ``role``, whose deliveries go to ``inbox``; ``heard``: the news of the last round's senders."""
@@ -51,15 +51,10 @@ class RemoteRole:
         self.name = role.name
         self.profile = role.profile
         self.addresses = role.addresses
-        self._env_index = role.place
-        self._ready = False
+        self.place = role.place
+        """The role's place in its Environment (as :attr:`Role.place`)."""
         self.shard = shard
         self.rc = _RemoteContext(inbox, frozenset(role.rc.watch))
-
-    @property
-    def place(self) -> int:
-        """The role's place in its Environment (as :attr:`Role.place`)."""
-        return self._env_index
 
     @property
     def is_idle(self) -> bool:

@@ -76,7 +76,7 @@ def _memory_sent(memory: Memory, known: dict[str, Message]) -> tuple[Any, ...]:
     return _memory_back, (not memory.ignore_id, edits, sent, index)
 
 
-_MOVED_BY_THE_BUS = frozenset({"_ready", "addresses"})
+_MOVED_BY_THE_BUS = frozenset({"addresses"})
 """A role's attributes the bus itself sets during a run (addresses: the driver's stand-in has them)."""
 
 

@@ -350,7 +350,7 @@ class Telemetry:
         name, start = f"embeddings {model}" if operation == "embeddings" else "retrieval", time.time_ns()
         self.tracer.start_span(name, attributes=attributes, start_time=start - int(seconds * 1e9)).end()
 
-    def _storages(self, on: bool) -> None:
+    def watch_storages(self, on: bool) -> None:
         """Tell (or stop telling) every role's long-term storage to report to this telemetry."""
         for role in self.env.roles.values():
             rc = getattr(role, "rc", None)  # a shard's stand-in has none
@@ -426,7 +426,7 @@ def traced(
     require_otel()
     telemetry = Telemetry(env, scenario=scenario, run_id=run_id, tracer=tracer, content=content, meter=meter)
     env.observer, env.ledger.observer = telemetry, telemetry
-    telemetry._storages(True)
+    telemetry.watch_storages(True)
     telemetry.begin()
     try:
         yield telemetry
@@ -437,4 +437,4 @@ def traced(
         telemetry.end()
     finally:
         env.observer, env.ledger.observer = None, None
-        telemetry._storages(False)
+        telemetry.watch_storages(False)
