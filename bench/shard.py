@@ -64,6 +64,11 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def main_thread_cpu_s() -> float:
+    """CPU-seconds this process's main thread (metaroles' own code) has used; the rest is Ray's threads."""
+    return time.thread_time()
+
+
 def peak_kib(pid: int | str = "self") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -167,6 +172,7 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
     peaks: list[int] = []
     cpu_at_start: dict[int, float] = {}  # pid → CPU-seconds when the rounds began: this process's, then each shard's
     rounds_cpu: list[float] = []  # CPU-seconds in the rounds, in the same order
+    main_thread: list[float] = []  # the driver's main thread: at the start of the rounds, then in them
     opened, stepped, closed = ShardedRun.open, ShardedRun.run_round, ShardedRun.close
 
     async def open_(self: ShardedRun) -> None:
@@ -175,6 +181,7 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
         phases["open_s"] = time.perf_counter() - t
         assert isinstance(self.shards, RayShards)
         cpu_at_start.update({pid: cpu_s(pid) for pid in (os.getpid(), *await self.shards.pids())})
+        main_thread.append(main_thread_cpu_s())
 
     async def round_(self: ShardedRun) -> None:
         t = time.perf_counter()
@@ -184,6 +191,7 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
     async def close_(self: ShardedRun) -> None:
         assert isinstance(self.shards, RayShards)
         rounds_cpu.extend(cpu_s(pid) - began for pid, began in cpu_at_start.items())
+        main_thread.append(main_thread_cpu_s() - main_thread[0])
         peaks.extend(peak_kib(pid) for pid in await self.shards.pids())
         t = time.perf_counter()
         await closed(self)
@@ -201,7 +209,11 @@ async def sharded(agents: int, rounds: int, shards: int) -> dict[str, Any]:
         "wall_s": round(wall, 2),
         **{k: round(v, 2) for k, v in phases.items()},
         "shard_peak_mib": [round(p / 1024) for p in peaks],
-        "rounds_cpu_s": {"driver": round(rounds_cpu[0], 2), "shards": [round(c, 2) for c in rounds_cpu[1:]]},
+        "rounds_cpu_s": {
+            "driver": round(rounds_cpu[0], 2),
+            "driver_main_thread": round(main_thread[1], 2),
+            "shards": [round(c, 2) for c in rounds_cpu[1:]],
+        },
         "messages": len(built.team.env.history),
     }
 
@@ -240,13 +252,20 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
     built = plan(agents, rounds)
     down: list[int] = []
     up: list[int] = []
+    taken: list[int] = []  # bytes of the outboxes the driver took in (each round, or as the run closed)
     across: list[int] = []
     original = LocalShards.step
     outboxes = [OutboxWriter() for _ in range(shards)]  # as a Ray shard sends its outbox: columns, recipients once
 
-    def sent(shard: int, result: StepResult) -> int:
-        heavy = (outboxes[shard].columns(result.outbox), result.news)
-        return len(pickle.dumps(replace(result, outbox=[], news={}), 5)) + len(pickle.dumps(heavy, 5))
+    def opened(shard: int, sealed: Any) -> Any:  # the outbox and news, when the driver takes them in
+        outbox, news = sealed()
+        taken.append(len(pickle.dumps((outboxes[shard].columns(outbox), news), 5)))
+        return outbox, news
+
+    def sent(shard: int, result: StepResult) -> int:  # the result as it travels; its outbox only once taken in
+        if result.sealed is not None:
+            result.sealed = partial(opened, shard, result.sealed)
+        return len(pickle.dumps(replace(result, outbox=[], news={}, sealed=None), 5))
 
     async def step(self: LocalShards, round_no: int, deliveries: Any, broadcasts: Any, **kw: Any) -> Any:
         down.append(
@@ -268,8 +287,10 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
     return {
         "driver_to_shards_per_round": round(sum(down) / len(down)),
         "shards_to_driver_per_round": round(sum(up) / len(up)),
+        "through_driver_per_round": round((sum(down) + sum(up)) / len(up)),
+        "outboxes_taken_in": sum(taken),
         "between_shards_per_round": round(sum(across) / len(across)),
-        "bytes_per_message": round((sum(down) + sum(up) + sum(across)) / messages),
+        "bytes_per_message": round((sum(down) + sum(up) + sum(taken) + sum(across)) / messages),
     }
 
 
@@ -300,6 +321,25 @@ async def idle_round(agents: int, shards: int, repeats: int = 20) -> float:
     return round(times[len(times) // 2] * 1000, 2)
 
 
+async def driver_share(agents: int, rounds: int, counts: list[int]) -> dict[str, Any]:
+    """The driver's CPU in the rounds over one process's CPU for the same rounds, at each shard count.
+
+    Also ``rounds_cpu_ratio`` (the driver's and the shards' CPU in the rounds over one process's) and the
+    bytes through the driver per round (``crossing_bytes``: sent to the shards and taken from them).
+    """
+    one = await one_process(agents, rounds)
+    out: dict[str, Any] = {"one_process": one}
+    for count in counts:
+        run = await sharded(agents, rounds, count)
+        used = run["rounds_cpu_s"]
+        out[f"shards_{count}"] = {
+            "driver_share": round(used["driver"] / one["cpu_s"], 3),
+            "rounds_cpu_ratio": round((used["driver"] + sum(used["shards"])) / one["cpu_s"], 2),
+            **run,
+        }
+    return out
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=100_000)
@@ -308,7 +348,19 @@ async def main() -> None:
     parser.add_argument("--idle", type=int, default=10_000)
     parser.add_argument("--with-run-dir-only", action="store_true", help="time with_run_dir alone, in this process")
     parser.add_argument("--floor-only", action="store_true", help="one process and parts_at_once (both ways) alone")
+    parser.add_argument("--driver-share", default="", help="shard counts, e.g. 2,4: driver_share alone")
+    parser.add_argument("--bytes-only", default="", help="agent counts, e.g. 10000,100000: bytes through the driver")
     args = parser.parse_args()
+    if args.driver_share:
+        counts = [int(k) for k in args.driver_share.split(",")]
+        ensure_ray(num_cpus=max(2, *counts))
+        report = await driver_share(args.agents, args.rounds, counts)
+        print(json.dumps({"agents": args.agents, "rounds": args.rounds, **report}, indent=1))
+        return
+    if args.bytes_only:
+        counts = args.bytes_only.split(",")
+        print(json.dumps({n: await crossing_bytes(int(n), args.rounds, args.shards) for n in counts}))
+        return
     if args.floor_only:
         wall = (await one_process(args.agents, args.rounds))["wall_s"]
         floor = parts_at_once(args.agents, args.rounds, args.shards)

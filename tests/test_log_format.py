@@ -37,9 +37,13 @@ async def scenario_run(name: str, out: Path, log_turns: Any = None, backend: Any
     await run_scenario(name, llm=TestLLM(SEED), options=SCENARIOS[name], out_dir=out, run=run)  # as `--llm test`
 
 
+NEWER = {"latency_s", "prompt_tokens", "completion_tokens"}
+"""What a format 1 log cannot hold: the clock's latencies, and each turn's tokens (a column of format 2 since)."""
+
+
 def events(path: Path) -> list[dict[str, Any]]:
-    """The events a reader gets, but the clock's latencies."""
-    return [{k: v for k, v in e.items() if k != "latency_s"} for e in read_events(path)]
+    """The events a reader gets, but the clock's latencies and what format 1 logs never held (each turn's tokens)."""
+    return [{k: v for k, v in e.items() if k not in NEWER} for e in read_events(path)]
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
@@ -168,8 +172,8 @@ def test_export_of_a_format_1_log_is_the_export_of_the_same_run_in_format_2(tmp_
     for run in ("new", "old"):
         assert main(["export", str(tmp_path / run), "--out", str(tmp_path / f"{run}.jsonl")]) == 0
     old, new = lines(tmp_path / "old.jsonl"), lines(tmp_path / "new.jsonl")
-    assert [{k: v for k, v in e.items() if k != "latency_s"} for e in old] == [
-        {k: v for k, v in e.items() if k != "latency_s"} for e in new
+    assert [{k: v for k, v in e.items() if k not in NEWER} for e in old] == [
+        {k: v for k, v in e.items() if k not in NEWER} for e in new
     ]
 
 

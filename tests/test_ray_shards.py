@@ -17,6 +17,7 @@ from metaroles.core.heap import FULL_PASS_EVERY
 from metaroles.llm.cassette import CassetteLLM
 from metaroles.llm.limits import LimitedLLM
 from metaroles.llm.openai_compat import OpenAICompatibleLLM
+from metaroles.project.registry import load_scenario
 from metaroles.project.scenario import resume_scenario, run_scenario
 from metaroles.team.options import RunOptions
 from tests import ray_helpers
@@ -281,3 +282,24 @@ def test_a_killed_driver_takes_the_local_cluster_it_started_with_it_agents_and_a
         assert select.select([exited], [], [], 60)[0], "the reaper did not end within a minute"
         os.close(exited)
     assert _cluster_processes(raylet) == [], "Ray's processes outlived the driver that started them"
+
+
+async def test_a_run_nobody_records_leaves_its_outboxes_on_the_shards_until_it_closes(ray_address: str) -> None:
+    module = load_scenario("society")
+
+    def built() -> Any:
+        plan = module.build(module.Config(agents=400, rounds=5, llm_agents=0), TestLLM())
+        plan.team.shard_by = module.shard_by
+        plan.team.env.reseed(SEED)
+        return plan
+
+    one, two = built(), built()
+    await one.team.run(n_round=6, idea=one.idea)
+    backend = RayBackend(2, address=ray_address)
+    two.team.backend = backend
+    await two.team.run(n_round=6, idea=two.idea)
+    said = [(m.id, m.sent_from, m.content, sorted(m.send_to)) for m in two.team.env.history]
+    assert said == [(m.id, m.sent_from, m.content, sorted(m.send_to)) for m in one.team.env.history]
+    assert backend.last is not None
+    rounds = two.team.env.round
+    assert backend.last.calls <= 2 * rounds + 2  # a step per shard and round, and one fetch of what each kept

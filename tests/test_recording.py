@@ -285,3 +285,24 @@ def test_files_replaced_together_are_each_old_or_new_after_a_crash(tmp_path: Pat
     files.replace_together([(tmp_path / n, f"new {n}") for n in names])
     assert [(tmp_path / n).read_text() for n in names] == [f"new {n}" for n in names]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+@pytest.mark.parametrize("shards", [None, 2])
+async def test_each_turn_opens_with_its_model_tokens_in_the_log(shards: int | None, tmp_path: Path) -> None:
+    from metaroles.record.eventlog import read_events
+    from metaroles.sharding.backends import LocalBackend
+    from metaroles.team.options import RunOptions
+
+    backend = None if shards is None else LocalBackend(shards)
+    await run_scenario("debate", llm=TestLLM(), options={}, out_dir=tmp_path, run=RunOptions(seed=3, backend=backend))
+    events = read_events(tmp_path / "events.jsonl")
+    calls: dict[tuple[int, str], list[int]] = {}
+    for call in (e for e in events if e["kind"] == "llm_call"):
+        spent = calls.setdefault((call["round"], call["role"]), [0, 0])
+        spent[0] += call["tokens"]
+    opened = {(e["round"], e["role"]): e for e in events if e["kind"] == "observe"}
+    assert calls and set(calls) <= set(opened), "a turn that called its model opened with an observe"
+    for (round_no, role), observe in opened.items():
+        spent = observe["prompt_tokens"] + observe["completion_tokens"]
+        assert spent == calls.get((round_no, role), [0])[0], (round_no, role)
+    assert any(observe["completion_tokens"] > 0 for observe in opened.values())

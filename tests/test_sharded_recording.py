@@ -203,6 +203,7 @@ async def history_by_round(name: str, options: dict[str, Any], shards: int) -> t
     plans = [module.build(module.Config(**options), TestLLM()) for _ in range(2)]
     ends: list[int] = []
     plans[0].team.on_progress = lambda team: ends.append(len(team.env.history))
+    plans[1].team.on_progress = lambda team: None  # someone reads between rounds: the history is kept current
     history = plans[1].team.env.history
     backend = WatchedBackend(shards, lambda round_no: len(history))
     for plan, with_backend in zip(plans, (None, backend), strict=True):

@@ -11,6 +11,7 @@ import json
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,7 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
         one, driver = build(spec), build(spec)
         run = ShardedRun(driver, LocalShards(shards), places)
         run.behind = data.draw(st.booleans())  # the history taken in while the next round runs, or at once
+        run.lazy = run.behind and data.draw(st.booleans())  # or when the run closes (or a round needs it)
         await run.open()
         for env in (one, driver):
             for number, (target, by_hand) in enumerate(publishes):
@@ -395,3 +397,62 @@ async def test_a_large_sharded_runs_roles_stay_on_their_shards_and_its_run_direc
     assert restored[0] == restored[1]  # the roles' last state, as the shards wrote it
     with pytest.raises(RunError, match="stayed on shards"):
         await team.run(n_round=1)
+
+
+class OpenedAt(LocalShards):
+    """Shards that note, for each round's outbox, the round the driver had reached when it took it in."""
+
+    def __init__(self, count: int, env: Environment) -> None:
+        super().__init__(count)
+        self.env = env
+        self.opened: list[tuple[int, int]] = []
+        """``(the outbox's round, the driver's round)`` for each outbox taken in."""
+
+    async def step(self, round_no: int, deliveries: Any, broadcasts: Any, **kw: Any) -> Any:
+        results = await super().step(round_no, deliveries, broadcasts, **kw)
+        for stepped in results:
+            if stepped is not None and stepped.result.sealed is not None:
+                stepped.result.sealed = partial(self.taken, stepped.result.sealed, round_no)
+        return results
+
+    def taken(self, sealed: Any, round_no: int) -> Any:
+        self.opened.append((round_no, self.env.round))
+        return sealed()
+
+
+class OpenedAtBackend:
+    def __init__(self, env: Environment) -> None:
+        self.shard_by = None
+        self.env = env
+        self.last: OpenedAt | None = None
+
+    def shard_set(self) -> OpenedAt:
+        self.last = OpenedAt(2, self.env)
+        return self.last
+
+
+def ring_team(backend: Any = None) -> Team:
+    team = Team(env=Environment(seed=3), backend=backend)
+    team.hire(
+        Agent(name=f"a{i}", neighbours=near, opinion=i / 12, epsilon=0.3, llm_backed=False)
+        for i, near in enumerate([f"a{(i + 1) % 12}", f"a{(i + 5) % 12}"] for i in range(12))
+    )
+    return team
+
+
+@pytest.mark.parametrize("logged", [False, True])
+async def test_without_a_reader_the_driver_takes_rounds_in_when_the_run_closes(logged: bool, tmp_path: Path) -> None:
+    one = ring_team()
+    await one.run(n_round=5, idea="begin")
+    team = ring_team()
+    team.backend = backend = OpenedAtBackend(team.env)
+    await team.run(n_round=5, idea="begin", events=tmp_path / "events.jsonl" if logged else None)
+    assert backend.last is not None
+    rounds = sorted({round_no for round_no, _ in backend.last.opened})
+    assert rounds == list(range(1, 6)), "every round's outbox is taken in, once a shard's"
+    if logged:  # the log reads each round: its outboxes come in before the round after it begins
+        assert all(at == round_no for round_no, at in backend.last.opened)
+    else:  # nobody reads the history between rounds: it is taken in as the run closes
+        assert {at for _, at in backend.last.opened} == {5}
+    assert [m.id for m in team.env.history] == [m.id for m in one.env.history]
+    assert [m.content for m in team.env.history] == [m.content for m in one.env.history]

@@ -173,6 +173,8 @@ class EventLog:
         for record in records or ():  # the rounds' records (and what happened between): all, as it happened
             steps = record.steps if self.turns and record.steps else None
             line.part(steps, record.published, *self._addressed(record.published, record.recipients))
+            if steps is not None:
+                line.tokens(steps, record.model_calls)
             calls += record.model_calls
             events += record.events
         if records is None:  # records not kept any more (many rounds between two calls): what the bus kept since
@@ -255,10 +257,12 @@ class _Line:
     __slots__ = (
         "cause_by",
         "caused_by",
+        "completion_tokens",
         "details",
         "kinds",
         "message_ids",
         "parts",
+        "prompt_tokens",
         "roles",
         "send_to",
         "senders",
@@ -278,6 +282,8 @@ class _Line:
         self.caused_by: list[list[str]] = []
         self.to: list[list[str]] = []
         self.parts: list[list[int]] = []
+        self.prompt_tokens: list[int] = []
+        self.completion_tokens: list[int] = []
 
     def part(
         self,
@@ -318,11 +324,24 @@ class _Line:
         else:
             parts.append([count, len(messages)])
 
+    def tokens(self, steps: Steps, calls: Sequence[LedgerEntry]) -> None:
+        """The tokens of each turn of ``steps`` (the part just added), on the row that opens it (its observe)."""
+        spent: dict[str, list[int]] = {}
+        for call in calls:
+            tokens = spent.setdefault(call.role, [0, 0])
+            tokens[0] += call.prompt_tokens
+            tokens[1] += call.completion_tokens
+        for kind, role in zip(steps.kind, steps.role, strict=True):
+            tokens = spent.pop(role, None) if kind == "observe" else None
+            self.prompt_tokens.append(tokens[0] if tokens else 0)
+            self.completion_tokens.append(tokens[1] if tokens else 0)
+
     def columns(self) -> dict[str, Any]:
         """The line's fields: its steps (if turns are logged), its messages, its parts if more than one."""
         columns: dict[str, Any] = {}
         if self.turns:
             columns["steps"] = {"kind": self.kinds, "role": self.roles, "detail": self.details}
+            columns["steps"] |= {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
         columns["published"] = {
             "role": self.senders,
             "message_id": self.message_ids,

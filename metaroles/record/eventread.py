@@ -145,11 +145,14 @@ def spelled(line: Event) -> list[Event]:
     steps, said = line.get("steps") or _NO_STEPS, line.get("published") or _NO_MESSAGES
     parts = line.get("parts") or [[len(steps["kind"]), len(said["message_id"])]]
     step = message = 0
+    tokens = steps.get("prompt_tokens"), steps.get("completion_tokens")  # absent before the column was written
     for count, messages in parts:
         kinds, roles, details = (steps[key][step : step + count] for key in ("kind", "role", "detail"))
-        for kind, role, detail in zip(kinds, roles, details, strict=True):
+        for at, (kind, role, detail) in enumerate(zip(kinds, roles, details, strict=True), start=step):
             seq += 1
             out.append({"seq": seq, "round": round_no, "kind": kind, "role": role, **_step_fields(kind, detail)})
+            if kind == "observe" and tokens[0] is not None and tokens[1] is not None:  # the turn's model tokens
+                out[-1] |= {"prompt_tokens": tokens[0][at], "completion_tokens": tokens[1][at]}
         step += count
         columns = (said[k][message : message + messages] for k in _MESSAGE_COLUMNS)
         for role, message_id, cause_by, send_to, caused_by, to in zip(*columns, strict=True):
@@ -271,9 +274,20 @@ def _round_columns(steps: Any, said: Any) -> bool:
         return False
     if not all(_tool_step(d) for k, d in zip(steps["kind"], steps["detail"], strict=True) if k not in _STEPS):
         return False
+    if not all(_counts(steps[key], len(steps["kind"])) for key in _TOKENS if key in steps):
+        return False
     if not (all(map(_names, said["to"])) and all(map(_names, said["send_to"]))):
         return False
     return _names(said["role"]) and _names(said["message_id"]) and all(map(_names, said["caused_by"]))
+
+
+_TOKENS = ("prompt_tokens", "completion_tokens")
+"""A round line's step columns of each turn's model tokens (on the row that opens it; absent in older logs)."""
+
+
+def _counts(value: Any, length: int) -> bool:
+    """Whether ``value`` is a column of ``length`` whole numbers (a step column of tokens)."""
+    return isinstance(value, list) and len(value) == length and all(type(n) is int and n >= 0 for n in value)
 
 
 def _round_numbers(value: dict[str, Any], steps: dict[str, list[Any]], said: dict[str, list[Any]]) -> bool:

@@ -38,6 +38,8 @@ COLUMNS: dict[str, str] = {
     "model": "string",
     "tokens": "int64",
     "cost": "float64",
+    "prompt_tokens": "int64",
+    "completion_tokens": "int64",
     "latency_s": "float64",
     "detail": "string",
 }

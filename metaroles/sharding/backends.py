@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from metaroles.bus.role import Role
@@ -23,6 +24,10 @@ __all__ = ["Backend", "LocalBackend", "LocalShards", "ShardBy", "check_shards", 
 ShardBy = Callable[[Role, int], "int | None"]
 """Which of ``shards`` shards a role runs on (``None``: on the driver, e.g. a moderator whose state
 an intervention reads); called as ``shard_by(role, shards)``."""
+
+
+def _given(value: Any) -> Any:
+    return value
 
 
 def each_of(fns: Sequence[Callable[[list[Role]], Any]], roles: list[Role]) -> list[Any]:
@@ -134,9 +139,13 @@ class LocalShards:
         *,
         steps: bool,
         news: bool,
+        outbox: bool = True,
         meanwhile: Callable[[], None],
     ) -> list[Stepped | None]:
-        """Run the round on each shard in turn (the merge makes the order irrelevant); ``meanwhile()`` first."""
+        """Run the round on each shard in turn (the merge makes the order irrelevant); ``meanwhile()`` first.
+
+        The outboxes stay in this process either way (``outbox`` says when a cluster's would travel).
+        """
         meanwhile()
         results: list[Stepped | None] = []
         for host, delivery in zip(self.hosts, deliveries, strict=True):
@@ -145,6 +154,7 @@ class LocalShards:
                 continue
             self.calls += 1
             result, crossing = await host.step(round_no, delivery, broadcasts, delivery.parts, steps=steps, news=news)
+            result.sealed, result.outbox, result.news = partial(_given, (result.outbox, result.news)), [], {}
             results.append(Stepped(result, [pickle.dumps(part, 5) if part else None for part in crossing]))
         return results
 

@@ -94,13 +94,19 @@ class ShardedRun:
         self.stay = False
         """Leave the roles on their shards when the run ends (its last checkpoint holds them all)."""
         self.behind = False
-        self._late = False  # whether the round still to take in (catch_up) has ended: its record is closed
         """Take a round's outboxes into the history while the shards run the next (:meth:`catch_up` takes it in)."""
-        self._unmerged: tuple[list[Flagged], list[Stepped | None]] | None = None
+        self.lazy = False
+        """Nobody reads the history between rounds (no log, no checkpoint, no record, no hook): the rounds are
+        taken in when the run closes, or when one needs it (a dead letter, a delivery to the driver's roles,
+        an address that moved), so a round costs the driver what the shards report, not what they publish."""
+        self._late = False  # whether the last round still to take in (catch_up) has ended: its record is closed
+        self._unmerged: list[tuple[list[Flagged], list[Stepped | None]]] = []
         self.later: Callable[[], None] = _nothing
         """The rest of recording the last round (a Team's), run while the shards run the next: :meth:`take_later`."""
         self._shipped = False
-        """Whether the roles shipped at open, garbage cycles now, still wait for a full pass (in the first round)."""
+        """Whether the roles shipped at open still wait to be settled (in the first round)."""
+        self._dropped = False
+        """Whether some roles shipped at open are not kept here: garbage cycles now, for a full pass."""
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -135,6 +141,7 @@ class ShardedRun:
             env.swap_roles(stand_ins)
         self._pinned = [(r, r.addresses) for r, p in zip(env.members, self.places, strict=True) if p is None]
         self._shipped = True
+        self._dropped = len(stand_ins) > len(self.kept)
 
     def _index_addresses(self) -> None:
         """Which shards receive on each address (rebuilt when a role changes its addresses)."""
@@ -215,8 +222,12 @@ class ShardedRun:
         env = self.env
         if self._shipped:  # one full pass while the shards work, not before: the round's end freezes what is left
             self._shipped = False
-            env.settle_heap(full=True)
-        self.catch_up()
+            if self._dropped:
+                env.settle_heap(full=True)
+            else:  # every role shipped is kept here to come back (a cast's): no garbage to find, only to keep
+                env.keep_heap()
+        if not self.lazy:
+            self.catch_up()
         later()
         this = env.begin_round()
         begun.append(this)
@@ -238,7 +249,13 @@ class ShardedRun:
         steps = self.env.steps is not None and self.turns  # a checkpoint's steps are of no use here: shards write parts
         try:
             results = await self.shards.step(
-                round_no, busy, broadcasts, steps=steps, news=steps or self.news, meanwhile=meanwhile
+                round_no,
+                busy,
+                broadcasts,
+                steps=steps,
+                news=steps or self.news,
+                outbox=not self.lazy or self.env.record is not None,
+                meanwhile=meanwhile,
             )
         except Exception as exc:
             self.broken = True
@@ -269,6 +286,7 @@ class ShardedRun:
         if not moved and not env.interventions:
             self._record(results)
             return
+        self.catch_up(force=True)  # the rounds before this one go first
         self._hear(results)
         for stepped in results:  # the shards' routing may be stale: the driver routes it all, as it would alone
             if stepped is not None:
@@ -286,28 +304,31 @@ class ShardedRun:
             if stepped is not None:
                 flagged = flagged or stepped.result.flagged > 0
                 self.held[source] = stepped.result.held
-        self._unmerged, self._late = (own, results), False
+        self._unmerged.append((own, results))
+        self._late = False
         if flagged or not self.behind:  # a dead letter or a delivery to the driver's roles: the next round needs it
-            self.catch_up()
+            self.catch_up(force=True)
 
-    def catch_up(self) -> None:
-        """Take the last round's outboxes into the history: messages, dead letters, the driver's roles' deliveries.
+    def catch_up(self, *, force: bool = False) -> None:
+        """Take the rounds not taken in yet into the history: messages, dead letters, the driver's roles' deliveries.
 
         With :attr:`behind`, a round without either is taken in while the shards run the next one
-        (``run_round``'s ``later`` and everything that reads the history come after this). The collector
-        waits meanwhile (the messages hold no cycles), and what came in is frozen at once (``core.heap``):
-        the round's own end then has only its own objects to walk, not 100,000 messages more.
+        (``run_round``'s ``later`` and everything that reads the history come after this); with
+        :attr:`lazy` (and no record kept), only when forced: the run closes, or a round needs it.
+        The collector waits meanwhile (the messages hold no cycles), and what came in is frozen at once
+        (``core.heap``): the round's own end then has only its own objects to walk, not 100,000 messages more.
         """
-        if self._unmerged is None:
+        if not self._unmerged or (self.lazy and not force and self.env.record is None):
             return
-        (merged, results), self._unmerged = self._unmerged, None
+        unmerged, self._unmerged = self._unmerged, []
         self.env.settle_heap()  # the garbage so far goes first: what comes in below lives on, and no pass walks it
         with paused_gc():
-            self._hear(results)
-            for stepped in (s for s in results if s is not None):
-                interned(stepped.result.outbox, self._sets)
-                merged += stepped.result.outbox
-            take_in(self.env, merged, late=self._late)
+            for number, (merged, results) in enumerate(unmerged, 1):
+                self._hear(results)
+                for stepped in (s for s in results if s is not None):
+                    interned(stepped.result.outbox, self._sets)
+                    merged += stepped.result.outbox
+                take_in(self.env, merged, late=self._late or number < len(unmerged))
         self.env.keep_heap()
 
     def record_for(self, log: EventLog | None) -> None:
@@ -385,7 +406,7 @@ class ShardedRun:
         """Bring the roles back (unless a shard failed, or they :attr:`stay`: the checkpoint has them); stop shards."""
         env, kept, self.kept = self.env, self.kept, {}
         if not self.broken:
-            self.catch_up()
+            self.catch_up(force=True)
         self.heard.clear()  # the roles' own news speaks for them from now on (the log's caused_by)
         if self.broken or self.stay:
             await self.shards.close()

@@ -15,6 +15,7 @@ import io
 import os
 import pickle
 import sys
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from types import ModuleType
 from typing import Any
@@ -152,6 +153,7 @@ class _Actor:
         rare_full_passes()  # the process is the shard's; each step freezes what it kept: a full pass walks one round
         self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number, key=key)
         self.outboxes = OutboxWriter()
+        self.kept: list[tuple[Any, dict[str, list[str]]]] = []
 
     async def load(self, blob: bytes, addresses: bytes) -> int:
         with paused_gc():
@@ -160,16 +162,25 @@ class _Actor:
         return ready
 
     async def step(
-        self, round_no: int, delivery: bytes, broadcasts: bytes, steps: bool, news: bool, *parts: bytes
+        self, round_no: int, delivery: bytes, broadcasts: bytes, steps: bool, news: bool, outbox: bool, *parts: bytes
     ) -> tuple[bytes | None, ...]:
         result, crossing = await self.host.step(
             round_no, _unpacked(delivery), _unpacked(broadcasts), parts, steps=steps, news=news
         )
-        heavy = (self.outboxes.columns(result.outbox), result.news)  # apart: the driver takes them in when it needs
+        heavy: bytes | None = None
+        if outbox:  # apart from the result: the driver takes it in when it needs it
+            heavy = _packed((self.outboxes.columns(result.outbox), result.news))
+        else:  # kept here until the driver asks (kept_outboxes): a round it does not read costs nothing more
+            self.kept.append((result.outbox, result.news))
         result.outbox, result.news = [], {}
-        packed = (_packed(result), _packed(heavy), *(_packed(part) if part else None for part in crossing))
+        packed = (_packed(result), heavy, *(_packed(part) if part else None for part in crossing))
         gc.freeze()  # what the roles now remember stays: later collections skip it
         return packed
+
+    async def kept_outboxes(self) -> bytes:
+        """The outboxes (and news) of the rounds whose results went without them, in round order, as columns."""
+        kept, self.kept = self.kept, []
+        return _packed([(self.outboxes.columns(outbox), news) for outbox, news in kept])
 
     async def checkpoint(self, folder: str, round_no: int, delivery: bytes, broadcasts: bytes, *parts: bytes) -> int:
         ready = self.host.checkpoint(folder, round_no, _unpacked(delivery), _unpacked(broadcasts), parts)
@@ -212,6 +223,8 @@ class RayShards:
         self.count = backend.shards
         self.actors: list[Any] = []
         self.readers: list[OutboxReader] = []
+        self.kept: list[deque[tuple[Any, dict[str, list[str]]]]] = []
+        """Per shard, outboxes it kept (``step`` without ``outbox``) fetched and not yet taken in."""
         """Per shard, what reads its outboxes (the sets of recipients it sent so far)."""
         self.calls = 0
         """Calls made to shards so far: at most one per shard per round, one to start, one per piece given back."""
@@ -229,6 +242,7 @@ class RayShards:
         actor = self.ray.remote(num_cpus=self.backend.num_cpus)(_Actor)
         self.actors = [actor.remote(total, concurrency, self.count, n, key) for n in range(self.count)]
         self.readers = [OutboxReader() for _ in range(self.count)]
+        self.kept = [deque[tuple[Any, dict[str, list[str]]]]() for _ in range(self.count)]
 
     async def load(self, blobs: Iterable[bytes], *, addresses: Addresses) -> list[int]:
         """Give each started actor its roles (a shard loads its part while the next is pickled)."""
@@ -244,13 +258,15 @@ class RayShards:
         *,
         steps: bool,
         news: bool,
+        outbox: bool = True,
         meanwhile: Callable[[], None],
     ) -> list[Stepped | None]:
         """One ``step`` call per shard with something to do, all in flight at once; ``meanwhile()`` as they work.
 
         Each returns its result and, as separate objects, its outbox and news (the driver takes them
-        in when it needs them: ``StepResult.open``) and its parts for the other shards: the driver
-        keeps only their handles and passes them to the next call of the shard they are for.
+        in when it needs them: ``StepResult.open``; without ``outbox``, the shard keeps them until then)
+        and its parts for the other shards: the driver keeps only their handles and passes them to the
+        next call of the shard they are for.
         """
         shared = self.ray.put(_packed(broadcasts))  # once, whatever the number of shards
         calls: list[Any] = []
@@ -260,20 +276,33 @@ class RayShards:
                 continue
             packed, handles = _carried(delivery)
             method = a.step.options(num_returns=self.count + 2)
-            calls.append(method.remote(round_no, packed, shared, steps, news, *handles))
+            calls.append(method.remote(round_no, packed, shared, steps, news, outbox, *handles))
         self.calls += sum(refs is not None for refs in calls)
         meanwhile()
         results: list[Stepped | None] = []
-        for refs, reader in zip(calls, self.readers, strict=True):
+        for shard, (refs, reader) in enumerate(zip(calls, self.readers, strict=True)):
             if refs is None:
                 results.append(None)
                 continue
             result: StepResult = _unpacked(await refs[0])
-            result.sealed = functools.partial(_opened, self.ray, refs[1], reader)
+            if outbox:
+                result.sealed = functools.partial(_opened, self.ray, refs[1], reader)
+            else:
+                result.sealed = functools.partial(self._next_kept, shard)
             results.append(
                 Stepped(result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)])
             )
         return results
+
+    def _next_kept(self, shard: int) -> tuple[Any, dict[str, list[str]]]:
+        """The next outbox ``shard`` kept (``kept_outboxes``: all it holds, fetched when the last is used up)."""
+        queue = self.kept[shard]
+        if not queue:
+            queue.extend(_unpacked(self.ray.get(self.actors[shard].kept_outboxes.remote())))
+            self.calls += 1
+        columns, news = queue.popleft()
+        with paused_gc():
+            return self.readers[shard].outbox(columns), news
 
     async def _each(
         self,

@@ -114,11 +114,14 @@ class ShardSet(Protocol):
         *,
         steps: bool,
         news: bool,
+        outbox: bool = True,
         meanwhile: Callable[[], None],
     ) -> list[Stepped | None]:
         """Run a round on every shard that has something to do (``None`` for the others).
 
-        ``meanwhile()`` runs here once, while the shards work (the driver's side of the round).
+        ``meanwhile()`` runs here once, while the shards work (the driver's side of the round). ``outbox``:
+        each shard sends its outbox with its result; else it keeps it until the driver takes it in
+        (:meth:`StepResult.open`, in round order), so a round the driver does not read costs the shard nothing more.
         """
         ...
 

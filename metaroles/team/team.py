@@ -419,6 +419,8 @@ class Team(Dumped):
                 async with sharded(self.env, shards, shard_by, self.casts, behind=True, keep=self.bring_back) as run:
                     self._sharded = run
                     run.record_for(self._log)
+                    hooks = self.on_record or self.on_progress or self.on_round
+                    run.lazy = self._log is None and self._checkpoints is None and hooks is None
                     try:
                         done = await self._rounds(n_round)
                         run.take_later()()
