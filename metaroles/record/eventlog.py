@@ -251,6 +251,10 @@ def _round_times(seq: int, round_no: int, records: list[RoundRecord] | None) -> 
     return f'{{"seq":{seq},"round":{round_no},"start_ns":{started},"end_ns":{ended}}}\n'
 
 
+_NONE_SPENT = (0, 0)
+"""The tokens of a step that opens no turn, or of a turn that called no model."""
+
+
 class _Line:
     """A round line's columns, filled part by part (a part: some turns' steps, then some messages)."""
 
@@ -332,9 +336,9 @@ class _Line:
             tokens[0] += call.prompt_tokens
             tokens[1] += call.completion_tokens
         for kind, role in zip(steps.kind, steps.role, strict=True):
-            tokens = spent.pop(role, None) if kind == "observe" else None
-            self.prompt_tokens.append(tokens[0] if tokens else 0)
-            self.completion_tokens.append(tokens[1] if tokens else 0)
+            opened: Sequence[int] = (spent.pop(role, None) if kind == "observe" else None) or _NONE_SPENT
+            self.prompt_tokens.append(opened[0])
+            self.completion_tokens.append(opened[1])
 
     def columns(self) -> dict[str, Any]:
         """The line's fields: its steps (if turns are logged), its messages, its parts if more than one."""
