@@ -251,7 +251,7 @@ def _round_times(seq: int, round_no: int, records: list[RoundRecord] | None) -> 
     return f'{{"seq":{seq},"round":{round_no},"start_ns":{started},"end_ns":{ended}}}\n'
 
 
-_NONE_SPENT = (0, 0)
+_NONE_SPENT = [0, 0]
 """The tokens of a step that opens no turn, or of a turn that called no model."""
 
 
@@ -336,7 +336,8 @@ class _Line:
             tokens[0] += call.prompt_tokens
             tokens[1] += call.completion_tokens
         for kind, role in zip(steps.kind, steps.role, strict=True):
-            opened: Sequence[int] = (spent.pop(role, None) if kind == "observe" else None) or _NONE_SPENT
+            opened = spent.pop(role, None) if kind == "observe" else None
+            opened = opened or _NONE_SPENT
             self.prompt_tokens.append(opened[0])
             self.completion_tokens.append(opened[1])
 
