@@ -300,8 +300,8 @@ def test_cross_shard_routing_delivers_what_one_process_delivers(
     async def both() -> tuple[dict[str, Any], dict[str, Any]]:
         one, driver = build(spec), build(spec)
         run = ShardedRun(driver, LocalShards(shards), places)
-        run.behind = data.draw(st.booleans())  # the history taken in while the next round runs, or at once
-        run.lazy = run.behind and data.draw(st.booleans())  # or when the run closes (or a round needs it)
+        run.backlog.behind = data.draw(st.booleans())  # the history taken in while the next round runs, or at once
+        run.backlog.lazy = run.backlog.behind and data.draw(st.booleans())  # or when the run closes (or when needed)
         await run.open()
         for env in (one, driver):
             for number, (target, by_hand) in enumerate(publishes):

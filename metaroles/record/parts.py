@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from metaroles.bus.environment import Environment
 from metaroles.messages.message import Message
 from metaroles.record.checkpoint import CheckpointWriter
 
@@ -39,15 +38,3 @@ def part_writer(folder: Path, known: Mapping[str, Message]) -> CheckpointWriter:
     for stale in folder.glob("round-*.json"):
         stale.unlink()
     return CheckpointWriter(folder, replay=False, known=known, each_name=True)  # the driver's file names it
-
-
-def note_round(writer: CheckpointWriter, env: Environment, *, sharded: bool) -> None:
-    """Take in a round that gets no checkpoint file.
-
-    In one process: its turns and deliveries, which the next delta replays; on a sharded run's
-    driver: the history's new rows (:meth:`CheckpointWriter.note_history`).
-    """
-    if sharded:
-        writer.note_history(env)
-    else:
-        writer.note(env)

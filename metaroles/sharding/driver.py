@@ -34,7 +34,7 @@ from metaroles.messages.message import Message
 from metaroles.record.eventlog import EventLog
 from metaroles.record.parts import part_name
 from metaroles.sharding.backends import each_of
-from metaroles.sharding.merging import Flagged, own_messages, route_all, take_in
+from metaroles.sharding.merging import Backlog, own_messages, route_all, take_in
 from metaroles.sharding.shardset import Delivery, Entry, ShardSet, Stepped, shared_broadcasts
 from metaroles.sharding.standins import RemoteRole, _first, _remote_failure
 from metaroles.sharding.transfer import RolesIn, dumps_roles
@@ -93,20 +93,12 @@ class ShardedRun:
         """The round this sharded stretch of the run started from (it names the checkpoint parts)."""
         self.stay = False
         """Leave the roles on their shards when the run ends (its last checkpoint holds them all)."""
-        self.behind = False
-        """Take a round's outboxes into the history while the shards run the next (:meth:`catch_up` takes it in)."""
-        self.lazy = False
-        """Nobody reads the history between rounds (no log, no checkpoint, no record, no hook): the rounds are
-        taken in when the run closes, or when one needs it (a dead letter, a delivery to the driver's roles,
-        an address that moved), so a round costs the driver what the shards report, not what they publish."""
-        self._late = False  # whether the last round still to take in (catch_up) has ended: its record is closed
-        self._unmerged: list[tuple[list[Flagged], list[Stepped | None]]] = []
+        self.backlog = Backlog()
+        """The rounds whose outboxes the history has not taken in yet, and when it takes them (:meth:`catch_up`)."""
         self.later: Callable[[], None] = _nothing
         """The rest of recording the last round (a Team's), run while the shards run the next: :meth:`take_later`."""
-        self._shipped = False
-        """Whether the roles shipped at open still wait to be settled (in the first round)."""
-        self._dropped = False
-        """Whether some roles shipped at open are not kept here: garbage cycles now, for a full pass."""
+        self._settle: Callable[[], None] | None = None
+        """What the first round does with the roles shipped at open: collect those dropped, or keep those kept."""
 
     @property
     def shard_map(self) -> dict[str, int | None]:
@@ -140,8 +132,8 @@ class ShardedRun:
         with paused_gc():
             env.swap_roles(stand_ins)
         self._pinned = [(r, r.addresses) for r, p in zip(env.members, self.places, strict=True) if p is None]
-        self._shipped = True
-        self._dropped = len(stand_ins) > len(self.kept)
+        dropped = len(stand_ins) > len(self.kept)  # garbage cycles now, for a full pass; else nothing to find
+        self._settle = partial(env.settle_heap, full=True) if dropped else env.keep_heap
 
     def _index_addresses(self) -> None:
         """Which shards receive on each address (rebuilt when a role changes its addresses)."""
@@ -214,19 +206,16 @@ class ShardedRun:
             env.order_round(this)
             self._deliver(results, moved)
         env.end_round(this)
-        self._late = True  # what is still unmerged belongs to the record just closed
+        self.backlog.late = True  # what is still to take in belongs to the record just closed
         env.raise_round_errors(this)
 
     def _begin(self, later: Callable[[], None], tg: TaskGroup, begun: list[Round]) -> None:
         """The driver's side of a round, once the shards have theirs: ``later()``, then its own roles' turns."""
         env = self.env
-        if self._shipped:  # one full pass while the shards work, not before: the round's end freezes what is left
-            self._shipped = False
-            if self._dropped:
-                env.settle_heap(full=True)
-            else:  # every role shipped is kept here to come back (a cast's): no garbage to find, only to keep
-                env.keep_heap()
-        if not self.lazy:
+        if self._settle is not None:  # while the shards work, not before: the round's end freezes what is left
+            settle, self._settle = self._settle, None
+            settle()
+        if not self.backlog.lazy:
             self.catch_up()
         later()
         this = env.begin_round()
@@ -254,7 +243,7 @@ class ShardedRun:
                 broadcasts,
                 steps=steps,
                 news=steps or self.news,
-                outbox=not self.lazy or self.env.record is not None,
+                outbox=not self.backlog.lazy or self.env.record is not None,
                 meanwhile=meanwhile,
             )
         except Exception as exc:
@@ -304,23 +293,26 @@ class ShardedRun:
             if stepped is not None:
                 flagged = flagged or stepped.result.flagged > 0
                 self.held[source] = stepped.result.held
-        self._unmerged.append((own, results))
-        self._late = False
-        if flagged or not self.behind:  # a dead letter or a delivery to the driver's roles: the next round needs it
+        self.backlog.rounds.append((own, results))
+        self.backlog.late = False
+        if (
+            flagged or not self.backlog.behind
+        ):  # a dead letter or a delivery to the driver's roles: the next round needs it
             self.catch_up(force=True)
 
     def catch_up(self, *, force: bool = False) -> None:
         """Take the rounds not taken in yet into the history: messages, dead letters, the driver's roles' deliveries.
 
-        With :attr:`behind`, a round without either is taken in while the shards run the next one
-        (``run_round``'s ``later`` and everything that reads the history come after this); with
-        :attr:`lazy` (and no record kept), only when forced: the run closes, or a round needs it.
+        Behind (:class:`~metaroles.sharding.merging.Backlog`), a round without either is taken in while the
+        shards run the next one (``run_round``'s ``later`` and everything that reads the history come after
+        this); lazy (and no record kept), only when forced: the run closes, or a round needs it.
         The collector waits meanwhile (the messages hold no cycles), and what came in is frozen at once
         (``core.heap``): the round's own end then has only its own objects to walk, not 100,000 messages more.
         """
-        if not self._unmerged or (self.lazy and not force and self.env.record is None):
+        backlog = self.backlog
+        if not backlog.rounds or (backlog.lazy and not force and self.env.record is None):
             return
-        unmerged, self._unmerged = self._unmerged, []
+        unmerged, backlog.rounds = backlog.rounds, []
         self.env.settle_heap()  # the garbage so far goes first: what comes in below lives on, and no pass walks it
         with paused_gc():
             for number, (merged, results) in enumerate(unmerged, 1):
@@ -328,7 +320,7 @@ class ShardedRun:
                 for stepped in (s for s in results if s is not None):
                     interned(stepped.result.outbox, self._sets)
                     merged += stepped.result.outbox
-                take_in(self.env, merged, late=self._late or number < len(unmerged))
+                take_in(self.env, merged, late=backlog.late or number < len(unmerged))
         self.env.keep_heap()
 
     def record_for(self, log: EventLog | None) -> None:

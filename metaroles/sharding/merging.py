@@ -8,7 +8,9 @@ decides when: right away, or while the shards run the next round).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Any
 
 from metaroles.bus.environment import Environment
 from metaroles.core.heap import paused_gc
@@ -21,6 +23,22 @@ Flagged = tuple[int, Message, int]
 """An outbox entry: ``(rank, message, flag)`` (flags: ``DEAD``, ``PINNED``)."""
 
 _MESSAGE, _FLAG = itemgetter(1), itemgetter(2)
+
+
+@dataclass(slots=True)
+class Backlog:
+    """The rounds whose outboxes the driver's history has not taken in yet, and when it takes them."""
+
+    rounds: list[tuple[list[Flagged], list[Any]]] = field(default_factory=list)
+    """Oldest first: the driver's own messages of the round (flagged), and the shards' results (``Stepped``)."""
+    late: bool = False
+    """Whether the newest of them has ended: its messages go to its closed record."""
+    behind: bool = False
+    """Take a round in while the shards run the next one (else as it ends)."""
+    lazy: bool = False
+    """Nobody reads the history between rounds (no log, checkpoint, record or hook): take the rounds in when
+    the run closes, or when one needs it (a dead letter, the driver's roles, a moved address), so a round
+    costs the driver what the shards report, not what they publish."""
 
 
 def to_pinned(env: Environment, message: Message) -> None:

@@ -35,14 +35,14 @@ async def sharded(
 
     Roles of ``casts`` (``(first place, cast)``) not yet changed are built by their shards, not shipped.
     If the block raises, the roles stay where they were (a shard may be gone): the run's last
-    checkpoint is what a resume starts from. ``behind``: see :attr:`ShardedRun.behind` (a Team
+    checkpoint is what a resume starts from. ``behind``: see :attr:`~metaroles.sharding.merging.Backlog.behind` (a Team
     takes each round's history in before it reads it). ``keep``: this process keeps the roles shards
     build from seats, which come back as their state (when the roles are to come back).
     """
     kept: dict[int, Role] = {}
     seat = seats(casts, kept if keep else None) if casts and env.round == 0 else None
     run = ShardedRun(env, shards, placement(env.members, shards.count, shard_by), seat)
-    run.behind, run.kept = behind, kept
+    run.backlog.behind, run.kept = behind, kept
     try:
         await run.open()  # if it fails, the roles are still here (they move last): close only stops the shards
         yield run

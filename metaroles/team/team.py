@@ -11,7 +11,7 @@ from typing import Any
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
-from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed, RunError
+from metaroles.core.exceptions import ConfigError, InvalidValueError, RoleFailed
 from metaroles.core.files import write_atomic
 from metaroles.core.heap import paused_gc
 from metaroles.core.schema import BROADCAST, to_addresses
@@ -23,15 +23,13 @@ from metaroles.record import workspace
 from metaroles.record.checkpoint import CheckpointWriter, fresh_writer
 from metaroles.record.eventlog import EventLog
 from metaroles.record.final_state import refers_to_checkpoint, save_state
-from metaroles.record.parts import note_round
 from metaroles.sharding.backends import Backend, ShardBy
 from metaroles.sharding.cast import Cast
-from metaroles.sharding.driver import RemoteRole, ShardedRun
-from metaroles.sharding.session import sharded
 from metaroles.sharding.standins import check_home
 from metaroles.team.continuing import forked, resumed
 from metaroles.team.options import LogTurns, checked_log_turns
 from metaroles.team.report import StopReason, TeamReport
+from metaroles.team.runtime import Commit, OneProcess, Runtime, runtime_for
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
 
@@ -121,8 +119,8 @@ class Team(Dumped):
         """Which shard a role runs on, when the backend does not say (a scenario's ``shard_by``)."""
         self.metric_parts: list[Callable[[list[Role]], Any]] = []
         """Functions of a list of roles that round metrics combine (:meth:`gathered`); on shards, run where they are."""
-        self._sharded: ShardedRun | None = None
-        self._parts: dict[Callable[[list[Role]], Any], list[Any]] = {}
+        self._runtime: Runtime | None = None
+        """Where the current run's rounds run (``None`` between runs: this process)."""
         self.casts: list[tuple[int, Cast]] = []
         """The casts hired, by the place of their first role (shards build those roles themselves)."""
         self.bring_back = True
@@ -208,15 +206,12 @@ class Team(Dumped):
         Raises:
             RunError: If the run is sharded and ``fn`` is not in :attr:`metric_parts`.
         """
-        parts = self._parts.get(fn)
-        if parts is not None:
-            return parts
-        if self._sharded is None:
-            return [fn(list(self.env.roles.values()))]
-        raise RunError(
-            f"{getattr(fn, '__name__', fn)!r} reads roles that live on shards; add it to Team.metric_parts "
-            "(a scenario: METRIC_PARTS) so each shard computes its part"
-        )
+        return self.runtime.gathered(fn)
+
+    @property
+    def runtime(self) -> Runtime:
+        """Where the rounds run: the current run's runtime, else this process."""
+        return self._runtime or OneProcess(self.env)
 
     def budget_crossed(self) -> str | None:
         """Which budget the spending so far has crossed, if any (a money budget blind to a model warns, once)."""
@@ -336,14 +331,11 @@ class Team(Dumped):
 
     async def _final_checkpoint(self) -> None:
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
-        writer, run = self._checkpoints, self._sharded
+        writer = self._checkpoints
         if writer is not None and writer.round != self.env.round and not (self._failed or self._stranded or self._cut):
             after = self._log.unsynced() if self._log is not None else []  # the log's lines, synced first
             self._keep_files(writer)
-            if run is None:
-                writer.write(self.env, after=after)
-            else:  # before the roles come back, each shard writes its part; the driver's file completes the round
-                writer.write_driver(self.env, run.pinned, await run.checkpoint(writer.folder), after)
+            await self.runtime.final_checkpoint(writer, after)  # on shards: before the roles come back
 
     def _keep_files(self, writer: CheckpointWriter) -> None:
         if self.workspace is not None:
@@ -352,55 +344,46 @@ class Team(Dumped):
     async def _checkpoint(self) -> None:
         """Commit the round: its events, then its record (metrics), then the checkpoint, last.
 
-        On shards, what needs the shards (metric parts, checkpoint parts) is done now — the history taken in
-        while they measure, the log and metrics while they write — and the rest while they run the next round
-        (``ShardedRun.later``), in the same order, unless :attr:`on_round` is set (it publishes to the next round).
+        What needs the roles where they run (metric parts, checkpoint parts) is done now — on shards, the
+        history taken in while they measure, the log and metrics while they write — and the rest when the
+        runtime may (on shards, while they run the next round), in the same order, unless :attr:`on_round`
+        is set (it publishes to the next round).
         """
-        run, writer, parts = self._sharded, self._checkpoints, None
+        runtime, writer, commit = self.runtime, self._checkpoints, None
         due = writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None)
         logged: list[bool] = []  # whether the round's events and metrics are recorded (once)
         try:
-            if run is not None and self.on_record is not None:
-                self._parts = await run.measure(self.metric_parts, run.catch_up)  # the history, while they measure
-            if run is not None and writer is not None and due:
+            if self.on_record is not None:
+                await runtime.measure(self.metric_parts)
+            if writer is not None and due:
                 self._keep_files(writer)  # as the round left them: the next one may change them
-                parts = await run.checkpoint(writer.folder, partial(self._log_round, logged))
+                commit = await runtime.prepare_checkpoint(writer, partial(self._log_round, logged))
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise
-        later = partial(self._record, writer if due else None, parts, run.pinned if run else [], logged)
-        if run is None or self.on_round is not None:  # what on_round publishes reaches the next round's roles
-            later()
-        else:
-            run.later = later
+        # what on_round publishes reaches the next round's roles: it runs now
+        runtime.then(partial(self._record, commit, logged), now=self.on_round is not None)
 
     def _log_round(self, logged: list[bool], sync: bool = False) -> None:
         """Log the round's events (``sync``: on the disk now, else with its checkpoint), metrics; unless ``logged``."""
         if logged:
             return
         logged.append(True)
-        if self._sharded is not None:  # the round's outboxes, if still behind
-            self._sharded.catch_up()
+        self.runtime.catch_up()  # the round's messages, if still where they were published
         if self._log is not None:
             self._log.round_done(sync=sync)
         if self.on_record is not None:
             self.on_record(self)
 
-    def _record(
-        self, writer: CheckpointWriter | None, parts: list[str] | None, pinned: list[Role], logged: list[bool]
-    ) -> None:
-        """Log the round and its metrics (unless ``logged``), then write its checkpoint (``writer``: one is due)."""
-        env = self.env
+    def _record(self, commit: Commit | None, logged: list[bool]) -> None:
+        """Log the round and its metrics (unless ``logged``), then write its checkpoint (``commit``: one is due)."""
         try:
             self._log_round(logged, sync=self._checkpoints is None)  # else the next checkpoint syncs it (after)
-            after = self._log.unsynced() if self._log is not None and writer is not None else []  # synced by it
-            if writer is not None and parts is not None:  # last, the driver's file completes the round
-                writer.write_driver(env, pinned, parts, after)
-            elif writer is not None:
-                self._keep_files(writer)
-                writer.write(env, after=after)
+            after = self._log.unsynced() if self._log is not None and commit is not None else []  # synced by it
+            if commit is not None:  # last, the round's file completes it
+                commit(after)
             elif self._checkpoints is not None:
-                note_round(self._checkpoints, env, sharded=self._sharded is not None)
+                self.runtime.note(self._checkpoints)
         except BaseException:
             self._failed = True
             raise
@@ -411,29 +394,24 @@ class Team(Dumped):
 
     async def _run_rounds(self, n_round: int) -> tuple[int, StopReason]:
         self._stranded = False
-        async with self.env.session():
-            if self.backend is None or n_round == 0 or self.env.is_idle:
-                return await self._rounds(n_round)
-            try:
-                shards, shard_by = self.backend.shard_set(), self.backend.shard_by or self.shard_by
-                async with sharded(self.env, shards, shard_by, self.casts, behind=True, keep=self.bring_back) as run:
-                    self._sharded = run
-                    run.record_for(self._log)
-                    hooks = self.on_record or self.on_progress or self.on_round
-                    run.lazy = self._log is None and self._checkpoints is None and hooks is None
-                    try:
-                        done = await self._rounds(n_round)
-                        run.take_later()()
-                        await self._final_checkpoint()
-                        run.stay = not self.bring_back and refers_to_checkpoint(self.env, self._checkpoints)
-                        return done
-                    finally:
-                        run.take_later()()  # the round before a failure was complete: its recording too
-                        self._sharded, self._parts = None, {}
-                        self._stranded = run.broken
-            except BaseException:
-                self._stranded = self._stranded or any(isinstance(r, RemoteRole) for r in self.env.members)
-                raise
+        backend = None if n_round == 0 or self.env.is_idle else self.backend  # nothing to run: the roles stay
+        hooks = self.on_record or self.on_progress or self.on_round
+        reads = self._log is not None or self._checkpoints is not None or hooks is not None
+        opened = runtime_for(
+            self.env, backend, shard_by=self.shard_by, casts=self.casts, keep=self.bring_back, log=self._log,
+            read_between=reads,
+        )  # fmt: skip
+        try:
+            async with self.env.session(), opened as runtime:
+                self._runtime = runtime
+                done = await self._rounds(n_round)
+                runtime.recorded()
+                await self._final_checkpoint()
+                runtime.stay = not self.bring_back and refers_to_checkpoint(self.env, self._checkpoints)
+                return done
+        finally:
+            self._stranded = self.runtime.stranded
+            self._runtime = None
 
     async def _rounds(self, n_round: int) -> tuple[int, StopReason]:
         if self._idea_due:
@@ -444,12 +422,12 @@ class Team(Dumped):
             if self.stopping.is_set():  # no checkpoint off its schedule: the resumed run is the uninterrupted one
                 self._cut = True
                 return rounds, StopReason.INTERRUPTED
-            if (self._sharded or self.env).is_idle:
+            if self.runtime.is_idle:
                 return rounds, StopReason.IDLE
             if self.budget_crossed():
                 return rounds, StopReason.BUDGET
             try:
-                await (self.env.run_round() if self._sharded is None else self._sharded.run_round())
+                await self.runtime.run_round()
             except BaseException as exc:
                 self._failed = True  # the round's state is not whole: its checkpoint is never written
                 if isinstance(exc, RoleFailed) and self._log is not None:
@@ -457,7 +435,7 @@ class Team(Dumped):
                 raise
             await self._checkpoint()
             rounds += 1
-        if (self._sharded or self.env).is_idle:
+        if self.runtime.is_idle:
             return rounds, StopReason.IDLE
         if self.budget_crossed():
             return rounds, StopReason.BUDGET
