@@ -1,4 +1,4 @@
-"""Layer 9, the ``metaroles`` command (typer + rich): run, resume, fork, sweep, eval, graph, show, diff, list, serve.
+"""Layer 13, the ``metaroles`` command (typer + rich): run, resume, fork, sweep, eval, graph, show, diff, list, serve.
 
 Exit codes: 0 done; 1 the run failed (a role raised, a model failed); 2 bad input (unknown
 scenario, not a run directory, bad option); 130 interrupted (Ctrl-C: the run directory is left

@@ -1,1 +1,1 @@
-"""Layer 8, the message-flow graph of a run: networkx graphs, pictures, the interactive page."""
+"""Layer 12, the message-flow graph of a run: networkx graphs, pictures, the interactive page."""

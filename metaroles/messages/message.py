@@ -223,7 +223,7 @@ class Message:
         sent_from: str,
         send_to: frozenset[str],
     ) -> None:
-        """Fill a new message's fields from the routing values (:meth:`_fast`); a fresh id, nothing else."""
+        """Fill a new message's fields from the routing values (:meth:`trusted`); a fresh id, nothing else."""
         scope = SCOPE.get()  # new_id, inlined: this is the bus's hot path
         self.id = new_id() if scope is None else scope.next()
         self.content = content
