@@ -43,6 +43,7 @@ import anyio
 from bus import ring_env
 
 from metaroles import Environment, Message
+from metaroles.bus.record import names_of
 from metaroles.record.checkpoint import CheckpointWriter
 from metaroles.record.eventlog import EventLog
 
@@ -93,6 +94,7 @@ class RoundBatches:
 
     def write(self) -> None:
         """Append the records closed since the last call, a line each, then wait for the disk."""
+        members = self.env.members
         for record in self.env.records_since(self.read) or ():
             steps, said = record.steps, record.published
             assert steps is not None
@@ -105,7 +107,7 @@ class RoundBatches:
                 "cause_by": [m.cause_by for m in said],
                 "send_to": [sorted(m.send_to) for m in said],
                 "content": [m.content for m in said],
-                "to": [[r.name for r in rs] if rs is not None else None for rs in record.recipients],
+                "to": [names_of(rs, members) if rs is not None else None for rs in record.recipients],
             }
             self.file.write(self.dumps(line) + b"\n")
             self.read = record.number

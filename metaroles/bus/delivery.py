@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 from warnings import warn
-from weakref import WeakSet
 
 from metaroles.bus.record import EnvEvent, RoundRecord, Steps
 from metaroles.bus.role import Role
@@ -68,8 +67,6 @@ class Bus:
         """The last record closed: the round that just ended (see :meth:`round_record`)."""
         self._records = 0
         self._closed: deque[RoundRecord] = deque(maxlen=KEPT_RECORDS)
-        self._sharing: WeakSet[RoundRecord] = WeakSet()
-        """The records alive that hold lists of recipients the address index owns (it changes them as roles join)."""
         self.roles: dict[str, Role] = {}
         self.history = Memory()
         self.dead_letters: list[Message] = []
@@ -108,7 +105,6 @@ class Bus:
         role.attach(self, len(self._members), ids=self.role_ids(len(self._members)))
         self._is_ready.append(0)
         self.roles[role.name] = role
-        self._keep_recipients()
         self._book.add(role)
         self.watches.join(role)
         self._outsider = len(self._members)
@@ -143,7 +139,6 @@ class Bus:
             self._is_ready.extend(bytes(total - len(self._is_ready)))
         for role in sorted(roles, key=lambda r: r.place):
             self.roles[role.name] = role
-            self._keep_recipients()
             self._book.add(role)
             if not role.rc.msg_buffer.empty():  # ready here if its buffer holds news, whatever it was elsewhere
                 self.mark_ready(role)
@@ -199,8 +194,6 @@ class Bus:
 
     def reindex(self, role: Role) -> None:
         """Re-read ``role``'s addresses into the index (after ``Role.set_addresses``)."""
-        if role.addresses != self._book.filed(role):
-            self._keep_recipients()
         self._book.reindex(role)
 
     def mark_ready(self, role: Role) -> None:
@@ -318,13 +311,6 @@ class Bus:
         self.steps = record.steps
         return steps
 
-    def _keep_recipients(self) -> None:
-        """Before the address index changes: the records keep their own copies of the recipients delivery found."""
-        if self._sharing:
-            for record in self._sharing:
-                record.keep_recipients()
-            self._sharing.clear()
-
     def _grew(self, record: RoundRecord) -> bool:
         return len(self.ledger.entries) > record.ledger_from or len(self.events) > record.events_from
 
@@ -364,9 +350,8 @@ class Bus:
             kept = set(map(id, new))
             recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
         record.published += new
-        record.recipients += recipients
-        if recipients:
-            self._sharing.add(record)
+        places = self._book.places
+        record.recipients += [None if roles is None else places(roles) for roles in recipients]
 
     def publish_message(self, message: Message) -> bool:
         """Publish ``message``: delivered at the end of the current round, or now between rounds; ``True``.

@@ -23,6 +23,16 @@ from pydantic import BaseModel
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
 
+Recipients = tuple[int, ...] | Sequence[Any]
+"""A message's recipients: their places (a round record's), or the roles routing gave (where a shard delivered it)."""
+
+
+def names_of(recipients: Sequence[Any], members: Sequence[Any]) -> list[str]:
+    """The names of ``recipients``: of the members at their places, or of the roles themselves."""
+    if isinstance(recipients, tuple):
+        return [members[place].name for place in recipients]
+    return [role.name for role in recipients]
+
 
 class EnvEvent(BaseModel):
     """A notable thing that happened on the bus (failure, dead letter, drop)."""
@@ -95,9 +105,9 @@ class RoundRecord:
     """The bus's events when the record began."""
     published: list[Message] = field(default_factory=list)
     """The messages the history gained, in delivery order."""
-    recipients: list[Sequence[Any] | None] = field(default_factory=list)
-    """Each published message's recipients (the Roles: this module sits below ``role``) as delivery found
-    them (``None``: delivered elsewhere, by a shard)."""
+    recipients: list[tuple[int, ...] | None] = field(default_factory=list)
+    """Each published message's recipients as delivery found them: their places, in place order (``None``:
+    delivered elsewhere, by a shard)."""
     model_calls: list[LedgerEntry] = field(default_factory=list)
     """The model calls, with their usage (taken from the ledger when the record closes)."""
     events: list[EnvEvent] = field(default_factory=list)
@@ -110,16 +120,3 @@ class RoundRecord:
     """When its round began (``time.time_ns``; 0: it holds no round's start, only what came between rounds)."""
     ended_ns: int = 0
     """When it closed (``time.time_ns``)."""
-
-    def keep_recipients(self) -> None:
-        """Copy the lists of recipients (each once): the address index changes its own as roles join or move."""
-        copies: dict[int, tuple[Any, ...]] = {}
-        kept: list[Sequence[Any] | None] = []
-        for recipients in self.recipients:
-            if recipients is not None and type(recipients) is not tuple:
-                copy = copies.get(id(recipients))
-                if copy is None:
-                    copy = copies[id(recipients)] = tuple(recipients)
-                recipients = copy
-            kept.append(recipients)
-        self.recipients = kept

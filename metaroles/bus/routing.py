@@ -139,6 +139,8 @@ class AddressBook:
         self._index: dict[str, list[Role]] = {}
         self._merged: dict[frozenset[str], list[Role]] = {}
         self._filed: dict[int, frozenset[str]] = {}
+        self._places: dict[int, tuple[Sequence[Role], tuple[int, ...]]] = {}
+        """The places of each list :meth:`route` gave (by ``id``), while the book stays as it is."""
         """The addresses each role (by ``id``) is filed under: a re-index touches only its own buckets."""
         self.version = 0
         """Moves whenever a role joins or changes its addresses (what :meth:`route` returned may have changed)."""
@@ -150,6 +152,7 @@ class AddressBook:
 
     def _index_role(self, role: Role) -> None:
         self._merged.clear()
+        self._places.clear()  # the lists route gave may change in place now
         self.version += 1
         self._filed[id(role)] = role.addresses
         for address in role.addresses:
@@ -178,6 +181,17 @@ class AddressBook:
     def addresses(self) -> list[str]:
         """Every address some role receives on, sorted."""
         return sorted(self._index)
+
+    def places(self, roles: Sequence[Role]) -> tuple[int, ...]:
+        """The places of ``roles`` (a list :meth:`route` gave), as data: kept by the list while the book stays."""
+        known = self._places.get(id(roles))
+        if known is not None and known[0] is roles:
+            return known[1]
+        if len(self._places) >= max(self.CACHED, 2 * len(self.members)):
+            self._places.clear()
+        places = tuple(role.place for role in roles)
+        self._places[id(roles)] = (roles, places)
+        return places
 
     def route(self, send_to: frozenset[str]) -> Sequence[Role]:
         """The roles ``send_to`` reaches, in registration order."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from metaroles.bus.environment import Environment
-from metaroles.bus.record import RoundRecord, Steps
+from metaroles.bus.record import Recipients, RoundRecord, Steps, names_of
 from metaroles.bus.role import Role
 from metaroles.bus.state import rng_state
 from metaroles.core.confined import open_own
@@ -84,7 +84,7 @@ class _RoleMark(NamedTuple):
 class _Target(NamedTuple):
     """A list of recipients routing gave, their places (env index) and the expectations of the replayable ones."""
 
-    recipients: Sequence[Role]
+    recipients: Recipients
     places: list[int]
     expected: list[Expected]
 
@@ -321,6 +321,7 @@ class CheckpointWriter(MessageRows):
             return
         if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
             self._book, self._targets = env.routes_version, {}
+        delivered: Sequence[Recipients | None]
         if record is not None:
             messages, delivered = record.published, record.recipients
             if len(messages) > len(history) - self._noted_history:
@@ -329,27 +330,30 @@ class CheckpointWriter(MessageRows):
             messages = history.storage[self._noted_history :]
             delivered = [env.route(message.send_to) for message in messages]
         out, rows, targets = self._deliveries, self._rows, self._targets
-        for message, recipients in zip(messages, delivered, strict=True):
-            if recipients is None:  # delivered by a shard
-                recipients = env.route(message.send_to)
+        for message, reached in zip(messages, delivered, strict=True):
+            recipients = env.route(message.send_to) if reached is None else reached  # None: delivered by a shard
             row = rows.get(id(message))
             out += (self._new_row(message, self._pending_rows) if row is None else row, len(recipients))
             known = targets.get(id(recipients))
             if known is None or known.recipients is not recipients:
-                known = self._target(recipients)
+                known = self._target(recipients, env.members)
             out += known.places
             for expected in known.expected:  # the buffer a replay gives each replayable recipient
                 expected.buffered += 1
                 expected.last = message
         self._noted_history += len(messages)
 
-    def _target(self, recipients: Sequence[Role]) -> _Target:
-        """The places of ``recipients`` and the expectations of the replayable ones, kept per list (routing's own)."""
+    def _target(self, recipients: Recipients, members: Sequence[Role]) -> _Target:
+        """The places of ``recipients`` (the record's places, or roles) here and the replayable ones' expectations.
+
+        Kept per object (the record's places, routing's lists: one per set of addresses).
+        """
         if len(self._targets) >= 1 << 18:
             self._targets.clear()
         index, expect = self._index, self._expect
-        places = [index[role.name] for role in recipients]
-        expected = [e for e in map(expect.get, [role.name for role in recipients]) if e is not None]
+        names = names_of(recipients, members)
+        places = [index[name] for name in names]
+        expected = [e for e in map(expect.get, names) if e is not None]
         known = self._targets[id(recipients)] = _Target(recipients, places, expected)
         return known
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import orjson
 
 from metaroles.bus.environment import Environment
-from metaroles.bus.record import EnvEvent, RoundRecord, Steps
+from metaroles.bus.record import EnvEvent, Recipients, RoundRecord, Steps, names_of
 from metaroles.bus.role import Role
 from metaroles.core.files import append_durably, append_text, create_durably
 from metaroles.llm.ledger import LedgerEntry
@@ -112,8 +112,8 @@ class EventLog:
         """On a sharded run's driver: each remote sender's news (the ids) in the round being logged."""
         self.turns = bool(turns)
         self._send_to: dict[frozenset[str], list[str]] = {}
-        self._to: dict[int, tuple[Sequence[Role], list[str]]] = {}
-        """The names of each list of recipients met (by the list: routing's own), while the address book stays."""
+        self._to: dict[int, tuple[Recipients, list[str]]] = {}
+        """The names of each set of recipients met (by the object: the record's places, routing's lists)."""
         self._routes: dict[frozenset[str], Sequence[Role]] = {}
         """Recipients routing gave the addresses of messages a shard delivered, while the address book stays."""
         self._book: tuple[object, int] | None = None
@@ -185,7 +185,7 @@ class EventLog:
         return calls, events
 
     def _addressed(
-        self, messages: Sequence[Message], delivered: Sequence[Sequence[Role] | None]
+        self, messages: Sequence[Message], delivered: Sequence[tuple[int, ...] | None]
     ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
         """The columns ``caused_by``, ``send_to`` and ``to`` of ``messages``: news observed, addresses, recipients.
 
@@ -205,7 +205,9 @@ class EventLog:
         send_to = [send_tos.get(m.send_to) or self._addresses(m.send_to) for m in messages]
         if len(names) >= 1 << 16:
             names.clear()
-        reached = [self._route(m.send_to) if r is None else r for m, r in zip(messages, delivered, strict=True)]
+        reached: list[Recipients] = [
+            self._route(m.send_to) if r is None else r for m, r in zip(messages, delivered, strict=True)
+        ]
         to = [
             known[1] if (known := names.get(id(r))) is not None and known[0] is r else self._names(r) for r in reached
         ]
@@ -228,9 +230,9 @@ class EventLog:
             recipients = self._routes[send_to] = self.env.route(send_to)
         return recipients
 
-    def _names(self, recipients: Sequence[Role]) -> list[str]:
-        """The names of ``recipients``, kept by the list (routing hands out one per set of addresses)."""
-        names = [r.name for r in recipients]
+    def _names(self, recipients: Recipients) -> list[str]:
+        """The names of ``recipients`` (places, or roles), kept by the object (one per set of addresses)."""
+        names = names_of(recipients, self.env.members)
         self._to[id(recipients)] = (recipients, names)
         return names
 

@@ -33,6 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from metaroles.bus.environment import Environment
+from metaroles.bus.record import Recipients, names_of
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError
 from metaroles.llm.ledger import LedgerEntry
@@ -101,7 +102,7 @@ class Telemetry:
         self._sent: dict[str, SpanContext] = {}
         self._destinations: dict[frozenset[str], str] = {}
         self._sorted: dict[frozenset[str], list[str]] = {}
-        self._recipients: dict[int, tuple[Sequence[Role], list[str]]] = {}  # id of a recipient list -> their names
+        self._recipients: dict[int, tuple[Any, list[str]]] = {}  # id of the recipients' places (or roles) -> names
         self._book: object = None  # the address book those lists are of
         self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
         self._turns: list[tuple[str, Any, int, int, list[Message]]] = []  # name, context, start, end, news
@@ -248,7 +249,7 @@ class Telemetry:
         self,
         message: Message,
         parent: Any,
-        recipients: Sequence[Role] | None,
+        recipients: Recipients | None,
         started: int | None = None,
         *,
         round_no: int | None = None,
@@ -276,14 +277,14 @@ class Telemetry:
         self._sent[message.id] = span.get_span_context()
         span.end(end_time=started)
 
-    def _names(self, recipients: Sequence[Role]) -> list[str]:
-        """``metaroles.delivered_to``: the names, kept by the list while the address book stays (routing's lists)."""
+    def _names(self, recipients: Recipients) -> list[str]:
+        """``metaroles.delivered_to``: the names of the places (or roles), kept by the object they came as."""
         if self._book != self.env.routes_version or len(self._recipients) >= 1 << 16:  # a role joined or moved
             self._book, self._recipients = self.env.routes_version, {}
         known = self._recipients.get(id(recipients))
         if known is not None and known[0] is recipients:
             return known[1]
-        names = [role.name for role in recipients]
+        names = names_of(recipients, self.env.members)
         self._recipients[id(recipients)] = (recipients, names)
         return names
 
