@@ -349,6 +349,8 @@ class Bus:
         if len(new) < len(messages):  # the history had some already: the record keeps what it gained
             kept = set(map(id, new))
             recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
+        roles = self.roles  # what each sender's turn observed: its news, as delivery finds it (a stand-in's too)
+        record.caused_by += [[n.id for n in roles[m.sent_from].rc.news] if m.sent_from in roles else [] for m in new]
         record.published += new
         places = self._book.places
         record.recipients += [None if roles is None else places(roles) for roles in recipients]

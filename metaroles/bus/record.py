@@ -108,6 +108,8 @@ class RoundRecord:
     recipients: list[tuple[int, ...] | None] = field(default_factory=list)
     """Each published message's recipients as delivery found them: their places, in place order (``None``:
     delivered elsewhere, by a shard)."""
+    caused_by: list[list[str]] = field(default_factory=list)
+    """Each published message's cause: the ids of the news its sender's turn observed (``[]``: no turn's)."""
     model_calls: list[LedgerEntry] = field(default_factory=list)
     """The model calls, with their usage (taken from the ledger when the record closes)."""
     events: list[EnvEvent] = field(default_factory=list)

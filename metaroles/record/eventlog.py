@@ -27,7 +27,7 @@ and ``latency_s``); :func:`read_events` puts the latencies back on the events it
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,8 +108,6 @@ class EventLog:
         else:  # a new run's log: created empty, not written (a checkpoint may claim it before the run's end)
             create_durably(path)
         self.seq = last_seq(kept[-1][0]) if kept else 0
-        self.heard: Mapping[str, list[str]] = {}
-        """On a sharded run's driver: each remote sender's news (the ids) in the round being logged."""
         self.turns = bool(turns)
         self._send_to: dict[frozenset[str], list[str]] = {}
         self._to: dict[int, tuple[Recipients, list[str]]] = {}
@@ -172,7 +170,7 @@ class EventLog:
         events: list[EnvEvent] = []
         for record in records or ():  # the rounds' records (and what happened between): all, as it happened
             steps = record.steps if self.turns and record.steps else None
-            line.part(steps, record.published, *self._addressed(record.published, record.recipients))
+            line.part(steps, record.published, record.caused_by, *self._addressed(record.published, record.recipients))
             if steps is not None:
                 line.tokens(steps, record.model_calls)
             calls += record.model_calls
@@ -180,26 +178,22 @@ class EventLog:
         if records is None:  # records not kept any more (many rounds between two calls): what the bus kept since
             env = self.env
             published = env.history.get(len(env.history) - self._history) if len(env.history) > self._history else []
-            line.part(None, published, *self._addressed(published, [None] * len(published)))
+            caused_by = [self._news_of(m.sent_from) for m in published]
+            line.part(None, published, caused_by, *self._addressed(published, [None] * len(published)))
             calls, events = env.ledger.entries[self._ledger :], env.events[self._events :]
         return calls, events
 
     def _addressed(
         self, messages: Sequence[Message], delivered: Sequence[tuple[int, ...] | None]
-    ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
-        """The columns ``caused_by``, ``send_to`` and ``to`` of ``messages``: news observed, addresses, recipients.
+    ) -> tuple[list[list[str]], list[list[str]]]:
+        """The columns ``send_to`` and ``to`` of ``messages``: addresses, recipients.
 
         The recipients are the ones delivery found (``delivered``, the round's record). Where it has
         none (the shards routed them), routing gives them with the book they were delivered with (the log
         is written before the next round). Each column is one comprehension over the round's messages:
         the log costs what the round published, not a loop of Python statements per message.
         """
-        env, heard = self.env, self.heard
-        roles, send_tos, names = env.roles, self._send_to, self._to
-        if heard:  # a sharded run's remote senders: their shards listed their news
-            caused_by = [heard.get(m.sent_from) or self._news_of(m.sent_from) for m in messages]
-        else:
-            caused_by = [[n.id for n in roles[m.sent_from].rc.news] if m.sent_from in roles else [] for m in messages]
+        send_tos, names = self._send_to, self._to
         if len(send_tos) >= 1 << 16:
             send_tos.clear()
         send_to = [send_tos.get(m.send_to) or self._addresses(m.send_to) for m in messages]
@@ -211,7 +205,7 @@ class EventLog:
         to = [
             known[1] if (known := names.get(id(r))) is not None and known[0] is r else self._names(r) for r in reached
         ]
-        return caused_by, send_to, to
+        return send_to, to
 
     def _news_of(self, name: str) -> list[str]:
         """The ids of the news of the role ``name`` in this process (``[]`` if it is not here)."""

@@ -326,11 +326,9 @@ class ShardedRun:
     def record_for(self, log: EventLog | None) -> None:
         """Have the shards send what ``log`` writes (``None``: nothing): senders' news, and turn steps if it logs them.
 
-        The log reads the remote senders' news from :attr:`heard` (emptied when the shards close).
+        A remote sender's news (:attr:`heard`) is its stand-in's, so the round record's ``caused_by`` holds it.
         """
         self.news, self.turns = log is not None, log is not None and log.turns
-        if log is not None:
-            log.heard = self.heard
 
     def _hear(self, results: list[Stepped | None]) -> None:
         """Take in the shards' outboxes and each sender's news of the last round (:attr:`heard`)."""

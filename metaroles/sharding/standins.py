@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
@@ -30,14 +29,28 @@ class _Forward:
         return True
 
 
-class _RemoteContext:
-    __slots__ = ("memory", "msg_buffer", "news", "watch")
+class _Heard:
+    """A message known by its id only: what a remote role's turn observed."""
 
-    def __init__(self, inbox: list[Entry], watch: frozenset[str]) -> None:
+    __slots__ = ("id",)
+
+    def __init__(self, message_id: str) -> None:
+        self.id = message_id
+
+
+class _RemoteContext:
+    __slots__ = ("heard", "memory", "msg_buffer", "name", "watch")
+
+    def __init__(self, inbox: list[Entry], watch: frozenset[str], name: str, heard: Mapping[str, list[str]]) -> None:
         self.memory = None  # on the shard
         self.msg_buffer = _Forward(inbox)
-        self.news: Any = []  # on the shard (the log reads a remote sender's news from ``ShardedRun.heard``)
         self.watch = watch
+        self.name, self.heard = name, heard
+
+    @property
+    def news(self) -> list[_Heard]:
+        """What the role's last turn observed, by id, as its shard reported it (``ShardedRun.heard``)."""
+        return [_Heard(message_id) for message_id in self.heard.get(self.name, ())]
 
 
 class RemoteRole:
@@ -54,7 +67,7 @@ class RemoteRole:
         self.place = role.place
         """The role's place in its Environment (as :attr:`Role.place`)."""
         self.shard = shard
-        self.rc = _RemoteContext(inbox, frozenset(role.rc.watch))
+        self.rc = _RemoteContext(inbox, frozenset(role.rc.watch), role.name, heard)
 
     @property
     def is_idle(self) -> bool:
