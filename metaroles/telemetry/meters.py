@@ -34,7 +34,7 @@ class Meters:
         """Make the instruments on ``meter`` (default: the global provider's ``metaroles`` meter) for ``env``'s run."""
         from opentelemetry import metrics
 
-        self._delivered, self._dead, self._started = len(env.history), len(env.dead_letters), 0.0
+        self._dead, self._started = len(env.dead_letters), 0.0
 
         meter = meter if meter is not None else metrics.get_meter("metaroles")
         self.tokens = meter.create_histogram("gen_ai.client.token.usage", unit="{token}", description="tokens per call")
@@ -63,11 +63,9 @@ class Meters:
         """A round starts: its duration is measured from now."""
         self._started = time.perf_counter()
 
-    def round_end(self, env: Any) -> None:
-        """Record the round's time, and the deliveries and dead letters since the last round ended."""
-        history, known = env.history, self._delivered
-        delivered = history.get(len(history) - known) if len(history) > known else ()
-        self.deliveries.add(sum(len(env.recipients(m)) for m in delivered))
+    def round_end(self, env: Any, deliveries: int) -> None:
+        """Record the round's time, its ``deliveries`` (the round records') and the dead letters since the last."""
+        self.deliveries.add(deliveries)
         self.dead_letters.add(len(env.dead_letters) - self._dead)
         self.round_duration.record(time.perf_counter() - self._started)
-        self._delivered, self._dead = len(history), len(env.dead_letters)
+        self._dead = len(env.dead_letters)

@@ -105,6 +105,7 @@ class Telemetry:
         self._recipients: dict[int, tuple[Any, list[str]]] = {}  # id of the recipients' places (or roles) -> names
         self._book: object = None  # the address book those lists are of
         self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
+        self._deliveries = 0  # the deliveries the records held since the last round ended (the metric's)
         self._turns: list[tuple[str, Any, int, int, list[Message]]] = []  # name, context, start, end, news
         env.keep_records(steps=False)  # what was delivered to whom: the round's record
         self._read = env.round_record().number  # what was published before is no part of this trace
@@ -153,7 +154,8 @@ class Telemetry:
         if self._round is None:
             return
         self._messaging(self._round)
-        self.meters.round_end(env)
+        self.meters.round_end(env, self._deliveries)
+        self._deliveries = 0
         self._round.set_attribute("metaroles.failed_turns", len(failures))
         self._round.end()
         self._round = None
@@ -257,6 +259,7 @@ class Telemetry:
         """The PRODUCER span of ``message`` under the context ``parent``, saying to whom delivery gave it."""
         if recipients is None:  # a sharded round's: its shard routed it
             recipients = self.env.recipients(message)
+        self._deliveries += len(recipients)
         destination = self._destination(message)
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
