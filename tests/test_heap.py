@@ -174,3 +174,31 @@ async def test_a_team_run_settles_and_gives_back_too() -> None:
     await team.run(n_round=3, idea="go", send_to="a")
     assert seen[0] == 0 and seen[1] > 0
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.usefixtures("clean_heap")
+async def test_a_sharded_driver_freezes_the_roles_it_keeps_to_come_back_and_walks_no_full_pass() -> None:
+    from metaroles import TestLLM
+    from metaroles.project.registry import load_scenario
+
+    module = load_scenario("society")
+    plan = module.build(module.Config(agents=40, rounds=2, llm_agents=0), TestLLM())
+    env, team = plan.team.env, plan.team
+    team.run_project(plan.idea)
+    full_passes: list[int] = []
+
+    def counted(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full_passes.append(1)
+
+    async with env.session():
+        async with sharded(env, LocalBackend(2).shard_set(), casts=team.casts, keep=True) as run:
+            assert len(run.kept) == len(env.members), "every role came from the cast: kept here to come back"
+            gc.callbacks.append(counted)
+            try:
+                await run.run_round()
+            finally:
+                gc.callbacks.remove(counted)
+            assert not full_passes, "nothing shipped was dropped: no full collection to find it"
+            assert gc.get_freeze_count() > 0, "the kept roles are out of the collector's passes"
+    assert len(env.history) > 1
