@@ -247,10 +247,6 @@ def _round_times(seq: int, round_no: int, records: list[RoundRecord] | None) -> 
     return f'{{"seq":{seq},"round":{round_no},"start_ns":{started},"end_ns":{ended}}}\n'
 
 
-_NONE_SPENT = [0, 0]
-"""The tokens of a step that opens no turn, or of a turn that called no model."""
-
-
 class _Line:
     """A round line's columns, filled part by part (a part: some turns' steps, then some messages)."""
 
@@ -326,16 +322,19 @@ class _Line:
 
     def tokens(self, steps: Steps, calls: Sequence[LedgerEntry]) -> None:
         """The tokens of each turn of ``steps`` (the part just added), on the row that opens it (its observe)."""
-        spent: dict[str, list[int]] = {}
-        for call in calls:
-            tokens = spent.setdefault(call.role, [0, 0])
-            tokens[0] += call.prompt_tokens
-            tokens[1] += call.completion_tokens
-        for kind, role in zip(steps.kind, steps.role, strict=True):
-            opened = spent.pop(role, None) if kind == "observe" else None
-            opened = opened or _NONE_SPENT
-            self.prompt_tokens.append(opened[0])
-            self.completion_tokens.append(opened[1])
+        count = len(steps.kind)
+        prompt, completion = [0] * count, [0] * count
+        if calls:  # else every row holds 0: a round without model calls costs two lists
+            spent: dict[str, list[int]] = {}
+            for call in calls:
+                tokens = spent.setdefault(call.role, [0, 0])
+                tokens[0] += call.prompt_tokens
+                tokens[1] += call.completion_tokens
+            for at, (kind, role) in enumerate(zip(steps.kind, steps.role, strict=True)):
+                if kind == "observe" and (opened := spent.pop(role, None)) is not None:
+                    prompt[at], completion[at] = opened
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
 
     def columns(self) -> dict[str, Any]:
         """The line's fields: its steps (if turns are logged), its messages, its parts if more than one."""
