@@ -172,7 +172,7 @@ class LocalShards:
         pairs = zip(self.hosts, folders, deliveries, strict=True)
         return [host.checkpoint(folder, round_no, d, broadcasts, d.parts) for host, folder, d in pairs]
 
-    async def parts(
+    async def measure(
         self,
         fn: Callable[[list[Role]], Any],
         deliveries: list[Delivery],
@@ -182,7 +182,7 @@ class LocalShards:
     ) -> list[tuple[Any, int]]:
         """``fn`` of each shard's roles, and its count of ready roles (``meanwhile()`` first)."""
         meanwhile()
-        return [host.parts(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
+        return [host.measure(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
 
     async def release(
         self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False

@@ -387,7 +387,7 @@ class ShardedRun:
             meanwhile()
             return {}
         deliveries, broadcasts = self._take_deliveries()
-        remote = await self.shards.parts(partial(each_of, fns), deliveries, broadcasts, meanwhile=meanwhile)
+        remote = await self.shards.measure(partial(each_of, fns), deliveries, broadcasts, meanwhile=meanwhile)
         self.held, self.ready = [0] * len(deliveries), [ready for _, ready in remote]
         local = [r for r, p in zip(self.env.members, self.places, strict=True) if p is None]
         return {fn: [*(part[n] for part, _ in remote), fn(local)] for n, fn in enumerate(fns)}

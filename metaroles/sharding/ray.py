@@ -187,8 +187,8 @@ class _Actor:
         gc.freeze()  # the rows the writer keeps stay: later collections skip them
         return ready
 
-    async def parts(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
-        return self.host.parts(fn, _unpacked(delivery), _unpacked(broadcasts), parts)
+    async def measure(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
+        return self.host.measure(fn, _unpacked(delivery), _unpacked(broadcasts), parts)
 
     async def release(
         self, piece: int, by_state: bool, delivery: bytes, broadcasts: bytes, *parts: bytes
@@ -338,7 +338,7 @@ class RayShards:
         """Each shard writes its part of the round's checkpoint; the ready counts."""
         return await self._each("checkpoint", deliveries, broadcasts, round_no, each=folders, meanwhile=meanwhile)
 
-    async def parts(
+    async def measure(
         self,
         fn: Callable[[list[Role]], Any],
         deliveries: list[Delivery],
@@ -347,7 +347,7 @@ class RayShards:
         meanwhile: Callable[[], None],
     ) -> list[tuple[Any, int]]:
         """``fn`` of each shard's roles, and its count of ready roles."""
-        return await self._each("parts", deliveries, broadcasts, fn, meanwhile=meanwhile)
+        return await self._each("measure", deliveries, broadcasts, fn, meanwhile=meanwhile)
 
     async def release(
         self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False

@@ -140,7 +140,7 @@ class ShardSet(Protocol):
         """
         ...
 
-    async def parts(
+    async def measure(
         self,
         fn: Callable[[list[Role]], Any],
         deliveries: list[Delivery],

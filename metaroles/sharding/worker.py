@@ -298,7 +298,7 @@ class ShardHost:
         self.writer.write(self.env)
         return self.env.ready_count
 
-    def parts(
+    def measure(
         self, fn: Callable[[list[Role]], Any], delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
     ) -> tuple[Any, int]:
         """Deliver, then ``fn`` of this shard's roles in place order (a scenario's metrics), and how many are ready."""
