@@ -198,3 +198,14 @@ def test_no_package_reads_another_packages_private_names():
                 if package not in defined or defined & below:
                     reads.append((where, node.lineno, node.attr))
     assert reads == []
+
+
+def test_the_team_speaks_to_its_runtime_and_never_asks_which_it_has() -> None:
+    """``Team`` runs, measures, checkpoints and records through a ``Runtime`` (``team/runtime.py``): no shard branch."""
+    tree = ast.parse((ROOT / "metaroles" / "team" / "team.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not imported & {"metaroles.sharding.driver", "metaroles.sharding.session"}
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not names & {"ShardedRun", "RemoteRole", "Sharded", "sharded"}
+    assert not attributes & {"_sharded", "take_later", "later", "write_driver", "note_history"}
