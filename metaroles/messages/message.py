@@ -211,32 +211,20 @@ class Message:
         from an Action class, ``send_to`` was normalised when the Role was built.
         """
         message = cls.__new__(cls)
-        message._routed(content, instruct_content, role, cause_by, sent_from, send_to)
-        return message
-
-    def _routed(
-        self,
-        content: str,
-        instruct_content: BaseModel | None,
-        role: ChatRole,
-        cause_by: str,
-        sent_from: str,
-        send_to: frozenset[str],
-    ) -> None:
-        """Fill a new message's fields from the routing values (:meth:`trusted`); a fresh id, nothing else."""
         scope = SCOPE.get()  # new_id, inlined: this is the bus's hot path
-        self.id = new_id() if scope is None else scope.next()
-        self.content = content
-        self.instruct_content = instruct_content
-        self._role = role
-        self._cause_by = cause_by
-        self.sent_from = sent_from
-        self._send_to = send_to
-        self._metadata = None  # made when first read: most messages never carry any (64 B each at a million)
-        self.tool_calls = None
-        self.tool_call_id = None
-        self.name = None
-        self.base64_image = None
+        message.id = new_id() if scope is None else scope.next()
+        message.content = content
+        message.instruct_content = instruct_content
+        message._role = role
+        message._cause_by = cause_by
+        message.sent_from = sent_from
+        message._send_to = send_to
+        message._metadata = None  # made when first read: most messages never carry any (64 B each at a million)
+        message.tool_calls = None
+        message.tool_call_id = None
+        message.name = None
+        message.base64_image = None
+        return message
 
     def _restore(self, values: tuple[Any, ...]) -> None:
         """Fill a new message's fields from what :meth:`__reduce__` pickled (they were valid when pickled)."""

@@ -215,8 +215,7 @@ class ShardedRun:
         if self._settle is not None:  # while the shards work, not before: the round's end freezes what is left
             settle, self._settle = self._settle, None
             settle()
-        if not self.backlog.lazy:
-            self.catch_up()
+        self.catch_up()
         later()
         this = env.begin_round()
         begun.append(this)
@@ -243,7 +242,7 @@ class ShardedRun:
                 broadcasts,
                 steps=steps,
                 news=steps or self.news,
-                outbox=not self.backlog.lazy or self.env.record is not None,
+                outbox=self._reads_rounds,
                 meanwhile=meanwhile,
             )
         except Exception as exc:
@@ -310,7 +309,7 @@ class ShardedRun:
         (``core.heap``): the round's own end then has only its own objects to walk, not 100,000 messages more.
         """
         backlog = self.backlog
-        if not backlog.rounds or (backlog.lazy and not force and self.env.record is None):
+        if not backlog.rounds or not (force or self._reads_rounds):
             return
         unmerged, backlog.rounds = backlog.rounds, []
         self.env.settle_heap()  # the garbage so far goes first: what comes in below lives on, and no pass walks it
@@ -322,6 +321,11 @@ class ShardedRun:
                     merged += stepped.result.outbox
                 take_in(self.env, merged, late=backlog.late or number < len(unmerged))
         self.env.keep_heap()
+
+    @property
+    def _reads_rounds(self) -> bool:
+        """Whether something here reads each round as it ends (else the backlog waits: lazy, no record kept)."""
+        return not self.backlog.lazy or self.env.record is not None
 
     def record_for(self, log: EventLog | None) -> None:
         """Have the shards send what ``log`` writes (``None``: nothing): senders' news, and turn steps if it logs them.

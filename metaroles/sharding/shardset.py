@@ -25,6 +25,16 @@ Addresses = tuple[dict[str, tuple[int, ...]], tuple[int, ...]]
 """The address map (address → the shards whose roles receive on it) and every shard that hosts a role."""
 
 
+class Seen:
+    """A message known by its id only: what a remote role's turn observed (its steps, its stand-in's news)."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, message_id: str) -> None:
+        """Stand for the message ``message_id``."""
+        self.id = message_id
+
+
 @dataclass
 class Delivery:
     """What reached a shard since its last round, delivered before its next one (or its states, or its roles)."""

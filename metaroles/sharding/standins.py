@@ -8,7 +8,7 @@ from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import RunError
 from metaroles.messages.message import Message
-from metaroles.sharding.shardset import Entry
+from metaroles.sharding.shardset import Entry, Seen
 
 
 class _Forward:
@@ -29,15 +29,6 @@ class _Forward:
         return True
 
 
-class _Heard:
-    """A message known by its id only: what a remote role's turn observed."""
-
-    __slots__ = ("id",)
-
-    def __init__(self, message_id: str) -> None:
-        self.id = message_id
-
-
 class _RemoteContext:
     __slots__ = ("heard", "memory", "msg_buffer", "name", "watch")
 
@@ -48,9 +39,9 @@ class _RemoteContext:
         self.name, self.heard = name, heard
 
     @property
-    def news(self) -> list[_Heard]:
+    def news(self) -> list[Seen]:
         """What the role's last turn observed, by id, as its shard reported it (``ShardedRun.heard``)."""
-        return [_Heard(message_id) for message_id in self.heard.get(self.name, ())]
+        return [Seen(message_id) for message_id in self.heard.get(self.name, ())]
 
 
 class RemoteRole:

@@ -29,7 +29,7 @@ from metaroles.messages.message import Message, share_recipients
 from metaroles.record.checkpoint import CheckpointWriter
 from metaroles.record.parts import part_writer
 from metaroles.sharding.crossing import OutboxReader, OutboxWriter
-from metaroles.sharding.shardset import Addresses, Delivery, Entry, StepResult
+from metaroles.sharding.shardset import Addresses, Delivery, Entry, Seen, StepResult
 from metaroles.sharding.transfer import RolesOut, fingerprint, loads_roles
 
 DRIVER = -1
@@ -65,15 +65,6 @@ def interned(entries: Iterable[tuple[Any, ...]], sets: dict[frozenset[str], froz
     if len(sets) >= _MAX_REMEMBERED:
         sets.clear()
     share_recipients(map(_MESSAGE, entries), sets)
-
-
-class _Seen:
-    """A message known by id only (what a remote turn observed, for the event log's turn events)."""
-
-    __slots__ = ("id",)
-
-    def __init__(self, message_id: str) -> None:
-        self.id = message_id
 
 
 class _ActionRef:
@@ -345,6 +336,6 @@ class ShardHost:
 
 def _portable(steps: Steps) -> Steps:
     """Turn steps the driver's event log reads: messages and actions by id where it needs only that."""
-    steps.map_details("observe", lambda news: [_Seen(m.id) for m in news])
+    steps.map_details("observe", lambda news: [Seen(m.id) for m in news])
     steps.map_details("think", lambda action: None if action is None else _ActionRef(action.cause_by))
     return steps
