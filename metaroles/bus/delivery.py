@@ -331,29 +331,31 @@ class Bus:
     def add_to_history(
         self,
         messages: Sequence[Message],
-        recipients: Sequence[Sequence[Role] | None] | None = None,
+        recipients: Sequence[Sequence[Role]] | None = None,
         *,
         late: bool = False,
     ) -> None:
         """Put ``messages`` into the history and the round's record (``recipients``: as delivery found them).
 
-        ``None``: delivered elsewhere (a sharded round's shards routed them). ``late``: the messages of
-        the round whose record closed last (a sharded driver takes a round in behind the next one).
+        ``None``: delivered elsewhere with this address book (a sharded round's shards routed them):
+        the record's recipients are the ones it routes to now, so no reader of the record routes again.
+        ``late``: the messages of the round whose record closed last (a sharded driver takes a round in
+        behind the next one).
         """
         new = self.history.remember_new(messages)
         record = self.recorded if late and self.recorded is not None else self.record
         if record is None:
             return
         if recipients is None:
-            recipients = [None] * len(messages)
-        if len(new) < len(messages):  # the history had some already: the record keeps what it gained
+            route = self._book.route
+            recipients = [route(message.send_to) for message in new]
+        elif len(new) < len(messages):  # the history had some already: the record keeps what it gained
             kept = set(map(id, new))
             recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
         roles = self.roles  # what each sender's turn observed: its news, as delivery finds it (a stand-in's too)
         record.caused_by += [[n.id for n in roles[m.sent_from].rc.news] if m.sent_from in roles else [] for m in new]
         record.published += new
-        places = self._book.places
-        record.recipients += [None if roles is None else places(roles) for roles in recipients]
+        record.recipients += map(self._book.places, recipients)
 
     def publish_message(self, message: Message) -> bool:
         """Publish ``message``: delivered at the end of the current round, or now between rounds; ``True``.

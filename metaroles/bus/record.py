@@ -105,9 +105,9 @@ class RoundRecord:
     """The bus's events when the record began."""
     published: list[Message] = field(default_factory=list)
     """The messages the history gained, in delivery order."""
-    recipients: list[tuple[int, ...] | None] = field(default_factory=list)
-    """Each published message's recipients as delivery found them: their places, in place order (``None``:
-    delivered elsewhere, by a shard)."""
+    recipients: list[tuple[int, ...]] = field(default_factory=list)
+    """Each published message's recipients as delivery found them: their places, in place order (a sharded
+    round's as the driver's address book routes them, the one its shards delivered with)."""
     caused_by: list[list[str]] = field(default_factory=list)
     """Each published message's cause: the ids of the news its sender's turn observed (``[]``: no turn's)."""
     model_calls: list[LedgerEntry] = field(default_factory=list)

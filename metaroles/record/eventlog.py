@@ -35,7 +35,6 @@ import orjson
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.record import EnvEvent, Recipients, RoundRecord, Steps, names_of
-from metaroles.bus.role import Role
 from metaroles.core.files import append_durably, append_text, create_durably
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
@@ -112,8 +111,6 @@ class EventLog:
         self._send_to: dict[frozenset[str], list[str]] = {}
         self._to: dict[int, tuple[Recipients, list[str]]] = {}
         """The names of each set of recipients met (by the object: the record's places, routing's lists)."""
-        self._routes: dict[frozenset[str], Sequence[Role]] = {}
-        """Recipients routing gave the addresses of messages a shard delivered, while the address book stays."""
         self._book: tuple[object, int] | None = None
         self._unsynced = False  # lines appended without waiting for the disk (round_done(sync=False))
         recording = env.record is not None
@@ -136,7 +133,7 @@ class EventLog:
         """
         env = self.env
         if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
-            self._book, self._to, self._routes = env.routes_version, {}, {}
+            self._book, self._to = env.routes_version, {}
         line = _Line(self.turns)
         records = env.records_since(self._read)
         calls, events = self._take(line, records)
@@ -179,19 +176,20 @@ class EventLog:
             env = self.env
             published = env.history.get(len(env.history) - self._history) if len(env.history) > self._history else []
             caused_by = [self._news_of(m.sent_from) for m in published]
-            line.part(None, published, caused_by, *self._addressed(published, [None] * len(published)))
+            delivered = [env.route(m.send_to) for m in published]  # as the address book routes them now
+            line.part(None, published, caused_by, *self._addressed(published, delivered))
             calls, events = env.ledger.entries[self._ledger :], env.events[self._events :]
         return calls, events
 
     def _addressed(
-        self, messages: Sequence[Message], delivered: Sequence[tuple[int, ...] | None]
+        self, messages: Sequence[Message], delivered: Sequence[Recipients]
     ) -> tuple[list[list[str]], list[list[str]]]:
         """The columns ``send_to`` and ``to`` of ``messages``: addresses, recipients.
 
-        The recipients are the ones delivery found (``delivered``, the round's record). Where it has
-        none (the shards routed them), routing gives them with the book they were delivered with (the log
-        is written before the next round). Each column is one comprehension over the round's messages:
-        the log costs what the round published, not a loop of Python statements per message.
+        The recipients are the ones delivery found (``delivered``: the round's record, or routing's
+        lists for what a missed record's round published). Each column is one comprehension over the
+        round's messages: the log costs what the round published, not a loop of Python statements per
+        message.
         """
         send_tos, names = self._send_to, self._to
         if len(send_tos) >= 1 << 16:
@@ -199,11 +197,8 @@ class EventLog:
         send_to = [send_tos.get(m.send_to) or self._addresses(m.send_to) for m in messages]
         if len(names) >= 1 << 16:
             names.clear()
-        reached: list[Recipients] = [
-            self._route(m.send_to) if r is None else r for m, r in zip(messages, delivered, strict=True)
-        ]
         to = [
-            known[1] if (known := names.get(id(r))) is not None and known[0] is r else self._names(r) for r in reached
+            known[1] if (known := names.get(id(r))) is not None and known[0] is r else self._names(r) for r in delivered
         ]
         return send_to, to
 
@@ -216,13 +211,6 @@ class EventLog:
         """``send_to`` sorted, kept for the next message sent there."""
         addresses = self._send_to[send_to] = sorted(send_to)
         return addresses
-
-    def _route(self, send_to: frozenset[str]) -> Sequence[Role]:
-        """The recipients routing gives ``send_to`` now, kept while the address book stays (a shard delivered them)."""
-        recipients = self._routes.get(send_to)
-        if recipients is None:
-            recipients = self._routes[send_to] = self.env.route(send_to)
-        return recipients
 
     def _names(self, recipients: Recipients) -> list[str]:
         """The names of ``recipients`` (places, or roles), kept by the object (one per set of addresses)."""

@@ -251,14 +251,12 @@ class Telemetry:
         self,
         message: Message,
         parent: Any,
-        recipients: Recipients | None,
+        recipients: Recipients,
         started: int | None = None,
         *,
         round_no: int | None = None,
     ) -> None:
         """The PRODUCER span of ``message`` under the context ``parent``, saying to whom delivery gave it."""
-        if recipients is None:  # a sharded round's: its shard routed it
-            recipients = self.env.recipients(message)
         self._deliveries += len(recipients)
         destination = self._destination(message)
         attributes: dict[str, Any] = {
