@@ -17,6 +17,7 @@ from metaroles.messages.message import Message
 from metaroles.project.scenario import resume_scenario, run_scenario
 from metaroles.record.eventlog import read_events
 from metaroles.sharding.backends import LocalBackend, LocalShards
+from metaroles.sharding.shardset import Checkpoint, Step
 from metaroles.team.options import RunOptions
 from tests.test_sharding import SEED, run_files
 
@@ -35,8 +36,9 @@ def recorded(run_dir: Path, round_no: int) -> tuple[bool, bool, bool]:
 
 
 class WatchedShards(LocalShards):
-    """In-process shards that note, for each round they run, ``probe(round)`` before and after ``meanwhile``;
-    and in ``written``, the same around the checkpoint call after it (``probe(round + 1)``)."""
+    """In-process shards that note, for each round they run, ``probe(round)`` as it is sent and as its replies are
+    awaited (what the driver did meanwhile); in ``written``, the same around the checkpoint after it
+    (``probe(round + 1)``)."""
 
     def __init__(self, count: int, probe: Callable[[int], Any], seen: list[tuple[int, Any, Any]]) -> None:
         super().__init__(count)
@@ -44,20 +46,23 @@ class WatchedShards(LocalShards):
         self.written: list[tuple[int, Any, Any]] = []
         self.next_round = 1
 
-    def watched(self, round_no: int, meanwhile: Callable[[], None], seen: list[tuple[int, Any, Any]]) -> Any:
-        def watched() -> None:
-            before = self.probe(round_no)
-            meanwhile()
-            seen.append((round_no, before, self.probe(round_no)))
+    def send(self, requests: Any, broadcasts: Any) -> Any:
+        asked = next((r for r in requests if r is not None), None)
+        if asked is None or isinstance(asked, Step):  # (no shard busy: a round all the same)
+            round_no, seen = self.next_round if asked is None else asked.round, self.seen
+            self.next_round = round_no + 1
+        elif isinstance(asked, Checkpoint):
+            round_no, seen = self.next_round, self.written
+        else:
+            return super().send(requests, broadcasts)
+        sent, before = super().send(requests, broadcasts), self.probe(round_no)
 
-        return watched
+        class Watched:
+            async def replies(_: Any) -> Any:
+                seen.append((round_no, before, self.probe(round_no)))
+                return await sent.replies()
 
-    async def step(self, round_no: int, *args: Any, meanwhile: Callable[[], None], **kwargs: Any) -> Any:
-        self.next_round = round_no + 1
-        return await super().step(round_no, *args, meanwhile=self.watched(round_no, meanwhile, self.seen), **kwargs)
-
-    async def checkpoint(self, *args: Any, meanwhile: Callable[[], None]) -> Any:
-        return await super().checkpoint(*args, meanwhile=self.watched(self.next_round, meanwhile, self.written))
+        return Watched()
 
 
 class WatchedBackend(LocalBackend):

@@ -29,6 +29,7 @@ from metaroles.record.restore import restore_checkpoint
 from metaroles.sharding import transfer
 from metaroles.sharding.backends import LocalBackend, LocalShards, placement
 from metaroles.sharding.driver import RemoteRole, ShardedRun
+from metaroles.sharding.shardset import Step
 from metaroles.sharding.worker import ShardHost
 from metaroles.team.options import RunOptions
 
@@ -408,12 +409,19 @@ class OpenedAt(LocalShards):
         self.opened: list[tuple[int, int]] = []
         """``(the outbox's round, the driver's round)`` for each outbox taken in."""
 
-    async def step(self, round_no: int, deliveries: Any, broadcasts: Any, **kw: Any) -> Any:
-        results = await super().step(round_no, deliveries, broadcasts, **kw)
-        for stepped in results:
-            if stepped is not None and stepped.result.sealed is not None:
-                stepped.result.sealed = partial(self.taken, stepped.result.sealed, round_no)
-        return results
+    def send(self, requests: Any, broadcasts: Any) -> Any:
+        sent = super().send(requests, broadcasts)
+        taken = self.taken
+
+        class Noted:
+            async def replies(_: Any) -> Any:
+                replies = await sent.replies()
+                for request, reply in zip(requests, replies, strict=True):
+                    if isinstance(request, Step) and reply.result.sealed is not None:
+                        reply.result.sealed = partial(taken, reply.result.sealed, request.round)
+                return replies
+
+        return Noted()
 
     def taken(self, sealed: Any, round_no: int) -> Any:
         self.opened.append((round_no, self.env.round))

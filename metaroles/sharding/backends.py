@@ -15,8 +15,7 @@ from typing import Any, Protocol
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.messages.message import Message
-from metaroles.sharding import transfer
-from metaroles.sharding.shardset import Addresses, Delivery, ShardSet, Stepped
+from metaroles.sharding.shardset import Addresses, Request, ShardSet, Step, Stepped
 from metaroles.sharding.worker import ShardHost
 
 __all__ = ["Backend", "LocalBackend", "LocalShards", "ShardBy", "check_shards", "placement"]
@@ -106,6 +105,27 @@ def check_shards(shards: object) -> int:
     return shards
 
 
+class _Answered:
+    """Requests to shards in this process: each answered, in shard order, once the replies are awaited.
+
+    What crosses to another shard is pickled, and a round's outbox comes back sealed, as a cluster's does.
+    """
+
+    def __init__(self, hosts: list[ShardHost], requests: list[Request | None], broadcasts: list[Message]) -> None:
+        self.hosts, self.requests, self.broadcasts = hosts, requests, broadcasts
+
+    async def replies(self) -> list[Any]:
+        replies: list[Any] = []
+        for host, request in zip(self.hosts, self.requests, strict=True):
+            reply = None if request is None else await host.answer(request, self.broadcasts, request.delivery.parts)
+            if type(reply) is Stepped:
+                result = reply.result
+                result.sealed, result.outbox, result.news = partial(_given, (result.outbox, result.news)), [], {}
+                reply = Stepped(result, [pickle.dumps(part, 5) if part else None for part in reply.parts])
+            replies.append(reply)
+        return replies
+
+
 class LocalShards:
     """Shards as objects in this process: the shards' very code, without Ray (tests, debugging).
 
@@ -118,7 +138,7 @@ class LocalShards:
         self.count = count
         self.hosts: list[ShardHost] = []
         self.calls = 0
-        """Calls made to shards so far (one per shard per round at most)."""
+        """Rounds asked of shards so far (one call per shard per round at most)."""
 
     def start(self, *, total: int, concurrency: int, key: str) -> None:
         """Make the shards, empty."""
@@ -131,69 +151,16 @@ class LocalShards:
         """Give the shards their roles."""
         return [host.load(blob, addresses) for host, blob in zip(self.hosts, blobs, strict=True)]
 
-    async def step(
-        self,
-        round_no: int,
-        deliveries: list[Delivery | None],
-        broadcasts: list[Message],
-        *,
-        steps: bool,
-        news: bool,
-        outbox: bool = True,
-        meanwhile: Callable[[], None],
-    ) -> list[Stepped | None]:
-        """Run the round on each shard in turn (the merge makes the order irrelevant); ``meanwhile()`` first.
+    def send(self, requests: Sequence[Request | None], broadcasts: list[Message]) -> _Answered:
+        """The requests, answered when their replies are awaited: one shard after the other, in this process."""
+        self.calls += sum(type(request) is Step for request in requests)
+        return _Answered(self.hosts, list(requests), broadcasts)
 
-        The outboxes stay in this process either way (``outbox`` says when a cluster's would travel).
-        """
-        meanwhile()
-        results: list[Stepped | None] = []
-        for host, delivery in zip(self.hosts, deliveries, strict=True):
-            if delivery is None:
-                results.append(None)
-                continue
-            self.calls += 1
-            result, crossing = await host.step(round_no, delivery, broadcasts, delivery.parts, steps=steps, news=news)
-            result.sealed, result.outbox, result.news = partial(_given, (result.outbox, result.news)), [], {}
-            results.append(Stepped(result, [pickle.dumps(part, 5) if part else None for part in crossing]))
-        return results
-
-    async def checkpoint(
-        self,
-        folders: list[str],
-        round_no: int,
-        deliveries: list[Delivery],
-        broadcasts: list[Message],
-        *,
-        meanwhile: Callable[[], None],
-    ) -> list[int]:
-        """Each shard writes its part of the round's checkpoint; the ready counts (``meanwhile()`` first)."""
-        meanwhile()
-        pairs = zip(self.hosts, folders, deliveries, strict=True)
-        return [host.checkpoint(folder, round_no, d, broadcasts, d.parts) for host, folder, d in pairs]
-
-    async def measure(
-        self,
-        fn: Callable[[list[Role]], Any],
-        deliveries: list[Delivery],
-        broadcasts: list[Message],
-        *,
-        meanwhile: Callable[[], None],
-    ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles, and its count of ready roles (``meanwhile()`` first)."""
-        meanwhile()
-        return [host.measure(fn, d, broadcasts, d.parts) for host, d in zip(self.hosts, deliveries, strict=True)]
-
-    async def release(
-        self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False
-    ) -> AsyncIterator[tuple[int, bytes]]:
-        """Each shard's roles, pickled in pieces: ``(shard, piece)``, one shard after the other."""
+    async def pieces(self, counts: list[int]) -> AsyncIterator[tuple[int, bytes]]:
+        """The rest of each shard's released roles, one shard after the other; the shards are done."""
         hosts, self.hosts = self.hosts, []
-        for n, (host, delivery) in enumerate(zip(hosts, deliveries, strict=True)):
-            parts = delivery.parts
-            first, pieces = host.release(delivery, broadcasts, parts, pickle.Pickler, transfer.PIECE, by_state=by_state)
-            yield n, first
-            for number in range(1, pieces):
+        for n, (host, count) in enumerate(zip(hosts, counts, strict=True)):
+            for number in range(1, count):
                 yield n, host.release_more(number)
 
     async def close(self) -> None:

@@ -33,9 +33,22 @@ from metaroles.core.heap import paused_gc
 from metaroles.messages.message import Message
 from metaroles.record.eventlog import EventLog
 from metaroles.record.parts import part_name
+from metaroles.sharding import transfer
 from metaroles.sharding.backends import each_of
 from metaroles.sharding.merging import Backlog, own_messages, route_all, take_in
-from metaroles.sharding.shardset import Delivery, Entry, ShardSet, Stepped, shared_broadcasts
+from metaroles.sharding.shardset import (
+    Checkpoint,
+    Delivery,
+    Entry,
+    Measure,
+    Measured,
+    Release,
+    Released,
+    ShardSet,
+    Step,
+    Stepped,
+    shared_broadcasts,
+)
 from metaroles.sharding.standins import RemoteRole, _first, _remote_failure
 from metaroles.sharding.transfer import RolesIn, dumps_roles
 from metaroles.sharding.worker import DRIVER, interned
@@ -235,16 +248,12 @@ class ShardedRun:
                 failed.append(exc)
 
         steps = self.env.steps is not None and self.turns  # a checkpoint's steps are of no use here: shards write parts
+        news, outbox = steps or self.news, self._reads_rounds
+        requests = [None if d is None else Step(d, round_no, steps, news, outbox) for d in busy]
         try:
-            results = await self.shards.step(
-                round_no,
-                busy,
-                broadcasts,
-                steps=steps,
-                news=steps or self.news,
-                outbox=self._reads_rounds,
-                meanwhile=meanwhile,
-            )
+            sent = self.shards.send(requests, broadcasts)
+            meanwhile()
+            results: list[Stepped | None] = await sent.replies()
         except Exception as exc:
             self.broken = True
             first_line = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -373,8 +382,10 @@ class ShardedRun:
         """
         deliveries, broadcasts = self._take_deliveries()
         names = [part_name(self.segment, shard) for shard in range(self.shards.count)]
-        folders = [str(folder / name) for name in names]
-        self.ready = await self.shards.checkpoint(folders, self.env.round, deliveries, broadcasts, meanwhile=meanwhile)
+        pairs = zip(deliveries, names, strict=True)
+        sent = self.shards.send([Checkpoint(d, str(folder / n), self.env.round) for d, n in pairs], broadcasts)
+        meanwhile()
+        self.ready = await sent.replies()
         self.held = [0] * len(deliveries)
         return names
 
@@ -391,10 +402,12 @@ class ShardedRun:
             meanwhile()
             return {}
         deliveries, broadcasts = self._take_deliveries()
-        remote = await self.shards.measure(partial(each_of, fns), deliveries, broadcasts, meanwhile=meanwhile)
-        self.held, self.ready = [0] * len(deliveries), [ready for _, ready in remote]
+        sent = self.shards.send([Measure(d, partial(each_of, fns)) for d in deliveries], broadcasts)
+        meanwhile()
+        remote: list[Measured] = await sent.replies()
+        self.held, self.ready = [0] * len(deliveries), [measured.ready for measured in remote]
         local = [r for r, p in zip(self.env.members, self.places, strict=True) if p is None]
-        return {fn: [*(part[n] for part, _ in remote), fn(local)] for n, fn in enumerate(fns)}
+        return {fn: [*(measured.value[n] for measured in remote), fn(local)] for n, fn in enumerate(fns)}
 
     async def close(self) -> None:
         """Bring the roles back (unless a shard failed, or they :attr:`stay`: the checkpoint has them); stop shards."""
@@ -409,9 +422,12 @@ class ShardedRun:
         back: dict[int, Any] = {}
         readers = [RolesIn(env, kept=kept) for _ in range(self.shards.count)]
         with paused_gc():
-            async for shard, piece in self.shards.release(deliveries, broadcasts, by_state=bool(kept)):
-                for role in readers[shard].load(piece):
-                    back[role.place] = role
+            requests = [Release(d, transfer.PIECE, by_state=bool(kept)) for d in deliveries]
+            released: list[Released] = await self.shards.send(requests, broadcasts).replies()
+            for shard, reply in enumerate(released):  # every shard's first piece, then the others as they come
+                back.update((role.place, role) for role in readers[shard].load(reply.first))
+            async for shard, piece in self.shards.pieces([reply.pieces for reply in released]):
+                back.update((role.place, role) for role in readers[shard].load(piece))
             await self.shards.close()
             env.swap_roles(back)
             env.rebuild_ready()

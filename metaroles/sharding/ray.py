@@ -1,8 +1,9 @@
 """Shards as Ray actors: ``Team(backend=RayBackend(shards=K))`` (the ``ray`` extra).
 
 Each shard is one async Ray actor (``num_cpus=1`` by default) holding a :class:`ShardHost`; the
-driver makes one call per shard per round (``step``), puts a round's broadcasts in the object
-store once for all shards, and otherwise only the messages a shard's roles receive travel to it.
+driver makes one call per shard per round (``answer``, with the round's ``sharding.shardset.Step``),
+puts a round's broadcasts in the object store once for all shards, and otherwise only the messages
+a shard's roles receive travel to it.
 Nothing here is imported unless a run asks for Ray; ``ray.init`` runs once per process (a session
 already open — a notebook's, a test suite's — is used as it is).
 """
@@ -16,19 +17,17 @@ import os
 import pickle
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
-from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError, RunError
 from metaroles.core.heap import paused_gc, rare_full_passes
 from metaroles.messages.message import Message
-from metaroles.sharding import transfer
 from metaroles.sharding.backends import ShardBy, check_shards
 from metaroles.sharding.crossing import OutboxReader, OutboxWriter
 from metaroles.sharding.ray_reaper import reap_with_this_process
-from metaroles.sharding.shardset import Addresses, Delivery, Stepped, StepResult
+from metaroles.sharding.shardset import Addresses, Release, Request, Step, Stepped, StepResult
 from metaroles.sharding.transfer import FILE_SCENARIO, quick
 from metaroles.sharding.worker import ShardHost
 
@@ -151,7 +150,12 @@ class _Actor:
 
     def __init__(self, total: int, concurrency: int, shards: int, number: int, key: str) -> None:
         rare_full_passes()  # the process is the shard's; each step freezes what it kept: a full pass walks one round
-        self.host = ShardHost(total=total, concurrency=concurrency, shards=shards, number=number, key=key)
+        from ray import cloudpickle
+
+        pickler = cloudpickle.Pickler
+        self.host = ShardHost(
+            total=total, concurrency=concurrency, shards=shards, number=number, key=key, pickler=pickler
+        )
         self.outboxes = OutboxWriter()
         self.kept: list[tuple[Any, dict[str, list[str]]]] = []
 
@@ -161,19 +165,25 @@ class _Actor:
         gc.freeze()  # this process is the shard's: its roles live as long as it does, collections skip them
         return ready
 
-    async def step(
-        self, round_no: int, delivery: bytes, broadcasts: bytes, steps: bool, news: bool, outbox: bool, *parts: bytes
-    ) -> tuple[bytes | None, ...]:
-        result, crossing = await self.host.step(
-            round_no, _unpacked(delivery), _unpacked(broadcasts), parts, steps=steps, news=news
-        )
+    async def answer(self, request: bytes, broadcasts: bytes, *parts: bytes) -> Any:
+        """The reply to ``request`` (``sharding.shardset``); a round's is several objects (``RayShards.send``)."""
+        asked: Request = _unpacked(request)
+        if type(asked) is Release:
+            with paused_gc():
+                return await self.host.answer(asked, _unpacked(broadcasts), parts)
+        reply = await self.host.answer(asked, _unpacked(broadcasts), parts)
+        if type(reply) is not Stepped:
+            gc.freeze()  # what a checkpoint's writer keeps stays: later collections skip it
+            return reply
+        assert type(asked) is Step
+        result = reply.result
         heavy: bytes | None = None
-        if outbox:  # apart from the result: the driver takes it in when it needs it
+        if asked.outbox:  # apart from the result: the driver takes it in when it needs it
             heavy = _packed((self.outboxes.columns(result.outbox), result.news))
         else:  # kept here until the driver asks (kept_outboxes): a round it does not read costs nothing more
             self.kept.append((result.outbox, result.news))
         result.outbox, result.news = [], {}
-        packed = (_packed(result), heavy, *(_packed(part) if part else None for part in crossing))
+        packed = (_packed(result), heavy, *(_packed(part) if part else None for part in reply.parts))
         gc.freeze()  # what the roles now remember stays: later collections skip it
         return packed
 
@@ -181,23 +191,6 @@ class _Actor:
         """The outboxes (and news) of the rounds whose results went without them, in round order, as columns."""
         kept, self.kept = self.kept, []
         return _packed([(self.outboxes.columns(outbox), news) for outbox, news in kept])
-
-    async def checkpoint(self, folder: str, round_no: int, delivery: bytes, broadcasts: bytes, *parts: bytes) -> int:
-        ready = self.host.checkpoint(folder, round_no, _unpacked(delivery), _unpacked(broadcasts), parts)
-        gc.freeze()  # the rows the writer keeps stay: later collections skip them
-        return ready
-
-    async def measure(self, fn: Callable[[list[Role]], Any], delivery: bytes, broadcasts: bytes, *parts: bytes) -> Any:
-        return self.host.measure(fn, _unpacked(delivery), _unpacked(broadcasts), parts)
-
-    async def release(
-        self, piece: int, by_state: bool, delivery: bytes, broadcasts: bytes, *parts: bytes
-    ) -> tuple[bytes, int]:
-        from ray import cloudpickle
-
-        delivered, shared = _unpacked(delivery), _unpacked(broadcasts)
-        with paused_gc():
-            return self.host.release(delivered, shared, parts, cloudpickle.Pickler, piece, by_state=by_state)
 
     async def release_more(self, number: int) -> bytes:
         with paused_gc():
@@ -207,11 +200,22 @@ class _Actor:
         return os.getpid()
 
 
-def _carried(delivery: Delivery) -> tuple[bytes, list[Any]]:
-    """``delivery`` packed for the call, and the handles of its parts (passed as arguments, resolved by Ray)."""
-    handles = delivery.parts
-    delivery.parts = []
-    return _packed(delivery), handles
+class _InFlight:
+    """The shards' ``answer`` calls of one :meth:`RayShards.send`, read back as typed replies."""
+
+    def __init__(self, shards: RayShards, requests: list[Request | None], calls: list[Any]) -> None:
+        self.shards, self.requests, self.calls = shards, requests, calls
+
+    async def replies(self) -> list[Any]:
+        replies: list[Any] = []
+        for shard, (request, refs) in enumerate(zip(self.requests, self.calls, strict=True)):
+            if request is None:
+                replies.append(None)
+            elif type(request) is Step:
+                replies.append(await self.shards.stepped(shard, request, refs))
+            else:
+                replies.append(await refs)
+        return replies
 
 
 class RayShards:
@@ -250,49 +254,34 @@ class RayShards:
         refs = [a.load.remote(blob, shared) for a, blob in zip(self.actors, blobs, strict=True)]
         return [await ref for ref in refs]
 
-    async def step(
-        self,
-        round_no: int,
-        deliveries: list[Delivery | None],
-        broadcasts: list[Message],
-        *,
-        steps: bool,
-        news: bool,
-        outbox: bool = True,
-        meanwhile: Callable[[], None],
-    ) -> list[Stepped | None]:
-        """One ``step`` call per shard with something to do, all in flight at once; ``meanwhile()`` as they work.
+    def send(self, requests: Sequence[Request | None], broadcasts: list[Message]) -> _InFlight:
+        """One ``answer`` call per shard with a request, all in flight at once (broadcasts stored once for all).
 
-        Each returns its result and, as separate objects, its outbox and news (the driver takes them
-        in when it needs them: ``StepResult.open``; without ``outbox``, the shard keeps them until then)
-        and its parts for the other shards: the driver keeps only their handles and passes them to the
-        next call of the shard they are for.
+        A round's reply comes as several objects: its result; its outbox and news (the driver takes
+        them in when it needs them: ``StepResult.open``; without ``outbox``, the shard keeps them until
+        then); and its parts for the other shards, of which the driver keeps only the handles and
+        passes them to the next call of the shard they are for.
         """
         shared = self.ray.put(_packed(broadcasts))  # once, whatever the number of shards
         calls: list[Any] = []
-        for a, delivery in zip(self.actors, deliveries, strict=True):
-            if delivery is None:
+        for actor, request in zip(self.actors, requests, strict=True):
+            if request is None:
                 calls.append(None)
                 continue
-            packed, handles = _carried(delivery)
-            method = a.step.options(num_returns=self.count + 2)
-            calls.append(method.remote(round_no, packed, shared, steps, news, outbox, *handles))
-        self.calls += sum(refs is not None for refs in calls)
-        meanwhile()
-        results: list[Stepped | None] = []
-        for shard, (refs, reader) in enumerate(zip(calls, self.readers, strict=True)):
-            if refs is None:
-                results.append(None)
-                continue
-            result: StepResult = _unpacked(await refs[0])
-            if outbox:
-                result.sealed = functools.partial(_opened, self.ray, refs[1], reader)
-            else:
-                result.sealed = functools.partial(self._next_kept, shard)
-            results.append(
-                Stepped(result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)])
-            )
-        return results
+            handles, request.delivery.parts = request.delivery.parts, []
+            returns = self.count + 2 if type(request) is Step else 1
+            calls.append(actor.answer.options(num_returns=returns).remote(_packed(request), shared, *handles))
+        self.calls += sum(type(request) is Step for request in requests)
+        return _InFlight(self, list(requests), calls)
+
+    async def stepped(self, shard: int, request: Step, refs: list[Any]) -> Stepped:
+        """The reply to a round: its result (the outbox sealed: fetched when opened), its parts' handles."""
+        result: StepResult = _unpacked(await refs[0])
+        if request.outbox:
+            result.sealed = functools.partial(_opened, self.ray, refs[1], self.readers[shard])
+        else:
+            result.sealed = functools.partial(self._next_kept, shard)
+        return Stepped(result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)])
 
     def _next_kept(self, shard: int) -> tuple[Any, dict[str, list[str]]]:
         """The next outbox ``shard`` kept (``kept_outboxes``: all it holds, fetched when the last is used up)."""
@@ -304,61 +293,10 @@ class RayShards:
         with paused_gc():
             return self.readers[shard].outbox(columns), news
 
-    async def _each(
-        self,
-        method: str,
-        deliveries: list[Delivery],
-        broadcasts: list[Message],
-        *lead: Any,
-        each: Any = None,
-        meanwhile: Callable[[], None] = lambda: None,
-    ) -> list[Any]:
-        """Call ``method`` on every shard with its delivery (broadcasts put in the object store once); the answers.
-
-        ``each``, if given, holds a first argument per shard; ``meanwhile()`` runs once the calls are made.
-        """
-        shared = self.ray.put(_packed(broadcasts))
-        refs = []
-        for n, (a, delivery) in enumerate(zip(self.actors, deliveries, strict=True)):
-            packed, handles = _carried(delivery)
-            first = () if each is None else (each[n],)
-            refs.append(getattr(a, method).remote(*first, *lead, packed, shared, *handles))
-        meanwhile()
-        return [await ref for ref in refs]
-
-    async def checkpoint(
-        self,
-        folders: list[str],
-        round_no: int,
-        deliveries: list[Delivery],
-        broadcasts: list[Message],
-        *,
-        meanwhile: Callable[[], None],
-    ) -> list[int]:
-        """Each shard writes its part of the round's checkpoint; the ready counts."""
-        return await self._each("checkpoint", deliveries, broadcasts, round_no, each=folders, meanwhile=meanwhile)
-
-    async def measure(
-        self,
-        fn: Callable[[list[Role]], Any],
-        deliveries: list[Delivery],
-        broadcasts: list[Message],
-        *,
-        meanwhile: Callable[[], None],
-    ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles, and its count of ready roles."""
-        return await self._each("measure", deliveries, broadcasts, fn, meanwhile=meanwhile)
-
-    async def release(
-        self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False
-    ) -> AsyncIterator[tuple[int, bytes]]:
-        """Each shard's roles, pickled in pieces: every shard's first, then their seconds... (asked for all at once)."""
-        firsts: list[tuple[bytes, int]] = await self._each("release", deliveries, broadcasts, transfer.PIECE, by_state)
-        counts = [pieces for _, pieces in firsts]
+    async def pieces(self, counts: list[int]) -> AsyncIterator[tuple[int, bytes]]:
+        """The rest of each shard's released roles: every shard's second piece, then their thirds... (asked at once)."""
         more = [[a.release_more.remote(k) for k in range(1, n)] for a, n in zip(self.actors, counts, strict=True)]
         self.calls += sum(map(len, more))
-        for n, (first, _) in enumerate(firsts):
-            yield n, first
         for k in range(max(map(len, more), default=0)):
             for n, refs in enumerate(more):
                 if k < len(refs):

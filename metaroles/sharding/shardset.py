@@ -1,14 +1,16 @@
-"""What a driver and its shards say to each other: one batched call per shard per round.
+"""What a driver and its shards say to each other: one typed request per shard per call.
 
-:class:`ShardSet` is the calls (``sharding.backends.LocalShards`` in this process,
-``sharding.ray.RayShards`` on Ray actors); a :class:`Delivery` is what reached a shard since its
-last call, a :class:`StepResult` what a shard's round gives back (``sharding.worker`` is the shard,
-``sharding.driver`` the driver).
+A :class:`Request` is one of :class:`Step` (run a round), :class:`Checkpoint`, :class:`Measure` and
+:class:`Release` (give the roles back), each with the :class:`Delivery` of what reached the shard
+since its last call; its reply is typed by it (:data:`Reply`: a round's :class:`Stepped` holds its
+:class:`StepResult`). :class:`ShardSet` carries them (``sharding.backends.LocalShards`` in this
+process, ``sharding.ray.RayShards`` on Ray actors); ``sharding.worker`` answers them on the shard,
+``sharding.driver`` asks them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -92,15 +94,106 @@ class StepResult:
         return self
 
 
+Handle = object
+"""A part of a shard's outbox on its way to another shard, as its carrier holds it: pickled bytes in this
+process, a Ray object reference on a cluster. Only the carrier that made it resolves it."""
+
+
 class Stepped(NamedTuple):
-    """A shard's round: its result and, per shard, a handle to its part of the outbox (``None``: nothing for it)."""
+    """The reply to :class:`Step`: the shard's result and, per shard, its part of the outbox (``None``: nothing for it).
+
+    A shard's own reply holds each part as ``sharding.crossing`` columns; its carrier hands the driver
+    a :data:`Handle` for each instead.
+    """
 
     result: StepResult
     parts: list[Any]
 
 
+class Measured(NamedTuple):
+    """The reply to :class:`Measure`: what its function gave of the shard's roles, and its ready roles."""
+
+    value: Any
+    ready: int
+
+
+class Released(NamedTuple):
+    """The reply to :class:`Release`: the first piece of the shard's roles, pickled, and how many pieces in all."""
+
+    first: bytes
+    pieces: int
+
+
+@dataclass(slots=True)
+class Step:
+    """Deliver, then run round ``round`` on the shard's ready roles; route what they publish.
+
+    Reply: :class:`Stepped`.
+    """
+
+    delivery: Delivery
+    round: int
+    steps: bool = False
+    """Send the turn steps (the driver's log writes them)."""
+    news: bool = False
+    """Send each sender's news (the round record's ``caused_by``)."""
+    outbox: bool = True
+    """Send the outbox with the result; else the shard keeps it until the driver takes it in
+    (:meth:`StepResult.open`), so a round nobody reads costs nothing more."""
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """Deliver, then write the shard's part of round ``round``'s checkpoint into ``folder`` (reply: ready roles)."""
+
+    delivery: Delivery
+    folder: str
+    round: int
+
+
+@dataclass(slots=True)
+class Measure:
+    """Deliver, then ``fn`` of the shard's roles in place order (reply: :class:`Measured`)."""
+
+    delivery: Delivery
+    fn: Callable[[list[Role]], Any]
+
+
+@dataclass(slots=True)
+class Release:
+    """Deliver, then give the roles back, pickled in pieces of ``piece`` roles (reply: :class:`Released`).
+
+    ``by_state``: the driver kept the roles the shard built from seats; those go back as their state.
+    The shard is done after it.
+    """
+
+    delivery: Delivery
+    piece: int | None = None
+    by_state: bool = False
+
+
+Request = Step | Checkpoint | Measure | Release
+"""What the driver asks a shard: one request per shard per call, its delivery first."""
+
+Reply = Stepped | int | Measured | Released
+"""What a shard answers, by request: :class:`Stepped`, its ready roles (to a checkpoint), :class:`Measured`,
+:class:`Released`."""
+
+
+class Sent(Protocol):
+    """Requests in flight: the shards work while the driver does its own part of the call."""
+
+    async def replies(self) -> list[Any]:
+        """Each shard's reply (:data:`Reply`, by its request), ``None`` where it got no request."""
+        ...
+
+
 class ShardSet(Protocol):
-    """The shards of one run and the calls the driver makes to them (each one batched call per shard)."""
+    """The shards of one run and what the driver says to them: a typed request per shard per call.
+
+    :meth:`send` is the one call of a round (and of a checkpoint, a measure, the roles' return);
+    :meth:`pieces` brings the rest of the roles a :class:`Release` gives back.
+    """
 
     count: int
 
@@ -116,59 +209,14 @@ class ShardSet(Protocol):
         """Give the started shards their roles (one blob each, taken as it comes); return each one's ready roles."""
         ...
 
-    async def step(
-        self,
-        round_no: int,
-        deliveries: list[Delivery | None],
-        broadcasts: list[Message],
-        *,
-        steps: bool,
-        news: bool,
-        outbox: bool = True,
-        meanwhile: Callable[[], None],
-    ) -> list[Stepped | None]:
-        """Run a round on every shard that has something to do (``None`` for the others).
-
-        ``meanwhile()`` runs here once, while the shards work (the driver's side of the round). ``outbox``:
-        each shard sends its outbox with its result; else it keeps it until the driver takes it in
-        (:meth:`StepResult.open`, in round order), so a round the driver does not read costs the shard nothing more.
-        """
+    def send(self, requests: Sequence[Request | None], broadcasts: list[Message]) -> Sent:
+        """Send each shard its request (``None``: none), all in flight at once; the round's broadcasts travel once."""
         ...
 
-    async def checkpoint(
-        self,
-        folders: list[str],
-        round_no: int,
-        deliveries: list[Delivery],
-        broadcasts: list[Message],
-        *,
-        meanwhile: Callable[[], None],
-    ) -> list[int]:
-        """Each shard writes its part of the round's checkpoint into its folder after its delivery; the ready counts.
+    def pieces(self, counts: list[int]) -> AsyncIterator[tuple[int, bytes]]:
+        """The pieces after the first of the roles each shard released (``counts``: its pieces in all).
 
-        ``meanwhile()`` runs here once, while the shards write.
-        """
-        ...
-
-    async def measure(
-        self,
-        fn: Callable[[list[Role]], Any],
-        deliveries: list[Delivery],
-        broadcasts: list[Message],
-        *,
-        meanwhile: Callable[[], None],
-    ) -> list[tuple[Any, int]]:
-        """``fn`` of each shard's roles after its delivery, and its ready roles; ``meanwhile()`` as they work."""
-        ...
-
-    def release(
-        self, deliveries: list[Delivery], broadcasts: list[Message], *, by_state: bool = False
-    ) -> AsyncIterator[tuple[int, bytes]]:
-        """Each shard's roles after its delivery, pickled in pieces (``transfer.RolesOut``): ``(shard, piece)``.
-
-        Each shard's pieces come in their order; the driver reads one while the shards make the next.
-        The shards are done. ``by_state``: the driver kept the roles the shards built from seats; those
-        come back as their state.
+        ``(shard, piece)``, each shard's in their order; the driver reads one while the shards make the next.
         """
         ...
 

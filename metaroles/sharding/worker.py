@@ -1,7 +1,9 @@
-"""A shard of a sharded run: the roles it was given, run a round at a time, and the calls that reach it.
+"""A shard of a sharded run: the roles it was given, run a round at a time, and the requests that reach it.
 
-Roles travel pickled (``sharding.transfer``). A :class:`ShardHost` delivers what reached it since its
-last round, runs its ready roles with the worker pool, and routes what they published: a message
+Roles travel pickled (``sharding.transfer``). A :class:`ShardHost` answers the driver's requests
+(``sharding.shardset``: a round, its part of a checkpoint, a measure, the roles' return): each first
+delivers what reached it since its last call. A round runs its ready roles with the worker pool and
+routes what they published: a message
 for roles of this shard stays here (delivered before the next round), one for roles elsewhere
 goes in that shard's part (one batch per shard and round), and the driver gets the whole outbox
 for the history and the log (``sharding.driver`` has the driver's side). Every message is delivered
@@ -15,7 +17,7 @@ from __future__ import annotations
 import pickle
 import time
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,22 @@ from metaroles.messages.message import Message, share_recipients
 from metaroles.record.checkpoint import CheckpointWriter
 from metaroles.record.parts import part_writer
 from metaroles.sharding.crossing import OutboxReader, OutboxWriter
-from metaroles.sharding.shardset import Addresses, Delivery, Entry, Seen, StepResult
+from metaroles.sharding.shardset import (
+    Addresses,
+    Checkpoint,
+    Delivery,
+    Entry,
+    Measure,
+    Measured,
+    Release,
+    Released,
+    Reply,
+    Request,
+    Seen,
+    Step,
+    Stepped,
+    StepResult,
+)
 from metaroles.sharding.transfer import RolesOut, fingerprint, loads_roles
 
 DRIVER = -1
@@ -89,10 +106,21 @@ class ShardHost:
         number: Which of them this is.
         key: The run's id key (``Environment.id_key``); the shard's environment takes it and seeds its
             random source from it, so its part of a checkpoint is the same in every process.
+        pickler: What pickles the roles it gives back (a cluster's: one that takes a notebook's classes by value).
     """
 
-    def __init__(self, *, total: int, key: str, concurrency: int = 32, shards: int = 1, number: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        total: int,
+        key: str,
+        concurrency: int = 32,
+        shards: int = 1,
+        number: int = 0,
+        pickler: type[pickle.Pickler] = pickle.Pickler,
+    ) -> None:
         """Create an empty shard."""
+        self.pickler = pickler
         self.shards = shards
         self.number = number
         self.env = Environment(concurrency=concurrency, on_role_error="record")
@@ -193,27 +221,36 @@ class ShardHost:
             messages.append(message)
         env.push_all(messages, map(route, map(_SEND_TO, messages)))
 
-    async def step(
-        self,
-        round_no: int,
-        delivery: Delivery,
-        broadcasts: Sequence[Message],
-        parts: Sequence[bytes],
-        *,
-        steps: bool,
-        news: bool,
-    ) -> tuple[StepResult, list[tuple[Any, ...] | None]]:
-        """Deliver, then run round ``round_no``'s turns of this shard's ready roles; route what they published.
+    async def answer(self, request: Request, broadcasts: Sequence[Message], parts: Sequence[bytes]) -> Reply:
+        """Deliver what reached the shard (``request.delivery``, its ``parts`` unpickled), then what ``request`` asks.
 
-        Returns the result for the driver and, per shard, the part of the outbox for its roles (as
+        A :class:`Step`'s reply holds, per shard, the part of the outbox for its roles (as
         ``sharding.crossing`` columns; ``None``: nothing for that shard).
         """
         started = time.perf_counter()
-        self.take(delivery, broadcasts, parts)
+        self.take(request.delivery, broadcasts, parts)
+        if type(request) is Step:
+            return await self._step(request, started)
+        if type(request) is Checkpoint:
+            if self.writer is None or str(self.writer.folder) != request.folder:
+                self.writer = part_writer(Path(request.folder), self.known)
+            self.env.round = request.round
+            self.writer.write(self.env)
+            return self.env.ready_count
+        if type(request) is Measure:
+            return Measured(request.fn(list(self.env.members)), self.env.ready_count)
+        assert type(request) is Release, f"a shard answers a Step, Checkpoint, Measure or Release, not {request!r}"
+        seated = self.seated if request.by_state else None
+        out = RolesOut(self.env, self.env.members, self.pickler, known=self.known, piece=request.piece, seated=seated)
+        self.out, self.ahead = out, {}
+        return Released(out.next(), out.pieces)
+
+    async def _step(self, request: Step, started: float) -> Stepped:
+        """Run the round's turns of this shard's ready roles; route what they published."""
         env = self.env
-        if steps:
+        if request.steps:
             env.keep_records(steps=True)
-        this = env.begin_round(round_no)
+        this = env.begin_round(request.round)
         try:
             await env.run_turns(this)
         finally:
@@ -234,11 +271,11 @@ class ShardHost:
             busy_s=time.perf_counter() - started,
         )
         self.readdressed = {}
-        if steps:
+        if request.steps:
             result.steps = _portable(env.take_steps())
-        if news:
+        if request.news:
             result.news = self._news(outbox)
-        return result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)]
+        return Stepped(result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)])
 
     def _route(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
         """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard.
@@ -278,48 +315,8 @@ class ShardHost:
                 news[sender.name] = [m.id for m in sender.rc.news]
         return news
 
-    def checkpoint(
-        self, folder: str, round_no: int, delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
-    ) -> int:
-        """Deliver, then write this shard's part of round ``round_no``'s checkpoint (``record.parts``); ready roles."""
-        self.take(delivery, broadcasts, parts)
-        if self.writer is None or str(self.writer.folder) != folder:
-            self.writer = part_writer(Path(folder), self.known)
-        self.env.round = round_no
-        self.writer.write(self.env)
-        return self.env.ready_count
-
-    def measure(
-        self, fn: Callable[[list[Role]], Any], delivery: Delivery, broadcasts: Sequence[Message], parts: Sequence[bytes]
-    ) -> tuple[Any, int]:
-        """Deliver, then ``fn`` of this shard's roles in place order (a scenario's metrics), and how many are ready."""
-        self.take(delivery, broadcasts, parts)
-        return fn(list(self.env.members)), self.env.ready_count
-
-    def release(
-        self,
-        delivery: Delivery,
-        broadcasts: Sequence[Message],
-        parts: Sequence[bytes],
-        pickler: type[pickle.Pickler],
-        piece: int | None = None,
-        *,
-        by_state: bool = False,
-    ) -> tuple[bytes, int]:
-        """Deliver, then give the roles back, pickled: messages the driver holds go by id.
-
-        The first piece of ``piece`` roles (all if ``None``), and how many pieces in all
-        (:meth:`release_more` gives the others). ``by_state``: the driver kept the roles this shard
-        built from seats, so those go back as their state (``sharding.transfer``).
-        """
-        self.take(delivery, broadcasts, parts)
-        seated = self.seated if by_state else None
-        self.out = RolesOut(self.env, self.env.members, pickler, known=self.known, piece=piece, seated=seated)
-        self.ahead = {}
-        return self.out.next(), self.out.pieces
-
     def release_more(self, number: int) -> bytes:
-        """Piece ``number`` (the first is 0) of the roles :meth:`release` gives back.
+        """Piece ``number`` (the first is 0) of the roles a :class:`Release` gives back.
 
         One pickler makes the pieces, so they are made in their order whatever order they are asked
         in: an async Ray actor may run calls submitted together out of order, and a piece read
