@@ -298,19 +298,6 @@ class Bus:
             return None
         return list(self._closed)[len(self._closed) - (last - number) :] if last > number else []
 
-    def take_steps(self) -> Steps:
-        """The turn steps the open record kept so far; it keeps the next ones apart (a shard's: its driver's take them).
-
-        Raises:
-            RunError: If no steps are kept (:meth:`keep_records`).
-        """
-        record = self.record
-        if record is None or record.steps is None:
-            raise RunError("this environment keeps no turn steps; call keep_records(steps=True) first")
-        steps, record.steps = record.steps, Steps()
-        self.steps = record.steps
-        return steps
-
     def _grew(self, record: RoundRecord) -> bool:
         return len(self.ledger.entries) > record.ledger_from or len(self.events) > record.events_from
 

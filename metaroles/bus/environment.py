@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 from pydantic import ValidationError
@@ -49,7 +49,7 @@ from metaroles.messages.message import Message
 
 @dataclass(slots=True)
 class Round:
-    """One round while it runs, from :meth:`Environment.begin_round` to :meth:`Environment.raise_round_errors`."""
+    """One round while it runs (:meth:`Environment.run_round`): its number, ready roles, ledger before it, failures."""
 
     number: int
     ready: list[Role]
@@ -57,11 +57,62 @@ class Round:
     spent: tuple[int, float, int]
     """The ledger before the round (``CostLedger.mark``)."""
     failures: list[tuple[Role, Exception]] = field(default_factory=list)
-    """The roles whose turn raised, with what (in role order once :meth:`Environment.order_round` ran)."""
+    """The roles whose turn raised, with what (in role order once the round is ordered)."""
 
     def fail(self, role: Role, exc: Exception) -> None:
         """Note that ``role``'s turn raised ``exc``."""
         self.failures.append((role, exc))
+
+
+class RoundWay(Protocol):
+    """What differs between drivers of a round: where its turns run and how its messages are delivered.
+
+    :meth:`Environment.run_round` is the one round loop — begin, turns, order, deliver, end — and
+    asks its way for the parts that differ. The bus's own (the default): this process's ready roles
+    and the bus's delivery. A sharded run's driver (``sharding.driver``) sends its shards their round
+    first and runs its own roles while they work; a shard (``sharding.worker``) is told its round's
+    number and routes what its roles published to the shards of their recipients.
+    """
+
+    @property
+    def number(self) -> int | None:
+        """The round to run (a shard is told); ``None``: the environment's next."""
+
+    @property
+    def cut_short_ends(self) -> bool:
+        """Whether a round whose turns did not finish (cancelled; a shard lost) is still ordered, delivered, ended.
+
+        In one process, yes (the run can go on from it); across shards, no (the run stops at its last checkpoint).
+        """
+
+    def begin(self) -> None:
+        """Before the round begins (a sharded driver: send the shards their round; record the last meanwhile)."""
+
+    async def turns(self, this: Round) -> None:
+        """Run the round's turns (``Environment.run_turns`` for this process's ready roles, and any elsewhere)."""
+
+    def deliver(self, this: Round) -> None:
+        """Deliver what the round published (the bus's: :meth:`Environment.deliver_published`)."""
+
+
+class _Here:
+    """The bus's own way through a round: this process's ready roles, and its delivery."""
+
+    __slots__ = ("env",)
+    number = None
+    cut_short_ends = True
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+
+    def begin(self) -> None:
+        pass
+
+    def turns(self, this: Round) -> Any:
+        return self.env.run_turns(this)
+
+    def deliver(self, this: Round) -> None:
+        self.env.deliver_published()
 
 
 class Environment(Bus, Dumped):
@@ -208,32 +259,37 @@ class Environment(Bus, Dumped):
         if error is not None:
             raise error
 
-    async def run_round(self) -> None:
+    async def run_round(self, way: RoundWay | None = None) -> None:
         """Run every role with buffered messages, then deliver what they published.
 
-        The round protocol, as every driver runs it (one process here; a shard and a sharded run's
-        driver in ``sharding``): :meth:`begin_round`, :meth:`run_turns`, :meth:`close_turns`,
-        :meth:`order_round`, delivery (:meth:`deliver_published`, or :meth:`take_published` for a
-        driver that routes elsewhere), :meth:`end_round`, :meth:`raise_round_errors`.
+        The one round loop, whatever drives it: :meth:`_begin_round`, the turns, :meth:`_close_turns`,
+        :meth:`_order_round`, the delivery, :meth:`_end_round`, :meth:`_raise_round_errors`. ``way``
+        (:class:`RoundWay`) brings where the turns run and how delivery goes when that is not this
+        process alone (a sharded run's driver and its shards, ``sharding``).
 
         Raises:
             RoleFailed: If a role raised and ``on_role_error`` is ``"raise"`` (after delivery).
             UndeliverableError: In strict mode, when a message reached no role (after delivery).
         """
-        this = self.begin_round()
+        going: RoundWay = way or _Here(self)
+        going.begin()
+        this = self._begin_round(going.number)
+        ran = False
         try:
-            await self.run_turns(this)
+            await going.turns(this)
+            ran = True
         finally:
-            self.close_turns()
-            self.order_round(this)
-            self.deliver_published()
-            self.end_round(this)
-        self.raise_round_errors(this)
+            self._close_turns()
+            if ran or going.cut_short_ends:
+                self._order_round(this)
+                going.deliver(this)
+                self._end_round(this)
+        self._raise_round_errors(this)
 
-    def begin_round(self, number: int | None = None) -> Round:
+    def _begin_round(self, number: int | None = None) -> Round:
         """Start the next round (a shard: round ``number``): its clock, its records, the observer; take the ready roles.
 
-        From now until :meth:`close_turns`, what is published waits for the round's delivery.
+        From now until :meth:`_close_turns`, what is published waits for the round's delivery.
 
         Raises:
             RunError: If a round is already running.
@@ -271,11 +327,11 @@ class Environment(Bus, Dumped):
                     ready, self.round, concurrency=self.concurrency, on_error=this.fail, observer=self.observer
                 )
 
-    def close_turns(self) -> None:
+    def _close_turns(self) -> None:
         """The round's turns are over: a message published from now on is delivered at once."""
         self._in_round = False
 
-    def order_round(self, this: Round) -> None:
+    def _order_round(self, this: Round) -> None:
         """Put the round's turn steps, failures and model calls in role order, whichever finished first.
 
         Concurrent turns append, fail and call their models in an order the scheduler picks; the
@@ -311,14 +367,14 @@ class Environment(Bus, Dumped):
         """Deliver what was published during the round: the history, then the recipients' buffers."""
         self._deliver([message for _, message in self.take_published()])
 
-    def end_round(self, this: Round) -> None:
+    def _end_round(self, this: Round) -> None:
         """The round is over and delivered: close its record, tell the observer, settle the heap."""
         self._close_record()
         if self.observer is not None:
             self.observer.round_end(self, this.failures)
         self.settle_heap()
 
-    def raise_round_errors(self, this: Round) -> None:
+    def _raise_round_errors(self, this: Round) -> None:
         """Raise the round's first failure (``on_role_error="raise"``), then, in strict mode, what reached no role.
 
         Raises:

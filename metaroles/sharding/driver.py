@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 
 from metaroles.bus.environment import Environment, Round
 from metaroles.bus.role import Role
@@ -44,6 +43,7 @@ from metaroles.sharding.shardset import (
     Measured,
     Release,
     Released,
+    Sent,
     ShardSet,
     Step,
     Stepped,
@@ -62,6 +62,57 @@ def _nothing() -> None: ...
 def _shipped(role: Role) -> None:
     """No seat: the role is shipped as it is."""
     return None
+
+
+class _ShardedRound:
+    """A sharded round's way through the bus's round loop (``Environment.run_round``).
+
+    Before the round begins here, the shards get theirs, and the last round's recording runs while
+    they work; the driver's own roles take their turns as the shards' replies come; their results
+    (model calls, failures, steps) join the round before it is ordered; delivery is the shards'
+    routing, or the driver's when an address moved or interventions decide.
+    """
+
+    number = None
+    cut_short_ends = False  # a shard lost, or recording the last round failed: the run stops at its checkpoint
+
+    def __init__(self, run: ShardedRun) -> None:
+        self.run = run
+        self.sent: Sent | None = None
+        self.failed: list[BaseException] = []
+        self.results: list[Stepped | None] = []
+        self.moved = False
+
+    def begin(self) -> None:
+        self.sent = self.run._send_round()
+        try:
+            self.run._meanwhile()
+        except BaseException as exc:  # raised once the shards' calls are answered
+            self.failed.append(exc)
+
+    async def turns(self, this: Round) -> None:
+        run, sent = self.run, self.sent
+        assert sent is not None
+        try:
+            async with anyio.create_task_group() as tg:
+                if this.ready and not self.failed:
+                    tg.start_soon(run.env.run_turns, this)
+                try:
+                    self.results = await sent.replies()
+                except Exception as exc:
+                    raise run._lost(this.number, exc) from exc
+        except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
+            raise _first(group) from None
+        if self.failed:
+            run.broken = True  # the shards ran a round the driver did not take in: their roles stay there
+            raise self.failed[0]
+        with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
+            self.moved = run._merge(self.results, this.failures)
+
+    def deliver(self, this: Round) -> None:
+        with paused_gc():
+            self.run._route_round(self.results, self.moved)
+        self.run.backlog.late = True  # what is still to take in belongs to the record that closes now
 
 
 class ShardedRun:
@@ -193,80 +244,47 @@ class ShardedRun:
     async def run_round(self) -> None:
         """Run one round on the driver and every shard; deliver as one process does (see the module).
 
+        The bus's round loop runs it (``Environment.run_round``), the shards' way (:class:`_ShardedRound`):
         :attr:`later` (the rest of recording the last round: the driver's checkpoint file, or the log and
         metrics if not written yet) runs while the shards work, before the round changes anything here; if
         it fails, the run stops and the shards' roles stay there (a resume starts from the last checkpoint).
         """
+        await self.env.run_round(_ShardedRound(self))
+
+    def _send_round(self) -> Sent:
+        """Send each shard with something to do its request for the next round."""
         env = self.env
         if env.in_round:
             raise RunError(f"round {env.round} of this environment is still running; await it before starting another")
         deliveries, broadcasts = self._take_deliveries()
         busy = [d if (d or self.ready[n] or self.held[n]) else None for n, d in enumerate(deliveries)]
         self.held = [0] * len(deliveries)
-        begun: list[Round] = []
-        results: list[Stepped | None] = []
+        steps = env.steps is not None and self.turns  # a checkpoint's steps are of no use here: shards write parts
+        news, outbox, number = steps or self.news, self._reads_rounds, env.round + 1
+        requests = [None if d is None else Step(d, number, steps, news, outbox) for d in busy]
         try:
-            async with anyio.create_task_group() as tg:
-                begin = partial(self._begin, self.take_later(), tg, begun)
-                results = await self._step(env.round + 1, busy, broadcasts, begin)
-        except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
-            raise _first(group) from None
-        finally:
-            env.close_turns()
-        this = begun[0]
-        with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
-            moved = self._merge(results, this.failures)
-            env.order_round(this)
-            self._deliver(results, moved)
-        env.end_round(this)
-        self.backlog.late = True  # what is still to take in belongs to the record just closed
-        env.raise_round_errors(this)
+            return self.shards.send(requests, broadcasts)
+        except Exception as exc:
+            raise self._lost(number, exc) from exc
 
-    def _begin(self, later: Callable[[], None], tg: TaskGroup, begun: list[Round]) -> None:
-        """The driver's side of a round, once the shards have theirs: ``later()``, then its own roles' turns."""
-        env = self.env
+    def _meanwhile(self) -> None:
+        """While the shards work, before the round begins here: what the last round left to do."""
         if self._settle is not None:  # while the shards work, not before: the round's end freezes what is left
             settle, self._settle = self._settle, None
             settle()
         self.catch_up()
-        later()
-        this = env.begin_round()
-        begun.append(this)
-        if this.ready:
-            tg.start_soon(env.run_turns, this)
+        self.take_later()()
 
-    async def _step(
-        self, round_no: int, busy: list[Delivery | None], broadcasts: list[Message], begin: Callable[[], None]
-    ) -> list[Stepped | None]:
-        """The shards' results of round ``round_no``; ``begin()`` runs while they work (its error is its own)."""
-        failed: list[BaseException] = []
+    def _lost(self, round_no: int, exc: Exception) -> RunError:
+        """The run's error for a shard that failed in round ``round_no``: the run is broken (it stops)."""
+        self.broken = True
+        first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+        return RunError(
+            f"a shard failed in round {round_no} ({type(exc).__name__}: {first_line}); the run stops at its "
+            "last checkpoint — resume it (metaroles resume DIR)"
+        )
 
-        def meanwhile() -> None:
-            try:
-                begin()
-            except BaseException as exc:  # raised below, once the shards' calls are answered
-                failed.append(exc)
-
-        steps = self.env.steps is not None and self.turns  # a checkpoint's steps are of no use here: shards write parts
-        news, outbox = steps or self.news, self._reads_rounds
-        requests = [None if d is None else Step(d, round_no, steps, news, outbox) for d in busy]
-        try:
-            sent = self.shards.send(requests, broadcasts)
-            meanwhile()
-            results: list[Stepped | None] = await sent.replies()
-        except Exception as exc:
-            self.broken = True
-            first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise RunError(
-                f"a shard failed in round {round_no} ({type(exc).__name__}: {first_line}); the run stops at its "
-                "last checkpoint — resume it (metaroles resume DIR)"
-            ) from exc
-        if failed:
-            self.broken = True  # the shards ran a round the driver did not take in: their roles stay there
-            raise failed[0]
-        return results
-
-    def _deliver(self, results: list[Stepped | None], moved: bool) -> None:
+    def _route_round(self, results: list[Stepped | None], moved: bool) -> None:
         """Deliver the round: left to the shards' own routing, unless an address changed or interventions decide.
 
         Either way each shard gets the parts other shards' outboxes hold for it (it drops them when

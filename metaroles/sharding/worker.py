@@ -22,7 +22,7 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
-from metaroles.bus.environment import Environment
+from metaroles.bus.environment import Environment, Round
 from metaroles.bus.record import Steps
 from metaroles.bus.role import Role
 from metaroles.core.heap import paused_gc
@@ -246,24 +246,15 @@ class ShardHost:
         return Released(out.next(), out.pieces)
 
     async def _step(self, request: Step, started: float) -> Stepped:
-        """Run the round's turns of this shard's ready roles; route what they published."""
-        env = self.env
-        if request.steps:
-            env.keep_records(steps=True)
-        this = env.begin_round(request.round)
-        try:
-            await env.run_turns(this)
-        finally:
-            env.close_turns()
-        spent, failures = this.spent[0], this.failures
-        calls = env.ledger.entries[spent:]
-        del env.ledger.entries[spent:]
-        outbox, crossing, flagged = self._route()
+        """Run the round's turns of this shard's ready roles (the bus's round loop); route what they published."""
+        env, way = self.env, _ShardRound(self, request)
+        await env.run_round(way)
+        outbox, crossing, flagged = way.routed
         result = StepResult(
             outbox=outbox,
             flagged=flagged,
-            ledger=calls,
-            failures=[(role.place, type(exc).__name__, str(exc), repr(exc)) for role, exc in failures],
+            ledger=way.calls,
+            failures=[(role.place, type(exc).__name__, str(exc), repr(exc)) for role, exc in way.failures],
             ready=env.ready_count,
             held=len(self.held),
             crossing=[len(part) for part in crossing],
@@ -272,7 +263,8 @@ class ShardHost:
         )
         self.readdressed = {}
         if request.steps:
-            result.steps = _portable(env.take_steps())
+            assert env.recorded is not None and env.recorded.steps is not None
+            result.steps = _portable(env.recorded.steps)  # the shard's part of the round's record
         if request.news:
             result.news = self._news(outbox)
         return Stepped(result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)])
@@ -329,6 +321,36 @@ class ShardHost:
             assert made <= number, f"piece {number} was given already"
             self.ahead[made] = out.next()
         return self.ahead.pop(number)
+
+
+class _ShardRound:
+    """A shard's way through the bus's round loop (``Environment.run_round``): its round's number, its delivery.
+
+    Its delivery routes what the round published (:meth:`ShardHost._route`): held here for its own
+    roles, or in the part of each shard with a recipient; the round's model calls and failures go to
+    the driver with its result.
+    """
+
+    cut_short_ends = False  # a shard lost mid-round: the driver stops the run at its last checkpoint
+
+    def __init__(self, host: ShardHost, request: Step) -> None:
+        self.host, self.steps, self.number = host, request.steps, request.round
+        self.routed: tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int] = ([], [], 0)
+        self.calls: list[Any] = []
+        self.failures: list[tuple[Role, Exception]] = []
+
+    def begin(self) -> None:
+        if self.steps:
+            self.host.env.keep_records(steps=True)
+
+    def turns(self, this: Round) -> Any:
+        return self.host.env.run_turns(this)
+
+    def deliver(self, this: Round) -> None:
+        entries, spent = self.host.env.ledger.entries, this.spent[0]
+        self.calls, self.failures = entries[spent:], this.failures
+        del entries[spent:]  # the driver's ledger holds them (before the record closes: it starts after them)
+        self.routed = self.host._route()
 
 
 def _portable(steps: Steps) -> Steps:
