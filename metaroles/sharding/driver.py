@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -64,55 +65,15 @@ def _shipped(role: Role) -> None:
     return None
 
 
-class _ShardedRound:
-    """A sharded round's way through the bus's round loop (``Environment.run_round``).
+@dataclass(slots=True)
+class _Round:
+    """A sharded round while it runs: the shards' calls, what failed meanwhile, their results."""
 
-    Before the round begins here, the shards get theirs, and the last round's recording runs while
-    they work; the driver's own roles take their turns as the shards' replies come; their results
-    (model calls, failures, steps) join the round before it is ordered; delivery is the shards'
-    routing, or the driver's when an address moved or interventions decide.
-    """
-
-    number = None
-    cut_short_ends = False  # a shard lost, or recording the last round failed: the run stops at its checkpoint
-
-    def __init__(self, run: ShardedRun) -> None:
-        self.run = run
-        self.sent: Sent | None = None
-        self.failed: list[BaseException] = []
-        self.results: list[Stepped | None] = []
-        self.moved = False
-
-    def begin(self) -> None:
-        self.sent = self.run._send_round()
-        try:
-            self.run._meanwhile()
-        except BaseException as exc:  # raised once the shards' calls are answered
-            self.failed.append(exc)
-
-    async def turns(self, this: Round) -> None:
-        run, sent = self.run, self.sent
-        assert sent is not None
-        try:
-            async with anyio.create_task_group() as tg:
-                if this.ready and not self.failed:
-                    tg.start_soon(run.env.run_turns, this)
-                try:
-                    self.results = await sent.replies()
-                except Exception as exc:
-                    raise run._lost(this.number, exc) from exc
-        except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
-            raise _first(group) from None
-        if self.failed:
-            run.broken = True  # the shards ran a round the driver did not take in: their roles stay there
-            raise self.failed[0]
-        with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
-            self.moved = run._merge(self.results, this.failures)
-
-    def deliver(self, this: Round) -> None:
-        with paused_gc():
-            self.run._route_round(self.results, self.moved)
-        self.run.backlog.late = True  # what is still to take in belongs to the record that closes now
+    sent: Sent
+    failed: list[BaseException] = field(default_factory=list)
+    results: list[Stepped | None] = field(default_factory=list)
+    moved: bool = False
+    """Whether an address changed in the round (the driver then routes it)."""
 
 
 class ShardedRun:
@@ -148,7 +109,7 @@ class ShardedRun:
         self.broken = False
         self.heard: dict[str, list[str]] = {}
         """Each remote sender of the last round: the ids of the news it had, as JSON (the log's ``caused_by``)."""
-        self.news = self.turns = True
+        self.news = self.steps = True
         """Whether shards send each sender's news (the log's ``caused_by``); and their turn steps (its turn events)."""
         self.where: dict[str, tuple[int, ...]] = {}
         """Address → the shards whose roles receive on it (``DRIVER`` for the driver's own roles)."""
@@ -161,6 +122,8 @@ class ShardedRun:
         """The rounds whose outboxes the history has not taken in yet, and when it takes them (:meth:`catch_up`)."""
         self.later: Callable[[], None] = _nothing
         """The rest of recording the last round (a Team's), run while the shards run the next: :meth:`take_later`."""
+        self._round: _Round | None = None
+        """The round that runs (between :meth:`begin` and :meth:`deliver`)."""
         self._settle: Callable[[], None] | None = None
         """What the first round does with the roles shipped at open: collect those dropped, or keep those kept."""
 
@@ -244,12 +207,56 @@ class ShardedRun:
     async def run_round(self) -> None:
         """Run one round on the driver and every shard; deliver as one process does (see the module).
 
-        The bus's round loop runs it (``Environment.run_round``), the shards' way (:class:`_ShardedRound`):
-        :attr:`later` (the rest of recording the last round: the driver's checkpoint file, or the log and
-        metrics if not written yet) runs while the shards work, before the round changes anything here; if
-        it fails, the run stops and the shards' roles stay there (a resume starts from the last checkpoint).
+        The bus's round loop runs it (``Environment.run_round``), this run being its way: :meth:`begin`,
+        :meth:`turns`, :meth:`deliver`.
         """
-        await self.env.run_round(_ShardedRound(self))
+        await self.env.run_round(self)
+
+    number = None
+    cut_short_ends = False  # a shard lost, or recording the last round failed: the run stops at its checkpoint
+
+    @property
+    def going(self) -> _Round:
+        """The round that runs (between :meth:`begin` and :meth:`deliver`)."""
+        assert self._round is not None, "no sharded round runs: Environment.run_round(this run) begins one"
+        return self._round
+
+    def begin(self) -> None:
+        """Send each shard its round; while they work, what the last round left (:attr:`later`).
+
+        If that fails, the error is raised once the shards have answered: the run stops and the shards'
+        roles stay there (a resume starts from the last checkpoint).
+        """
+        self._round = _Round(self._send_round())
+        try:
+            self._meanwhile()
+        except BaseException as exc:  # raised once the shards' calls are answered
+            self.going.failed.append(exc)
+
+    async def turns(self, this: Round) -> None:
+        """The driver's roles take their turns as the shards' replies come; their results join the round."""
+        going = self.going
+        try:
+            async with anyio.create_task_group() as tg:
+                if this.ready and not going.failed:
+                    tg.start_soon(self.env.run_turns, this)
+                try:
+                    going.results = await going.sent.replies()
+                except Exception as exc:
+                    raise self._lost(this.number, exc) from exc
+        except BaseExceptionGroup as group:  # the driver's roles report their own errors: this is a shard's
+            raise _first(group) from None
+        if going.failed:
+            self.broken = True  # the shards ran a round the driver did not take in: their roles stay there
+            raise going.failed[0]
+        with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
+            going.moved = self._merge(going.results, this.failures)
+
+    def deliver(self, this: Round) -> None:
+        """Deliver the round: left to the shards' routing, or the driver's (see :meth:`_route_round`)."""
+        with paused_gc():
+            self._route_round(self.going.results, self.going.moved)
+        self.backlog.late = True  # what is still to take in belongs to the record that closes now
 
     def _send_round(self) -> Sent:
         """Send each shard with something to do its request for the next round."""
@@ -259,7 +266,7 @@ class ShardedRun:
         deliveries, broadcasts = self._take_deliveries()
         busy = [d if (d or self.ready[n] or self.held[n]) else None for n, d in enumerate(deliveries)]
         self.held = [0] * len(deliveries)
-        steps = env.steps is not None and self.turns  # a checkpoint's steps are of no use here: shards write parts
+        steps = env.steps is not None and self.steps  # a checkpoint's steps are of no use here: shards write parts
         news, outbox, number = steps or self.news, self._reads_rounds, env.round + 1
         requests = [None if d is None else Step(d, number, steps, news, outbox) for d in busy]
         try:
@@ -359,7 +366,7 @@ class ShardedRun:
 
         A remote sender's news (:attr:`heard`) is its stand-in's, so the round record's ``caused_by`` holds it.
         """
-        self.news, self.turns = log is not None, log is not None and log.turns
+        self.news, self.steps = log is not None, log is not None and log.turns
 
     def _hear(self, results: list[Stepped | None]) -> None:
         """Take in the shards' outboxes and each sender's news of the last round (:attr:`heard`)."""

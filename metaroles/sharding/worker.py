@@ -269,7 +269,7 @@ class ShardHost:
             result.news = self._news(outbox)
         return Stepped(result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)])
 
-    def _route(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
+    def route_published(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
         """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard.
 
         Also returns how many entries are flagged (the driver merges a round without any behind the next).
@@ -326,7 +326,7 @@ class ShardHost:
 class _ShardRound:
     """A shard's way through the bus's round loop (``Environment.run_round``): its round's number, its delivery.
 
-    Its delivery routes what the round published (:meth:`ShardHost._route`): held here for its own
+    Its delivery routes what the round published (:meth:`ShardHost.route_published`): held here for its own
     roles, or in the part of each shard with a recipient; the round's model calls and failures go to
     the driver with its result.
     """
@@ -350,7 +350,7 @@ class _ShardRound:
         entries, spent = self.host.env.ledger.entries, this.spent[0]
         self.calls, self.failures = entries[spent:], this.failures
         del entries[spent:]  # the driver's ledger holds them (before the record closes: it starts after them)
-        self.routed = self.host._route()
+        self.routed = self.host.route_published()
 
 
 def _portable(steps: Steps) -> Steps:
