@@ -46,7 +46,7 @@ from metaroles.sharding.crossing import OutboxReader, OutboxWriter
 from metaroles.sharding.driver import ShardedRun
 from metaroles.sharding.merging import take_in
 from metaroles.sharding.ray import RayShards, ensure_ray
-from metaroles.sharding.shardset import StepResult
+from metaroles.sharding.shardset import RoundResult
 from metaroles.team.options import RunOptions
 
 
@@ -262,7 +262,7 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
         taken.append(len(pickle.dumps((outboxes[shard].columns(outbox), news), 5)))
         return outbox, news
 
-    def sent(shard: int, result: StepResult) -> int:  # the result as it travels; its outbox only once taken in
+    def sent(shard: int, result: RoundResult) -> int:  # the result as it travels; its outbox only once taken in
         if result.sealed is not None:
             result.sealed = partial(opened, shard, result.sealed)
         return len(pickle.dumps(replace(result, outbox=[], news={}, sealed=None), 5))
@@ -274,7 +274,7 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
         )
         results = await original(self, round_no, deliveries, broadcasts, **kw)
         up.append(sum(sent(n, r.result) for n, r in enumerate(results) if r is not None))
-        across.append(sum(len(h) for r in results if r is not None for h in r.parts if h is not None))
+        across.append(sum(len(h) for r in results if r is not None for h in r.outgoing if h is not None))
         return results
 
     LocalShards.step = step  # type: ignore[method-assign]

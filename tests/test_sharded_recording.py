@@ -17,7 +17,7 @@ from metaroles.messages.message import Message
 from metaroles.project.scenario import resume_scenario, run_scenario
 from metaroles.record.eventlog import read_events
 from metaroles.sharding.backends import LocalBackend, LocalShards
-from metaroles.sharding.shardset import Checkpoint, Step
+from metaroles.sharding.shardset import Checkpoint, RunRound
 from metaroles.team.options import RunOptions
 from tests.test_sharding import SEED, run_files
 
@@ -48,7 +48,7 @@ class WatchedShards(LocalShards):
 
     def send(self, requests: Any, broadcasts: Any) -> Any:
         asked = next((r for r in requests if r is not None), None)
-        if asked is None or isinstance(asked, Step):  # (no shard busy: a round all the same)
+        if asked is None or isinstance(asked, RunRound):  # (no shard busy: a round all the same)
             round_no, seen = self.next_round if asked is None else asked.round, self.seen
             self.next_round = round_no + 1
         elif isinstance(asked, Checkpoint):

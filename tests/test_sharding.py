@@ -29,7 +29,7 @@ from metaroles.record.restore import restore_checkpoint
 from metaroles.sharding import transfer
 from metaroles.sharding.backends import LocalBackend, LocalShards, placement
 from metaroles.sharding.driver import RemoteRole, ShardedRun
-from metaroles.sharding.shardset import Step
+from metaroles.sharding.shardset import RunRound
 from metaroles.sharding.worker import ShardHost
 from metaroles.team.options import RunOptions
 
@@ -417,7 +417,7 @@ class OpenedAt(LocalShards):
             async def replies(_: Any) -> Any:
                 replies = await sent.replies()
                 for request, reply in zip(requests, replies, strict=True):
-                    if isinstance(request, Step) and reply.result.sealed is not None:
+                    if isinstance(request, RunRound) and reply.result.sealed is not None:
                         reply.result.sealed = partial(taken, reply.result.sealed, request.round)
                 return replies
 

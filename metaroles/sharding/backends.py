@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.messages.message import Message
-from metaroles.sharding.shardset import Addresses, Request, ShardSet, Step, Stepped
+from metaroles.sharding.shardset import Addresses, Request, RoundDone, RunRound, ShardSet
 from metaroles.sharding.worker import ShardHost
 
 __all__ = ["Backend", "LocalBackend", "LocalShards", "ShardBy", "check_shards", "placement"]
@@ -117,11 +117,11 @@ class _Answered:
     async def replies(self) -> list[Any]:
         replies: list[Any] = []
         for host, request in zip(self.hosts, self.requests, strict=True):
-            reply = None if request is None else await host.answer(request, self.broadcasts, request.delivery.parts)
-            if type(reply) is Stepped:
+            reply = None if request is None else await host.answer(request, self.broadcasts, request.delivery.crossed)
+            if type(reply) is RoundDone:
                 result = reply.result
                 result.sealed, result.outbox, result.news = partial(_given, (result.outbox, result.news)), [], {}
-                reply = Stepped(result, [pickle.dumps(part, 5) if part else None for part in reply.parts])
+                reply = RoundDone(result, [pickle.dumps(part, 5) if part else None for part in reply.outgoing])
             replies.append(reply)
         return replies
 
@@ -153,7 +153,7 @@ class LocalShards:
 
     def send(self, requests: Sequence[Request | None], broadcasts: list[Message]) -> _Answered:
         """The requests, answered when their replies are awaited: one shard after the other, in this process."""
-        self.calls += sum(type(request) is Step for request in requests)
+        self.calls += sum(type(request) is RunRound for request in requests)
         return _Answered(self.hosts, list(requests), broadcasts)
 
     async def pieces(self, counts: list[int]) -> AsyncIterator[tuple[int, bytes]]:

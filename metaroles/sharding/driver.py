@@ -44,10 +44,10 @@ from metaroles.sharding.shardset import (
     Measured,
     Release,
     Released,
+    RoundDone,
+    RunRound,
     Sent,
     ShardSet,
-    Step,
-    Stepped,
     shared_broadcasts,
 )
 from metaroles.sharding.standins import RemoteRole, _first, _remote_failure
@@ -71,7 +71,7 @@ class _Round:
 
     sent: Sent
     failed: list[BaseException] = field(default_factory=list)
-    results: list[Stepped | None] = field(default_factory=list)
+    results: list[RoundDone | None] = field(default_factory=list)
     moved: bool = False
     """Whether an address changed in the round (the driver then routes it)."""
 
@@ -191,7 +191,7 @@ class ShardedRun:
                 inbox=inbox,
                 ranked=None if ranked is None else ranked[shard],
                 sources=[source for source, _ in crossing[shard]],
-                parts=[handle for _, handle in crossing[shard]],
+                crossed=[handle for _, handle in crossing[shard]],
                 addresses=addresses,
             )
             for shard, inbox in enumerate(inboxes)
@@ -268,7 +268,7 @@ class ShardedRun:
         self.held = [0] * len(deliveries)
         steps = env.steps is not None and self.steps  # a checkpoint's steps are of no use here: shards write parts
         news, outbox, number = steps or self.news, self._reads_rounds, env.round + 1
-        requests = [None if d is None else Step(d, number, steps, news, outbox) for d in busy]
+        requests = [None if d is None else RunRound(d, number, steps, news, outbox) for d in busy]
         try:
             return self.shards.send(requests, broadcasts)
         except Exception as exc:
@@ -291,7 +291,7 @@ class ShardedRun:
             "last checkpoint — resume it (metaroles resume DIR)"
         )
 
-    def _route_round(self, results: list[Stepped | None], moved: bool) -> None:
+    def _route_round(self, results: list[RoundDone | None], moved: bool) -> None:
         """Deliver the round: left to the shards' own routing, unless an address changed or interventions decide.
 
         Either way each shard gets the parts other shards' outboxes hold for it (it drops them when
@@ -299,7 +299,7 @@ class ShardedRun:
         """
         env = self.env
         for source, stepped in enumerate(results):
-            for shard, handle in enumerate(() if stepped is None else stepped.parts):
+            for shard, handle in enumerate(() if stepped is None else stepped.outgoing):
                 if handle is not None:
                     self.crossing[shard].append((source, handle))
         if any(role.addresses is not seen for role, seen in self._pinned):
@@ -318,7 +318,7 @@ class ShardedRun:
         else:
             route_all(env, self.inboxes, (self.where, self._everyone))
 
-    def _record(self, results: list[Stepped | None]) -> None:
+    def _record(self, results: list[RoundDone | None]) -> None:
         """The round as the shards routed it: what each shard holds and sends, then the history (maybe behind)."""
         own, self.ranked = own_messages(self.env, (self.where, self._everyone), self.shards.count)
         flagged = any(flag for _, _, flag in own)
@@ -368,7 +368,7 @@ class ShardedRun:
         """
         self.news, self.steps = log is not None, log is not None and log.turns
 
-    def _hear(self, results: list[Stepped | None]) -> None:
+    def _hear(self, results: list[RoundDone | None]) -> None:
         """Take in the shards' outboxes and each sender's news of the last round (:attr:`heard`)."""
         heard = self.heard
         heard.clear()
@@ -376,7 +376,7 @@ class ShardedRun:
             if stepped is not None:
                 heard.update(stepped.result.open().news)
 
-    def _merge(self, results: list[Stepped | None], failures: list[tuple[Any, Exception]]) -> bool:
+    def _merge(self, results: list[RoundDone | None], failures: list[tuple[Any, Exception]]) -> bool:
         """Take in the shards' results (ledger, failures, steps, news, addresses); whether an address changed."""
         env = self.env
         members, steps, moved = env.members, env.steps, False

@@ -30,7 +30,7 @@ class Backlog:
     """The rounds whose outboxes the driver's history has not taken in yet, and when it takes them."""
 
     rounds: list[tuple[list[Flagged], list[Any]]] = field(default_factory=list)
-    """Oldest first: the driver's own messages of the round (flagged), and the shards' results (``Stepped``)."""
+    """Oldest first: the driver's own messages of the round (flagged), and the shards' results (``RoundDone``)."""
     late: bool = False
     """Whether the newest of them has ended: its messages go to its closed record."""
     behind: bool = False

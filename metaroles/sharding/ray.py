@@ -27,7 +27,7 @@ from metaroles.messages.message import Message
 from metaroles.sharding.backends import ShardBy, check_shards
 from metaroles.sharding.crossing import OutboxReader, OutboxWriter
 from metaroles.sharding.ray_reaper import reap_with_this_process
-from metaroles.sharding.shardset import Addresses, Release, Request, Step, Stepped, StepResult
+from metaroles.sharding.shardset import Addresses, Release, Request, RoundDone, RoundResult, RunRound
 from metaroles.sharding.transfer import FILE_SCENARIO, quick
 from metaroles.sharding.worker import ShardHost
 
@@ -172,10 +172,10 @@ class _Actor:
             with paused_gc():
                 return await self.host.answer(asked, _unpacked(broadcasts), parts)
         reply = await self.host.answer(asked, _unpacked(broadcasts), parts)
-        if type(reply) is not Stepped:
+        if type(reply) is not RoundDone:
             gc.freeze()  # what a checkpoint's writer keeps stays: later collections skip it
             return reply
-        assert type(asked) is Step
+        assert type(asked) is RunRound
         result = reply.result
         heavy: bytes | None = None
         if asked.outbox:  # apart from the result: the driver takes it in when it needs it
@@ -183,7 +183,7 @@ class _Actor:
         else:  # kept here until the driver asks (kept_outboxes): a round it does not read costs nothing more
             self.kept.append((result.outbox, result.news))
         result.outbox, result.news = [], {}
-        packed = (_packed(result), heavy, *(_packed(part) if part else None for part in reply.parts))
+        packed = (_packed(result), heavy, *(_packed(part) if part else None for part in reply.outgoing))
         gc.freeze()  # what the roles now remember stays: later collections skip it
         return packed
 
@@ -211,7 +211,7 @@ class _InFlight:
         for shard, (request, refs) in enumerate(zip(self.requests, self.calls, strict=True)):
             if request is None:
                 replies.append(None)
-            elif type(request) is Step:
+            elif type(request) is RunRound:
                 replies.append(await self.shards.stepped(shard, request, refs))
             else:
                 replies.append(await refs)
@@ -258,7 +258,7 @@ class RayShards:
         """One ``answer`` call per shard with a request, all in flight at once (broadcasts stored once for all).
 
         A round's reply comes as several objects: its result; its outbox and news (the driver takes
-        them in when it needs them: ``StepResult.open``; without ``outbox``, the shard keeps them until
+        them in when it needs them: ``RoundResult.open``; without ``outbox``, the shard keeps them until
         then); and its parts for the other shards, of which the driver keeps only the handles and
         passes them to the next call of the shard they are for.
         """
@@ -268,20 +268,20 @@ class RayShards:
             if request is None:
                 calls.append(None)
                 continue
-            handles, request.delivery.parts = request.delivery.parts, []
-            returns = self.count + 2 if type(request) is Step else 1
+            handles, request.delivery.crossed = request.delivery.crossed, []
+            returns = self.count + 2 if type(request) is RunRound else 1
             calls.append(actor.answer.options(num_returns=returns).remote(_packed(request), shared, *handles))
-        self.calls += sum(type(request) is Step for request in requests)
+        self.calls += sum(type(request) is RunRound for request in requests)
         return _InFlight(self, list(requests), calls)
 
-    async def stepped(self, shard: int, request: Step, refs: list[Any]) -> Stepped:
+    async def stepped(self, shard: int, request: RunRound, refs: list[Any]) -> RoundDone:
         """The reply to a round: its result (the outbox sealed: fetched when opened), its parts' handles."""
-        result: StepResult = _unpacked(await refs[0])
+        result: RoundResult = _unpacked(await refs[0])
         if request.outbox:
             result.sealed = functools.partial(_opened, self.ray, refs[1], self.readers[shard])
         else:
             result.sealed = functools.partial(self._next_kept, shard)
-        return Stepped(result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)])
+        return RoundDone(result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)])
 
     def _next_kept(self, shard: int) -> tuple[Any, dict[str, list[str]]]:
         """The next outbox ``shard`` kept (``kept_outboxes``: all it holds, fetched when the last is used up)."""

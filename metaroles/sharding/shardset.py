@@ -1,9 +1,9 @@
 """What a driver and its shards say to each other: one typed request per shard per call.
 
-A :class:`Request` is one of :class:`Step` (run a round), :class:`Checkpoint`, :class:`Measure` and
+A :class:`Request` is one of :class:`RunRound` (run a round), :class:`Checkpoint`, :class:`Measure` and
 :class:`Release` (give the roles back), each with the :class:`Delivery` of what reached the shard
-since its last call; its reply is typed by it (:data:`Reply`: a round's :class:`Stepped` holds its
-:class:`StepResult`). :class:`ShardSet` carries them (``sharding.backends.LocalShards`` in this
+since its last call; its reply is typed by it (:data:`Reply`: a round's :class:`RoundDone` holds its
+:class:`RoundResult`). :class:`ShardSet` carries them (``sharding.backends.LocalShards`` in this
 process, ``sharding.ray.RayShards`` on Ray actors); ``sharding.worker`` answers them on the shard,
 ``sharding.driver`` asks them.
 """
@@ -48,8 +48,8 @@ class Delivery:
     ``None``: the driver routed it all (an address changed, or interventions decide): drop what is held."""
     sources: list[int] = field(default_factory=list)
     """The shards whose last outbox has a part for this one, in shard order."""
-    parts: list[Any] = field(default_factory=list)
-    """Those parts (pickled ``(rank, message)`` lists, or handles to them that the carrier resolves)."""
+    crossed: list[Any] = field(default_factory=list)
+    """Those parts, as their carrier holds them (:data:`Handle`: pickled columns, or Ray object references)."""
     addresses: Addresses | None = None
     """The address map, when it changed."""
 
@@ -59,7 +59,7 @@ class Delivery:
 
 
 @dataclass
-class StepResult:
+class RoundResult:
     """What a shard returns for a round."""
 
     outbox: list[tuple[int, Message, int]]
@@ -86,7 +86,7 @@ class StepResult:
     sealed: Callable[[], tuple[list[tuple[int, Message, int]], dict[str, list[str]]]] | None = None
     """When the outbox and news travel apart (on Ray): how to get them, once the driver needs them."""
 
-    def open(self) -> StepResult:
+    def open(self) -> RoundResult:
         """Take in the outbox and news if they travelled apart (``sealed``); this result."""
         if self.sealed is not None:
             self.outbox, self.news = self.sealed()
@@ -99,15 +99,16 @@ Handle = object
 process, a Ray object reference on a cluster. Only the carrier that made it resolves it."""
 
 
-class Stepped(NamedTuple):
-    """The reply to :class:`Step`: the shard's result and, per shard, its part of the outbox (``None``: nothing for it).
+class RoundDone(NamedTuple):
+    """The reply to :class:`RunRound`: the shard's result and, per shard, its part of the outbox.
 
     A shard's own reply holds each part as ``sharding.crossing`` columns; its carrier hands the driver
     a :data:`Handle` for each instead.
     """
 
-    result: StepResult
-    parts: list[Any]
+    result: RoundResult
+    outgoing: list[Any]
+    """Per shard, the part of the outbox for its roles (``None``: nothing for it)."""
 
 
 class Measured(NamedTuple):
@@ -125,10 +126,10 @@ class Released(NamedTuple):
 
 
 @dataclass(slots=True)
-class Step:
+class RunRound:
     """Deliver, then run round ``round`` on the shard's ready roles; route what they publish.
 
-    Reply: :class:`Stepped`.
+    Reply: :class:`RoundDone`.
     """
 
     delivery: Delivery
@@ -139,7 +140,7 @@ class Step:
     """Send each sender's news (the round record's ``caused_by``)."""
     outbox: bool = True
     """Send the outbox with the result; else the shard keeps it until the driver takes it in
-    (:meth:`StepResult.open`), so a round nobody reads costs nothing more."""
+    (:meth:`RoundResult.open`), so a round nobody reads costs nothing more."""
 
 
 @dataclass(slots=True)
@@ -172,11 +173,11 @@ class Release:
     by_state: bool = False
 
 
-Request = Step | Checkpoint | Measure | Release
+Request = RunRound | Checkpoint | Measure | Release
 """What the driver asks a shard: one request per shard per call, its delivery first."""
 
-Reply = Stepped | int | Measured | Released
-"""What a shard answers, by request: :class:`Stepped`, its ready roles (to a checkpoint), :class:`Measured`,
+Reply = RoundDone | int | Measured | Released
+"""What a shard answers, by request: :class:`RoundDone`, its ready roles (to a checkpoint), :class:`Measured`,
 :class:`Released`."""
 
 

@@ -42,10 +42,10 @@ from metaroles.sharding.shardset import (
     Released,
     Reply,
     Request,
+    RoundDone,
+    RoundResult,
+    RunRound,
     Seen,
-    Step,
-    Stepped,
-    StepResult,
 )
 from metaroles.sharding.transfer import RolesOut, fingerprint, loads_roles
 
@@ -224,12 +224,12 @@ class ShardHost:
     async def answer(self, request: Request, broadcasts: Sequence[Message], parts: Sequence[bytes]) -> Reply:
         """Deliver what reached the shard (``request.delivery``, its ``parts`` unpickled), then what ``request`` asks.
 
-        A :class:`Step`'s reply holds, per shard, the part of the outbox for its roles (as
+        A :class:`RunRound`'s reply holds, per shard, the part of the outbox for its roles (as
         ``sharding.crossing`` columns; ``None``: nothing for that shard).
         """
         started = time.perf_counter()
         self.take(request.delivery, broadcasts, parts)
-        if type(request) is Step:
+        if type(request) is RunRound:
             return await self._step(request, started)
         if type(request) is Checkpoint:
             if self.writer is None or str(self.writer.folder) != request.folder:
@@ -239,18 +239,18 @@ class ShardHost:
             return self.env.ready_count
         if type(request) is Measure:
             return Measured(request.fn(list(self.env.members)), self.env.ready_count)
-        assert type(request) is Release, f"a shard answers a Step, Checkpoint, Measure or Release, not {request!r}"
+        assert type(request) is Release, f"a shard answers a RunRound, Checkpoint, Measure or Release, not {request!r}"
         seated = self.seated if request.by_state else None
         out = RolesOut(self.env, self.env.members, self.pickler, known=self.known, piece=request.piece, seated=seated)
         self.out, self.ahead = out, {}
         return Released(out.next(), out.pieces)
 
-    async def _step(self, request: Step, started: float) -> Stepped:
+    async def _step(self, request: RunRound, started: float) -> RoundDone:
         """Run the round's turns of this shard's ready roles (the bus's round loop); route what they published."""
         env, way = self.env, _ShardRound(self, request)
         await env.run_round(way)
         outbox, crossing, flagged = way.routed
-        result = StepResult(
+        result = RoundResult(
             outbox=outbox,
             flagged=flagged,
             ledger=way.calls,
@@ -267,7 +267,7 @@ class ShardHost:
             result.steps = _portable(env.recorded.steps)  # the shard's part of the round's record
         if request.news:
             result.news = self._news(outbox)
-        return Stepped(result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)])
+        return RoundDone(result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)])
 
     def route_published(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
         """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard.
@@ -333,7 +333,7 @@ class _ShardRound:
 
     cut_short_ends = False  # a shard lost mid-round: the driver stops the run at its last checkpoint
 
-    def __init__(self, host: ShardHost, request: Step) -> None:
+    def __init__(self, host: ShardHost, request: RunRound) -> None:
         self.host, self.steps, self.number = host, request.steps, request.round
         self.routed: tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int] = ([], [], 0)
         self.calls: list[Any] = []
