@@ -46,7 +46,7 @@ from metaroles.sharding.crossing import OutboxReader, OutboxWriter
 from metaroles.sharding.driver import ShardedRun
 from metaroles.sharding.merging import take_in
 from metaroles.sharding.ray import RayShards, ensure_ray
-from metaroles.sharding.shardset import RoundResult
+from metaroles.sharding.shardset import RoundResult, RunRound
 from metaroles.team.options import RunOptions
 
 
@@ -254,7 +254,7 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
     up: list[int] = []
     taken: list[int] = []  # bytes of the outboxes the driver took in (each round, or as the run closed)
     across: list[int] = []
-    original = LocalShards.step
+    original = LocalShards.send
     outboxes = [OutboxWriter() for _ in range(shards)]  # as a Ray shard sends its outbox: columns, recipients once
 
     def opened(shard: int, sealed: Any) -> Any:  # the outbox and news, when the driver takes them in
@@ -267,22 +267,31 @@ async def crossing_bytes(agents: int, rounds: int, shards: int) -> dict[str, Any
             result.sealed = partial(opened, shard, result.sealed)
         return len(pickle.dumps(replace(result, outbox=[], news={}, sealed=None), 5))
 
-    async def step(self: LocalShards, round_no: int, deliveries: Any, broadcasts: Any, **kw: Any) -> Any:
+    def send(self: LocalShards, requests: Any, broadcasts: Any) -> Any:
+        rounds = [r for r in requests if isinstance(r, RunRound)]
+        in_flight = original(self, requests, broadcasts)
+        if any(requests) and not rounds:  # a checkpoint, a measure, the roles' return: not a round
+            return in_flight
         down.append(
-            sum(len(pickle.dumps(replace(d, parts=[]), 5)) for d in deliveries if d is not None)
+            sum(len(pickle.dumps(replace(r, delivery=replace(r.delivery, crossed=[])), 5)) for r in rounds)
             + len(pickle.dumps(broadcasts, 5))
         )
-        results = await original(self, round_no, deliveries, broadcasts, **kw)
-        up.append(sum(sent(n, r.result) for n, r in enumerate(results) if r is not None))
-        across.append(sum(len(h) for r in results if r is not None for h in r.outgoing if h is not None))
-        return results
 
-    LocalShards.step = step  # type: ignore[method-assign]
+        class Measured:
+            async def replies(_: Any) -> Any:
+                results = await in_flight.replies()
+                up.append(sum(sent(n, r.result) for n, r in enumerate(results) if r is not None))
+                across.append(sum(len(h) for r in results if r is not None for h in r.outgoing if h is not None))
+                return results
+
+        return Measured()
+
+    LocalShards.send = send  # type: ignore[method-assign]
     try:
         built.team.backend = LocalBackend(shards)
         await built.team.run(n_round=rounds, idea=built.idea)
     finally:
-        LocalShards.step = original  # type: ignore[method-assign]
+        LocalShards.send = original  # type: ignore[method-assign]
     messages = max(1, len(built.team.env.history))
     return {
         "driver_to_shards_per_round": round(sum(down) / len(down)),
