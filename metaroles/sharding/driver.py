@@ -79,6 +79,9 @@ class _Round:
 class ShardedRun:
     """The driver's side of a sharded run: an Environment whose remote roles are stand-ins (:func:`sharded`)."""
 
+    number = None  # as a RoundWay: the driver's next round
+    cut_short_ends = False  # a shard lost, or recording the last round failed: the run stops at its checkpoint
+
     def __init__(
         self,
         env: Environment,
@@ -211,9 +214,6 @@ class ShardedRun:
         :meth:`turns`, :meth:`deliver`.
         """
         await self.env.run_round(self)
-
-    number = None
-    cut_short_ends = False  # a shard lost, or recording the last round failed: the run stops at its checkpoint
 
     @property
     def going(self) -> _Round:

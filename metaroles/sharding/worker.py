@@ -3,13 +3,12 @@
 Roles travel pickled (``sharding.transfer``). A :class:`ShardHost` answers the driver's requests
 (``sharding.shardset``: a round, its part of a checkpoint, a measure, the roles' return): each first
 delivers what reached it since its last call. A round runs its ready roles with the worker pool and
-routes what they published: a message
-for roles of this shard stays here (delivered before the next round), one for roles elsewhere
-goes in that shard's part (one batch per shard and round), and the driver gets the whole outbox
-for the history and the log (``sharding.driver`` has the driver's side). Every message is delivered
-in the one-process order: the round's messages of all sources merged by the publishing role's
-place. :class:`LocalShards` runs shards in this process; ``sharding.ray`` runs each as a Ray
-actor.
+routes what they published: a message for roles of this shard stays here (delivered before the next
+round), one for roles elsewhere goes in that shard's part (one batch per shard and round), and the
+driver gets the whole outbox for the history and the log (``sharding.driver`` has the driver's
+side). Every message is delivered in the one-process order: the round's messages of all sources
+merged by the publishing role's place. :class:`LocalShards` runs shards in this process;
+``sharding.ray`` runs each as a Ray actor.
 """
 
 from __future__ import annotations
@@ -230,7 +229,7 @@ class ShardHost:
         started = time.perf_counter()
         self.take(request.delivery, broadcasts, parts)
         if type(request) is RunRound:
-            return await self._step(request, started)
+            return await self._run_round(request, started)
         if type(request) is Checkpoint:
             if self.writer is None or str(self.writer.folder) != request.folder:
                 self.writer = part_writer(Path(request.folder), self.known)
@@ -245,7 +244,7 @@ class ShardHost:
         self.out, self.ahead = out, {}
         return Released(out.next(), out.pieces)
 
-    async def _step(self, request: RunRound, started: float) -> RoundDone:
+    async def _run_round(self, request: RunRound, started: float) -> RoundDone:
         """Run the round's turns of this shard's ready roles (the bus's round loop); route what they published."""
         env, way = self.env, _ShardRound(self, request)
         await env.run_round(way)
