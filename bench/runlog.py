@@ -107,7 +107,7 @@ class RoundBatches:
                 "cause_by": [m.cause_by for m in said],
                 "send_to": [sorted(m.send_to) for m in said],
                 "content": [m.content for m in said],
-                "to": [names_of(rs, members) if rs is not None else None for rs in record.recipients],
+                "to": [names_of(rs, members) for rs in record.recipients],
             }
             self.file.write(self.dumps(line) + b"\n")
             self.read = record.number

@@ -76,13 +76,12 @@ class Bus:
         self._members = self._book.members
         self.watches = WatchCheck()
         """The roles' bare watches and actions, noted as they join (the session warns of a watch none produces)."""
-        self._ready: list[Role] = []
-        self._is_ready = bytearray()
-        """By place, whether the role there is in ``_ready`` (readiness is the bus's, not the role's)."""
+        self._readiness = Readiness()
         self._pending: list[tuple[int, Message]] = []
+        """What the running round published, as ``(rank, message)``: one list for the bus's life (rounds empty it)."""
         self._in_round = False
         self._undelivered: list[Message] = []
-        self._outsider = 0  # delivery rank of what no registered role publishes in a round: after all roles
+        self._controls = Controls(self, self._book, self._readiness)
 
     def role_ids(self, index: int) -> IdScope | None:
         """Where the ``index``-th role's ids come from (an Environment's run scope; none on a bare bus)."""
@@ -103,46 +102,12 @@ class Bus:
                 f"a role named {role.name!r} is already in this environment; give each role a unique name="
             )
         role.attach(self, len(self._members), ids=self.role_ids(len(self._members)))
-        self._is_ready.append(0)
+        self._readiness.flags.append(0)
         self.roles[role.name] = role
         self._book.add(role)
         self.watches.join(role)
-        self._outsider = len(self._members)
         if not role.rc.msg_buffer.empty():
             self.mark_ready(role)
-
-    def swap_roles(self, stand_ins: dict[int, Any]) -> None:
-        """Put ``stand_ins`` (by place) where roles were, keeping every place; the address index is rebuilt.
-
-        A sharded run puts the driver's stand-ins for the roles it ships to shards, and the roles
-        back when they return (``sharding.driver``); a stand-in carries ``name``, ``addresses`` and
-        ``place`` like the role it stands for.
-        """
-        members = list(self._members)
-        for index, stand_in in stand_ins.items():
-            members[index] = stand_in
-            self._is_ready[index] = 0  # ready here once marked (rebuild_ready, a delivery), whatever it was elsewhere
-        self._book = AddressBook()
-        self._members = self._book.members
-        for member in members:
-            self._book.add(member)
-        self.roles = {member.name: member for member in members}
-        self._ready = [role for role in self._ready if role.place not in stand_ins]
-
-    def adopt_roles(self, roles: Iterable[Role], *, total: int) -> None:
-        """Host ``roles`` that keep their places (``place``) in a bus of ``total`` roles (a shard's part).
-
-        They are routed to and run here; what is published during a round by anyone else ranks
-        after all ``total`` roles, as on the whole bus.
-        """
-        if len(self._is_ready) < total:
-            self._is_ready.extend(bytes(total - len(self._is_ready)))
-        for role in sorted(roles, key=lambda r: r.place):
-            self.roles[role.name] = role
-            self._book.add(role)
-            if not role.rc.msg_buffer.empty():  # ready here if its buffer holds news, whatever it was elsewhere
-                self.mark_ready(role)
-        self._outsider = total
 
     def add_roles(self, roles: Iterable[Role]) -> None:
         """Register each of ``roles`` in order."""
@@ -198,20 +163,7 @@ class Bus:
 
     def mark_ready(self, role: Role) -> None:
         """Note that ``role`` has buffered messages, so it runs in the next round."""
-        if not self._is_ready[role.place]:
-            self._is_ready[role.place] = 1
-            self._ready.append(role)
-
-    def _take_all_ready(self) -> list[Role]:
-        """The ready roles, in the order they became ready; none is ready any more."""
-        ready, self._ready = self._ready, []
-        is_ready = self._is_ready
-        if len(ready) > len(is_ready) >> 3:  # many: a fresh array costs less than a store per role
-            self._is_ready = bytearray(len(is_ready))
-        else:
-            for role in ready:
-                is_ready[role.place] = 0
-        return ready
+        self._readiness.mark(role)
 
     @property
     def members(self) -> Sequence[Role]:
@@ -221,21 +173,17 @@ class Bus:
     @property
     def ready_count(self) -> int:
         """How many roles have buffered messages (they run in the next round)."""
-        return len(self._ready)
+        return len(self._readiness.ready)
+
+    @property
+    def controls(self) -> Controls:
+        """What a runtime drives this bus with besides the user's API (:class:`Controls`); not for roles."""
+        return self._controls
 
     @property
     def published(self) -> Sequence[tuple[int, Message]]:
         """What the running round published so far, as ``(rank, message)`` in publish order. Not to be changed."""
         return self._pending
-
-    @property
-    def routes_version(self) -> tuple[object, int]:
-        """Changes whenever the address index does (a role joined, moved or changed its addresses).
-
-        While it stays, :meth:`route` hands out the same list for the same addresses: a writer may
-        keep what it derived from a list by the list.
-        """
-        return self._book, self._book.version
 
     def route(self, send_to: frozenset[str]) -> Sequence[Role]:
         """The roles a message sent to ``send_to`` reaches, in place order (the index's own list: not to be changed)."""
@@ -247,7 +195,8 @@ class Bus:
 
     def push_all(self, messages: Iterable[Message], recipients: Iterable[Iterable[Role]]) -> None:
         """:meth:`push` each of ``messages`` to its recipients (``recipients``, in step): a round's delivery."""
-        ready, is_ready = self._ready, self._is_ready
+        readiness = self._readiness
+        ready, is_ready = readiness.ready, readiness.flags
         for message, roles in zip(messages, recipients, strict=True):
             for role in roles:
                 if role.rc.msg_buffer.push(message) and not is_ready[role.place]:
@@ -257,13 +206,17 @@ class Bus:
     @property
     def is_idle(self) -> bool:
         """True when no role has anything buffered."""
-        return not self._ready
+        return not self._readiness.ready
 
     # -- routing -------------------------------------------------------------------------------
 
     def recipients(self, message: Message) -> list[Role]:
         """The roles ``message`` would be delivered to, in registration order."""
         return list(self._book.route(message.send_to))
+
+    def places(self, message: Message) -> tuple[int, ...]:
+        """The places of the roles ``message`` would be delivered to, in place order (as a round record holds them)."""
+        return self._book.places(self._book.route(message.send_to))
 
     # -- the round's record --------------------------------------------------------------------
 
@@ -315,34 +268,13 @@ class Bus:
         steps = None if record.steps is None else Steps()
         self.record, self.steps = RoundRecord(steps, len(self.ledger.entries), len(self.events)), steps
 
-    def add_to_history(
-        self,
-        messages: Sequence[Message],
-        recipients: Sequence[Sequence[Role]] | None = None,
-        *,
-        late: bool = False,
-    ) -> None:
+    def add_to_history(self, messages: Sequence[Message], recipients: Sequence[Sequence[Role]] | None = None) -> None:
         """Put ``messages`` into the history and the round's record (``recipients``: as delivery found them).
 
         ``None``: delivered elsewhere with this address book (a sharded round's shards routed them):
         the record's recipients are the ones it routes to now, so no reader of the record routes again.
-        ``late``: the messages of the round whose record closed last (a sharded driver takes a round in
-        behind the next one).
         """
-        new = self.history.remember_new(messages)
-        record = self.recorded if late and self.recorded is not None else self.record
-        if record is None:
-            return
-        if recipients is None:
-            route = self._book.route
-            recipients = [route(message.send_to) for message in new]
-        elif len(new) < len(messages):  # the history had some already: the record keeps what it gained
-            kept = set(map(id, new))
-            recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
-        roles = self.roles  # what each sender's turn observed: its news, as delivery finds it (a stand-in's too)
-        record.caused_by += [[n.id for n in roles[m.sent_from].rc.news] if m.sent_from in roles else [] for m in new]
-        record.published += new
-        record.recipients += map(self._book.places, recipients)
+        self._controls.into_history(messages, recipients, self.record)
 
     def publish_message(self, message: Message) -> bool:
         """Publish ``message``: delivered at the end of the current round, or now between rounds; ``True``.
@@ -364,10 +296,6 @@ class Bus:
         self._raise_undelivered()
         return True
 
-    def publish_ranked(self, published: Iterable[tuple[int, Message]]) -> None:
-        """Add messages published elsewhere in this round (a shard's) to its delivery, each at its rank."""
-        self._pending.extend(published)
-
     @property
     def in_round(self) -> bool:
         """Whether a round's turns are running (what is published then waits for the round's delivery)."""
@@ -382,7 +310,7 @@ class Bus:
         is taken in :meth:`publish_message` (every turn's message takes it); this gives the others.
         """
         sender = self.roles.get(message.sent_from)
-        return self._outsider if sender is None else sender.place
+        return self._book.total if sender is None else sender.place
 
     def _deliver(self, messages: Sequence[Message]) -> None:
         """Route each of ``messages``, in order, into the buffers of its recipients."""
@@ -462,6 +390,122 @@ class Bus:
     def explain_route(self, message: Message, role: Role | str) -> RouteExplanation:
         """Say which rule delivers ``message`` to ``role`` (or not) and whether it becomes news."""
         return explain_route(message, self.role(role) if isinstance(role, str) else role)
+
+
+class Readiness:
+    """Which roles have buffered messages, so take a turn in the next round: the bus's to know, not the roles'."""
+
+    __slots__ = ("flags", "ready")
+
+    def __init__(self) -> None:
+        """No role ready."""
+        self.ready: list[Role] = []
+        """The ready roles, in the order they became ready."""
+        self.flags = bytearray()
+        """By place, whether the role there is in :attr:`ready`."""
+
+    def mark(self, role: Role) -> None:
+        """``role`` is ready (once, however often it is marked)."""
+        if not self.flags[role.place]:
+            self.flags[role.place] = 1
+            self.ready.append(role)
+
+    def take_all(self) -> list[Role]:
+        """The ready roles, in the order they became ready; none is ready any more."""
+        ready, self.ready = self.ready, []
+        flags = self.flags
+        if len(ready) > len(flags) >> 3:  # many: a fresh array costs less than a store per role
+            self.flags = bytearray(len(flags))
+        else:
+            for role in ready:
+                flags[role.place] = 0
+        return ready
+
+
+class Controls:
+    """What a runtime drives a bus with besides the user's API (``Bus.controls``); a role or a scenario never needs it.
+
+    A sharded run (``sharding``) puts stand-ins where the roles it ships to shards were, and the
+    roles back when they return; a shard hosts its part of the roles at their places; a driver takes
+    a round into the history behind the next one; a restore recomputes which roles are ready. What
+    a runtime does during a round it does through the round it is handed (``bus.environment.Round``).
+    """
+
+    __slots__ = ("book", "bus", "readiness")
+
+    def __init__(self, bus: Bus, book: AddressBook, readiness: Readiness) -> None:
+        """The controls of ``bus``, whose address book and readiness they share."""
+        self.bus, self.book, self.readiness = bus, book, readiness
+
+    def swap_roles(self, stand_ins: dict[int, Any]) -> None:
+        """Put ``stand_ins`` (by place) where roles were, keeping every place; the address index is rebuilt.
+
+        A sharded run puts the driver's stand-ins for the roles it ships to shards, and the roles
+        back when they return (``sharding.driver``); a stand-in carries ``name``, ``addresses`` and
+        ``place`` like the role it stands for.
+        """
+        members, readiness = list(self.book.members), self.readiness
+        for index, stand_in in stand_ins.items():
+            members[index] = stand_in
+            readiness.flags[index] = 0  # ready here once marked (rebuild_ready, a delivery), whatever it was elsewhere
+        readiness.ready = [role for role in readiness.ready if role.place not in stand_ins]
+        self.book.refill(members)
+        self.bus.roles = {member.name: member for member in members}
+
+    def adopt_roles(self, roles: Iterable[Role], *, total: int) -> None:
+        """Host ``roles`` that keep their places (``place``) in a bus of ``total`` roles (a shard's part).
+
+        They are routed to and run here; what is published during a round by anyone else ranks
+        after all ``total`` roles, as on the whole bus.
+        """
+        flags = self.readiness.flags
+        if len(flags) < total:
+            flags.extend(bytes(total - len(flags)))
+        for role in sorted(roles, key=lambda r: r.place):
+            self.bus.roles[role.name] = role
+            self.book.add(role)
+            if not role.rc.msg_buffer.empty():  # ready here if its buffer holds news, whatever it was elsewhere
+                self.readiness.mark(role)
+        self.book.total = total
+
+    def rebuild_ready(self) -> None:
+        """Recompute which roles have buffered messages to observe (after their buffers were restored)."""
+        readiness = self.readiness
+        readiness.take_all()
+        for role in self.book.members:
+            if not role.rc.msg_buffer.empty():
+                readiness.mark(role)
+
+    def add_late(self, messages: Sequence[Message]) -> None:
+        """Put ``messages`` into the history and the record that closed last (a round taken in behind the next one).
+
+        Delivered elsewhere with this address book: as ``Bus.add_to_history`` with no recipients.
+        """
+        bus = self.bus
+        self.into_history(messages, None, bus.recorded if bus.recorded is not None else bus.record)
+
+    def into_history(
+        self, messages: Sequence[Message], recipients: Sequence[Sequence[Role]] | None, record: RoundRecord | None
+    ) -> None:
+        """Put ``messages`` into the history and ``record``, with each sender's news as delivery finds it.
+
+        ``recipients``: as delivery found them; ``None``: the ones this address book routes to now.
+        """
+        bus = self.bus
+        new = bus.history.remember_new(messages)
+        if record is None:
+            return
+        book = self.book
+        if recipients is None:
+            route = book.route
+            recipients = [route(message.send_to) for message in new]
+        elif len(new) < len(messages):  # the history had some already: the record keeps what it gained
+            kept = set(map(id, new))
+            recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
+        roles = bus.roles
+        record.caused_by += [[n.id for n in roles[m.sent_from].rc.news] if m.sent_from in roles else [] for m in new]
+        record.published += new
+        record.recipients += map(book.places, recipients)
 
 
 def _checked(result: object, hook: Intervention) -> Message:

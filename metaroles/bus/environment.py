@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
-from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -47,21 +46,60 @@ from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 
 
-@dataclass(slots=True)
 class Round:
-    """One round while it runs (:meth:`Environment.run_round`): its number, ready roles, ledger before it, failures."""
+    """One round while it runs (:meth:`Environment.run_round`), and what its :class:`RoundWay` does with it.
 
-    number: int
-    ready: list[Role]
-    """The roles that take a turn, in place order."""
-    spent: tuple[int, float, int]
-    """The ledger before the round (``CostLedger.mark``)."""
-    failures: list[tuple[Role, Exception]] = field(default_factory=list)
-    """The roles whose turn raised, with what (in role order once the round is ordered)."""
+    Its number, its ready roles, the ledger before it and its failures; the turns here
+    (:meth:`run_turns`), and what the round published (:meth:`take_published`, :meth:`deliver_published`;
+    :meth:`add_published` for what was published elsewhere).
+    """
+
+    __slots__ = ("_deliver", "_pending", "_run", "failures", "number", "ready", "spent")
+
+    def __init__(
+        self,
+        number: int,
+        ready: list[Role],
+        spent: tuple[int, float, int],
+        *,
+        run: Callable[[Round], Coroutine[Any, Any, None]],
+        pending: list[tuple[int, Message]],
+        deliver: Callable[[Sequence[Message]], None],
+    ) -> None:
+        """Round ``number``: ``run`` runs its turns, ``deliver`` delivers, ``pending`` is the bus's published list."""
+        self.number = number
+        self.ready = ready
+        """The roles that take a turn, in place order."""
+        self.spent = spent
+        """The ledger before the round (``CostLedger.mark``)."""
+        self.failures: list[tuple[Role, Exception]] = []
+        """The roles whose turn raised, with what (in role order once the round is ordered)."""
+        self._run, self._pending, self._deliver = run, pending, deliver
 
     def fail(self, role: Role, exc: Exception) -> None:
         """Note that ``role``'s turn raised ``exc``."""
         self.failures.append((role, exc))
+
+    def run_turns(self) -> Coroutine[Any, Any, None]:
+        """Run one turn of each of the round's ready roles in this process, concurrently; failures are noted."""
+        return self._run(self)
+
+    def take_published(self) -> list[tuple[int, Message]]:
+        """What was published during the round, in delivery order, as ``(rank, message)``; the caller delivers it.
+
+        The rank is the publishing turn's role's place (see ``Bus.publish_message``).
+        """
+        pending = sorted(self._pending, key=itemgetter(0))
+        self._pending.clear()
+        return pending
+
+    def add_published(self, published: Iterable[tuple[int, Message]]) -> None:
+        """Add messages published elsewhere in this round (a shard's) to its delivery, each at its rank."""
+        self._pending.extend(published)
+
+    def deliver_published(self) -> None:
+        """Deliver what was published during the round: the history, then the recipients' buffers."""
+        self._deliver([message for _, message in self.take_published()])
 
 
 class RoundWay(Protocol):
@@ -89,10 +127,10 @@ class RoundWay(Protocol):
         """Before the round begins (a sharded driver: send the shards their round; record the last meanwhile)."""
 
     async def turns(self, this: Round) -> None:
-        """Run the round's turns (``Environment.run_turns`` for this process's ready roles, and any elsewhere)."""
+        """Run the round's turns (:meth:`Round.run_turns` for this process's ready roles, and any elsewhere)."""
 
     def deliver(self, this: Round) -> None:
-        """Deliver what the round published (the bus's: :meth:`Environment.deliver_published`)."""
+        """Deliver what the round published (the bus's: :meth:`Round.deliver_published`)."""
 
 
 class _Here:
@@ -108,11 +146,11 @@ class _Here:
     def begin(self) -> None:
         pass
 
-    def turns(self, this: Round) -> Any:
-        return self.env.run_turns(this)
+    def turns(self, this: Round) -> Coroutine[Any, Any, None]:
+        return this.run_turns()
 
     def deliver(self, this: Round) -> None:
-        self.env.deliver_published()
+        this.deliver_published()
 
 
 class Environment(Bus, Dumped):
@@ -302,12 +340,15 @@ class Environment(Bus, Dumped):
             self.record.started_ns = time.time_ns()
         if self.observer is not None:
             self.observer.round_begin(self)
-        ready = self._take_ready()
-        this = Round(self.round, ready, self.ledger.mark())
+        ready = self._readiness.take_all()
+        if len(ready) > 1:
+            ready.sort(key=env_index)
+        mark, pending = self.ledger.mark(), self._pending
+        this = Round(self.round, ready, mark, run=self._run_turns, pending=pending, deliver=self._deliver)
         self._in_round = True
         return this
 
-    async def run_turns(self, this: Round) -> None:
+    async def _run_turns(self, this: Round) -> None:
         """Run one turn of each of the round's ready roles, concurrently (in the session's pool, if any).
 
         A role that raises is noted in ``this.failures``; the others go on.
@@ -354,19 +395,6 @@ class Environment(Bus, Dumped):
             )
             self.ledger.recount(spent)
 
-    def take_published(self) -> list[tuple[int, Message]]:
-        """What was published during the round, in delivery order, as ``(rank, message)``; the caller delivers it.
-
-        The rank is the publishing turn's role's place (see ``Bus.publish_message``).
-        """
-        pending, self._pending = self._pending, []
-        pending.sort(key=itemgetter(0))
-        return pending
-
-    def deliver_published(self) -> None:
-        """Deliver what was published during the round: the history, then the recipients' buffers."""
-        self._deliver([message for _, message in self.take_published()])
-
     def _end_round(self, this: Round) -> None:
         """The round is over and delivered: close its record, tell the observer, settle the heap."""
         self._close_record()
@@ -412,12 +440,6 @@ class Environment(Bus, Dumped):
                 role=role.name,
                 round=self.round,
             ) from exc
-
-    def _take_ready(self) -> list[Role]:
-        ready = self._take_all_ready()
-        if len(ready) > 1:
-            ready.sort(key=env_index)
-        return ready
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -471,13 +493,6 @@ class Environment(Bus, Dumped):
             role = self.roles[role_state.name]
             role.load_state(resolved(role_state, shared))
             self.reindex(role)
-            if not role.rc.msg_buffer.empty():
-                self.mark_ready(role)
-
-    def rebuild_ready(self) -> None:
-        """Recompute which roles have buffered messages to observe (after their buffers were restored)."""
-        self._take_all_ready()
-        for role in self._members:
             if not role.rc.msg_buffer.empty():
                 self.mark_ready(role)
 

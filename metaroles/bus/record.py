@@ -23,15 +23,13 @@ from pydantic import BaseModel
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
 
-Recipients = tuple[int, ...] | Sequence[Any]
-"""A message's recipients: their places (a round record's), or the roles routing gave (where a shard delivered it)."""
+Recipients = tuple[int, ...]
+"""A message's recipients as a round record holds them: their places, in place order (never changed once made)."""
 
 
-def names_of(recipients: Sequence[Any], members: Sequence[Any]) -> list[str]:
-    """The names of ``recipients``: of the members at their places, or of the roles themselves."""
-    if isinstance(recipients, tuple):
-        return [members[place].name for place in recipients]
-    return [role.name for role in recipients]
+def names_of(recipients: Recipients, members: Sequence[Any]) -> list[str]:
+    """The names of the members at the places ``recipients``."""
+    return [members[place].name for place in recipients]
 
 
 class EnvEvent(BaseModel):
@@ -105,7 +103,7 @@ class RoundRecord:
     """The bus's events when the record began."""
     published: list[Message] = field(default_factory=list)
     """The messages the history gained, in delivery order."""
-    recipients: list[tuple[int, ...]] = field(default_factory=list)
+    recipients: list[Recipients] = field(default_factory=list)
     """Each published message's recipients as delivery found them: their places, in place order (a sharded
     round's as the driver's address book routes them, the one its shards delivered with)."""
     caused_by: list[list[str]] = field(default_factory=list)

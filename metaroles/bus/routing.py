@@ -144,11 +144,22 @@ class AddressBook:
         """The addresses each role (by ``id``) is filed under: a re-index touches only its own buckets."""
         self.version = 0
         """Moves whenever a role joins or changes its addresses (what :meth:`route` returned may have changed)."""
+        self.total = 0
+        """How many places the whole bus has: the rank of what no role of it publishes (a shard's book holds a part)."""
 
     def add(self, role: Role) -> None:
         """Register ``role`` (already attached at its index) under its addresses."""
         self.members.append(role)
+        self.total = max(self.total, len(self.members))
         self._index_role(role)
+
+    def refill(self, members: Iterable[Role]) -> None:
+        """Hold ``members`` instead, in their order (the same list: whoever holds :attr:`members` sees them)."""
+        self.members.clear()
+        self._index.clear()
+        self._filed.clear()
+        for role in members:
+            self.add(role)
 
     def _index_role(self, role: Role) -> None:
         self._merged.clear()

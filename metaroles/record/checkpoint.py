@@ -82,7 +82,7 @@ class _RoleMark(NamedTuple):
 
 
 class _Target(NamedTuple):
-    """A list of recipients routing gave, their places (env index) and the expectations of the replayable ones."""
+    """A message's recipients (a round record's places), their places here and the replayable ones' expectations."""
 
     recipients: Recipients
     places: list[int]
@@ -138,8 +138,7 @@ class CheckpointWriter(MessageRows):
         self._index: dict[str, int] = {}
         self._unsynced = False  # rows appended since the last checkpoint, not yet fsynced
         self._targets: dict[int, _Target] = {}
-        """Per list of recipients routing gave (by ``id``): their places and expectations, until a checkpoint."""
-        self._book: tuple[object, int] | None = None
+        """Per recipients (a round record's places, by ``id``): places here and expectations, until a checkpoint."""
         self._rng: tuple[object, str] | None = None
         """The random source's last state and its JSON."""
         self.round: int | None = None
@@ -321,8 +320,6 @@ class CheckpointWriter(MessageRows):
             return
         if record is not None and not record.published:
             return
-        if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
-            self._book, self._targets = env.routes_version, {}
         delivered: Sequence[Recipients]
         if record is not None:
             messages, delivered = record.published, record.recipients
@@ -330,7 +327,7 @@ class CheckpointWriter(MessageRows):
                 return  # an edited history: the checkpoint writes it whole
         else:
             messages = history.storage[self._noted_history :]
-            delivered = [env.route(message.send_to) for message in messages]
+            delivered = [env.places(message) for message in messages]
         out, rows, targets = self._deliveries, self._rows, self._targets
         for message, recipients in zip(messages, delivered, strict=True):
             row = rows.get(id(message))
@@ -345,9 +342,9 @@ class CheckpointWriter(MessageRows):
         self._noted_history += len(messages)
 
     def _target(self, recipients: Recipients, members: Sequence[Role]) -> _Target:
-        """The places of ``recipients`` (the record's places, or roles) here and the replayable ones' expectations.
+        """The places of ``recipients`` (a round record's) here and the replayable ones' expectations.
 
-        Kept per object (the record's places, routing's lists: one per set of addresses).
+        Kept per object (the record's places: one per set of addresses while the address book stays).
         """
         if len(self._targets) >= 1 << 18:
             self._targets.clear()

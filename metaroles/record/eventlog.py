@@ -111,7 +111,6 @@ class EventLog:
         self._send_to: dict[frozenset[str], list[str]] = {}
         self._to: dict[int, tuple[Recipients, list[str]]] = {}
         """The names of each set of recipients met (by the object: the record's places, routing's lists)."""
-        self._book: tuple[object, int] | None = None
         self._unsynced = False  # lines appended without waiting for the disk (round_done(sync=False))
         recording = env.record is not None
         env.keep_records(steps=self.turns)
@@ -132,8 +131,6 @@ class EventLog:
         log first (:meth:`unsynced`).
         """
         env = self.env
-        if self._book != env.routes_version:  # a role joined or moved: the lists routing gives changed
-            self._book, self._to = env.routes_version, {}
         line = _Line(self.turns)
         records = env.records_since(self._read)
         calls, events = self._take(line, records)
@@ -176,7 +173,7 @@ class EventLog:
             env = self.env
             published = env.history.get(len(env.history) - self._history) if len(env.history) > self._history else []
             caused_by = [self._news_of(m.sent_from) for m in published]
-            delivered = [env.route(m.send_to) for m in published]  # as the address book routes them now
+            delivered = [env.places(m) for m in published]  # as the address book routes them now
             line.part(None, published, caused_by, *self._addressed(published, delivered))
             calls, events = env.ledger.entries[self._ledger :], env.events[self._events :]
         return calls, events

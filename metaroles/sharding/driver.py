@@ -160,7 +160,7 @@ class ShardedRun:
         self.ready = await self.shards.load(pickled(), addresses=(self.where, self._everyone))
         self._moved = False
         with paused_gc():
-            env.swap_roles(stand_ins)
+            env.controls.swap_roles(stand_ins)
         self._pinned = [(r, r.addresses) for r, p in zip(env.members, self.places, strict=True) if p is None]
         dropped = len(stand_ins) > len(self.kept)  # garbage cycles now, for a full pass; else nothing to find
         self._settle = partial(env.settle_heap, full=True) if dropped else env.keep_heap
@@ -239,7 +239,7 @@ class ShardedRun:
         try:
             async with anyio.create_task_group() as tg:
                 if this.ready and not going.failed:
-                    tg.start_soon(self.env.run_turns, this)
+                    tg.start_soon(this.run_turns)
                 try:
                     going.results = await going.sent.replies()
                 except Exception as exc:
@@ -255,7 +255,7 @@ class ShardedRun:
     def deliver(self, this: Round) -> None:
         """Deliver the round: left to the shards' routing, or the driver's (see :meth:`_route_round`)."""
         with paused_gc():
-            self._route_round(self.going.results, self.going.moved)
+            self._route_round(this, self.going.results, self.going.moved)
         self.backlog.late = True  # what is still to take in belongs to the record that closes now
 
     def _send_round(self) -> Sent:
@@ -291,7 +291,7 @@ class ShardedRun:
             "last checkpoint — resume it (metaroles resume DIR)"
         )
 
-    def _route_round(self, results: list[RoundDone | None], moved: bool) -> None:
+    def _route_round(self, this: Round, results: list[RoundDone | None], moved: bool) -> None:
         """Deliver the round: left to the shards' own routing, unless an address changed or interventions decide.
 
         Either way each shard gets the parts other shards' outboxes hold for it (it drops them when
@@ -306,21 +306,21 @@ class ShardedRun:
             self._index_addresses()
             moved = True
         if not moved and not env.interventions:
-            self._record(results)
+            self._record(this, results)
             return
         self.catch_up(force=True)  # the rounds before this one go first
         self._hear(results)
         for stepped in results:  # the shards' routing may be stale: the driver routes it all, as it would alone
             if stepped is not None:
-                env.publish_ranked((rank, message) for rank, message, _ in stepped.result.outbox)
+                this.add_published((rank, message) for rank, message, _ in stepped.result.outbox)
         if env.interventions:
-            env.deliver_published()  # hooks decide per recipient: the bus routes to stand-ins one by one
+            this.deliver_published()  # hooks decide per recipient: the bus routes to stand-ins one by one
         else:
-            route_all(env, self.inboxes, (self.where, self._everyone))
+            route_all(env, this.take_published(), self.inboxes, (self.where, self._everyone))
 
-    def _record(self, results: list[RoundDone | None]) -> None:
+    def _record(self, this: Round, results: list[RoundDone | None]) -> None:
         """The round as the shards routed it: what each shard holds and sends, then the history (maybe behind)."""
-        own, self.ranked = own_messages(self.env, (self.where, self._everyone), self.shards.count)
+        own, self.ranked = own_messages(this.take_published(), (self.where, self._everyone), self.shards.count)
         flagged = any(flag for _, _, flag in own)
         for source, stepped in enumerate(results):
             if stepped is not None:
@@ -454,6 +454,6 @@ class ShardedRun:
             async for shard, piece in self.shards.pieces([reply.pieces for reply in released]):
                 back.update((role.place, role) for role in readers[shard].load(piece))
             await self.shards.close()
-            env.swap_roles(back)
-            env.rebuild_ready()
+            env.controls.swap_roles(back)
+            env.controls.rebuild_ready()
             env.keep_heap()  # the roles are back to stay: no young pass over every object they brought

@@ -47,13 +47,12 @@ def to_pinned(env: Environment, message: Message) -> None:
 
 
 def own_messages(
-    env: Environment, addresses: Addresses, count: int
+    pending: list[tuple[int, Message]], addresses: Addresses, count: int
 ) -> tuple[list[Flagged], list[list[tuple[int, Message]]]]:
-    """The driver's own messages of the round, flagged, and each shard's share of them with their rank.
+    """The driver's own messages of the round (``pending``, ranked), flagged, and each shard's share with their rank.
 
     A shard merges its share with what it holds and what other shards sent it, in the driver's order.
     """
-    pending = env.take_published()
     ranked: list[list[tuple[int, Message]]] = [[] for _ in range(count)]
     own: list[Flagged] = []
     for rank, message in pending:
@@ -75,7 +74,11 @@ def take_in(env: Environment, merged: list[Flagged], *, late: bool = False) -> N
     """
     with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
         merged.sort(key=itemgetter(0))
-        env.add_to_history(list(map(_MESSAGE, merged)), late=late)  # the round at once, as one process's delivery
+        messages = list(map(_MESSAGE, merged))  # the round at once, as one process's delivery
+        if late:
+            env.controls.add_late(messages)
+        else:
+            env.add_to_history(messages)
         if not any(map(_FLAG, merged)):
             return
         for _, message, flag in merged:
@@ -85,14 +88,15 @@ def take_in(env: Environment, merged: list[Flagged], *, late: bool = False) -> N
                 to_pinned(env, message)
 
 
-def route_all(env: Environment, inboxes: list[list[Entry]], addresses: Addresses) -> None:
-    """Deliver the round's messages as ``Environment._flush`` does, routing to shards, not to each stand-in.
+def route_all(
+    env: Environment, pending: list[tuple[int, Message]], inboxes: list[list[Entry]], addresses: Addresses
+) -> None:
+    """Deliver the round's messages (``pending``, ranked) as the bus does, routing to shards, not to each stand-in.
 
     A message goes once into the inbox of every shard that has a recipient (the shard's own
     index finds which of its roles); the driver's own roles get theirs here. The cost is per
     address, not per recipient.
     """
-    pending = env.take_published()
     for _, message in pending:
         env.add_to_history([message])
         shards = targets(message.send_to, addresses)

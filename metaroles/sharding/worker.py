@@ -16,7 +16,7 @@ from __future__ import annotations
 import pickle
 import time
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -167,7 +167,7 @@ class ShardHost:
                 role = role.build(env)
                 seated[role.place] = fingerprint(role)
             roles.append(role)
-        env.adopt_roles(roles, total=self.total)
+        env.controls.adopt_roles(roles, total=self.total)
         shared: dict[int, Any] = {}
         for role in roles:
             for llm in (role.llm, *(action.llm for action in role.actions)):
@@ -268,12 +268,13 @@ class ShardHost:
             result.news = self._news(outbox)
         return RoundDone(result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)])
 
-    def route_published(self) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
-        """The round's outbox in delivery order, flagged; what stays here is held, the rest split by shard.
+    def route_published(
+        self, pending: list[tuple[int, Message]]
+    ) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
+        """The round's outbox (``pending``, in delivery order), flagged; what stays here is held, the rest by shard.
 
         Also returns how many entries are flagged (the driver merges a round without any behind the next).
         """
-        pending = self.env.take_published()
         addresses, number, held, known, historic = self.addresses, self.number, self.held, self._targets, self.known
         crossing: list[list[tuple[int, Message, int]]] = [[] for _ in range(self.shards)]
         outbox, flagged = [], 0
@@ -342,14 +343,14 @@ class _ShardRound:
         if self.steps:
             self.host.env.keep_records(steps=True)
 
-    def turns(self, this: Round) -> Any:
-        return self.host.env.run_turns(this)
+    def turns(self, this: Round) -> Coroutine[Any, Any, None]:
+        return this.run_turns()
 
     def deliver(self, this: Round) -> None:
         entries, spent = self.host.env.ledger.entries, this.spent[0]
         self.calls, self.failures = entries[spent:], this.failures
         del entries[spent:]  # the driver's ledger holds them (before the record closes: it starts after them)
-        self.routed = self.host.route_published()
+        self.routed = self.host.route_published(this.take_published())
 
 
 def _portable(steps: Steps) -> Steps:

@@ -103,7 +103,6 @@ class Telemetry:
         self._destinations: dict[frozenset[str], str] = {}
         self._sorted: dict[frozenset[str], list[str]] = {}
         self._recipients: dict[int, tuple[Any, list[str]]] = {}  # id of the recipients' places (or roles) -> names
-        self._book: object = None  # the address book those lists are of
         self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
         self._deliveries = 0  # the deliveries the records held since the last round ended (the metric's)
         self._turns: list[tuple[str, Any, int, int, list[Message]]] = []  # name, context, start, end, news
@@ -280,8 +279,8 @@ class Telemetry:
 
     def _names(self, recipients: Recipients) -> list[str]:
         """``metaroles.delivered_to``: the names of the places (or roles), kept by the object they came as."""
-        if self._book != self.env.routes_version or len(self._recipients) >= 1 << 16:  # a role joined or moved
-            self._book, self._recipients = self.env.routes_version, {}
+        if len(self._recipients) >= 1 << 16:
+            self._recipients.clear()
         known = self._recipients.get(id(recipients))
         if known is not None and known[0] is recipients:
             return known[1]
