@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, create_model
 
-from metaroles.llm.grammar import Unsupported, int_range, pattern_grammar, sample, schema_grammar, to_gbnf
+from metaroles.llm.grammar import Node, Unsupported, int_range, pattern_grammar, sample, schema_grammar, to_gbnf
 
 PATTERNS = [
     r"^[a-z]{2,5}$",
@@ -111,6 +111,44 @@ def test_the_bounds_a_small_model_broke_are_in_the_grammar() -> None:
     rng = random.Random(0)
     confidences = [Verdict.model_validate_json(sample(root, rules, rng)).confidence for _ in range(300)]
     assert 0 <= min(confidences) < max(confidences) <= 1, "drawn within the bounds, and not one value only"
+
+
+def _ends(node: Node, text: str, starts: set[int]) -> set[int]:
+    """Where ``node`` can end in ``text`` when it starts at any of ``starts`` (no rules: a number's grammar)."""
+    if node.kind == "lit":
+        return {at + len(node.text) for at in starts if text.startswith(node.text, at)}
+    if node.kind == "cls":
+        inside = [at for at in starts if at < len(text) and any(a <= text[at] <= b for a, b in node.ranges)]
+        return {at + 1 for at in inside} if not node.negated else set()
+    if node.kind == "seq":
+        for item in node.items:
+            starts = _ends(item, text, starts)
+        return starts
+    if node.kind == "alt":
+        return set().union(*(_ends(item, text, starts) for item in node.items))
+    ends, reached = set(starts) if node.low == 0 else set(), set(starts)
+    for count in range(1, (node.high if node.high is not None else len(text)) + 1):
+        reached = _ends(node.items[0], text, reached)
+        if count >= node.low:
+            ends |= reached
+    return ends
+
+
+@pytest.mark.parametrize(
+    ("bound", "refused", "admitted"),
+    [
+        ({"exclusiveMinimum": 32768.938}, ["32768.938", "32768.93800000000000001"], ["32768.9381", "40000"]),
+        ({"exclusiveMaximum": 5}, ["5", "4.99999999999999999999"], ["4.9999", "-3.5"]),
+        ({"exclusiveMinimum": 0}, ["0", "0.00000000000000000000", "-1"], ["0.00000000000000000001", "7"]),
+    ],
+)
+def test_an_exclusive_float_bound_admits_no_decimal_that_reads_as_the_bound(
+    bound: dict[str, float], refused: list[str], admitted: list[str]
+) -> None:
+    """A decimal just past an exclusive bound reads as the bound itself as a float: the grammar keeps it out."""
+    root, _ = schema_grammar({"type": "number", **bound})
+    assert [text for text in refused if len(text) in _ends(root, text, {0})] == []
+    assert [text for text in admitted if len(text) not in _ends(root, text, {0})] == []
 
 
 def test_what_the_grammar_cannot_carry_is_said() -> None:

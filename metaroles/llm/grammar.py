@@ -27,6 +27,7 @@ look-arounds) raises :class:`Unsupported`, and the caller decodes without it and
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -244,7 +245,7 @@ def _integer(schema: dict[str, Any], defs: dict[str, Any]) -> Node:
 
 
 def _number(schema: dict[str, Any], defs: dict[str, Any]) -> Node:
-    low, high = _bounds(schema)
+    low, high = (_as_float_bound(bound, up) for bound, up in zip(_bounds(schema), (True, False), strict=True))
     if low is None and high is None:
         fraction = seq(lit("."), rep(DIGIT, 1, MAX_FRACTION))
         exponent = seq(cls(("e", "e"), ("E", "E")), rep(cls(("-", "-"), ("+", "+")), 0, 1), rep(DIGIT, 1, 3))
@@ -286,6 +287,18 @@ def _bounds(schema: dict[str, Any]) -> tuple[Bound | None, Bound | None]:
         value = _decimal(schema["exclusiveMaximum"])
         high = (value, False) if high is None or value <= high[0] else high
     return low, high
+
+
+def _as_float_bound(bound: Bound | None, up: bool) -> Bound | None:
+    """An exclusive bound as the inclusive one a float check needs: the next float past it (``up``: above it).
+
+    The answer is read as a float: a decimal just past the bound (``32768.93800000000000001``) reads
+    as the bound itself, which an exclusive bound refuses.
+    """
+    if bound is None or bound[1]:
+        return bound
+    value = float(bound[0])
+    return _decimal(math.nextafter(value, math.inf if up else -math.inf)), True
 
 
 def _decimal(value: Any) -> Decimal:
