@@ -209,3 +209,23 @@ def test_the_team_speaks_to_its_runtime_and_never_asks_which_it_has() -> None:
     attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     assert not names & {"ShardedRun", "RemoteRole", "Sharded", "sharded"}
     assert not attributes & {"_sharded", "take_later", "later", "write_driver", "note_history"}
+
+
+def test_the_users_environment_shows_the_users_api_and_the_runtime_holds_the_plumbing() -> None:
+    """MetaGPT's and the README's calls stay on ``Environment``; what a runtime drives it with is behind handles."""
+    import inspect
+
+    from metaroles import Environment
+    from metaroles.bus.delivery import Controls
+    from metaroles.bus.environment import Round
+
+    public = {name for name in dir(Environment()) if not name.startswith("_")}
+    plumbing = {"swap_roles", "adopt_roles", "publish_ranked", "rebuild_ready", "routes_version", "take_steps"}
+    plumbing |= {"take_published", "run_turns", "deliver_published", "add_late"}
+    assert public & plumbing == set()
+    assert "late" not in inspect.signature(Environment.add_to_history).parameters
+    users = {"add_role", "add_roles", "get_role", "get_roles", "role_names", "publish_message", "run", "history"}
+    assert users <= public, "MetaGPT's API stays"
+    assert {"swap_roles", "adopt_roles", "rebuild_ready", "add_late"} <= set(dir(Controls))
+    assert {"run_turns", "take_published", "add_published", "deliver_published"} <= set(dir(Round))
+    assert isinstance(Environment().controls, Controls)

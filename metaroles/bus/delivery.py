@@ -13,7 +13,7 @@ import difflib
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal, cast
 from warnings import warn
 
 from metaroles.bus.record import EnvEvent, RoundRecord, Steps
@@ -23,6 +23,7 @@ from metaroles.bus.routing import (
     DeadLetterWarning,
     DropMessage,
     Intervention,
+    Member,
     RouteExplanation,
     WatchCheck,
     explain_route,
@@ -167,8 +168,13 @@ class Bus:
 
     @property
     def members(self) -> Sequence[Role]:
-        """The roles (or a sharded run's stand-ins) in place order: the order of delivery. Not to be changed."""
-        return self._members
+        """The roles in place order: the order of delivery. Not to be changed.
+
+        While a sharded run holds roles on its shards, their places hold the driver's stand-ins
+        (:class:`~metaroles.bus.routing.Member`: name, addresses, place, buffer), typed as the roles
+        they stand for: a user's code between runs meets the roles themselves.
+        """
+        return cast("list[Role]", self._members)
 
     @property
     def ready_count(self) -> int:
@@ -186,14 +192,17 @@ class Bus:
         return self._pending
 
     def route(self, send_to: frozenset[str]) -> Sequence[Role]:
-        """The roles a message sent to ``send_to`` reaches, in place order (the index's own list: not to be changed)."""
-        return self._book.route(send_to)
+        """The roles a message sent to ``send_to`` reaches, in place order (the index's own list: not to be changed).
 
-    def push(self, message: Message, recipients: Iterable[Role]) -> None:
+        As :attr:`members`: a stand-in's place gives the stand-in.
+        """
+        return cast("Sequence[Role]", self._book.route(send_to))
+
+    def push(self, message: Message, recipients: Iterable[Member]) -> None:
         """Put ``message`` into the buffer of each of ``recipients`` and mark those it was new to ready."""
         self.push_all((message,), (recipients,))
 
-    def push_all(self, messages: Iterable[Message], recipients: Iterable[Iterable[Role]]) -> None:
+    def push_all(self, messages: Iterable[Message], recipients: Iterable[Iterable[Member]]) -> None:
         """:meth:`push` each of ``messages`` to its recipients (``recipients``, in step): a round's delivery."""
         readiness = self._readiness
         ready, is_ready = readiness.ready, readiness.flags
@@ -212,7 +221,7 @@ class Bus:
 
     def recipients(self, message: Message) -> list[Role]:
         """The roles ``message`` would be delivered to, in registration order."""
-        return list(self._book.route(message.send_to))
+        return list(self.route(message.send_to))
 
     def places(self, message: Message) -> tuple[int, ...]:
         """The places of the roles ``message`` would be delivered to, in place order (as a round record holds them)."""
@@ -268,7 +277,7 @@ class Bus:
         steps = None if record.steps is None else Steps()
         self.record, self.steps = RoundRecord(steps, len(self.ledger.entries), len(self.events)), steps
 
-    def add_to_history(self, messages: Sequence[Message], recipients: Sequence[Sequence[Role]] | None = None) -> None:
+    def add_to_history(self, messages: Sequence[Message], recipients: Sequence[Sequence[Member]] | None = None) -> None:
         """Put ``messages`` into the history and the round's record (``recipients``: as delivery found them).
 
         ``None``: delivered elsewhere with this address book (a sharded round's shards routed them):
@@ -331,7 +340,7 @@ class Bus:
         for hook in self.interventions:
             result = hook.on_publish(message, sender=message.sent_from)
             if result is DropMessage:
-                self._record("dropped", message, detail=f"dropped on publish by {type(hook).__name__}")
+                self._add_event("dropped", message, detail=f"dropped on publish by {type(hook).__name__}")
                 return
             message = _checked(result, hook)
         recipients = self._book.route(message.send_to)
@@ -343,11 +352,13 @@ class Bus:
             if delivered is not None:
                 role.put_message(delivered)
 
-    def _intercept_delivery(self, message: Message, role: Role) -> Message | None:
+    def _intercept_delivery(self, message: Message, role: Member) -> Message | None:
         for hook in self.interventions:
             result = hook.on_deliver(message, recipient=role)
             if result is DropMessage:
-                self._record("dropped", message, role=role.name, detail=f"dropped on delivery by {type(hook).__name__}")
+                self._add_event(
+                    "dropped", message, role=role.name, detail=f"dropped on delivery by {type(hook).__name__}"
+                )
                 return None
             message = _checked(result, hook)
         return message
@@ -358,7 +369,7 @@ class Bus:
         self._undelivered.append(message)
         detail = f"send_to {sorted(message.send_to)} meets no role{_nearest(message.send_to, self.roles)}"
         detail += f"; known addresses: {self._book.addresses()[:20]}"
-        self._record("dead_letter", message, detail=detail)
+        self._add_event("dead_letter", message, detail=detail)
         warn(
             f"message {message.id} from {message.sent_from or '?'!r} reached no role: {detail}",
             DeadLetterWarning,
@@ -375,7 +386,7 @@ class Bus:
                 f"role, or use '<all>'"
             )
 
-    def _record(
+    def _add_event(
         self,
         kind: Literal["role_error", "dead_letter", "dropped"],
         message: Message | None = None,
@@ -399,18 +410,18 @@ class Readiness:
 
     def __init__(self) -> None:
         """No role ready."""
-        self.ready: list[Role] = []
+        self.ready: list[Member] = []
         """The ready roles, in the order they became ready."""
         self.flags = bytearray()
         """By place, whether the role there is in :attr:`ready`."""
 
-    def mark(self, role: Role) -> None:
+    def mark(self, role: Member) -> None:
         """``role`` is ready (once, however often it is marked)."""
         if not self.flags[role.place]:
             self.flags[role.place] = 1
             self.ready.append(role)
 
-    def take_all(self) -> list[Role]:
+    def take_all(self) -> list[Member]:
         """The ready roles, in the order they became ready; none is ready any more."""
         ready, self.ready = self.ready, []
         flags = self.flags
@@ -437,7 +448,7 @@ class Controls:
         """The controls of ``bus``, whose address book and readiness they share."""
         self.bus, self.book, self.readiness = bus, book, readiness
 
-    def swap_roles(self, stand_ins: dict[int, Any]) -> None:
+    def swap_roles(self, stand_ins: Mapping[int, Member]) -> None:
         """Put ``stand_ins`` (by place) where roles were, keeping every place; the address index is rebuilt.
 
         A sharded run puts the driver's stand-ins for the roles it ships to shards, and the roles
@@ -450,7 +461,7 @@ class Controls:
             readiness.flags[index] = 0  # ready here once marked (rebuild_ready, a delivery), whatever it was elsewhere
         readiness.ready = [role for role in readiness.ready if role.place not in stand_ins]
         self.book.refill(members)
-        self.bus.roles = {member.name: member for member in members}
+        self.bus.roles = {member.name: cast(Role, member) for member in members}  # as Bus.members says
 
     def adopt_roles(self, roles: Iterable[Role], *, total: int) -> None:
         """Host ``roles`` that keep their places (``place``) in a bus of ``total`` roles (a shard's part).
@@ -485,7 +496,7 @@ class Controls:
         self.into_history(messages, None, bus.recorded if bus.recorded is not None else bus.record)
 
     def into_history(
-        self, messages: Sequence[Message], recipients: Sequence[Sequence[Role]] | None, record: RoundRecord | None
+        self, messages: Sequence[Message], recipients: Sequence[Sequence[Member]] | None, record: RoundRecord | None
     ) -> None:
         """Put ``messages`` into the history and ``record``, with each sender's news as delivery finds it.
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mappin
 from contextlib import AbstractContextManager, asynccontextmanager
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import anyio
 from pydantic import ValidationError
@@ -229,7 +229,7 @@ class Environment(Bus, Dumped):
         classes their dumps name) with their memories and buffers, the history, round, ledger and seed.
         """
         state = self.state_dict().model_dump(mode=mode)
-        roles = [role.model_dump(mode=mode) for role in self._members]
+        roles = [role.model_dump(mode=mode) for role in self.members]
         settings = {"desc": self.desc, "strict": self.strict, "concurrency": self.concurrency}
         return {**settings, "on_role_error": self.on_role_error, **state, "roles": roles}
 
@@ -244,7 +244,7 @@ class Environment(Bus, Dumped):
         """Make the run's ids from ``key`` (a shard takes its run's; a resumed run its saved one)."""
         self.id_key = key
         self._ids = IdScope(key, 0)
-        for index, role in enumerate(self._members):
+        for index, role in enumerate(self.members):
             role.ids = IdScope(key, index + 1, self._clock)
 
     @property
@@ -340,7 +340,7 @@ class Environment(Bus, Dumped):
             self.record.started_ns = time.time_ns()
         if self.observer is not None:
             self.observer.round_begin(self)
-        ready = self._readiness.take_all()
+        ready = cast("list[Role]", self._readiness.take_all())  # a stand-in is never ready here: it forwards
         if len(ready) > 1:
             ready.sort(key=env_index)
         mark, pending = self.ledger.mark(), self._pending
@@ -386,7 +386,7 @@ class Environment(Bus, Dumped):
         failures.sort(key=lambda failure: failure[0].place)
         for role, exc in failures:
             frames = "".join(f"\n  at {frame}" for frame in raised_at(exc))  # by module: the same in any checkout
-            self._record("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}{frames}")
+            self._add_event("role_error", role=role.name, detail=f"{type(exc).__name__}: {exc}{frames}")
         entries, spent = self.ledger.entries, this.spent
         if len(entries) > spent[0]:
             roles, last = self.roles, len(self._members)
@@ -448,7 +448,7 @@ class Environment(Bus, Dumped):
         shared = self.history.keyed
         return EnvironmentState(
             round=self.round,
-            roles=[by_reference(role.state_dict(), shared) for role in self._members],
+            roles=[by_reference(role.state_dict(), shared) for role in self.members],
             history=list(self.history.storage),
             dead_letters=list(self.dead_letters),
             events=list(self.events),

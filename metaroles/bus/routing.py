@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
+from typing import Any, Protocol
 from warnings import warn
 
 from pydantic import BaseModel
@@ -97,8 +98,11 @@ class Intervention:
         """Called once per published message, before routing."""
         return message
 
-    def on_deliver(self, message: Message, *, recipient: Role) -> Message | type[DropMessage]:
-        """Called once per recipient, before the message enters its buffer."""
+    def on_deliver(self, message: Message, *, recipient: Member) -> Message | type[DropMessage]:
+        """Called once per recipient, before the message enters its buffer.
+
+        ``recipient`` is a :class:`Role`, or on a sharded run the driver's stand-in for one (:class:`Member`).
+        """
         return message
 
 
@@ -117,7 +121,65 @@ class RouteExplanation(BaseModel):
         return "\n".join(self.reasons)
 
 
-env_index: Callable[[Role], int] = attrgetter("place")
+class Buffer(Protocol):
+    """Where a member's deliveries go: a role's MessageQueue, or a stand-in's forward to its shard."""
+
+    def push(self, message: Message) -> bool:
+        """Take ``message``; whether it was new here (the member is then ready)."""
+        ...
+
+    def empty(self) -> bool:
+        """Whether nothing waits to be observed."""
+        ...
+
+
+class MemberContext(Protocol):
+    """The part of a member's context the bus reads: its buffer, and what its last turn observed."""
+
+    @property
+    def msg_buffer(self) -> Buffer:
+        """Where its deliveries go."""
+        ...
+
+    @property
+    def news(self) -> Sequence[Any]:
+        """What its last turn observed (a stand-in: as its shard reported it)."""
+        ...
+
+
+class Member(Protocol):
+    """Whoever holds a place on the bus: a :class:`Role`, or a sharded run's stand-in for one (``sharding``).
+
+    The address book files it under its name and addresses at its place; delivery pushes into its
+    buffer and marks its place ready; an intervention may hand it one message (``put_message``).
+    """
+
+    @property
+    def name(self) -> str:
+        """Its unique name (an address too)."""
+        ...
+
+    @property
+    def addresses(self) -> frozenset[str]:
+        """What it receives on."""
+        ...
+
+    @property
+    def place(self) -> int:
+        """Its place: the order of delivery."""
+        ...
+
+    @property
+    def rc(self) -> MemberContext:
+        """Its buffer and its news."""
+        ...
+
+    def put_message(self, message: Message) -> None:
+        """Deliver ``message`` to it alone."""
+        ...
+
+
+env_index: Callable[[Member], int] = attrgetter("place")
 """A role's place in its Environment (the order of delivery); C-level: a round sorts its ready roles by it."""
 
 
@@ -135,11 +197,11 @@ class AddressBook:
 
     def __init__(self) -> None:
         """Create an empty book."""
-        self.members: list[Role] = []
-        self._index: dict[str, list[Role]] = {}
-        self._merged: dict[frozenset[str], list[Role]] = {}
+        self.members: list[Member] = []
+        self._index: dict[str, list[Member]] = {}
+        self._merged: dict[frozenset[str], list[Member]] = {}
         self._filed: dict[int, frozenset[str]] = {}
-        self._places: dict[int, tuple[Sequence[Role], tuple[int, ...]]] = {}
+        self._places: dict[int, tuple[Sequence[Member], tuple[int, ...]]] = {}
         """The places of each list :meth:`route` gave (by ``id``), while the book stays as it is."""
         """The addresses each role (by ``id``) is filed under: a re-index touches only its own buckets."""
         self.version = 0
@@ -147,13 +209,13 @@ class AddressBook:
         self.total = 0
         """How many places the whole bus has: the rank of what no role of it publishes (a shard's book holds a part)."""
 
-    def add(self, role: Role) -> None:
+    def add(self, role: Member) -> None:
         """Register ``role`` (already attached at its index) under its addresses."""
         self.members.append(role)
         self.total = max(self.total, len(self.members))
         self._index_role(role)
 
-    def refill(self, members: Iterable[Role]) -> None:
+    def refill(self, members: Iterable[Member]) -> None:
         """Hold ``members`` instead, in their order (the same list: whoever holds :attr:`members` sees them)."""
         self.members.clear()
         self._index.clear()
@@ -161,7 +223,7 @@ class AddressBook:
         for role in members:
             self.add(role)
 
-    def _index_role(self, role: Role) -> None:
+    def _index_role(self, role: Member) -> None:
         self._merged.clear()
         self._places.clear()  # the lists route gave may change in place now
         self.version += 1
@@ -172,7 +234,7 @@ class AddressBook:
             if len(bucket) > 1 and bucket[-2].place > role.place:
                 bucket.sort(key=env_index)
 
-    def reindex(self, role: Role) -> None:
+    def reindex(self, role: Member) -> None:
         """Re-read ``role``'s addresses (after they changed); unchanged, it costs nothing (a restore re-reads each)."""
         filed = self._filed.get(id(role))
         if filed == role.addresses:
@@ -185,7 +247,7 @@ class AddressBook:
                     del self._index[address]
         self._index_role(role)
 
-    def filed(self, role: Role) -> frozenset[str] | None:
+    def filed(self, role: Member) -> frozenset[str] | None:
         """The addresses ``role`` is indexed under (``None``: not in this book)."""
         return self._filed.get(id(role))
 
@@ -193,7 +255,7 @@ class AddressBook:
         """Every address some role receives on, sorted."""
         return sorted(self._index)
 
-    def places(self, roles: Sequence[Role]) -> tuple[int, ...]:
+    def places(self, roles: Sequence[Member]) -> tuple[int, ...]:
         """The places of ``roles`` (a list :meth:`route` gave), as data: kept by the list while the book stays."""
         known = self._places.get(id(roles))
         if known is not None and known[0] is roles:
@@ -204,7 +266,7 @@ class AddressBook:
         self._places[id(roles)] = (roles, places)
         return places
 
-    def route(self, send_to: frozenset[str]) -> Sequence[Role]:
+    def route(self, send_to: frozenset[str]) -> Sequence[Member]:
         """The roles ``send_to`` reaches, in registration order."""
         if MESSAGE_ROUTE_TO_ALL in send_to:
             return self.members
@@ -213,7 +275,7 @@ class AddressBook:
                 return self._index.get(address, ())
         merged = self._merged.get(send_to)
         if merged is None:
-            found: dict[int, Role] = {}
+            found: dict[int, Member] = {}
             for address in send_to:
                 for role in self._index.get(address, ()):
                     found[role.place] = role

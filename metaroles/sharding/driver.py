@@ -28,6 +28,7 @@ import anyio
 
 from metaroles.bus.environment import Environment, Round
 from metaroles.bus.role import Role
+from metaroles.bus.routing import Member
 from metaroles.core.exceptions import RunError
 from metaroles.core.heap import paused_gc
 from metaroles.messages.message import Message
@@ -141,7 +142,7 @@ class ShardedRun:
         total = len(env.members)
         self.shards.start(total=total, concurrency=env.concurrency, key=env.id_key)  # processes start meanwhile
         parts: list[list[Any]] = [[] for _ in range(count)]
-        stand_ins: dict[int, Any] = {}
+        stand_ins: dict[int, Member] = {}
         with paused_gc():  # a stand-in and a seat per role, no cycles: collections would scan every role
             for role, place in zip(list(env.members), self.places, strict=True):
                 if place is not None:
@@ -306,7 +307,7 @@ class ShardedRun:
             self._index_addresses()
             moved = True
         if not moved and not env.interventions:
-            self._record(this, results)
+            self._as_routed(this, results)
             return
         self.catch_up(force=True)  # the rounds before this one go first
         self._hear(results)
@@ -318,7 +319,7 @@ class ShardedRun:
         else:
             route_all(env, this.take_published(), self.inboxes, (self.where, self._everyone))
 
-    def _record(self, this: Round, results: list[RoundDone | None]) -> None:
+    def _as_routed(self, this: Round, results: list[RoundDone | None]) -> None:
         """The round as the shards routed it: what each shard holds and sends, then the history (maybe behind)."""
         own, self.ranked = own_messages(this.take_published(), (self.where, self._everyone), self.shards.count)
         flagged = any(flag for _, _, flag in own)
@@ -444,7 +445,7 @@ class ShardedRun:
             await self.shards.close()
             return
         deliveries, broadcasts = self._take_deliveries()
-        back: dict[int, Any] = {}
+        back: dict[int, Member] = {}
         readers = [RolesIn(env, kept=kept) for _ in range(self.shards.count)]
         with paused_gc():
             requests = [Release(d, transfer.PIECE, by_state=bool(kept)) for d in deliveries]
