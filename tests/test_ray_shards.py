@@ -303,3 +303,47 @@ async def test_a_run_nobody_records_leaves_its_outboxes_on_the_shards_until_it_c
     assert backend.last is not None
     rounds = two.team.env.round
     assert backend.last.calls <= 2 * rounds + 2  # a step per shard and round, and one fetch of what each kept
+
+
+def test_more_shards_than_a_cluster_has_cpus_are_refused_at_once_naming_the_numbers(ray_address: str) -> None:
+    """The session's cluster has 4 CPUs: five shards of one CPU each would leave the fifth waiting for ever."""
+    from metaroles.sharding.ray import ShardsUnavailable
+
+    with pytest.raises(
+        ShardsUnavailable, match=r"5 shards of num_cpus=1 need 5 CPUs and the Ray cluster has 4.*4 shard"
+    ):
+        RayBackend(5, address=ray_address).connect()
+    assert RayBackend(2, num_cpus=2, address=ray_address).connect().is_initialized()
+
+
+MORE_SHARDS_THAN_CORES = """
+import os, sys
+os.cpu_count = lambda: 1  # a one-core machine: a local cluster of one CPU would hold only one shard of three
+from metaroles.cli import main
+sys.exit(main(["run", "debate", "--llm", "test", "--seed", "7", "--shards", "3", "--out", sys.argv[1]]))
+"""
+
+
+def test_a_local_cluster_this_run_starts_has_a_cpu_for_each_shard_so_more_shards_than_cores_run(tmp_path: Path) -> None:
+    """``--shards 3`` on a one-core machine once waited for ever; the shards now take turns and the run is the same."""
+    import subprocess
+    import sys
+
+    script = [sys.executable, "-c", MORE_SHARDS_THAN_CORES, str(tmp_path / "three")]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=300, check=False)  # a hang fails, not waits
+    assert done.returncode == 0, done.stderr[-2000:]
+    one = [
+        sys.executable,
+        "-m",
+        "metaroles",
+        "run",
+        "debate",
+        "--llm",
+        "test",
+        "--seed",
+        "7",
+        "--out",
+        str(tmp_path / "one"),
+    ]
+    assert subprocess.run(one, capture_output=True, text=True, timeout=300, check=False).returncode == 0
+    assert run_files(tmp_path / "three") == run_files(tmp_path / "one")

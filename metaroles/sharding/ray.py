@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import gc
 import io
+import math
 import os
 import pickle
 import sys
@@ -67,13 +68,29 @@ class RayBackend:
         self.last = RayShards(self)
         return self.last
 
-    def connect(self) -> None:
+    def connect(self) -> Any:
         """Start or join Ray now, before a run changes anything (a run directory's files, a resume's log).
 
+        A local cluster this process starts has a CPU for each shard (``num_cpus`` each) at least:
+        three shards on two cores take turns rather than wait for ever for a CPU none frees. A
+        cluster joined must have them.
+
         Raises:
-            ShardsUnavailable: If Ray cannot start or reach the cluster.
+            ShardsUnavailable: If Ray cannot start or reach the cluster, or it has too few CPUs for the shards.
         """
-        ensure_ray(self.address, **self.init)
+        init = dict(self.init)
+        if self.address is None:
+            init.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(self.shards * self.num_cpus)))
+        ray = ensure_ray(self.address, **init)
+        cpus, need = float(ray.cluster_resources().get("CPU", 0)), self.shards * self.num_cpus
+        if cpus < need:
+            fits = int(cpus // self.num_cpus) if self.num_cpus > 0 else 0
+            raise ShardsUnavailable(
+                f"{self.shards} shards of num_cpus={self.num_cpus:g} need {need:g} CPUs and the Ray cluster has "
+                f"{cpus:g}, so a shard would wait for ever; run on {max(fits, 1)} shard(s) (--shards), give each "
+                "less (RayBackend(num_cpus=...)), or add CPUs to the cluster"
+            )
+        return ray
 
 
 def _ray() -> Any:
@@ -232,7 +249,7 @@ class RayShards:
         """Per shard, what reads its outboxes (the sets of recipients it sent so far)."""
         self.calls = 0
         """Calls made to shards so far: at most one per shard per round, one to start, one per piece given back."""
-        self.ray = ensure_ray(backend.address, **backend.init)
+        self.ray = backend.connect()
         from ray import cloudpickle
 
         by_value: Callable[[Any], None] = cloudpickle.register_pickle_by_value  # (ray's cloudpickle is untyped)
