@@ -332,18 +332,6 @@ def test_a_local_cluster_this_run_starts_has_a_cpu_for_each_shard_so_more_shards
     script = [sys.executable, "-c", MORE_SHARDS_THAN_CORES, str(tmp_path / "three")]
     done = subprocess.run(script, capture_output=True, text=True, timeout=300, check=False)  # a hang fails, not waits
     assert done.returncode == 0, done.stderr[-2000:]
-    one = [
-        sys.executable,
-        "-m",
-        "metaroles",
-        "run",
-        "debate",
-        "--llm",
-        "test",
-        "--seed",
-        "7",
-        "--out",
-        str(tmp_path / "one"),
-    ]
+    one = [sys.executable, "-m", "metaroles", *"run debate --llm test --seed 7 --out".split(), str(tmp_path / "one")]
     assert subprocess.run(one, capture_output=True, text=True, timeout=300, check=False).returncode == 0
     assert run_files(tmp_path / "three") == run_files(tmp_path / "one")

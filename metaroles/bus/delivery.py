@@ -186,11 +186,6 @@ class Bus:
         """What a runtime drives this bus with besides the user's API (:class:`Controls`); not for roles."""
         return self._controls
 
-    @property
-    def published(self) -> Sequence[tuple[int, Message]]:
-        """What the running round published so far, as ``(rank, message)`` in publish order. Not to be changed."""
-        return self._pending
-
     def route(self, send_to: frozenset[str]) -> Sequence[Role]:
         """The roles a message sent to ``send_to`` reaches, in place order (the index's own list: not to be changed).
 

@@ -201,11 +201,9 @@ class AddressBook:
         self._index: dict[str, list[Member]] = {}
         self._merged: dict[frozenset[str], list[Member]] = {}
         self._filed: dict[int, frozenset[str]] = {}
+        """The addresses each role (by ``id``) is filed under: a re-index touches only its own buckets."""
         self._places: dict[int, tuple[Sequence[Member], tuple[int, ...]]] = {}
         """The places of each list :meth:`route` gave (by ``id``), while the book stays as it is."""
-        """The addresses each role (by ``id``) is filed under: a re-index touches only its own buckets."""
-        self.version = 0
-        """Moves whenever a role joins or changes its addresses (what :meth:`route` returned may have changed)."""
         self.total = 0
         """How many places the whole bus has: the rank of what no role of it publishes (a shard's book holds a part)."""
 
@@ -218,15 +216,14 @@ class AddressBook:
     def refill(self, members: Iterable[Member]) -> None:
         """Hold ``members`` instead, in their order (the same list: whoever holds :attr:`members` sees them)."""
         self.members.clear()
-        self._index.clear()
-        self._filed.clear()
+        for held in (self._index, self._filed, self._merged, self._places):
+            held.clear()
         for role in members:
             self.add(role)
 
     def _index_role(self, role: Member) -> None:
         self._merged.clear()
         self._places.clear()  # the lists route gave may change in place now
-        self.version += 1
         self._filed[id(role)] = role.addresses
         for address in role.addresses:
             bucket = self._index.setdefault(address, [])

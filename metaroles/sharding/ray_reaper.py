@@ -5,7 +5,8 @@ per-node agents (``DashboardAgent``, ``RuntimeEnvAgent``) only notice the raylet
 45–90 s here, while they try to report to the dead GCS. When metaroles starts the cluster, it
 starts a reaper beside it: a small process blocked on a pipe whose write end only the driver
 holds. The kernel closes that end when the driver ends, however it ends; the reaper then kills
-every process of the cluster (they carry the raylet's pid in ``RAY_RAYLET_PID``) and exits.
+every process of the cluster (they carry the raylet's pid in ``RAY_RAYLET_PID``), again until none
+is left (a worker the raylet started while it was being killed, a process still exiting), and exits.
 Linux only (``/proc``); elsewhere nothing is started.
 """
 
@@ -16,18 +17,25 @@ import sys
 from pathlib import Path
 
 _REAPER = r"""
-import os, signal, sys
+import os, signal, sys, time
 marker = ("RAY_RAYLET_PID=" + sys.argv[1]).encode()
 while os.read(0, 4096):  # blocks until the driver, the only writer, is gone
     pass
-for entry in os.listdir("/proc"):
-    if entry.isdigit() and int(entry) != os.getpid():
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                if marker in handle.read().split(b"\0"):
-                    os.kill(int(entry), signal.SIGKILL)
-        except OSError:
-            continue
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:  # until a pass finds none: one started during a pass, one still exiting
+    found = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    if marker in handle.read().split(b"\0"):
+                        found += 1
+                        os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                continue
+    if not found:
+        break
+    time.sleep(0.05)
 """
 
 _held: list[tuple[int, int]] = []
