@@ -300,6 +300,17 @@ class Bus:
         self._raise_undelivered()
         return True
 
+    def inject(self, message: Message, name: str) -> None:
+        """Publish ``message`` between rounds as the intervention ``name``: an ``intervention`` event records it.
+
+        Raises:
+            RunError: During a round (inject at a round barrier: a run's control does).
+        """
+        if self._in_round:
+            raise RunError(f"intervention {name!r} came during round {self.round}; inject between rounds")
+        self._add_event("intervention", message, detail=name)
+        self.publish_message(message)
+
     @property
     def in_round(self) -> bool:
         """Whether a round's turns are running (what is published then waits for the round's delivery)."""
@@ -383,7 +394,7 @@ class Bus:
 
     def _add_event(
         self,
-        kind: Literal["role_error", "dead_letter", "dropped"],
+        kind: Literal["role_error", "dead_letter", "dropped", "intervention"],
         message: Message | None = None,
         *,
         role: str = "",

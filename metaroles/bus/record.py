@@ -33,9 +33,9 @@ def names_of(recipients: Recipients, members: Sequence[Any]) -> list[str]:
 
 
 class EnvEvent(BaseModel):
-    """A notable thing that happened on the bus (failure, dead letter, drop)."""
+    """A notable thing that happened on the bus (failure, dead letter, drop, a message someone injected)."""
 
-    kind: Literal["role_error", "dead_letter", "dropped"]
+    kind: Literal["role_error", "dead_letter", "dropped", "intervention"]
     round: int
     role: str = ""
     message_id: str = ""

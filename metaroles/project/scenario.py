@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from metaroles.core.exceptions import ConfigError
@@ -44,6 +45,7 @@ from metaroles.project.rundir import (
 from metaroles.record.durability import checked_durability, finish_syncing, refuse_restarted, synced_at_end
 from metaroles.record.eventlog import TIMINGS
 from metaroles.sharding.backends import connect
+from metaroles.team.control import JOURNAL, RunControl, read_journal
 from metaroles.team.options import RunOptions, checked_log_turns
 from metaroles.team.team import Team, TeamReport
 
@@ -101,11 +103,16 @@ async def run_scenario(
     on_progress: Callable[[Team], None] | None = None,
     role_llms: dict[str, LLM] | None = None,
     stopping: threading.Event | None = None,
+    control: RunControl | None = None,
 ) -> tuple[TeamReport, Team]:
     """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
 
     ``stopping``: set it (a signal handler may) to stop the run at the next round barrier (see
     :meth:`Team.stop`); resume and fork take one too.
+
+    ``control`` pauses, steps and injects into the run at its round barriers (from any thread);
+    what it injects is journaled in the run directory (``interventions.jsonl``) before it is
+    published, so resume and fork reproduce it.
 
     ``role_llms`` give the named roles models of their own (record their specs in the manifest's
     ``role_llms`` for a resume to give them again).
@@ -122,6 +129,7 @@ async def run_scenario(
     plan = _plan(module, config, llm, run, out_dir)
     _give_models(plan.team, role_llms or {})
     plan.team.stopping = stopping or plan.team.stopping
+    _steer(plan.team, control, out_dir)
     plan.team.on_round, plan.team.on_progress, plan.team.on_record = (
         on_round,
         on_progress,
@@ -308,8 +316,12 @@ async def resume_scenario(
     backend: Any = None,
     rounds: int | None = None,
     stopping: threading.Event | None = None,
+    control: RunControl | None = None,
 ) -> tuple[TeamReport, Team]:
     """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint.
+
+    What was injected into the run (its ``interventions.jsonl``) is published again where it landed,
+    unless the checkpoint holds it; ``control`` steers the rest of the run.
 
     ``role_llms`` give roles the models a fork gave them (the manifest's ``role_llms``). A run
     killed before its first checkpoint starts over from its manifest. ``backend`` runs the roles
@@ -330,6 +342,10 @@ async def resume_scenario(
             write_manifest(run_dir, manifest)
         plan.team.on_round, plan.team.on_progress = on_round, on_progress
         plan.team.stopping = stopping or plan.team.stopping
+        if control is not None or (run_dir / JOURNAL).is_file():
+            control = control or RunControl()
+            control.replay(run_dir / JOURNAL)
+            plan.team.control = control
         plan.team.on_record = metrics_recorder(recorded_scenario(manifest), run_dir)
         with synced_at_end(run_dir, durability):
             report = await _continue(plan, run_dir, manifest)
@@ -390,8 +406,12 @@ async def fork_scenario(
     backend: Any = None,
     rounds: int | None = None,
     stopping: threading.Event | None = None,
+    control: RunControl | None = None,
 ) -> tuple[TeamReport, Team]:
     """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
+
+    The child's ``interventions.jsonl`` keeps what was injected into the parent before the fork
+    point (its state holds those messages); ``control`` steers the child.
 
     ``changes`` update the scenario's config (its length too: ``rounds=20``, ``turns=5``), ``role_llms``
     give named roles another model, ``rounds`` sets the rounds in all, and ``idea`` is published at the
@@ -410,6 +430,7 @@ async def fork_scenario(
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
     plan.team.stopping = stopping or plan.team.stopping
+    _steer(plan.team, control, out_dir)
     plan.team.on_record = metrics_recorder(recorded_scenario(record), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
@@ -432,6 +453,9 @@ async def _branch(
     """Run a fork (``child``: its manifest) from its parent's checkpoint (again, if killed before its first)."""
     for name in (EVENTS, EVENTS_ZST, TIMINGS):
         (out_dir / name).unlink(missing_ok=True)
+    kept = [i for i in read_journal(parent / JOURNAL) if (i.after_round or 0) < from_round]
+    if kept or (out_dir / JOURNAL).is_file():  # what the parent's state at the fork point holds
+        write_atomic(out_dir / JOURNAL, b"".join(orjson.dumps(i.model_dump()) + b"\n" for i in kept))
     if (parent / METRICS).is_file():  # the child's first round cuts it back to the rounds before the fork
         write_atomic(out_dir / METRICS, "".join(line + "\n" for _, line in read_metrics(parent / METRICS)))
     return await plan.team.fork(
@@ -444,6 +468,14 @@ async def _branch(
         idea=child["parent"]["idea"],
         save_to=out_dir / STATE,
     )
+
+
+def _steer(team: Team, control: RunControl | None, run_dir: Path | None) -> None:
+    """Hand ``control`` to the team; what it injects is journaled in ``run_dir``, if any."""
+    if control is not None:
+        if run_dir is not None and control.journal is None:
+            control.journal = run_dir / JOURNAL
+        team.control = control
 
 
 def _give_models(team: Team, role_llms: dict[str, LLM]) -> None:

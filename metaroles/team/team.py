@@ -27,6 +27,7 @@ from metaroles.sharding.backends import Backend, ShardBy
 from metaroles.sharding.cast import Cast
 from metaroles.sharding.standins import check_home
 from metaroles.team.continuing import forked, resumed
+from metaroles.team.control import RunControl
 from metaroles.team.options import LogTurns, checked_log_turns
 from metaroles.team.report import StopReason, TeamReport
 from metaroles.team.runtime import Commit, OneProcess, Runtime, runtime_for
@@ -125,6 +126,8 @@ class Team(Dumped):
         """The casts hired, by the place of their first role (shards build those roles themselves)."""
         self.bring_back = True
         """Whether a sharded run's roles come back here; ``False``: not if its ``state.json`` names its checkpoint."""
+        self.control: RunControl | None = None
+        """Steers the run at its round barriers (pause, step, inject), if set: see ``team.control``."""
         if investment is not None:
             self.invest(investment)
 
@@ -361,8 +364,8 @@ class Team(Dumped):
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise
-        # what on_round publishes reaches the next round's roles: it runs now
-        runtime.then(partial(self._record, commit, logged), now=self.on_round is not None)
+        # what on_round publishes, or a control injects, reaches the next round's roles: it runs now
+        runtime.then(partial(self._record, commit, logged), now=self.on_round is not None or self.control is not None)
 
     def _log_round(self, logged: list[bool], sync: bool = False) -> None:
         """Log the round's events (``sync``: on the disk now, else with its checkpoint), metrics; unless ``logged``."""
@@ -413,13 +416,19 @@ class Team(Dumped):
             self._stranded = self.runtime.stranded
             self._runtime = None
 
+    async def _barrier(self) -> bool:
+        """At a round barrier: the control's turn (publish what is due, wait while paused); whether to stop here."""
+        if self.control is not None and not self.stopping.is_set():
+            await self.control.barrier(self.env, self.stopping)
+        return self.stopping.is_set()
+
     async def _rounds(self, n_round: int) -> tuple[int, StopReason]:
         if self._idea_due:
             self._idea_due = False
             await self._checkpoint()
         rounds = 0
         while rounds < n_round:
-            if self.stopping.is_set():  # no checkpoint off its schedule: the resumed run is the uninterrupted one
+            if await self._barrier():  # no checkpoint off its schedule: the resumed run is the uninterrupted one
                 self._cut = True
                 return rounds, StopReason.INTERRUPTED
             if self.runtime.is_idle:

@@ -1,0 +1,270 @@
+"""A run directory as a timeline a page can follow and scrub: each round's delta, a role's panel, as data.
+
+A :class:`Timeline` reads a run's files — never imports anything they name — while the run writes
+them or after it ended: ``events.jsonl`` (format 2: one line per round) indexed by byte offset, so
+opening a run of a million messages reads no line and jumping to a round parses one;
+``checkpoints/messages.jsonl`` for the text of a message (its rows are in publish order, so a
+message is found by bisection on its id); ``metrics.jsonl`` for the scenario's figures.
+
+A round's :meth:`Timeline.delta` is what a watcher is sent for it: counts by action, tokens and
+cost, the interventions and errors, and the flow (who → whom, the action, the text) of at most
+:data:`FLOW_ROWS` of its messages — a society of 10,000 agents costs the stream some kilobytes a
+round, not its history.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from metaroles.core.exceptions import ConfigError, RunDirCorrupt
+from metaroles.project.rundir import CHECKPOINTS, EVENTS, EVENTS_ZST, METRICS, read_manifest
+
+__all__ = ["FLOW_ROWS", "Timeline"]
+
+FLOW_ROWS = 200
+"""The most messages of one round whose flow a delta carries (the rest are counted)."""
+TEXT_CHARS = 280
+"""A message's text in a delta is cut to this many characters (the role panel shows it whole)."""
+_HEAD = re.compile(rb'^\{"seq":(\d+),"round":(\d+),"kind":"round"')
+_ROW_ID = re.compile(rb'^\{"id":"([^"]*)"')
+
+
+class Lines:
+    """The complete lines of a file that may still grow: their byte offsets, indexed as far as the file goes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.starts: list[int] = []
+        self.end = 0
+        """Where the indexed lines end (a line not yet ended is not indexed)."""
+
+    def refresh(self) -> int:
+        """Index the lines written since the last call; how many there are now."""
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return len(self.starts)
+        if size <= self.end:
+            return len(self.starts)
+        with _mapped(self.path, size) as data:
+            position, starts = self.end, self.starts
+            while (newline := data.find(b"\n", position, size)) >= 0:
+                starts.append(position)
+                position = newline + 1
+            self.end = position
+        return len(self.starts)
+
+    def read(self, index: int) -> bytes:
+        """Line ``index`` (without its newline)."""
+        start = self.starts[index]
+        stop = self.starts[index + 1] if index + 1 < len(self.starts) else self.end
+        with open(self.path, "rb") as handle:
+            handle.seek(start)
+            return handle.read(stop - start).rstrip(b"\n")
+
+
+@contextmanager
+def _mapped(path: Path, size: int) -> Iterator[mmap.mmap]:
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ) as data:
+        yield data
+
+
+class Timeline:
+    """A run directory's rounds, read as the run writes them (see the module).
+
+    Raises:
+        ConfigError: If ``run_dir`` is not a run directory, or its log is compressed (zstd: not followed).
+        RunDirCorrupt: If its manifest is damaged.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.manifest = read_manifest(run_dir)
+        if self.manifest.get("events") == EVENTS_ZST:
+            raise ConfigError(f"{run_dir} keeps its log compressed ({EVENTS_ZST}); watch a run written without --zstd")
+        self.events = Lines(run_dir / EVENTS)
+        self.rows = Lines(run_dir / CHECKPOINTS / "messages.jsonl")
+        self.rounds: list[int] = []
+        """The rounds the log holds, in order (the idea's round 0 first)."""
+        self.line_of: dict[int, int] = {}
+        self._metrics: dict[int, dict[str, Any]] = {}
+        self._metric_lines = Lines(run_dir / METRICS)
+
+    def refresh(self) -> list[int]:
+        """Index what the run wrote since the last call; the rounds it added, in order."""
+        before = len(self.events.starts)
+        self.events.refresh()
+        added: list[int] = []
+        for index in range(before, len(self.events.starts)):
+            number = self._round_of(index)
+            if number not in self.line_of:
+                self.rounds.append(number)
+                added.append(number)
+            self.line_of[number] = index
+        return added
+
+    def _round_of(self, index: int) -> int:
+        head = self._head(index)
+        match = _HEAD.match(head)
+        if match is None:
+            raise RunDirCorrupt(
+                f"{self.events.path}: line {index + 1} is not a round line (a log of format 2, which "
+                "`metaroles run` writes); watch a run this version wrote"
+            )
+        return int(match.group(2))
+
+    def _head(self, index: int) -> bytes:
+        with open(self.events.path, "rb") as handle:
+            handle.seek(self.events.starts[index])
+            return handle.read(64)
+
+    def line(self, number: int) -> dict[str, Any]:
+        """Round ``number``'s line of the log, parsed.
+
+        Raises:
+            KeyError: If the log holds no such round (yet).
+        """
+        return dict(orjson.loads(self.events.read(self.line_of[number])))
+
+    def delta(self, number: int) -> dict[str, Any]:
+        """What a watcher is sent for round ``number`` (see the module)."""
+        line = self.line(number)
+        said = line.get("published", {})
+        ids, senders, actions = said.get("message_id", []), said.get("role", []), said.get("cause_by", [])
+        calls = line.get("llm_calls", [])
+        texts = self.texts(ids[:FLOW_ROWS])
+        flow = [
+            [senders[i], said["to"][i], _short(actions[i]), ids[i], (texts.get(ids[i]) or "")[:TEXT_CHARS]]
+            for i in range(min(len(ids), FLOW_ROWS))
+        ]
+        per_sender = Counter(senders)
+        return {
+            "round": number,
+            "messages": len(ids),
+            "senders": len(per_sender),
+            "actions": dict(Counter(map(_short, actions)).most_common()),
+            "per_sender": {str(k): v for k, v in sorted(Counter(per_sender.values()).items())},
+            "tokens": sum(call.get("tokens", 0) for call in calls),
+            "cost": round(sum(call.get("cost", 0.0) for call in calls), 6),
+            "calls": len(calls),
+            "events": line.get("events", [])[:FLOW_ROWS],
+            "flow": flow,
+            "metrics": self.metrics().get(number, {}),
+        }
+
+    def texts(self, ids: list[str]) -> dict[str, str]:
+        """The text of each of ``ids`` the message table holds (yet): by bisection over its rows."""
+        if not ids:
+            return {}
+        self.rows.refresh()
+        found: dict[str, str] = {}
+        for message_id in ids:
+            row = self._row(message_id)
+            if row is not None:
+                found[message_id] = str(row.get("content", ""))
+        return found
+
+    def _row(self, message_id: str) -> dict[str, Any] | None:
+        """The message table's row of ``message_id``: rows are in publish order, ids rise with it."""
+        low, high, key = 0, len(self.rows.starts), message_id.encode()
+        while low < high:
+            middle = (low + high) // 2
+            row_id = self._row_id(middle)
+            if row_id == key:
+                return dict(orjson.loads(self.rows.read(middle)))
+            if row_id < key:
+                low = middle + 1
+            else:
+                high = middle
+        return None
+
+    def _row_id(self, index: int) -> bytes:
+        with open(self.rows.path, "rb") as handle:
+            handle.seek(self.rows.starts[index])
+            match = _ROW_ID.match(handle.read(80))
+        return match.group(1) if match else b""
+
+    def metrics(self) -> dict[int, dict[str, Any]]:
+        """The scenario's figures by round (``metrics.jsonl``), as far as the run wrote them."""
+        before = len(self._metric_lines.starts)
+        for index in range(before, self._metric_lines.refresh()):
+            try:
+                row = orjson.loads(self._metric_lines.read(index))
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and type(row.get("round")) is int:
+                self._metrics[row["round"]] = {k: v for k, v in row.items() if k != "round"}
+        return self._metrics
+
+    def role(self, name: str, through: int, limit: int = 50) -> dict[str, Any]:
+        """Role ``name`` as it stood at the end of round ``through``: its todo, news, what it said and was sent.
+
+        Raises:
+            KeyError: If ``name`` appears in no round up to ``through`` (no such role).
+        """
+        said: list[str] = []
+        sent: list[str] = []
+        news: list[str] | None = None
+        todo = ""
+        seen = False
+        for number in reversed([r for r in self.rounds if r <= through]):
+            line = self.line(number)
+            seen, todo, news = _turn_of(line, name, seen, todo, news)
+            published = line.get("published", {})
+            for i, sender in enumerate(published.get("role", [])):
+                if sender == name and len(said) < limit:
+                    said.append(published["message_id"][i])
+                    seen = True
+                elif name in published["to"][i] and len(sent) < limit:
+                    sent.append(published["message_id"][i])
+                    seen = True
+            if len(said) >= limit and len(sent) >= limit and news is not None:
+                break
+        if not seen:
+            raise KeyError(name)
+        texts = self.texts([*said, *sent, *(news or [])])
+        return {
+            "role": name,
+            "round": through,
+            "todo": todo,
+            "news": [[i, texts.get(i, "")] for i in news or []],
+            "said": [[i, texts.get(i, "")] for i in said],
+            "memory": [[i, texts.get(i, "")] for i in sorted({*said, *sent})[-limit:]],
+        }
+
+
+def _turn_of(
+    line: dict[str, Any], name: str, seen: bool, todo: str, news: list[str] | None
+) -> tuple[bool, str, list[str] | None]:
+    """The role's latest think (its todo) and observe (its news) in a round line, if not found later already."""
+    steps = line.get("steps", {})
+    for kind, role, detail in zip(steps.get("kind", []), steps.get("role", []), steps.get("detail", []), strict=False):
+        if role != name:
+            continue
+        seen = True
+        if kind == "think" and not todo:
+            todo = _short(detail[0]) if detail else ""
+        elif kind == "observe" and news is None:
+            news = list(detail)
+    return seen, todo, news
+
+
+def _short(action: str) -> str:
+    """An action's class name (``metaroles.actions.debate.SpeakAloud`` → ``SpeakAloud``)."""
+    return action.rpartition(".")[2] or "message"
+
+
+def bisect_round(rounds: list[int], number: int) -> int:
+    """The last of ``rounds`` at or before ``number`` (a page's scrub lands on a round the log holds)."""
+    index = bisect_right(rounds, number)
+    return rounds[max(index - 1, 0)]

@@ -1,0 +1,222 @@
+// The watch page: a run's rounds as they are logged (live) or as they were (replay).
+// Every text from the run goes into the page as text (textContent), never as HTML.
+"use strict";
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const state = { rounds: [], shown: null, delta: null, controller: "", token: "", follow: true, ended: false };
+  window.renderTimes = [];
+  window.watchState = state;
+
+  const token = new URLSearchParams(location.hash.slice(1)).get("token") || "";
+  state.token = token;
+
+  function el(tag, text, cls) {
+    const node = document.createElement(tag);
+    if (text !== undefined) node.textContent = String(text);
+    if (cls) node.className = cls;
+    return node;
+  }
+
+  async function api(path, options) {
+    const response = await fetch(path, options);
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error || response.statusText);
+    return body;
+  }
+
+  function setStatus(text, paused) {
+    $("status").textContent = text;
+    $("status").className = paused ? "paused" : "";
+  }
+
+  function roleLink(name) {
+    const span = el("span", name, "role");
+    span.addEventListener("click", () => openRole(name));
+    return span;
+  }
+
+  function bars(target, counts) {
+    const box = $(target);
+    box.replaceChildren();
+    const entries = Object.entries(counts);
+    const most = Math.max(1, ...entries.map(([, n]) => n));
+    for (const [label, n] of entries.slice(0, 30)) {
+      const row = el("div");
+      const bar = el("span", undefined, "bar");
+      bar.style.width = `${Math.round((160 * n) / most)}px`;
+      row.append(bar, el("span", `${label}: ${n}`));
+      box.append(row);
+    }
+  }
+
+  function render(delta) {
+    const started = performance.now();
+    state.delta = delta;
+    state.shown = delta.round;
+    $("round-label").textContent = String(delta.round);
+    $("scrub").value = String(state.rounds.indexOf(delta.round));
+    $("totals").textContent =
+      `round ${delta.round}: ${delta.messages} messages from ${delta.senders} roles, ` +
+      `${delta.calls} model calls, ${delta.tokens} tokens, cost ${delta.cost}`;
+    bars("actions", delta.actions);
+    const perSender = {};
+    for (const [sent, roles] of Object.entries(delta.per_sender)) perSender[`${sent} sent`] = roles;
+    bars("per-sender", perSender);
+    const metrics = $("metrics");
+    metrics.replaceChildren();
+    for (const [key, value] of Object.entries(delta.metrics)) {
+      const row = el("tr");
+      row.append(el("td", key), el("td", typeof value === "object" ? JSON.stringify(value) : value));
+      metrics.append(row);
+    }
+    const events = $("events");
+    events.replaceChildren();
+    for (const event of delta.events) {
+      events.append(el("li", `${event.kind}: ${event.detail || ""} ${event.role || ""} ${event.message_id || ""}`, event.kind));
+    }
+    const select = $("filter-action");
+    const chosen = select.value;
+    select.replaceChildren(el("option", "every action"));
+    select.firstChild.value = "";
+    for (const action of Object.keys(delta.actions)) {
+      const option = el("option", action);
+      option.value = action;
+      select.append(option);
+    }
+    select.value = chosen in delta.actions ? chosen : "";
+    drawFlow();
+    document.body.dataset.round = String(delta.round);
+    window.renderTimes.push(performance.now() - started);
+  }
+
+  function drawFlow() {
+    const delta = state.delta;
+    if (!delta) return;
+    const role = $("filter-role").value.trim();
+    const action = $("filter-action").value;
+    const text = $("filter-text").value.trim().toLowerCase();
+    const body = $("flow").tBodies[0];
+    const rows = [];
+    for (const [sender, to, act, , said] of delta.flow) {
+      if (role && sender !== role && !to.includes(role)) continue;
+      if (action && act !== action) continue;
+      if (text && !said.toLowerCase().includes(text)) continue;
+      const row = el("tr");
+      const from = el("td");
+      from.append(roleLink(sender));
+      const recipients = el("td");
+      to.slice(0, 8).forEach((name, i) => {
+        if (i) recipients.append(", ");
+        recipients.append(roleLink(name));
+      });
+      if (to.length > 8) recipients.append(` and ${to.length - 8} more`);
+      row.append(from, recipients, el("td", act), el("td", said));
+      rows.push(row);
+    }
+    body.replaceChildren(...rows);
+    const more = delta.messages - delta.flow.length;
+    $("shown").textContent = `${rows.length} shown` + (more > 0 ? ` (the first ${delta.flow.length} of ${delta.messages})` : "");
+  }
+
+  async function show(round) {
+    render(await api(`/api/round/${round}`));
+  }
+
+  async function openRole(name) {
+    const panel = await api(`/api/role/${encodeURIComponent(name)}?round=${state.shown ?? 0}`);
+    $("panel").hidden = false;
+    $("panel-role").textContent = `${panel.role} at round ${panel.round}`;
+    $("panel-todo").textContent = panel.todo || "(none)";
+    for (const key of ["news", "said", "memory"]) {
+      $(`panel-${key}`).replaceChildren(...panel[key].map(([id, text]) => el("li", text || id)));
+    }
+  }
+
+  function addRound(round) {
+    if (!state.rounds.includes(round)) state.rounds.push(round);
+    $("scrub").max = String(state.rounds.length - 1);
+  }
+
+  function controlState(control) {
+    if (!control) return;
+    const paused = control.waiting_at !== null && control.waiting_at !== undefined;
+    const text = paused ? `paused after round ${control.waiting_at}` : control.paused ? "pausing at the next barrier" : "running";
+    $("control-state").textContent = text;
+    $("control-state").className = paused ? "paused" : "";
+    document.body.dataset.control = paused ? "paused" : control.paused ? "pausing" : "running";
+    document.body.dataset.waitingAt = paused ? String(control.waiting_at) : "";
+  }
+
+  async function command(action, body) {
+    const headers = { "X-Control-Token": state.token, "X-Controller": state.controller, "Content-Type": "application/json" };
+    try {
+      controlState(await api(`/api/control/${action}`, { method: "POST", headers, body: body ? JSON.stringify(body) : undefined }));
+    } catch (error) {
+      setStatus(String(error.message), true);
+    }
+  }
+
+  async function claim(info) {
+    if (!info.control) return;
+    if (!state.token) {
+      setStatus("watching (add the run's #token=… to the URL to steer it)");
+      return;
+    }
+    try {
+      const claimed = await api("/api/control/claim", { method: "POST", headers: { "X-Control-Token": state.token } });
+      state.controller = claimed.controller;
+      $("controls").hidden = false;
+      document.body.dataset.controller = "yes";
+      controlState(claimed);
+    } catch (error) {
+      setStatus(`watching only: ${error.message}`, false);
+      document.body.dataset.controller = "refused";
+    }
+  }
+
+  function listen(from) {
+    const query = new URLSearchParams({ from: String(from), controller: state.controller });
+    const source = new EventSource(`/api/stream?${query}`);
+    source.addEventListener("round", (message) => {
+      const delta = JSON.parse(message.data);
+      addRound(delta.round);
+      if ($("follow").checked) render(delta);
+    });
+    source.addEventListener("control", (message) => controlState(JSON.parse(message.data)));
+    source.addEventListener("info", (message) => {
+      const info = JSON.parse(message.data);
+      if (info.ended) setStatus(`replay: the run ended after round ${info.rounds[info.rounds.length - 1] ?? 0}`);
+    });
+  }
+
+  async function start() {
+    const info = await api("/api/info");
+    $("run").textContent = info.run;
+    $("scenario").textContent = info.scenario;
+    info.rounds.forEach(addRound);
+    setStatus(info.ended ? "replay" : "live");
+    await claim(info);
+    const last = info.rounds[info.rounds.length - 1];
+    if (last !== undefined) await show(last);
+    listen(last === undefined ? 0 : last + 1);
+    document.body.dataset.ready = "yes";
+  }
+
+  $("scrub").addEventListener("input", () => {
+    $("follow").checked = false;
+    const round = state.rounds[Number($("scrub").value)];
+    if (round !== undefined) show(round);
+  });
+  for (const id of ["filter-role", "filter-action", "filter-text"]) $(id).addEventListener("input", drawFlow);
+  $("pause").addEventListener("click", () => command("pause"));
+  $("step").addEventListener("click", () => command("step"));
+  $("resume").addEventListener("click", () => command("resume"));
+  $("inject").addEventListener("click", () =>
+    command("inject", {
+      name: $("inject-name").value,
+      content: $("inject-text").value,
+      send_to: $("inject-to").value.split(",").map((s) => s.trim()).filter(Boolean),
+    }),
+  );
+  start().catch((error) => setStatus(`cannot read the run: ${error.message}`, true));
+})();

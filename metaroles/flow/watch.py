@@ -1,0 +1,341 @@
+"""``metaroles watch``: a run directory as a local web page, live or replayed; a run's controls behind a token.
+
+The page (``watch.html``, ``watch.js``, ``watch.css``: package data, no CDN) is served by a
+starlette app on 127.0.0.1 (uvicorn). It reads the run from its files through a
+:class:`~metaroles.flow.timeline.Timeline` — so one process or many shards, running or finished,
+it follows the record — and receives each round as a Server-Sent Event carrying that round's
+delta, never the history. Routes:
+
+- ``GET /api/info``: the run (scenario, rounds so far, whether it ended), and whether it has controls.
+- ``GET /api/round/N``: round N's delta (a replay's scrub); ``GET /api/role/NAME?round=N``: a role's panel.
+- ``GET /api/stream?from=N``: the deltas of round N on as the run writes them, and the controls' state.
+- ``POST /api/control/ACTION`` (``claim``, ``pause``, ``step``, ``resume``, ``inject``, ``release``):
+  with the run's token in ``X-Control-Token``; one controller at a time (its id in
+  ``X-Controller``, bound to its open stream: a page closed mid-step lets another claim the run,
+  which stays as it was left — paused, and resumable).
+
+Message text only ever reaches the page as JSON strings, which the script puts into the page as
+text (``textContent``), never as HTML; the page's Content-Security-Policy allows no other source.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import threading
+from collections.abc import AsyncIterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from metaroles.core.exceptions import ConfigError, InvalidValueError, MetarolesError
+from metaroles.flow.timeline import Timeline, bisect_round
+from metaroles.team.control import Injection, RunControl
+
+__all__ = ["WatchServer", "bind", "watch_app"]
+
+POLL_SECONDS = 0.2
+"""How often a stream looks for rounds the run wrote (the page shows a round within this of its end)."""
+_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
+)
+_ASSETS = {"watch.js": "text/javascript", "watch.css": "text/css"}
+
+
+class Steering:
+    """The run's controls as the page reaches them: its token, and the one controller that holds them."""
+
+    def __init__(self, control: RunControl, token: str) -> None:
+        self.control, self.token = control, token
+        self.holder: str | None = None
+        self.streams: dict[str, int] = {}
+
+    def check(self, request: Request, *, claiming: bool = False) -> None:
+        token = request.headers.get("x-control-token", "")
+        if not secrets.compare_digest(token.encode(), self.token.encode()):
+            raise _Refused(403, "wrong or missing control token: use the one the run printed (its URL's #token=)")
+        if not claiming and request.headers.get("x-controller") != self.holder:
+            raise _Refused(409, "this page does not hold the controls: claim them first")
+
+    def claim(self) -> str:
+        if self.holder is not None and self.streams.get(self.holder, 0) > 0:
+            raise _Refused(409, "another page controls this run; watching is fine, control is one at a time")
+        self.holder = secrets.token_hex(8)
+        return self.holder
+
+    def opened(self, controller: str) -> None:
+        self.streams[controller] = self.streams.get(controller, 0) + 1
+
+    def closed(self, controller: str) -> None:
+        self.streams[controller] -= 1
+        if self.streams[controller] <= 0 and self.holder == controller:
+            self.holder = None  # the run stays as it was left: paused stays paused
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def watch_app(run_dir: Path, *, control: RunControl | None = None, token: str | None = None) -> Starlette:
+    """The watch page's app over ``run_dir``; with ``control`` (and its ``token``), the run's controls too.
+
+    Raises:
+        ConfigError: If ``run_dir`` is not a run directory (as :class:`Timeline` says).
+    """
+    page = _Page(Timeline(run_dir), Steering(control, token or secrets.token_urlsafe(16)) if control else None)
+    routes = [
+        Route("/", page.page),
+        Route("/static/{name}", page.asset),
+        Route("/api/info", page.info),
+        Route("/api/round/{number}", page.one_round),
+        Route("/api/role/{name}", page.role),
+        Route("/api/stream", page.stream),
+        Route("/api/control/{action}", page.act, methods=["POST"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={_Refused: _refused, MetarolesError: _failed})
+
+
+class _Page:
+    """The routes' handlers over one run's timeline and, if it has them, its controls."""
+
+    def __init__(self, timeline: Timeline, steering: Steering | None) -> None:
+        self.timeline, self.steering = timeline, steering
+        timeline.refresh()
+
+    async def page(self, request: Request) -> Response:
+        return Response(_asset("watch.html"), media_type="text/html", headers=_HEADERS)
+
+    async def asset(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _ASSETS:
+            return _error(404, "no such file")
+        return Response(_asset(name), media_type=_ASSETS[name], headers=_HEADERS)
+
+    async def info(self, request: Request) -> Response:
+        self.timeline.refresh()
+        return _json(_info(self.timeline, self.steering))
+
+    async def one_round(self, request: Request) -> Response:
+        timeline = self.timeline
+        timeline.refresh()
+        number = _int(request.path_params["number"], "round")
+        if not timeline.rounds:
+            return _error(404, "the run has logged no round yet")
+        if number not in timeline.line_of:
+            number = bisect_round(timeline.rounds, number)
+        return _json(await anyio.to_thread.run_sync(timeline.delta, number))
+
+    async def role(self, request: Request) -> Response:
+        timeline = self.timeline
+        timeline.refresh()
+        name = request.path_params["name"]
+        through = _int(request.query_params.get("round", str(timeline.rounds[-1] if timeline.rounds else 0)), "round")
+        try:
+            return _json(await anyio.to_thread.run_sync(timeline.role, name, through))
+        except KeyError:
+            return _error(404, f"no role named {name!r} took part up to round {through}")
+
+    async def stream(self, request: Request) -> Response:
+        start = _int(request.query_params.get("from", "0"), "from")
+        controller = request.query_params.get("controller", "")
+        return _EventStream(_events(self.timeline, self.steering, start, controller))
+
+    async def act(self, request: Request) -> Response:
+        steering = self.steering
+        if steering is None:
+            return _error(404, "this run has no controls: start it with `metaroles run ... --watch` to steer it")
+        action = request.path_params["action"]
+        try:
+            steering.check(request, claiming=action == "claim")
+            return _json(await _act(steering, action, request))
+        except _Refused as refused:
+            return _error(refused.status, refused.detail)
+        except (InvalidValueError, ValueError) as exc:
+            return _error(400, str(exc))
+
+
+_HEADERS = {"Content-Security-Policy": _POLICY, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("metaroles.flow").joinpath(name).read_bytes()
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(value), status_code=status, media_type="application/json", headers=_HEADERS)
+
+
+def _error(status: int, detail: str) -> Response:
+    return _json({"error": detail}, status)
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    refused = exc if isinstance(exc, _Refused) else _Refused(400, str(exc))
+    return _error(refused.status, refused.detail)
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    return _error(400, str(exc))
+
+
+def _int(text: str, name: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise _Refused(400, f"{name}={text!r} is not a round number (0, 1, 2, ...)")
+    return int(text)
+
+
+def _info(timeline: Timeline, steering: Steering | None) -> dict[str, Any]:
+    manifest = timeline.manifest
+    return {
+        "run": timeline.run_dir.name,
+        "scenario": manifest.get("scenario", ""),
+        "rounds": timeline.rounds,
+        "n_round": manifest.get("n_round"),
+        "ended": (timeline.run_dir / "report.json").is_file(),
+        "control": None if steering is None else {**steering.control.state(), "held": steering.holder is not None},
+    }
+
+
+async def _act(steering: Steering, action: str, request: Request) -> dict[str, Any]:
+    control = steering.control
+    if action == "claim":
+        return {"controller": steering.claim(), **control.state()}
+    if action == "release":
+        steering.holder = None
+    elif action == "pause":
+        control.pause()
+    elif action == "resume":
+        control.resume()
+    elif action == "step":
+        control.step()
+    elif action == "inject":
+        body = orjson.loads(await request.body() or b"{}")
+        if not isinstance(body, dict):
+            raise InvalidValueError("inject takes a JSON object: name, content, send_to")
+        control.inject(Injection.model_validate({"name": "inject", **body, "after_round": None}))
+    else:
+        raise _Refused(404, f"no control named {action!r}: claim, pause, step, resume, inject or release")
+    return control.state()
+
+
+async def _events(timeline: Timeline, steering: Steering | None, start: int, controller: str) -> AsyncIterator[bytes]:
+    """The stream: the state, each round from ``start`` as it is logged, the controls' state when it changes."""
+    if steering is not None and controller:
+        steering.opened(controller)
+    try:
+        sent, last_state = start, None
+        yield _sse("info", _info(timeline, steering))
+        while True:
+            timeline.refresh()
+            for number in [r for r in timeline.rounds if r >= sent]:
+                yield _sse("round", await anyio.to_thread.run_sync(timeline.delta, number))
+                sent = number + 1
+            state = _info(timeline, steering)["control"]
+            if state != last_state:
+                yield _sse("control", state)
+                last_state = state
+            await anyio.sleep(POLL_SECONDS)
+    finally:
+        if steering is not None and controller:
+            steering.closed(controller)
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+class _EventStream(Response):
+    """A Server-Sent Events response of an async iterator of ready-made event bytes."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self.chunks = chunks
+        self.background = None
+        headers = {**_HEADERS, "Content-Type": "text/event-stream; charset=utf-8", "X-Accel-Buffering": "no"}
+        self.raw_headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        async with anyio.create_task_group() as group:
+
+            async def until_closed() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                group.cancel_scope.cancel()
+
+            group.start_soon(until_closed)
+            try:
+                async for chunk in self.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.chunks.aclose()  # type: ignore[attr-defined]
+            group.cancel_scope.cancel()
+
+
+def bind(port: int, host: str = "127.0.0.1") -> socket.socket:
+    """A listening socket on ``host:port`` (0: any free port).
+
+    Raises:
+        ConfigError: If the port is in use or cannot be had, naming it and the fix.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"port {port} on {host} cannot be used ({exc.strerror}); pick another with --port (0: any free one)"
+        ) from None
+    sock.listen(64)
+    return sock
+
+
+class WatchServer:
+    """The page's app served by uvicorn on a socket, in a thread of this process (a run's own page), or here.
+
+    ``url`` is where it listens; :meth:`start` returns once it accepts connections, :meth:`stop` ends it.
+    """
+
+    def __init__(self, app: Starlette, sock: socket.socket) -> None:
+        import uvicorn  # the watch extra: imported only when a page is served
+
+        self.sock = sock
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{host}:{port}/"
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._thread: threading.Thread | None = None
+
+    def serve(self) -> None:
+        """Serve here until :meth:`stop` (or Ctrl-C)."""
+        self.server.run(sockets=[self.sock])
+
+    def start(self) -> WatchServer:
+        """Serve in a daemon thread; return once it accepts connections."""
+        self._thread = threading.Thread(target=self.serve, name="metaroles-watch", daemon=True)
+        self._thread.start()
+        while not self.server.started and self._thread.is_alive():
+            self._thread.join(0.01)
+        if not self.server.started:
+            raise ConfigError(f"the watch page could not start on {self.url}")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (open streams are closed)."""
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(5)
+        self.sock.close()
