@@ -29,6 +29,7 @@ from metaroles.cli.common import (
     resumed_model,
     run_dir_at,
 )
+from metaroles.cli.watching import PORT_HELP, run_control, watched
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import zstandard
 from metaroles.record.durability import checked_durability
@@ -37,6 +38,9 @@ from metaroles.team.options import MAX_ROUNDS, RunOptions, read_config_file
 if TYPE_CHECKING:
     from metaroles.team.team import Team
 
+WATCH_HELP = "serve the run's page while it runs: watch it, and steer it with the token printed"
+CONTROL_HELP = "as --watch, and the run waits before its first round until the page (or Python) steps or resumes it"
+INTERVENTIONS_HELP = "inject the messages of this file where it says (another run's interventions.jsonl)"
 TRUST_HELP = "import the scenario file or module the manifest names even if it is not yours (it is code)"
 DURABILITY_HELP = "when to wait for the disk: 'round' (each checkpoint) or 'run' (once, at the end: faster)"
 
@@ -132,6 +136,10 @@ def run(
     ] = False,
     durability: Annotated[str, typer.Option(help=DURABILITY_HELP)] = "round",
     show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
+    watch: Annotated[bool, typer.Option("--watch", help=WATCH_HELP)] = False,
+    control: Annotated[bool, typer.Option("--control", help=CONTROL_HELP)] = False,
+    port: Annotated[int, typer.Option(min=0, max=65535, help=PORT_HELP)] = 0,
+    interventions: Annotated[Path | None, typer.Option(metavar="FILE", help=INTERVENTIONS_HELP)] = None,
 ) -> None:
     """Run a scenario and write its run directory."""
     from metaroles.project.scenario import run_scenario
@@ -139,6 +147,7 @@ def run(
 
     _check_extras(otel=otel, zstd=zstd)  # before anything is loaded or written
     checked_durability(durability)
+    steering = run_control(watch=watch, control=control, interventions=interventions)
     name, options, settings = _read_target(target, set_ or [])
     options, specs = split_role_llms(options)  # role.NAME.llm=MODEL: that role's own model
     seed = seed if seed is not None else settings.get("seed")
@@ -164,8 +173,11 @@ def run(
     run_dir = None if no_save else _new_run_dir(out, runs_dir, name)
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
     manifest |= {"role_llms": specs} if specs else {}
-    scenario = partial(run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest)
-    _execute_run(scenario, run_options, specs, run_dir, quiet=quiet, traceback=show_traceback)
+    scenario = partial(
+        run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest, control=steering
+    )
+    with watched(run_dir, steering, port, page=watch or control):
+        _execute_run(scenario, run_options, specs, run_dir, quiet=quiet, traceback=show_traceback)
 
 
 def _execute_run(

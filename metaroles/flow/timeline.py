@@ -82,16 +82,18 @@ def _mapped(path: Path, size: int) -> Iterator[mmap.mmap]:
 class Timeline:
     """A run directory's rounds, read as the run writes them (see the module).
 
+    ``starting``: the run is about to write the folder (its own page): no manifest yet is no error.
+
     Raises:
         ConfigError: If ``run_dir`` is not a run directory, or its log is compressed (zstd: not followed).
         RunDirCorrupt: If its manifest is damaged.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, *, starting: bool = False) -> None:
         self.run_dir = run_dir
-        self.manifest = read_manifest(run_dir)
-        if self.manifest.get("events") == EVENTS_ZST:
-            raise ConfigError(f"{run_dir} keeps its log compressed ({EVENTS_ZST}); watch a run written without --zstd")
+        self.manifest: dict[str, Any] = {}
+        if not starting:
+            self._read_manifest()
         self.events = Lines(run_dir / EVENTS)
         self.rows = Lines(run_dir / CHECKPOINTS / "messages.jsonl")
         self.rounds: list[int] = []
@@ -100,8 +102,19 @@ class Timeline:
         self._metrics: dict[int, dict[str, Any]] = {}
         self._metric_lines = Lines(run_dir / METRICS)
 
+    def _read_manifest(self) -> None:
+        self.manifest = read_manifest(self.run_dir)
+        if self.manifest.get("events") == EVENTS_ZST:
+            raise ConfigError(
+                f"{self.run_dir} keeps its log compressed ({EVENTS_ZST}); watch a run written without --zstd"
+            )
+
     def refresh(self) -> list[int]:
         """Index what the run wrote since the last call; the rounds it added, in order."""
+        if not self.manifest:
+            if not (self.run_dir / "manifest.json").is_file():
+                return []
+            self._read_manifest()
         before = len(self.events.starts)
         self.events.refresh()
         added: list[int] = []

@@ -86,13 +86,18 @@ class _Refused(Exception):
         self.status, self.detail = status, detail
 
 
-def watch_app(run_dir: Path, *, control: RunControl | None = None, token: str | None = None) -> Starlette:
+def watch_app(
+    run_dir: Path, *, control: RunControl | None = None, token: str | None = None, starting: bool = False
+) -> Starlette:
     """The watch page's app over ``run_dir``; with ``control`` (and its ``token``), the run's controls too.
+
+    ``starting``: the run is about to write ``run_dir`` (a run's own page, started before its manifest).
 
     Raises:
         ConfigError: If ``run_dir`` is not a run directory (as :class:`Timeline` says).
     """
-    page = _Page(Timeline(run_dir), Steering(control, token or secrets.token_urlsafe(16)) if control else None)
+    steering = Steering(control, token or secrets.token_urlsafe(16)) if control is not None else None
+    page = _Page(Timeline(run_dir, starting=starting), steering)
     routes = [
         Route("/", page.page),
         Route("/static/{name}", page.asset),

@@ -1,0 +1,95 @@
+"""``metaroles watch``: a run's page, live or replayed; and the page a run serves of itself (``run --watch``).
+
+``metaroles watch RUN_DIR`` serves a read-only page of any run directory — one still being
+written (it follows the record) or one that ended (scrub to any round). A run started with
+``--watch`` serves its own page with its controls (pause, step, resume, inject), which need the
+token it prints; ``--control`` also makes the run wait at its first barrier until someone steps
+or resumes it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from metaroles.cli.common import app, fail, reported
+from metaroles.core.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from metaroles.flow.watch import WatchServer
+    from metaroles.team.control import RunControl
+
+PORT_HELP = "port of the page on 127.0.0.1 (0: any free one; the URL is printed)"
+
+
+@app.command()
+def watch(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory, running or ended")],
+    port: Annotated[int, typer.Option(min=0, max=65535, help=PORT_HELP)] = 0,
+) -> None:
+    """Watch a run in the browser: live while it runs, a timeline to scrub once it ended (Ctrl-C stops)."""
+    with reported():
+        if not run_dir.is_dir():
+            raise fail(f"no run directory at {str(run_dir)!r}")
+        server = _server(run_dir, port)
+        typer.echo(f"watching {run_dir} at {server.url} (Ctrl-C stops)")
+        try:
+            server.serve()
+        except KeyboardInterrupt:
+            pass
+
+
+def _server(run_dir: Path, port: int, control: RunControl | None = None, token: str = "") -> WatchServer:
+    from metaroles.flow.watch import WatchServer, bind, watch_app
+
+    try:
+        app_ = watch_app(run_dir, control=control, token=token or None, starting=control is not None)
+    except ImportError as exc:
+        raise ConfigError(
+            f"the watch page needs its extra ({exc.name} is missing): pip install 'metaroles[watch]'"
+        ) from None
+    return WatchServer(app_, bind(port))
+
+
+def run_control(*, watch: bool, control: bool, interventions: Path | None) -> RunControl | None:
+    """The control a run is steered by: from its page (``--watch``, ``--control``: paused at first), a file, or none.
+
+    Raises:
+        typer.Exit: If ``interventions`` is not a journal of injections (one line, exit 2).
+    """
+    if not (watch or control or interventions):
+        return None
+    from metaroles.team.control import RunControl, read_journal
+
+    schedule = []
+    if interventions is not None:
+        if not interventions.is_file():
+            raise fail(f"--interventions {str(interventions)!r} is not a file; pass a run's interventions.jsonl")
+        try:
+            schedule = read_journal(interventions)
+        except ConfigError as exc:
+            raise fail(str(exc)) from None
+    return RunControl(schedule=schedule, paused=control)
+
+
+@contextmanager
+def watched(run_dir: Path | None, control: RunControl | None, port: int, *, page: bool) -> Iterator[None]:
+    """While inside: the run's own page (``page``), with ``control`` behind a token printed on stderr."""
+    if control is None or not page:
+        yield
+        return
+    if run_dir is None:
+        raise fail("--watch and --control need a run directory: drop --no-save")
+    token = secrets.token_urlsafe(16)
+    server = _server(run_dir, port, control, token)
+    server.start()
+    typer.echo(f"watch and steer this run at {server.url}#token={token} (the token lets a page steer it)", err=True)
+    try:
+        yield
+    finally:
+        server.stop()
