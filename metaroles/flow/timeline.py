@@ -4,7 +4,8 @@ A :class:`Timeline` reads a run's files — never imports anything they name —
 them or after it ended: ``events.jsonl`` (format 2: one line per round) indexed by byte offset, so
 opening a run of a million messages reads no line and jumping to a round parses one;
 ``checkpoints/messages.jsonl`` for the text of a message (its rows are in publish order, so a
-message is found by bisection on its id); ``metrics.jsonl`` for the scenario's figures.
+message is found by bisection on its id; a run checkpointed every N rounds writes them then, so
+until its next checkpoint a message's text is ``None``); ``metrics.jsonl`` for the scenario's figures.
 
 A round's :meth:`Timeline.delta` is what a watcher is sent for it: counts by action, tokens and
 cost, the interventions and errors, and the flow (who → whom, the action, the text) of at most
@@ -35,6 +36,8 @@ FLOW_ROWS = 200
 """The most messages of one round whose flow a delta carries (the rest are counted)."""
 TEXT_CHARS = 280
 """A message's text in a delta is cut to this many characters (the role panel shows it whole)."""
+TAIL_ROWS = 256
+"""Rows looked through from the end of the message table for a message the bisection misses."""
 _HEAD = re.compile(rb'^\{"seq":(\d+),"round":(\d+),"kind":"round"')
 _ROW_ID = re.compile(rb'^\{"id":"([^"]*)"')
 
@@ -157,7 +160,7 @@ class Timeline:
         calls = line.get("llm_calls", [])
         texts = self.texts(ids[:FLOW_ROWS])
         flow = [
-            [senders[i], said["to"][i], _short(actions[i]), ids[i], (texts.get(ids[i]) or "")[:TEXT_CHARS]]
+            [senders[i], said["to"][i], _short(actions[i]), ids[i], _cut(texts.get(ids[i]))]
             for i in range(min(len(ids), FLOW_ROWS))
         ]
         per_sender = Counter(senders)
@@ -188,13 +191,25 @@ class Timeline:
         return found
 
     def _row(self, message_id: str) -> dict[str, Any] | None:
-        """The message table's row of ``message_id``: rows are in publish order, ids rise with it."""
-        low, high, key = 0, len(self.rows.starts), message_id.encode()
+        """The message table's row of ``message_id``: by bisection (ids rise with the rows), else among the last rows.
+
+        A message published between rounds (an injection, the idea) may be written after the round
+        that follows it: its row is among the last its checkpoint wrote.
+        """
+        key = message_id.encode()
+        found = self._bisect(key)
+        if found is None:
+            last = len(self.rows.starts)
+            found = next((i for i in range(last - 1, max(last - TAIL_ROWS, 0) - 1, -1) if self._row_id(i) == key), None)
+        return None if found is None else dict(orjson.loads(self.rows.read(found)))
+
+    def _bisect(self, key: bytes) -> int | None:
+        low, high = 0, len(self.rows.starts)
         while low < high:
             middle = (low + high) // 2
             row_id = self._row_id(middle)
             if row_id == key:
-                return dict(orjson.loads(self.rows.read(middle)))
+                return middle
             if row_id < key:
                 low = middle + 1
             else:
@@ -270,6 +285,11 @@ def _turn_of(
         elif kind == "observe" and news is None:
             news = list(detail)
     return seen, todo, news
+
+
+def _cut(text: str | None) -> str | None:
+    """A message's text as a delta carries it (``None``: not in the message table until the next checkpoint)."""
+    return None if text is None else text[:TEXT_CHARS]
 
 
 def _short(action: str) -> str:

@@ -100,7 +100,7 @@
     for (const [sender, to, act, , said] of delta.flow) {
       if (role && sender !== role && !to.includes(role)) continue;
       if (action && act !== action) continue;
-      if (text && !said.toLowerCase().includes(text)) continue;
+      if (text && !(said || "").toLowerCase().includes(text)) continue;
       const row = el("tr");
       const from = el("td");
       from.append(roleLink(sender));
@@ -110,7 +110,9 @@
         recipients.append(roleLink(name));
       });
       if (to.length > 8) recipients.append(` and ${to.length - 8} more`);
-      row.append(from, recipients, el("td", act), el("td", said));
+      const cell = el("td", said === null ? "…" : said);
+      if (said === null) cell.title = "the text is recorded with the run's next checkpoint";
+      row.append(from, recipients, el("td", act), cell);
       rows.push(row);
     }
     body.replaceChildren(...rows);
@@ -181,6 +183,13 @@
       const delta = JSON.parse(message.data);
       addRound(delta.round);
       if ($("follow").checked) render(delta);
+    });
+    source.addEventListener("texts", (message) => {
+      const late = JSON.parse(message.data);
+      if (!state.delta || state.delta.round !== late.round) return;
+      for (const row of state.delta.flow) if (row[3] in late.texts) row[4] = late.texts[row[3]];
+      drawFlow();
+      document.body.dataset.texts = String(late.round);
     });
     source.addEventListener("control", (message) => controlState(JSON.parse(message.data)));
     source.addEventListener("info", (message) => {

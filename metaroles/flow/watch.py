@@ -36,7 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from metaroles.core.exceptions import ConfigError, InvalidValueError, MetarolesError
-from metaroles.flow.timeline import Timeline, bisect_round
+from metaroles.flow.timeline import TEXT_CHARS, Timeline, bisect_round
 from metaroles.team.control import Injection, RunControl
 
 __all__ = ["WatchServer", "bind", "watch_app"]
@@ -238,13 +238,17 @@ async def _events(timeline: Timeline, steering: Steering | None, start: int, con
     if steering is not None and controller:
         steering.opened(controller)
     try:
-        sent, last_state = start, None
+        sent, last_state, untold = start, None, dict[int, list[str]]()
         yield _sse("info", _info(timeline, steering))
         while True:
             timeline.refresh()
             for number in [r for r in timeline.rounds if r >= sent]:
-                yield _sse("round", await anyio.to_thread.run_sync(timeline.delta, number))
+                delta = await anyio.to_thread.run_sync(timeline.delta, number)
+                yield _sse("round", delta)
+                untold[number] = [row[3] for row in delta["flow"] if row[4] is None]
                 sent = number + 1
+            for number, texts in _texts_since(timeline, untold):
+                yield _sse("texts", {"round": number, "texts": texts})
             state = _info(timeline, steering)["control"]
             if state != last_state:
                 yield _sse("control", state)
@@ -253,6 +257,19 @@ async def _events(timeline: Timeline, steering: Steering | None, start: int, con
     finally:
         if steering is not None and controller:
             steering.closed(controller)
+
+
+def _texts_since(timeline: Timeline, untold: dict[int, list[str]]) -> list[tuple[int, dict[str, str]]]:
+    """The texts the message table gained for rounds already sent without them (its checkpoint came after)."""
+    found = []
+    for number in list(untold):
+        texts = timeline.texts(untold[number])
+        if texts:
+            found.append((number, {key: text[:TEXT_CHARS] for key, text in texts.items()}))
+        untold[number] = [i for i in untold[number] if i not in texts]
+        if not untold[number] or number < max(untold) - 3:
+            del untold[number]  # a few rounds on, the page has moved on
+    return found
 
 
 def _sse(event: str, data: Any) -> bytes:

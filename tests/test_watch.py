@@ -1,0 +1,194 @@
+"""Watching and steering a run: the page in a real headless browser, the controls, injections resumed and forked."""
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import threading
+from functools import partial
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from metaroles import TestLLM
+from metaroles.cli import main
+from metaroles.flow.watch import WatchServer, bind, watch_app
+from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.team.control import JOURNAL, Injection, RunControl, read_journal
+from metaroles.team.options import RunOptions
+
+SOCIETY = ["society", "--set", "agents=30", "--set", "rounds=6", "--llm", "test", "--seed", "3", "-q"]
+SOCIETY += ["--checkpoint-every", "1"]  # a message's text reaches the page with its round's checkpoint
+SAME = ("events.jsonl", "state.json", "metrics.jsonl", JOURNAL, "checkpoints")
+RUMOUR = '<img src=x onerror="document.body.dataset.pwned=1">A storm is coming.'
+
+
+def chromium_args() -> list[str]:
+    return ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
+
+
+def launch(playwright):
+    return playwright.chromium.launch(
+        executable_path="/usr/bin/chromium", args=[*chromium_args(), "--disable-component-update", "--disable-sync"]
+    )
+
+
+def digest(folder: Path, names=SAME) -> dict[str, str]:
+    found = {}
+    for name in names:
+        path = folder / name
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            found[str(file.relative_to(folder))] = hashlib.sha256(file.read_bytes()).hexdigest()
+    return found
+
+
+def steered_from_python(out: Path, injections: list[Injection]) -> None:
+    control = RunControl(schedule=injections)
+    anyio.run(
+        lambda: run_scenario(
+            "society",
+            llm=TestLLM(3),
+            options={"agents": 30, "rounds": 6},
+            out_dir=out,
+            run=RunOptions(seed=3, checkpoint_every=1),
+            control=control,
+        )
+    )
+
+
+def start_run(out: Path) -> tuple[subprocess.Popen, str]:
+    command = [sys.executable, "-m", "metaroles", "run", *SOCIETY, "--out", str(out), "--control"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    for line in process.stderr:
+        found = re.search(r"(http://127\.0\.0\.1:\d+/#token=\S+)", line)
+        if found:
+            threading.Thread(target=process.stderr.read, daemon=True).start()  # drain the rest
+            return process, found.group(1)
+    raise AssertionError(f"the run printed no page URL (exit {process.wait()})")
+
+
+def test_the_page_steps_pauses_and_injects_and_the_run_equals_one_steered_from_python(tmp_path):
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    process, url = start_run(tmp_path / "page")
+    try:
+        with playwright_api.sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_selector("body[data-controller=yes][data-control=paused]", timeout=30_000)
+            assert page.get_attribute("body", "data-waiting-at") == "0"  # --control: waits before round 1
+            page.click("#step")
+            page.wait_for_selector("body[data-round='1'][data-control=paused][data-waiting-at='1']", timeout=30_000)
+            shown_at = page.evaluate("Date.now()") / 1000
+            logged_at = os.stat(tmp_path / "page" / "events.jsonl").st_mtime
+            assert shown_at - logged_at < 1.0  # the page shows a round within a second of its end
+            page.click("#inject-box summary")
+            page.fill("#inject-name", "rumour")
+            page.fill("#inject-text", RUMOUR)
+            page.click("#inject")
+            page.click("#step")
+            page.wait_for_selector("body[data-round='2'][data-waiting-at='2']", timeout=30_000)
+            shown = "document.querySelector('#flow').innerText.includes('A storm is coming.')"
+            page.wait_for_function(shown, timeout=30_000)  # its text comes with its round, or with the checkpoint
+            assert page.query_selector("#flow img") is None and page.get_attribute("body", "data-pwned") is None
+            page.close()  # closed while paused: the run stays paused, and another page may take the controls
+            second = browser.new_page()
+            second.goto(url)
+            second.wait_for_selector("body[data-controller=yes][data-waiting-at='2']", timeout=30_000)
+            second.click("#resume")
+            assert process.wait(timeout=120) == 0
+            browser.close()
+    finally:
+        process.kill()
+    journal = read_journal(tmp_path / "page" / JOURNAL)
+    assert [(i.name, i.after_round, i.content) for i in journal] == [("rumour", 1, RUMOUR)]
+    steered_from_python(tmp_path / "python", [Injection(name="rumour", content=RUMOUR, after_round=1)])
+    assert digest(tmp_path / "page") == digest(tmp_path / "python")
+
+
+def test_a_second_controller_is_refused_a_wrong_token_too_and_watchers_are_fine(tmp_path):
+    steered_from_python(tmp_path / "run", [])
+    control = RunControl()
+    server = WatchServer(watch_app(tmp_path / "run", control=control, token="secret"), bind(0)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            assert client.post("/api/control/claim", headers={"X-Control-Token": "wrong"}).status_code == 403
+            first = client.post("/api/control/claim", headers={"X-Control-Token": "secret"}).json()["controller"]
+            with client.stream("GET", f"/api/stream?from=99&controller={first}") as stream:
+                lines = stream.iter_lines()  # held: a dropped iterator closes the stream
+                assert next(lines).startswith("event: info")  # the controller's page is open
+                second = client.post("/api/control/claim", headers={"X-Control-Token": "secret"})
+                assert second.status_code == 409 and "another page controls this run" in second.json()["error"]
+                pause = {"X-Control-Token": "secret", "X-Controller": first}
+                assert client.post("/api/control/pause", headers=pause).json()["paused"] is True
+                assert client.get("/api/info").status_code == 200  # watching needs no token
+                refused = client.post("/api/control/inject", headers=pause, json={"content": "hi", "send_to": []})
+                assert refused.status_code == 400 and "send_to" in refused.json()["error"]
+            assert client.get("/api/round/3").json()["round"] == 3
+            assert client.get("/api/role/nobody").status_code == 404
+            assert client.get("/api/round/x").status_code == 400
+    finally:
+        server.stop()
+    assert control.paused  # the page that paused it is gone: paused it stays
+
+
+def run_with_injection(out: Path, *, stop_at: int | None, every: int = 1) -> None:
+    control = RunControl(schedule=[Injection(name="rumour", content="Storm.", after_round=2)])
+    stopping = threading.Event()
+    if stop_at is not None:  # a run stopped right after the injection (as a kill before the next round is)
+        control.listeners.append(lambda c: stopping.set() if c.barrier_round == stop_at else None)
+    anyio.run(
+        lambda: run_scenario(
+            "debate",
+            llm=TestLLM(3),
+            options={"turns": 3},
+            out_dir=out,
+            run=RunOptions(seed=5, checkpoint_every=every),
+            control=control,
+            stopping=stopping,
+        )
+    )
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_an_injection_is_published_again_by_resume_unless_the_checkpoint_holds_it(tmp_path, every):
+    run_with_injection(tmp_path / "whole", stop_at=None, every=every)
+    run_with_injection(tmp_path / "cut", stop_at=2, every=every)
+    assert len(read_journal(tmp_path / "cut" / JOURNAL)) == 1
+    anyio.run(lambda: resume_scenario(tmp_path / "cut", llm=TestLLM(3)))
+    names = ("events.jsonl", "state.json", "transcript.md", JOURNAL)
+    assert digest(tmp_path / "cut", names) == digest(tmp_path / "whole", names)
+    assert (tmp_path / "whole" / "transcript.md").read_text().count("Storm.") == 1
+
+
+def test_a_fork_after_an_injection_keeps_it_and_one_before_does_not(tmp_path):
+    run_with_injection(tmp_path / "parent", stop_at=None)
+    for from_round, kept in ((4, 1), (2, 0)):
+        child = tmp_path / f"child{from_round}"
+        anyio.run(partial(fork_scenario, tmp_path / "parent", from_round=from_round, out_dir=child, llm=TestLLM(3)))
+        assert len(read_journal(child / JOURNAL)) == kept
+        assert (child / "transcript.md").read_text().count("Storm.") == kept
+    assert digest(tmp_path / "child4", ("events.jsonl",)) == digest(tmp_path / "parent", ("events.jsonl",))
+
+
+def test_bad_input_to_watch_and_steering_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["watch", str(tmp_path)]) == 2
+    assert "is not a run directory" in capsys.readouterr().err
+    steered_from_python(tmp_path / "run", [])
+    held = bind(0)
+    try:
+        assert main(["watch", str(tmp_path / "run"), "--port", str(held.getsockname()[1])]) == 2
+        assert "cannot be used" in capsys.readouterr().err
+    finally:
+        held.close()
+    (tmp_path / "bad.jsonl").write_text('{"name": "x"}\n')
+    assert main(["run", "debate", "--llm", "test", "--interventions", str(tmp_path / "bad.jsonl"), "-q"]) == 2
+    assert "line 1 is not an injection" in capsys.readouterr().err
+    assert main(["run", "debate", "--llm", "test", "--watch", "--no-save", "-q"]) == 2
+    assert "need a run directory" in capsys.readouterr().err
+    with pytest.raises(Exception, match="after_round"):
+        RunControl().inject("hi", after_round=-1)
