@@ -338,7 +338,6 @@ class WatchServer:
         self.url = f"http://{host}:{port}/"
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._thread: threading.Thread | None = None
 
     def serve(self) -> None:

@@ -179,6 +179,7 @@ OWN_FILES = (
     "report.json",
     "ledger.json",
     "spans.jsonl",
+    "interventions.jsonl",
     f"{CHECKPOINTS}/messages.jsonl",
 )
 """Files a command writes or appends to in a run directory (beside the round files)."""

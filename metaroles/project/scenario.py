@@ -108,20 +108,14 @@ async def run_scenario(
     """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
 
     ``stopping``: set it (a signal handler may) to stop the run at the next round barrier (see
-    :meth:`Team.stop`); resume and fork take one too.
+    :meth:`Team.stop`). ``control`` pauses, steps and injects at the round barriers, from any
+    thread; an injection is journaled (``interventions.jsonl``) before it is published, so resume
+    and fork reproduce it. Resume and fork take both. ``role_llms`` give the named roles models of
+    their own (record their specs in the manifest's ``role_llms`` for a resume to give them again).
 
-    ``control`` pauses, steps and injects into the run at its round barriers (from any thread);
-    what it injects is journaled in the run directory (``interventions.jsonl``) before it is
-    published, so resume and fork reproduce it.
-
-    ``role_llms`` give the named roles models of their own (record their specs in the manifest's
-    ``role_llms`` for a resume to give them again).
-
-    The run directory holds ``manifest.json`` (what to rebuild the run from, and what produced
-    it), ``events.jsonl``, ``checkpoints/`` (one per round), and at the end ``transcript.md``,
-    ``state.json``, ``report.json`` and ``ledger.json``. On shards, the roles of a run whose
-    ``state.json`` names its last checkpoint (a large one) stay there when it ends: the returned
-    team's environment holds their stand-ins, and the run continues from its directory (resume).
+    The run directory's files are listed in :mod:`metaroles.project.rundir`. On shards, the roles
+    of a run whose ``state.json`` names its last checkpoint (a large one) stay there when it ends:
+    the returned team's environment holds their stand-ins; the run continues from its directory.
     """
     run = run or RunOptions()
     module = load_scenario(name)

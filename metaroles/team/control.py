@@ -105,7 +105,7 @@ def read_journal(path: Path) -> list[Injection]:
             injection = Injection.model_validate(orjson.loads(line))
         except (orjson.JSONDecodeError, ValidationError) as exc:
             raise ConfigError(f"{path}: line {number} is not an injection ({exc}); fix or remove that line") from None
-        if injection.after_round is None or (injections and injection.after_round < injections[-1].after_round):
+        if injection.after_round is None or (injections and injection.after_round < (injections[-1].after_round or 0)):
             raise ConfigError(f"{path}: line {number}'s after_round goes back or is missing; the journal is damaged")
         injections.append(injection)
     return injections

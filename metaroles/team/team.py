@@ -69,6 +69,7 @@ class Team(Dumped):
     Attributes:
         stopping: Set it (from any thread, or a signal handler) to stop the run at the next round
             barrier, cleanly (:meth:`stop`).
+        control: Steers the run at its round barriers (pause, step, inject: ``team.control``), if set.
 
     As MetaGPT's Team, it dumps (:meth:`model_dump`) and saves (:meth:`serialize`) as data, and
     ``Team(**dump)`` / :meth:`deserialize` rebuild it mid-run: the next rounds go on as if it never stopped.
@@ -94,8 +95,7 @@ class Team(Dumped):
         self.checkpoint_every = checkpoint_every
         self.log_turns = checked_log_turns(log_turns)
         self.env = _with_llm(Environment.model_validate(env), llm) if env is not None else Environment()
-        self.llm = llm
-        self.idea = idea
+        self.llm, self.idea = llm, idea
         self.budget = Budget.model_validate(budget) if isinstance(budget, dict) else budget
         self.role_budgets: dict[str, Budget] = dict(role_budgets or {})
         self.env.ledger.prices.update(prices or {})
@@ -127,7 +127,6 @@ class Team(Dumped):
         self.bring_back = True
         """Whether a sharded run's roles come back here; ``False``: not if its ``state.json`` names its checkpoint."""
         self.control: RunControl | None = None
-        """Steers the run at its round barriers (pause, step, inject), if set: see ``team.control``."""
         if investment is not None:
             self.invest(investment)
 
