@@ -1,4 +1,4 @@
-"""Layer 13, the ``metaroles`` command: run, resume, fork, sweep, eval, graph, show, diff, list, serve, watch.
+"""Layer 13, the ``metaroles`` command: run, resume, fork, watch, interview, survey, sweep, eval, graph, ...
 
 Exit codes: 0 done; 1 the run failed (a role raised, a model failed); 2 bad input (unknown
 scenario, not a run directory, bad option); 130 interrupted (Ctrl-C: the run directory is left
@@ -14,12 +14,12 @@ import typer
 from rich.markup import escape
 from typer._click.exceptions import ClickException  # typer vendors click: usage errors are its own
 
-from metaroles.cli import evaluating, inspecting, running, serving, sweeping, watching
+from metaroles.cli import asking, evaluating, inspecting, running, serving, sweeping, watching
 from metaroles.cli.common import app, err, say
 from metaroles.core.exceptions import MetarolesError, RunError
 from metaroles.core.text import printable
 
-__all__ = ["app", "evaluating", "inspecting", "main", "running", "serving", "sweeping", "watching"]
+__all__ = ["app", "asking", "evaluating", "inspecting", "main", "running", "serving", "sweeping", "watching"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

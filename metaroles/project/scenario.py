@@ -464,6 +464,13 @@ async def _branch(
     )
 
 
+def rebuilt_team(manifest: dict[str, Any], llm: LLM, run_dir: Path, role_llms: dict[str, LLM]) -> Team:
+    """The run's team again from its manifest, not yet restored: its roles as hired, named ones on their models."""
+    plan = _rebuild(manifest, llm, run_dir)
+    _give_models(plan.team, role_llms)
+    return plan.team
+
+
 def _steer(team: Team, control: RunControl | None, run_dir: Path | None) -> None:
     """Hand ``control`` to the team; what it injects is journaled in ``run_dir``, if any."""
     if control is not None:

@@ -1,0 +1,86 @@
+"""``metaroles interview`` and ``survey``: ask a run's roles questions on a fork at a round; the run is untouched.
+
+Each writes ``answers.parquet`` (role, attributes, question, answer, tokens) and ``interview.json``
+into a folder of its own (``--out``; by default next to the run), and prints the answers (an
+interview) or a summary with the model's tokens per second (a survey).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import anyio
+import typer
+
+from metaroles.cli.common import LLM_HELP, app, fail, manifest_model, reported, resolve, run_dir_at
+from metaroles.cli.running import TRUST_HELP, trusted
+
+if TYPE_CHECKING:
+    from metaroles.project.interview import Answer
+
+ROUND_HELP = "ask the roles as they stood at the end of this round"
+OUT_HELP = "the folder of the answers (default: next to the run, RUN-asked-rROUND)"
+
+
+@app.command()
+def interview(
+    run_dir: Annotated[Path, typer.Argument(help="the run directory")],
+    question: Annotated[str, typer.Argument(help="the question")],
+    at_round: Annotated[int, typer.Option("--round", min=0, help=ROUND_HELP)],
+    role: Annotated[str, typer.Option(help="the role to ask (a name; a pattern such as 'a1*' asks several)")],
+    out: Annotated[Path | None, typer.Option(help=OUT_HELP)] = None,
+    llm: Annotated[str | None, typer.Option(help=f"{LLM_HELP} (default: the run's own)")] = None,
+    trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
+) -> None:
+    """Ask one role a question as it stood after a round (on a fork: the run directory is not changed)."""
+    answers, _ = _ask(run_dir, at_round, role, [question], out, llm, trust=trust)
+    for answer in answers:
+        typer.echo(f"{answer.role}: {answer.answer}")
+
+
+@app.command()
+def survey(
+    run_dir: Annotated[Path, typer.Argument(help="the run directory")],
+    at_round: Annotated[int, typer.Option("--round", min=0, help=ROUND_HELP)],
+    questions: Annotated[Path, typer.Option(metavar="FILE", help="the questions, one per line")],
+    roles: Annotated[str, typer.Option(help="whom to ask: names or patterns, comma-separated ('*': everyone)")] = "*",
+    out: Annotated[Path | None, typer.Option(help=OUT_HELP)] = None,
+    llm: Annotated[str | None, typer.Option(help=f"{LLM_HELP} (default: the run's own)")] = None,
+    trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
+) -> None:
+    """Ask many roles many questions as they stood after a round; the answers as a table (answers.parquet)."""
+    if not questions.is_file():
+        raise fail(f"--questions {str(questions)!r} is not a file; write one question per line")
+    asked = [line.strip() for line in questions.read_text(encoding="utf-8", errors="replace").splitlines()]
+    answers, seconds = _ask(run_dir, at_round, roles, [q for q in asked if q], out, llm, trust=trust)
+    completion = sum(a.completion_tokens for a in answers)
+    typer.echo(
+        f"{len(answers)} answers from {len({a.role for a in answers})} roles in {seconds:.1f} s "
+        f"({completion / max(seconds, 1e-9):.0f} completion tokens/s)"
+    )
+
+
+def _ask(
+    run_dir: Path, at_round: int, roles: str, questions: list[str], out: Path | None, spec: str | None, *, trust: bool
+) -> tuple[list[Answer], float]:
+    """Ask, under the CLI's error reporting; the answers and the seconds they took."""
+    from metaroles.project.interview import interview_run
+    from metaroles.project.rundir import read_manifest
+
+    with reported():
+        manifest = read_manifest(run_dir_at(run_dir))
+        trusted(manifest["scenario"], run_dir, trust=trust)
+        model = resolve({"llm": spec}) if spec else manifest_model(manifest)
+        role_llms = {name: resolve({"llm": str(s)}) for name, s in (manifest.get("role_llms") or {}).items()}
+        folder = out or run_dir.parent / f"{run_dir.name}-asked-r{at_round}"
+        started = time.monotonic()
+        answers = anyio.run(
+            lambda: interview_run(
+                run_dir, at_round=at_round, roles=roles, questions=questions, out_dir=folder, llm=model,
+                role_llms=role_llms,
+            )
+        )  # fmt: skip
+        typer.echo(f"answers: {folder / 'answers.parquet'}", err=True)
+    return answers, time.monotonic() - started

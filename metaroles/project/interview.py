@@ -1,0 +1,201 @@
+"""Interviews and surveys of a run's roles, on a fork of it at a round: the run itself is never touched.
+
+:func:`interview_run` rebuilds the run's roles from its manifest, restores them as they stood at
+the end of round K (its checkpoint; from the last one before, the rounds between are run again in
+memory), and puts each question to each chosen role through its own model, its system prompt
+(profile, goal, constraints) and its memory as it stood. The answers are a table of a row per role
+and question (:data:`COLUMNS`), written as ``answers.parquet`` into a folder of its own with
+``interview.json`` (what was asked, of which run, at which round). Nothing is written into the run
+directory; its files are only read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from metaroles.bus.role import Role
+from metaroles.bus.thinking import role_prefix
+from metaroles.core.exceptions import ConfigError, UnknownRoleError
+from metaroles.core.files import write_atomic
+from metaroles.core.prompts import render_prompt
+from metaroles.llm.protocol import LLM, LLMRequest
+from metaroles.messages.render import readable
+from metaroles.project.rundir import CHECKPOINTS, check_run_dir, read_manifest
+from metaroles.project.scenario import rebuilt_team
+from metaroles.record.numbering import numbered
+from metaroles.record.restore import restore_checkpoint
+
+__all__ = ["ANSWERS", "COLUMNS", "Answer", "interview_run", "pick_roles"]
+
+ANSWERS = "answers.parquet"
+COLUMNS = ("role", "attributes", "question", "answer", "prompt_tokens", "completion_tokens")
+MEMORY_MESSAGES = 20
+"""The newest remembered messages a role is asked with (a small model's context is short)."""
+ANSWER_TOKENS = 120
+IN_FLIGHT = 32
+"""Questions in flight at once (a batching engine decodes them together)."""
+_PROMPT = """You are $name. What you have seen and said so far, oldest first:
+$memory
+
+An interviewer asks you: $question
+Answer in your own voice, in one or two sentences."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One role's answer to one question."""
+
+    role: str
+    attributes: str
+    """The role's own settings as JSON (its class, profile, goal and its scalar attributes)."""
+    question: str
+    answer: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def pick_roles(roles: Sequence[Role], chosen: str) -> list[Role]:
+    """The roles ``chosen`` names: names or shell patterns (``a1*``), comma-separated; ``*`` for all.
+
+    Raises:
+        UnknownRoleError: If a name or pattern matches no role, listing some that exist.
+    """
+    patterns = [p.strip() for p in chosen.split(",") if p.strip()]
+    picked = [r for r in roles if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)]
+    missing = [p for p in patterns if not any(fnmatch.fnmatchcase(r.name, p) for r in roles)]
+    if missing or not picked:
+        some = ", ".join(r.name for r in roles[:8]) + (", ..." if len(roles) > 8 else "")
+        raise UnknownRoleError(f"no role of the run matches {', '.join(missing) or chosen!r}; its roles: {some}")
+    return picked
+
+
+async def interview_run(
+    run_dir: Path,
+    *,
+    at_round: int,
+    roles: str,
+    questions: Sequence[str],
+    out_dir: Path,
+    llm: LLM,
+    role_llms: dict[str, LLM] | None = None,
+) -> list[Answer]:
+    """Ask ``questions`` of the ``roles`` of the run in ``run_dir`` as they stood after ``at_round``.
+
+    ``llm`` is the run's model (roles with a model of their own keep it: ``role_llms``). The answers
+    are written to ``out_dir/answers.parquet`` (needs pyarrow) and returned.
+
+    Raises:
+        ConfigError: If ``run_dir`` is not a run, has no checkpoint up to ``at_round``, ``out_dir``
+            holds answers already, or no question is given.
+        UnknownRoleError: If ``roles`` matches no role.
+    """
+    manifest = _checked(run_dir, out_dir, questions, at_round)
+    team = rebuilt_team(manifest, llm, out_dir, role_llms or {})
+    restored = restore_checkpoint(run_dir / CHECKPOINTS, team.env, through_round=at_round)
+    if restored.round < at_round:  # the rounds since its last checkpoint, again, in memory
+        await team.run(at_round - restored.round)
+    picked = pick_roles(list(team.env.members), roles)
+    answers = await _ask_all(picked, [q for q in questions if q.strip()])
+    _write(out_dir, answers, {"run_dir": run_dir, "round": at_round, "from_checkpoint": restored.round})
+    return answers
+
+
+def _checked(run_dir: Path, out_dir: Path, questions: Sequence[str], at_round: int) -> dict[str, Any]:
+    """The run's manifest, once what an interview reads and writes is checked (nothing written yet)."""
+    if not [q for q in questions if q.strip()]:
+        raise ConfigError("no question to ask: give one (or a file of one per line)")
+    if out_dir.resolve().is_relative_to(run_dir.resolve()):
+        raise ConfigError(f"{out_dir} is inside the run directory; the answers go into a folder of their own")
+    if (out_dir / ANSWERS).exists():
+        raise ConfigError(f"{out_dir / ANSWERS} exists already; pass another --out")
+    check_run_dir(run_dir)
+    manifest = read_manifest(run_dir)
+    _refuse_late(run_dir, at_round)
+    return manifest
+
+
+def _refuse_late(run_dir: Path, at_round: int) -> None:
+    """Refuse a round past the run's last checkpoint (or a run with none), naming the rounds there are."""
+    last = max((n for n, _ in numbered(run_dir / CHECKPOINTS, "round")), default=None)
+    if last is None:
+        raise ConfigError(f"{str(run_dir)!r} has no checkpoint yet; ask once it has run a round")
+    if at_round > last:
+        raise ConfigError(f"--round {at_round} is past the run's last checkpoint, round {last}; pick 0..{last}")
+
+
+async def _ask_all(roles: Sequence[Role], questions: Sequence[str]) -> list[Answer]:
+    """Each role answers each question; all at once, ``IN_FLIGHT`` at a time, in a fixed order."""
+    answers: list[Answer | None] = [None] * (len(roles) * len(questions))
+    limit = anyio.CapacityLimiter(IN_FLIGHT)
+
+    async def ask(index: int, role: Role, question: str) -> None:
+        async with limit:
+            answers[index] = await answer(role, question)
+
+    async with anyio.create_task_group() as group:
+        for i, role in enumerate(roles):
+            for j, question in enumerate(questions):
+                group.start_soon(ask, i * len(questions) + j, role, question)
+    return [a for a in answers if a is not None]
+
+
+async def answer(role: Role, question: str) -> Answer:
+    """``role``'s answer to ``question``: its own model, its system prompt and its memory as it stands.
+
+    Raises:
+        ConfigError: If the role has no model.
+    """
+    if role.llm is None:
+        raise ConfigError(f"role {role.name!r} has no model to answer with; give the run one (--llm)")
+    memory = "\n".join(f"- {m.sent_from or 'someone'}: {readable(m)}" for m in role.get_memories(MEMORY_MESSAGES))
+    prompt = render_prompt(_PROMPT, name=role.name, memory=memory or "(nothing yet)", question=question)
+    system = role_prefix(role.profile, role.name, role.goal, role.constraints)
+    chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    request = LLMRequest(messages=chat, max_tokens=ANSWER_TOKENS, temperature=0.0, role=role.name, action="Interview")
+    response = await role.llm.complete(request)
+    return Answer(
+        role=role.name,
+        attributes=json.dumps(_attributes(role), sort_keys=True),
+        question=question,
+        answer=response.text.strip(),
+        prompt_tokens=response.usage.prompt_tokens,
+        completion_tokens=response.usage.completion_tokens,
+    )
+
+
+def _attributes(role: Role) -> dict[str, Any]:
+    """The role's class and settings, and its own scalar attributes (an agent's opinion, a player's seat)."""
+    own = {
+        key: value
+        for key, value in vars(role).items()
+        if not key.startswith("_") and isinstance(value, str | int | float | bool) and key != "name"
+    }
+    return {"class": type(role).__name__, **own}
+
+
+def _write(out_dir: Path, answers: Sequence[Answer], asked: dict[str, Any]) -> None:
+    """``answers.parquet`` and ``interview.json`` into ``out_dir`` (each atomically)."""
+    import pyarrow as pa  # the analysis extra: imported only when answers are written
+    import pyarrow.parquet as pq
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = pa.table({column: [getattr(a, column) for a in answers] for column in COLUMNS})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    write_atomic(out_dir / ANSWERS, sink.getvalue().to_pybytes())
+    summary = {
+        **asked,
+        "run_dir": os.path.abspath(asked["run_dir"]),
+        "questions": sorted({a.question for a in answers}),
+        "answers": len(answers),
+    }
+    summary["tokens"] = sum(a.prompt_tokens + a.completion_tokens for a in answers)
+    write_atomic(out_dir / "interview.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")

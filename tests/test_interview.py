@@ -1,0 +1,101 @@
+"""Interviews and surveys on a fork at a round: the same answers in any process, the run untouched."""
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pyarrow.parquet as pq
+import pytest
+
+from metaroles import TestLLM
+from metaroles.cli import main
+from metaroles.project.interview import COLUMNS, interview_run
+from metaroles.project.scenario import run_scenario
+from metaroles.team.options import RunOptions
+
+
+def society(out: Path, every: int) -> Path:
+    options = {"agents": 12, "rounds": 6, "llm_agents": 12}
+    anyio.run(
+        lambda: run_scenario(
+            "society", llm=TestLLM(4), options=options, out_dir=out, run=RunOptions(seed=4, checkpoint_every=every)
+        )
+    )
+    return out
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    return society(tmp_path_factory.mktemp("runs") / "society", every=1)
+
+
+def test_an_interview_gives_the_same_answers_in_two_processes_and_leaves_the_run_as_it_was(run, tmp_path):
+    before = digests(run)
+    for name in ("one", "two"):
+        command = [sys.executable, "-m", "metaroles", "interview", str(run), "What do you believe now?"]
+        command += ["--round", "3", "--role", "a1*", "--out", str(tmp_path / name)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("a1: ")
+    assert (tmp_path / "one" / "answers.parquet").read_bytes() == (tmp_path / "two" / "answers.parquet").read_bytes()
+    assert digests(run) == before  # the run directory, file by file
+    table = pq.read_table(tmp_path / "one" / "answers.parquet")
+    assert table.column_names == list(COLUMNS)
+    assert sorted(table.column("role").to_pylist()) == ["a1", "a10", "a11"]
+    assert all(table.column("completion_tokens").to_pylist())
+
+
+def test_a_survey_asks_every_chosen_role_every_question_as_its_memory_stood(run, tmp_path, capsys):
+    (tmp_path / "q.txt").write_text("Where do you stand?\n\nWho convinced you?\n")
+    for at in (1, 5):
+        argv = ["survey", str(run), "--round", str(at), "--roles", "a2,a3", "--questions", str(tmp_path / "q.txt")]
+        assert main([*argv, "--out", str(tmp_path / f"r{at}")]) == 0
+        assert "4 answers from 2 roles" in capsys.readouterr().out
+    early, late = (pq.read_table(tmp_path / f"r{at}" / "answers.parquet").to_pylist() for at in (1, 5))
+    assert [(r["role"], r["question"]) for r in early] == [
+        ("a2", "Where do you stand?"), ("a2", "Who convinced you?"), ("a3", "Where do you stand?"),
+        ("a3", "Who convinced you?"),
+    ]  # fmt: skip
+    assert all(b["prompt_tokens"] > a["prompt_tokens"] for a, b in zip(early, late, strict=True))  # more memory
+    assert json.loads(early[0]["attributes"])["class"] == "Agent"
+
+
+def test_a_round_between_checkpoints_is_run_again_in_memory_to_the_same_answers(run, tmp_path):
+    sparse = society(tmp_path / "sparse", every=4)
+    before, asked = digests(sparse), {}
+    for name, folder in (("every", run), ("sparse", sparse)):
+        anyio.run(
+            lambda folder=folder, name=name: interview_run(
+                folder, at_round=3, roles="a4", questions=["Why?"], out_dir=tmp_path / f"asked-{name}", llm=TestLLM(4)
+            )
+        )
+        asked[name] = (tmp_path / f"asked-{name}" / "answers.parquet").read_bytes()
+    assert asked["every"] == asked["sparse"]
+    assert digests(sparse) == before  # the rounds run again were run in memory
+
+
+def test_bad_input_to_an_interview_is_one_line_and_exit_2(run, tmp_path, capsys):
+    cases = [
+        (["interview", str(run), "Hi?", "--round", "2", "--role", "nobody"], "no role of the run matches"),
+        (["interview", str(run), "Hi?", "--round", "99", "--role", "a1"], "past the run's last checkpoint"),
+        (["interview", str(tmp_path), "Hi?", "--round", "1", "--role", "a1"], "is not a run directory"),
+        (["survey", str(run), "--round", "1", "--questions", str(tmp_path / "none.txt")], "is not a file"),
+        (["interview", str(run), "Hi?", "--round", "1", "--role", "a1", "--out", str(run)], "folder of their own"),
+        (
+            ["interview", str(run), "Hi?", "--round", "1", "--role", "a1", "--out", str(run / "in")],
+            "folder of their own",
+        ),
+    ]
+    for argv, said in cases:
+        assert main([*argv, "--out", str(tmp_path / "x")] if "--out" not in argv else argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err
