@@ -67,12 +67,14 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each comes
     from metaroles.messages.memory import ChatMemory, Memory
     from metaroles.messages.message import AIMessage, Message, SystemMessage, UserMessage
     from metaroles.messages.queue import MessageQueue, PriorityMessageQueue
+    from metaroles.project.interview import interview_run
     from metaroles.project.registry import ScenarioPlan, load_scenario
     from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
     from metaroles.project.sweep import sweep
     from metaroles.sharding.backends import LocalBackend
     from metaroles.sharding.cast import Cast
     from metaroles.sharding.ray import RayBackend
+    from metaroles.team.control import Injection, RunControl
     from metaroles.team.team import StopReason, Team, TeamReport
 
 __all__ = [
@@ -106,6 +108,7 @@ __all__ = [
     "FileWrite",
     "Function",
     "FunctionLLM",
+    "Injection",
     "Intervention",
     "InvalidValueError",
     "LLMOutputInvalid",
@@ -132,6 +135,7 @@ __all__ = [
     "RoleReactMode",
     "RoleState",
     "RouteExplanation",
+    "RunControl",
     "RunError",
     "ScenarioPlan",
     "ScriptExhausted",
@@ -162,6 +166,7 @@ __all__ = [
     "any_to_name",
     "any_to_str",
     "fork_scenario",
+    "interview_run",
     "load_scenario",
     "resolve_llm",
     "resume_scenario",
@@ -200,6 +205,7 @@ _WHERE: dict[str, str] = {
     "FileWrite": "metaroles.agents.sandbox",
     "Function": "metaroles.core.schema",
     "FunctionLLM": "metaroles.llm.offline",
+    "Injection": "metaroles.team.control",
     "Intervention": "metaroles.bus.routing",
     "InvalidValueError": "metaroles.core.exceptions",
     "LLMOutputInvalid": "metaroles.core.exceptions",
@@ -226,6 +232,7 @@ _WHERE: dict[str, str] = {
     "RoleReactMode": "metaroles.bus.context",
     "RoleState": "metaroles.bus.state",
     "RouteExplanation": "metaroles.bus.routing",
+    "RunControl": "metaroles.team.control",
     "RunError": "metaroles.core.exceptions",
     "ScenarioPlan": "metaroles.project.registry",
     "ScriptExhausted": "metaroles.core.exceptions",
@@ -256,6 +263,7 @@ _WHERE: dict[str, str] = {
     "any_to_name": "metaroles.core.schema",
     "any_to_str": "metaroles.core.schema",
     "fork_scenario": "metaroles.project.scenario",
+    "interview_run": "metaroles.project.interview",
     "load_scenario": "metaroles.project.registry",
     "resolve_llm": "metaroles.llm.providers",
     "resume_scenario": "metaroles.project.scenario",

@@ -15,7 +15,9 @@ import pytest
 
 from metaroles import TestLLM
 from metaroles.cli import main
+from metaroles.cli.watching import interviewer
 from metaroles.flow.watch import WatchServer, bind, watch_app
+from metaroles.project.interview import interview_run
 from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
 from metaroles.team.control import JOURNAL, Injection, RunControl, read_journal
 from metaroles.team.options import RunOptions
@@ -192,3 +194,40 @@ def test_bad_input_to_watch_and_steering_is_one_line_and_exit_2(tmp_path, capsys
     assert "need a run directory" in capsys.readouterr().err
     with pytest.raises(Exception, match="after_round"):
         RunControl().inject("hi", after_round=-1)
+
+
+def test_a_replay_scrubs_to_a_round_and_a_role_panel_asks_on_a_fork(tmp_path):
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    steered_from_python(tmp_path / "run", [Injection(name="rumour", content=RUMOUR, after_round=3)])
+    before = digest(tmp_path / "run")
+    run = tmp_path / "run"
+    server = WatchServer(watch_app(run, interviewer=interviewer(run, trust=False)), bind(0)).start()
+    try:
+        with playwright_api.sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page()
+            page.goto(server.url)
+            page.wait_for_selector("body[data-ready=yes][data-round='7']", timeout=30_000)  # the last round
+            page.fill("#scrub", "4")  # the slider's fifth stop: round 4
+            page.dispatch_event("#scrub", "input")
+            page.wait_for_selector("body[data-round='4']", timeout=30_000)
+            assert "A storm is coming." in page.inner_text("#flow") and page.query_selector("#flow img") is None
+            page.fill("#filter-role", "a5")
+            rows = [row.split("\t") for row in page.inner_text("#flow tbody").splitlines()]
+            assert rows and all(r[0] in ("a5", "Intervention") or "a5" in r[1].split(", ") for r in rows)
+            page.click("#flow .role >> text=a5 >> nth=0")
+            page.wait_for_selector("#panel:not([hidden])")
+            assert page.inner_text("#panel-role") == "a5 at round 4"
+            page.fill("#ask-question", "Where do you stand?")
+            page.click("#ask")
+            page.wait_for_selector("body[data-asked=yes]", timeout=60_000)
+            shown = page.inner_text("#ask-answer")
+            browser.close()
+    finally:
+        server.stop()
+    asked = anyio.run(
+        lambda: interview_run(run, at_round=4, roles="a5", questions=["Where do you stand?"], out_dir=tmp_path / "q",
+                              llm=TestLLM(3))
+    )  # fmt: skip
+    assert shown == f"a5: {asked[0].answer}"
+    assert digest(run) == before

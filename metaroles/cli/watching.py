@@ -9,11 +9,13 @@ or resumes it.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,7 +23,7 @@ from metaroles.cli.common import app, fail, reported
 from metaroles.core.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from metaroles.flow.watch import WatchServer
+    from metaroles.flow.watch import Interviewer, WatchServer
     from metaroles.team.control import RunControl
 
 PORT_HELP = "port of the page on 127.0.0.1 (0: any free one; the URL is printed)"
@@ -31,12 +33,15 @@ PORT_HELP = "port of the page on 127.0.0.1 (0: any free one; the URL is printed)
 def watch(
     run_dir: Annotated[Path, typer.Argument(help="a run directory, running or ended")],
     port: Annotated[int, typer.Option(min=0, max=65535, help=PORT_HELP)] = 0,
+    trust: Annotated[
+        bool, typer.Option("--trust", help="let the page's interviews import the scenario's code")
+    ] = False,
 ) -> None:
     """Watch a run in the browser: live while it runs, a timeline to scrub once it ended (Ctrl-C stops)."""
     with reported():
         if not run_dir.is_dir():
             raise fail(f"no run directory at {str(run_dir)!r}")
-        server = _server(run_dir, port)
+        server = _server(run_dir, port, interviewer=interviewer(run_dir, trust=trust))
         typer.echo(f"watching {run_dir} at {server.url} (Ctrl-C stops)")
         try:
             server.serve()
@@ -44,11 +49,42 @@ def watch(
             pass
 
 
-def _server(run_dir: Path, port: int, control: RunControl | None = None, token: str = "") -> WatchServer:
+def interviewer(run_dir: Path, *, trust: bool) -> Interviewer | str:
+    """What the page's interviews are asked with: the run's own model on a fork; or why they cannot be asked."""
+    from metaroles.cli.common import manifest_model, resolve
+    from metaroles.cli.running import trusted
+    from metaroles.project.interview import interview_run
+    from metaroles.project.rundir import read_manifest
+
+    try:
+        manifest = read_manifest(run_dir)
+        trusted(manifest["scenario"], run_dir, trust=trust)
+    except ConfigError as exc:
+        return f"interviews rebuild the run's roles: {exc}"
+
+    model = manifest_model(manifest)
+    role_llms = {name: resolve({"llm": str(s)}) for name, s in (manifest.get("role_llms") or {}).items()}
+
+    async def ask(roles: str, at_round: int, question: str) -> list[dict[str, Any]]:
+        with tempfile.TemporaryDirectory(prefix="metaroles-asked-") as folder:
+            answers = await interview_run(
+                run_dir, at_round=at_round, roles=roles, questions=[question], out_dir=Path(folder), llm=model,
+                role_llms=role_llms,
+            )  # fmt: skip
+        return [dataclasses.asdict(answer) for answer in answers]
+
+    return ask
+
+
+def _server(
+    run_dir: Path, port: int, control: RunControl | None = None, token: str = "", interviewer: Interviewer | str = ""
+) -> WatchServer:
     from metaroles.flow.watch import WatchServer, bind, watch_app
 
     try:
-        app_ = watch_app(run_dir, control=control, token=token or None, starting=control is not None)
+        app_ = watch_app(
+            run_dir, control=control, token=token or None, starting=control is not None, interviewer=interviewer
+        )
     except ImportError as exc:
         raise ConfigError(
             f"the watch page needs its extra ({exc.name} is missing): pip install 'metaroles[watch]'"
@@ -86,7 +122,7 @@ def watched(run_dir: Path | None, control: RunControl | None, port: int, *, page
     if run_dir is None:
         raise fail("--watch and --control need a run directory: drop --no-save")
     token = secrets.token_urlsafe(16)
-    server = _server(run_dir, port, control, token)
+    server = _server(run_dir, port, control, token, interviewer(run_dir, trust=False))
     server.start()
     typer.echo(f"watch and steer this run at {server.url}#token={token} (the token lets a page steer it)", err=True)
     try:

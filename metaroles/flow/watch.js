@@ -124,8 +124,26 @@
     render(await api(`/api/round/${round}`));
   }
 
+  async function ask() {
+    const question = $("ask-question").value.trim();
+    if (!question || !state.panelRole) return;
+    $("ask-answer").textContent = "asking …";
+    try {
+      const body = JSON.stringify({ role: state.panelRole, round: state.panelRound, question });
+      const headers = { "Content-Type": "application/json", "X-Metaroles": "1" };
+      const asked = await api("/api/interview", { method: "POST", headers, body });
+      $("ask-answer").textContent = asked.answers.map((a) => `${a.role}: ${a.answer}`).join("\n");
+    } catch (error) {
+      $("ask-answer").textContent = `cannot ask: ${error.message}`;
+    }
+    document.body.dataset.asked = "yes";
+  }
+
   async function openRole(name) {
     const panel = await api(`/api/role/${encodeURIComponent(name)}?round=${state.shown ?? 0}`);
+    state.panelRole = panel.role;
+    state.panelRound = panel.round;
+    $("ask-answer").textContent = "";
     $("panel").hidden = false;
     $("panel-role").textContent = `${panel.role} at round ${panel.round}`;
     $("panel-todo").textContent = panel.todo || "(none)";
@@ -217,6 +235,7 @@
     if (round !== undefined) show(round);
   });
   for (const id of ["filter-role", "filter-action", "filter-text"]) $(id).addEventListener("input", drawFlow);
+  $("ask").addEventListener("click", ask);
   $("pause").addEventListener("click", () => command("pause"));
   $("step").addEventListener("click", () => command("step"));
   $("resume").addEventListener("click", () => command("resume"));

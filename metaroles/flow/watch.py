@@ -9,6 +9,7 @@ delta, never the history. Routes:
 - ``GET /api/info``: the run (scenario, rounds so far, whether it ended), and whether it has controls.
 - ``GET /api/round/N``: round N's delta (a replay's scrub); ``GET /api/role/NAME?round=N``: a role's panel.
 - ``GET /api/stream?from=N``: the deltas of round N on as the run writes them, and the controls' state.
+- ``POST /api/interview``: a role's answer to a question as it stood after a round, on a fork.
 - ``POST /api/control/ACTION`` (``claim``, ``pause``, ``step``, ``resume``, ``inject``, ``release``):
   with the run's token in ``X-Control-Token``; one controller at a time (its id in
   ``X-Controller``, bound to its open stream: a page closed mid-step lets another claim the run,
@@ -23,7 +24,7 @@ from __future__ import annotations
 import secrets
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -86,18 +87,29 @@ class _Refused(Exception):
         self.status, self.detail = status, detail
 
 
+Interviewer = Callable[[str, int, str], Awaitable[list[dict[str, Any]]]]
+"""Asks ``(roles, round, question)`` of a run on a fork; the answers as rows (``project.interview``)."""
+
+
 def watch_app(
-    run_dir: Path, *, control: RunControl | None = None, token: str | None = None, starting: bool = False
+    run_dir: Path,
+    *,
+    control: RunControl | None = None,
+    token: str | None = None,
+    starting: bool = False,
+    interviewer: Interviewer | str = "",
 ) -> Starlette:
     """The watch page's app over ``run_dir``; with ``control`` (and its ``token``), the run's controls too.
 
     ``starting``: the run is about to write ``run_dir`` (a run's own page, started before its manifest).
+    ``interviewer`` puts a role panel's questions to the role on a fork; a text instead says why
+    the page cannot (it would import code the run directory names: ``--trust``).
 
     Raises:
         ConfigError: If ``run_dir`` is not a run directory (as :class:`Timeline` says).
     """
     steering = Steering(control, token or secrets.token_urlsafe(16)) if control is not None else None
-    page = _Page(Timeline(run_dir, starting=starting), steering)
+    page = _Page(Timeline(run_dir, starting=starting), steering, interviewer)
     routes = [
         Route("/", page.page),
         Route("/static/{name}", page.asset),
@@ -106,6 +118,7 @@ def watch_app(
         Route("/api/role/{name}", page.role),
         Route("/api/stream", page.stream),
         Route("/api/control/{action}", page.act, methods=["POST"]),
+        Route("/api/interview", page.interview, methods=["POST"]),
     ]
     return Starlette(routes=routes, exception_handlers={_Refused: _refused, MetarolesError: _failed})
 
@@ -113,8 +126,8 @@ def watch_app(
 class _Page:
     """The routes' handlers over one run's timeline and, if it has them, its controls."""
 
-    def __init__(self, timeline: Timeline, steering: Steering | None) -> None:
-        self.timeline, self.steering = timeline, steering
+    def __init__(self, timeline: Timeline, steering: Steering | None, interviewer: Interviewer | str) -> None:
+        self.timeline, self.steering, self.interviewer = timeline, steering, interviewer
         timeline.refresh()
 
     async def page(self, request: Request) -> Response:
@@ -154,6 +167,23 @@ class _Page:
         start = _int(request.query_params.get("from", "0"), "from")
         controller = request.query_params.get("controller", "")
         return _EventStream(_events(self.timeline, self.steering, start, controller))
+
+    async def interview(self, request: Request) -> Response:
+        """Ask a role a question as it stood after a round: ``{"role", "round", "question"}``."""
+        if request.headers.get("x-metaroles") != "1":  # a custom header: another site's page cannot send it
+            return _error(403, "interviews are asked from the watch page (X-Metaroles: 1)")
+        if isinstance(self.interviewer, str):
+            return _error(403, self.interviewer or "this page asks no interviews")
+        body = orjson.loads(await request.body() or b"{}")
+        if not (isinstance(body, dict) and isinstance(body.get("role"), str) and isinstance(body.get("question"), str)):
+            return _error(400, 'an interview takes {"role": NAME, "round": N, "question": TEXT}')
+        at = body.get("round")
+        if type(at) is not int or at < 0:
+            return _error(400, f"round={at!r} is not a round number")
+        try:
+            return _json({"answers": await self.interviewer(body["role"], at, body["question"])})
+        except (MetarolesError, ValueError) as exc:
+            return _error(400, str(exc))
 
     async def act(self, request: Request) -> Response:
         steering = self.steering
