@@ -71,6 +71,8 @@ class Role(Dumped):
         brain_memory: A BrainMemory the role's actions may use; saved with the run's state.
         desc: A description (MetaGPT's ``desc``), for humans.
         recovered: Whether the role was rebuilt from a saved state (MetaGPT's flag).
+        is_human: A person plays this role (MetaGPT's flag): a run with a person's desk asks them
+            (``llm.human``); its model answers when they do not, and when no desk is given.
         **data: What :meth:`model_dump` wrote (its saved state, loaded once the role is built) and the
             fields a subclass declares with annotations (``code_text: str = ""``), as MetaGPT's
             pydantic roles take them: ``Role(**role.model_dump())`` rebuilds the role.
@@ -119,6 +121,7 @@ class Role(Dumped):
         brain_memory: BrainMemory | None = None,
         desc: str | None = None,
         recovered: bool = False,
+        is_human: bool = False,
         **data: Any,
     ) -> None:
         """Create a role; see the class docstring for the arguments."""
@@ -129,6 +132,7 @@ class Role(Dumped):
         self.constraints = constraints if constraints is not None else type(self).constraints
         self.desc = desc if desc is not None else type(self).desc
         self.recovered = recovered
+        self.is_human = bool(is_human)
         if isinstance(long_term, str):  # a dump's: the id its long-term memory was persisted under
             saved = {**(saved or {}), "long_term": long_term}
             long_term = None
@@ -159,7 +163,7 @@ class Role(Dumped):
         """Take out of ``data`` the saved state a dump holds; leave the declared fields; refuse anything else."""
         saved = {key: data.pop(key) for key in _STATE_KEYS & data.keys()}
         saved.pop("cls", None)
-        for key in (*CLASS_KEYS[1:], "states", "is_human", "role_id"):  # derived, or MetaGPT's with no meaning here
+        for key in (*CLASS_KEYS[1:], "states", "role_id"):  # derived, or MetaGPT's with no meaning here
             data.pop(key, None)
         refuse_undeclared(cls, data, cls._declared, "role")
         return saved
@@ -173,6 +177,7 @@ class Role(Dumped):
         rc = self.rc
         dump: dict[str, Any] = {"profile": self.profile, "goal": self.goal, "constraints": self.constraints}
         dump |= {"desc": self.desc, "recovered": self.recovered, "react_mode": rc.react_mode.value}
+        dump |= {"is_human": True} if self.is_human else {}
         dump |= {"max_react_loop": rc.max_react_loop, "send_to": sorted(self.send_to), "states": list(self.states)}
         dump["actions"] = [action.model_dump(mode=mode) for action in self.actions]
         dump |= {field: jsonable(getattr(self, field), mode) for field in self._declared}

@@ -29,13 +29,15 @@ from metaroles.cli.common import (
     resumed_model,
     run_dir_at,
 )
-from metaroles.cli.watching import PORT_HELP, run_control, watched
+from metaroles.cli.watching import HUMAN_HELP, PORT_HELP, people_at, run_control, watched
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import zstandard
 from metaroles.record.durability import checked_durability
 from metaroles.team.options import MAX_ROUNDS, RunOptions, read_config_file
 
 if TYPE_CHECKING:
+    from metaroles.llm.human import HumanLLM
+    from metaroles.llm.protocol import LLM
     from metaroles.team.team import Team
 
 WATCH_HELP = "serve the run's page while it runs: watch it, and steer it with the token printed"
@@ -140,6 +142,8 @@ def run(
     control: Annotated[bool, typer.Option("--control", help=CONTROL_HELP)] = False,
     port: Annotated[int, typer.Option(min=0, max=65535, help=PORT_HELP)] = 0,
     interventions: Annotated[Path | None, typer.Option(metavar="FILE", help=INTERVENTIONS_HELP)] = None,
+    human: Annotated[list[str] | None, typer.Option(metavar="ROLE", help=HUMAN_HELP)] = None,
+    human_timeout: Annotated[float, typer.Option(min=0.001, help="seconds a person has to answer")] = 120.0,
 ) -> None:
     """Run a scenario and write its run directory."""
     from metaroles.project.scenario import run_scenario
@@ -153,8 +157,9 @@ def run(
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
+    people = people_at(human or [], page=watch or control, seconds=human_timeout)
     language_model, manifest = _taped_model(
-        {k: settings.get(k) if v is None else v for k, v in given.items()}, record, replay
+        {k: settings.get(k) if v is None else v for k, v in given.items()}, record, replay, people
     )
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
@@ -176,7 +181,8 @@ def run(
     scenario = partial(
         run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest, control=steering
     )
-    with watched(run_dir, steering, port, page=watch or control):
+    desk = people.keywords["desk"] if people is not None else None
+    with watched(run_dir, steering, port, page=watch or control, desk=desk):
         _execute_run(scenario, run_options, specs, run_dir, quiet=quiet, traceback=show_traceback)
 
 
@@ -201,8 +207,13 @@ def _execute_run(
     finish(report, team, run_dir, quiet=quiet, transcript=run.transcript)
 
 
-def _taped_model(chosen: dict[str, Any], record: Path | None, replay: Path | None) -> tuple[Any, dict[str, Any]]:
-    """The run's model (recording into ``record``, or replaying ``replay``) and what the manifest says of it."""
+def _taped_model(
+    chosen: dict[str, Any], record: Path | None, replay: Path | None, people: Callable[[LLM], HumanLLM] | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The run's model (recording into ``record``, or replaying ``replay``) and what the manifest says of it.
+
+    ``people``: a person answers for some roles (the model answers the rest): recorded with the model's calls.
+    """
     from metaroles.llm.cassette import CassetteLLM, CassetteMode
 
     if record is not None and record.is_file() and record.stat().st_size:
@@ -210,6 +221,9 @@ def _taped_model(chosen: dict[str, Any], record: Path | None, replay: Path | Non
             f"--record {str(record)!r} holds recorded calls already; name a new file, or delete it to record again"
         )
     language_model, manifest = model_from(chosen, replay)
+    if people is not None:
+        language_model = people(language_model)
+        manifest["humans"] = sorted(language_model.seats or ())
     language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
     manifest["cassette"] = str(record.absolute()) if record else str(replay or "")  # resume goes on recording it
     return language_model, manifest

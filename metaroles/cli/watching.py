@@ -14,6 +14,7 @@ import secrets
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,8 +25,10 @@ from metaroles.core.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from metaroles.flow.watch import Interviewer, WatchServer
+    from metaroles.llm.human import Desk, HumanLLM
     from metaroles.team.control import RunControl
 
+HUMAN_HELP = "a person plays this role (repeat for more): asked on the terminal, or on the page with --watch"
 PORT_HELP = "port of the page on 127.0.0.1 (0: any free one; the URL is printed)"
 
 
@@ -77,14 +80,21 @@ def interviewer(run_dir: Path, *, trust: bool) -> Interviewer | str:
 
 
 def _server(
-    run_dir: Path, port: int, control: RunControl | None = None, token: str = "", interviewer: Interviewer | str = ""
+    run_dir: Path,
+    port: int,
+    control: RunControl | None = None,
+    token: str = "",
+    interviewer: Interviewer | str = "",
+    desk: Desk | None = None,
 ) -> WatchServer:
     from metaroles.flow.watch import WatchServer, bind, watch_app
+    from metaroles.llm.human import PageDesk
 
     try:
         app_ = watch_app(
-            run_dir, control=control, token=token or None, starting=control is not None, interviewer=interviewer
-        )
+            run_dir, control=control, token=token or None, starting=control is not None, interviewer=interviewer,
+            desk=desk if isinstance(desk, PageDesk) else None,
+        )  # fmt: skip
     except ImportError as exc:
         raise ConfigError(
             f"the watch page needs its extra ({exc.name} is missing): pip install 'metaroles[watch]'"
@@ -113,16 +123,31 @@ def run_control(*, watch: bool, control: bool, interventions: Path | None) -> Ru
     return RunControl(schedule=schedule, paused=control)
 
 
+def people_at(seats: list[str], *, page: bool, seconds: float) -> partial[HumanLLM] | None:
+    """A person at ``seats``, asked on the run's page (``page``) or the terminal: wraps the run's model."""
+    if not seats:
+        return None
+    from metaroles.llm.human import HumanLLM, PageDesk, TerminalDesk
+
+    desk: Desk = PageDesk() if page else TerminalDesk()
+    return partial(HumanLLM, desk=desk, seats=seats, timeout=seconds)
+
+
 @contextmanager
-def watched(run_dir: Path | None, control: RunControl | None, port: int, *, page: bool) -> Iterator[None]:
-    """While inside: the run's own page (``page``), with ``control`` behind a token printed on stderr."""
+def watched(
+    run_dir: Path | None, control: RunControl | None, port: int, *, page: bool, desk: Desk | None = None
+) -> Iterator[None]:
+    """While inside: the run's own page (``page``), with ``control`` behind a token printed on stderr.
+
+    ``desk``: a person answers for some roles; a :class:`~metaroles.llm.human.PageDesk` is asked on the page.
+    """
     if control is None or not page:
         yield
         return
     if run_dir is None:
         raise fail("--watch and --control need a run directory: drop --no-save")
     token = secrets.token_urlsafe(16)
-    server = _server(run_dir, port, control, token, interviewer(run_dir, trust=False))
+    server = _server(run_dir, port, control, token, interviewer(run_dir, trust=False), desk)
     server.start()
     typer.echo(f"watch and steer this run at {server.url}#token={token} (the token lets a page steer it)", err=True)
     try:

@@ -176,6 +176,31 @@
     }
   }
 
+  function askPerson(questions) {
+    const question = questions[0];
+    $("people").hidden = !question || !state.controller;
+    state.question = question;
+    document.body.dataset.human = question ? String(question.number) : "";
+    if (!question) return;
+    $("human-role").textContent = question.role;
+    $("human-prompt").textContent = question.prompt;
+    $("human-fields").textContent = Object.entries(question.fields)
+      .map(([name, values]) => `${name}: ${values.length ? values.join(" / ") : "any text"}`)
+      .join("; ");
+  }
+
+  async function answerPerson() {
+    if (!state.question) return;
+    const headers = { "X-Control-Token": state.token, "X-Controller": state.controller, "Content-Type": "application/json" };
+    const body = JSON.stringify({ number: state.question.number, text: $("human-text").value });
+    try {
+      await api("/api/human", { method: "POST", headers, body });
+      $("human-text").value = "";
+    } catch (error) {
+      setStatus(String(error.message), true);
+    }
+  }
+
   async function claim(info) {
     if (!info.control) return;
     if (!state.token) {
@@ -210,6 +235,7 @@
       document.body.dataset.texts = String(late.round);
     });
     source.addEventListener("control", (message) => controlState(JSON.parse(message.data)));
+    source.addEventListener("human", (message) => askPerson(JSON.parse(message.data)));
     source.addEventListener("info", (message) => {
       const info = JSON.parse(message.data);
       if (info.ended) setStatus(`replay: the run ended after round ${info.rounds[info.rounds.length - 1] ?? 0}`);
@@ -236,6 +262,7 @@
   });
   for (const id of ["filter-role", "filter-action", "filter-text"]) $(id).addEventListener("input", drawFlow);
   $("ask").addEventListener("click", ask);
+  $("human-answer").addEventListener("click", answerPerson);
   $("pause").addEventListener("click", () => command("pause"));
   $("step").addEventListener("click", () => command("step"));
   $("resume").addEventListener("click", () => command("resume"));

@@ -10,6 +10,7 @@ delta, never the history. Routes:
 - ``GET /api/round/N``: round N's delta (a replay's scrub); ``GET /api/role/NAME?round=N``: a role's panel.
 - ``GET /api/stream?from=N``: the deltas of round N on as the run writes them, and the controls' state.
 - ``POST /api/interview``: a role's answer to a question as it stood after a round, on a fork.
+- ``POST /api/human``: a person's answer for the role they play (``--human ROLE --watch``).
 - ``POST /api/control/ACTION`` (``claim``, ``pause``, ``step``, ``resume``, ``inject``, ``release``):
   with the run's token in ``X-Control-Token``; one controller at a time (its id in
   ``X-Controller``, bound to its open stream: a page closed mid-step lets another claim the run,
@@ -38,6 +39,7 @@ from starlette.routing import Route
 
 from metaroles.core.exceptions import ConfigError, InvalidValueError, MetarolesError
 from metaroles.flow.timeline import TEXT_CHARS, Timeline, bisect_round
+from metaroles.llm.human import PageDesk
 from metaroles.team.control import Injection, RunControl
 
 __all__ = ["WatchServer", "bind", "watch_app"]
@@ -98,18 +100,20 @@ def watch_app(
     token: str | None = None,
     starting: bool = False,
     interviewer: Interviewer | str = "",
+    desk: PageDesk | None = None,
 ) -> Starlette:
     """The watch page's app over ``run_dir``; with ``control`` (and its ``token``), the run's controls too.
 
     ``starting``: the run is about to write ``run_dir`` (a run's own page, started before its manifest).
     ``interviewer`` puts a role panel's questions to the role on a fork; a text instead says why
-    the page cannot (it would import code the run directory names: ``--trust``).
+    the page cannot (it would import code the run directory names: ``--trust``). ``desk`` holds the
+    questions a person playing a role answers on the page (with the controls' token).
 
     Raises:
         ConfigError: If ``run_dir`` is not a run directory (as :class:`Timeline` says).
     """
     steering = Steering(control, token or secrets.token_urlsafe(16)) if control is not None else None
-    page = _Page(Timeline(run_dir, starting=starting), steering, interviewer)
+    page = _Page(Timeline(run_dir, starting=starting), steering, interviewer, desk)
     routes = [
         Route("/", page.page),
         Route("/static/{name}", page.asset),
@@ -119,6 +123,7 @@ def watch_app(
         Route("/api/stream", page.stream),
         Route("/api/control/{action}", page.act, methods=["POST"]),
         Route("/api/interview", page.interview, methods=["POST"]),
+        Route("/api/human", page.human, methods=["POST"]),
     ]
     return Starlette(routes=routes, exception_handlers={_Refused: _refused, MetarolesError: _failed})
 
@@ -126,8 +131,10 @@ def watch_app(
 class _Page:
     """The routes' handlers over one run's timeline and, if it has them, its controls."""
 
-    def __init__(self, timeline: Timeline, steering: Steering | None, interviewer: Interviewer | str) -> None:
-        self.timeline, self.steering, self.interviewer = timeline, steering, interviewer
+    def __init__(
+        self, timeline: Timeline, steering: Steering | None, interviewer: Interviewer | str, desk: PageDesk | None
+    ) -> None:
+        self.timeline, self.steering, self.interviewer, self.desk = timeline, steering, interviewer, desk
         timeline.refresh()
 
     async def page(self, request: Request) -> Response:
@@ -166,7 +173,7 @@ class _Page:
     async def stream(self, request: Request) -> Response:
         start = _int(request.query_params.get("from", "0"), "from")
         controller = request.query_params.get("controller", "")
-        return _EventStream(_events(self.timeline, self.steering, start, controller))
+        return _EventStream(_events(self, start, controller))
 
     async def interview(self, request: Request) -> Response:
         """Ask a role a question as it stood after a round: ``{"role", "round", "question"}``."""
@@ -184,6 +191,22 @@ class _Page:
             return _json({"answers": await self.interviewer(body["role"], at, body["question"])})
         except (MetarolesError, ValueError) as exc:
             return _error(400, str(exc))
+
+    async def human(self, request: Request) -> Response:
+        """A person's answer for the role they play: ``{"number": N, "text": TEXT}`` (the controller's page)."""
+        if self.desk is None or self.steering is None:
+            return _error(404, "nobody is asked on this page: run with --human ROLE --watch")
+        try:
+            self.steering.check(request)
+            body = orjson.loads(await request.body() or b"{}")
+            if not (isinstance(body, dict) and type(body.get("number")) is int and isinstance(body.get("text"), str)):
+                return _error(400, 'an answer is {"number": N, "text": TEXT}')
+            self.desk.answer(body["number"], body["text"])
+        except _Refused as refused:
+            return _error(refused.status, refused.detail)
+        except (InvalidValueError, ValueError) as exc:
+            return _error(400, str(exc))
+        return _json({"answered": body["number"]})
 
     async def act(self, request: Request) -> Response:
         steering = self.steering
@@ -263,12 +286,17 @@ async def _act(steering: Steering, action: str, request: Request) -> dict[str, A
     return control.state()
 
 
-async def _events(timeline: Timeline, steering: Steering | None, start: int, controller: str) -> AsyncIterator[bytes]:
-    """The stream: the state, each round from ``start`` as it is logged, the controls' state when it changes."""
+async def _events(page: _Page, start: int, controller: str) -> AsyncIterator[bytes]:
+    """The stream: each round from ``start`` as it is logged, and what changes (late texts, controls, questions).
+
+    A round's texts its checkpoint writes after the round's line follow it (``texts``); the
+    controls' state (``control``) and the questions a person is asked (``human``) when they change.
+    """
+    timeline, steering, desk = page.timeline, page.steering, page.desk
     if steering is not None and controller:
         steering.opened(controller)
     try:
-        sent, last_state, untold = start, None, dict[int, list[str]]()
+        sent, last, untold = start, dict[str, Any](), dict[int, list[str]]()
         yield _sse("info", _info(timeline, steering))
         while True:
             timeline.refresh()
@@ -279,14 +307,19 @@ async def _events(timeline: Timeline, steering: Steering | None, start: int, con
                 sent = number + 1
             for number, texts in _texts_since(timeline, untold):
                 yield _sse("texts", {"round": number, "texts": texts})
-            state = _info(timeline, steering)["control"]
-            if state != last_state:
-                yield _sse("control", state)
-                last_state = state
+            now = {"control": _info(timeline, steering)["control"], "human": _asked(desk)}
+            for name, value in now.items():
+                if name not in last or last[name] != value:
+                    yield _sse(name, value)
+            last = now
             await anyio.sleep(POLL_SECONDS)
     finally:
         if steering is not None and controller:
             steering.closed(controller)
+
+
+def _asked(desk: PageDesk | None) -> list[dict[str, Any]]:
+    return [question.as_data() for question in desk.pending()] if desk is not None else []
 
 
 def _texts_since(timeline: Timeline, untold: dict[int, list[str]]) -> list[tuple[int, dict[str, str]]]:

@@ -18,6 +18,7 @@ from warnings import warn
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.text import redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
+from metaroles.llm.human import HumanLLM
 from metaroles.llm.limits import LimitedLLM
 from metaroles.llm.model_files import EMBEDDED, MODEL_NAME, local_model_available
 from metaroles.llm.offline import ScriptedLLM, TestLLM
@@ -178,7 +179,7 @@ def describe_llm(llm: LLM) -> dict[str, object]:
     refuses clearly when it is not there) instead of resolving again to whatever is around. No key
     is recorded; credentials in a base URL are redacted.
     """
-    while isinstance(llm, LimitedLLM | CassetteLLM) and llm.inner is not None:  # the model they wrap
+    while isinstance(llm, LimitedLLM | CassetteLLM | HumanLLM) and llm.inner is not None:  # the model they wrap
         llm = llm.inner
     kind = type(llm).__name__  # by name: this module imports no provider SDK
     if kind == "OpenAICompatibleLLM":

@@ -17,8 +17,9 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, UnknownRoleError
 from metaroles.core.files import write_atomic, zstandard
+from metaroles.llm.human import find_human
 from metaroles.llm.ledger import Price
 from metaroles.llm.offline import TestLLM
 from metaroles.llm.protocol import LLM
@@ -124,6 +125,7 @@ async def run_scenario(
     _give_models(plan.team, role_llms or {})
     plan.team.stopping = stopping or plan.team.stopping
     _steer(plan.team, control, out_dir)
+    seat_people(plan.team, llm)
     plan.team.on_round, plan.team.on_progress, plan.team.on_record = (
         on_round,
         on_progress,
@@ -469,6 +471,18 @@ def rebuilt_team(manifest: dict[str, Any], llm: LLM, run_dir: Path, role_llms: d
     plan = _rebuild(manifest, llm, run_dir)
     _give_models(plan.team, role_llms)
     return plan.team
+
+
+def seat_people(team: Team, llm: LLM) -> None:
+    """Check that the seats the run's :class:`~metaroles.llm.human.HumanLLM` names are roles of the run.
+
+    Raises:
+        UnknownRoleError: If a seat names no role of the run.
+    """
+    human = find_human(llm)
+    unknown = sorted((human.seats or set()) - set(team.env.roles)) if human is not None else []
+    if unknown:
+        raise UnknownRoleError(f"--human {unknown[0]!r} is not a role of this run; its roles: {sorted(team.env.roles)}")
 
 
 def _steer(team: Team, control: RunControl | None, run_dir: Path | None) -> None:

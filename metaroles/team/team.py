@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
+from warnings import warn
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
@@ -16,6 +17,7 @@ from metaroles.core.files import write_atomic
 from metaroles.core.heap import paused_gc
 from metaroles.core.schema import BROADCAST, to_addresses
 from metaroles.core.surface import Dumped
+from metaroles.llm.human import find_human
 from metaroles.llm.ledger import Budget, CostLedger, Price, budget_crossed, check_role_budgets, warn_unpriced
 from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
@@ -36,6 +38,15 @@ __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
 
 HUMAN = "Human"
 """``sent_from`` of the idea a Team publishes."""
+
+
+def seat_person(role: Role) -> None:
+    """A person plays ``role`` (``is_human``) where its model asks one (a :class:`HumanLLM`), else its model does."""
+    human = find_human(role.llm)
+    if human is None:
+        warn(f"{role.name} is_human=True, but its model asks no person: give it a HumanLLM (--human)", stacklevel=3)
+    elif human.seats is not None:
+        human.seats.add(role.name)
 
 
 def _with_llm(env: Environment, llm: LLM | None) -> Environment:
@@ -174,6 +185,8 @@ class Team(Dumped):
             for role in roles:
                 if role.llm is None and self.llm is not None:
                     role.set_llm(self.llm)
+                if role.is_human:
+                    seat_person(role)
                 self.env.add_role(role)
 
     def stop(self) -> None:
