@@ -11,11 +11,15 @@ from pathlib import Path
 
 import anyio
 import httpx
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metaroles import TestLLM
 from metaroles.cli import main
 from metaroles.cli.watching import interviewer
+from metaroles.flow.timeline import said_columns
 from metaroles.flow.watch import WatchServer, bind, watch_app
 from metaroles.project.interview import interview_run
 from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
@@ -231,3 +235,18 @@ def test_a_replay_scrubs_to_a_round_and_a_role_panel_asks_on_a_fork(tmp_path):
     )  # fmt: skip
     assert shown == f"a5: {asked[0].answer}"
     assert digest(run) == before
+
+
+@given(text=st.text(max_size=30))
+@settings(max_examples=25, deadline=None)
+def test_a_delta_reads_the_columns_it_shows_as_the_whole_line_has_them(text):
+    said = {
+        "role": ["a", "b"], "message_id": ["m1", "m2"], "cause_by": ["x.Say", "x.Say"], "send_to": [["b"], ["a"]],
+        "caused_by": [[], ["m1"]], "to": [["b", "c"], []],
+    }  # fmt: skip
+    line = {"seq": 1, "round": 2, "kind": "round", "end": 9, "published": said}
+    line |= {"llm_calls": [{"role": "a", "tokens": 3}], "events": [{"kind": "intervention", "detail": text}]}
+    raw = orjson.dumps(line)
+    fast = said_columns(raw)
+    assert fast["published"] == {k: v for k, v in said.items() if k in ("role", "message_id", "cause_by", "to")}
+    assert fast["events"] == line["events"] and fast["llm_calls"] == line["llm_calls"]

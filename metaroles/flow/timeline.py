@@ -15,6 +15,7 @@ round, not its history.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import re
@@ -50,6 +51,7 @@ class Lines:
         self.starts: list[int] = []
         self.end = 0
         """Where the indexed lines end (a line not yet ended is not indexed)."""
+        self._fd: int | None = None
 
     def refresh(self) -> int:
         """Index the lines written since the last call; how many there are now."""
@@ -67,13 +69,31 @@ class Lines:
             self.end = position
         return len(self.starts)
 
-    def read(self, index: int) -> bytes:
-        """Line ``index`` (without its newline)."""
+    def read(self, index: int, limit: int | None = None) -> bytes:
+        """Line ``index`` (without its newline); its first ``limit`` bytes, if given."""
         start = self.starts[index]
         stop = self.starts[index + 1] if index + 1 < len(self.starts) else self.end
-        with open(self.path, "rb") as handle:
-            handle.seek(start)
-            return handle.read(stop - start).rstrip(b"\n")
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)  # kept: a page reads many rows of one file
+        length = stop - start - 1  # an indexed line ends with its newline
+        return os.pread(self._fd, min(length, limit or length), start)
+
+    def read_many(self, index: int, count: int) -> list[bytes]:
+        """Lines ``index`` to ``index + count`` (as far as there are), read at once."""
+        stop_index = min(index + count, len(self.starts))
+        if stop_index <= index:
+            return []
+        start = self.starts[index]
+        stop = self.starts[stop_index] if stop_index < len(self.starts) else self.end
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        return os.pread(self._fd, stop - start, start).splitlines()
+
+    def close(self) -> None:
+        """Let go of the file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 @contextmanager
@@ -140,9 +160,7 @@ class Timeline:
         return int(match.group(2))
 
     def _head(self, index: int) -> bytes:
-        with open(self.events.path, "rb") as handle:
-            handle.seek(self.events.starts[index])
-            return handle.read(64)
+        return self.events.read(index, 64)
 
     def line(self, number: int) -> dict[str, Any]:
         """Round ``number``'s line of the log, parsed.
@@ -153,8 +171,12 @@ class Timeline:
         return dict(orjson.loads(self.events.read(self.line_of[number])))
 
     def delta(self, number: int) -> dict[str, Any]:
-        """What a watcher is sent for round ``number`` (see the module)."""
-        line = self.line(number)
+        """What a watcher is sent for round ``number`` (see the module).
+
+        Only the columns it needs are read from the round's line (a society's round carries megabytes of
+        recipients and caused-by ids a delta does not show): see :func:`said_columns`.
+        """
+        line = said_columns(self.events.read(self.line_of[number]))
         said = line.get("published", {})
         ids, senders, actions = said.get("message_id", []), said.get("role", []), said.get("cause_by", [])
         calls = line.get("llm_calls", [])
@@ -168,7 +190,7 @@ class Timeline:
             "round": number,
             "messages": len(ids),
             "senders": len(per_sender),
-            "actions": dict(Counter(map(_short, actions)).most_common()),
+            "actions": _by_action(actions),
             "per_sender": {str(k): v for k, v in sorted(Counter(per_sender.values()).items())},
             "tokens": sum(call.get("tokens", 0) for call in calls),
             "cost": round(sum(call.get("cost", 0.0) for call in calls), 6),
@@ -179,29 +201,39 @@ class Timeline:
         }
 
     def texts(self, ids: list[str]) -> dict[str, str]:
-        """The text of each of ``ids`` the message table holds (yet): by bisection over its rows."""
+        """The text of each of ``ids`` the message table holds (yet).
+
+        A message is found by bisection over the rows (ids rise with them), else among the last rows
+        (one published between rounds — an injection, the idea — may be written after the round that
+        follows it); the messages after it in ``ids`` are most often the rows after its row, read at once.
+        """
         if not ids:
             return {}
         self.rows.refresh()
         found: dict[str, str] = {}
-        for message_id in ids:
-            row = self._row(message_id)
-            if row is not None:
-                found[message_id] = str(row.get("content", ""))
+        at = 0
+        while at < len(ids):
+            row = self._row_of(ids[at].encode())
+            if row is None:
+                at += 1
+                continue
+            for line in self.rows.read_many(row, len(ids) - at):
+                entry = orjson.loads(line)
+                if not (isinstance(entry, dict) and entry.get("id") == ids[at]):
+                    break
+                found[ids[at]] = str(entry.get("content", ""))
+                at += 1
+                if at == len(ids):
+                    break
         return found
 
-    def _row(self, message_id: str) -> dict[str, Any] | None:
-        """The message table's row of ``message_id``: by bisection (ids rise with the rows), else among the last rows.
-
-        A message published between rounds (an injection, the idea) may be written after the round
-        that follows it: its row is among the last its checkpoint wrote.
-        """
-        key = message_id.encode()
+    def _row_of(self, key: bytes) -> int | None:
+        """The row of the message whose id is ``key`` (see :meth:`texts`)."""
         found = self._bisect(key)
         if found is None:
             last = len(self.rows.starts)
             found = next((i for i in range(last - 1, max(last - TAIL_ROWS, 0) - 1, -1) if self._row_id(i) == key), None)
-        return None if found is None else dict(orjson.loads(self.rows.read(found)))
+        return found
 
     def _bisect(self, key: bytes) -> int | None:
         low, high = 0, len(self.rows.starts)
@@ -217,9 +249,7 @@ class Timeline:
         return None
 
     def _row_id(self, index: int) -> bytes:
-        with open(self.rows.path, "rb") as handle:
-            handle.seek(self.rows.starts[index])
-            match = _ROW_ID.match(handle.read(80))
+        match = _ROW_ID.match(self.rows.read(index, 80))
         return match.group(1) if match else b""
 
     def metrics(self) -> dict[int, dict[str, Any]]:
@@ -271,6 +301,36 @@ class Timeline:
         }
 
 
+_LISTED = re.compile(rb"\[([^\[\]]*)\]")
+_TAIL = (b',"llm_calls":[', b',"events":[', b',"parts":[')
+
+
+def said_columns(line: bytes) -> dict[str, Any]:
+    """The parts of a round line a delta shows, read by themselves; the whole line parsed if it is not as written.
+
+    The published ``role``, ``message_id`` and ``cause_by`` whole, ``to`` for the first
+    :data:`FLOW_ROWS` messages, and the model calls and events.
+    """
+    start, at = line.find(b',"published":{'), line.rfind(b'"to":[') + 6  # "to": the published columns' last
+    tails = [i for i in (line.find(key, at) for key in _TAIL) if i >= 0]
+    if start < 0 or at < start:
+        return dict(orjson.loads(line))
+    try:
+        said = {key: _flat(line, key, start) for key in ("role", "message_id", "cause_by")}
+        first = itertools.islice(_LISTED.finditer(line, at), min(FLOW_ROWS, len(said["message_id"])))
+        said["to"] = [orjson.loads(b"[" + match.group(1) + b"]") for match in first]
+        rest = orjson.loads(b"{" + line[min(tails) + 1 :]) if tails else {}
+    except (ValueError, orjson.JSONDecodeError):
+        return dict(orjson.loads(line))
+    return {"published": said, **rest}
+
+
+def _flat(line: bytes, key: str, start: int) -> list[str]:
+    """A published column of names or ids (no list inside), read by itself."""
+    at = line.index(b'"' + key.encode() + b'":[', start) + len(key) + 3
+    return list(orjson.loads(line[at : line.index(b"]", at) + 1]))
+
+
 def _turn_of(
     line: dict[str, Any], name: str, seen: bool, todo: str, news: list[str] | None
 ) -> tuple[bool, str, list[str] | None]:
@@ -285,6 +345,14 @@ def _turn_of(
         elif kind == "observe" and news is None:
             news = list(detail)
     return seen, todo, news
+
+
+def _by_action(actions: list[str]) -> dict[str, int]:
+    """How many messages each action made (by its class name), most first."""
+    counts: Counter[str] = Counter()
+    for action, count in Counter(actions).items():
+        counts[_short(action)] += count
+    return dict(counts.most_common())
 
 
 def _cut(text: str | None) -> str | None:
