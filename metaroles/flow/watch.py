@@ -22,6 +22,7 @@ text (``textContent``), never as HTML; the page's Content-Security-Policy allows
 
 from __future__ import annotations
 
+import html
 import secrets
 import socket
 import threading
@@ -42,7 +43,7 @@ from metaroles.flow.timeline import TEXT_CHARS, Timeline, bisect_round
 from metaroles.llm.human import PageDesk
 from metaroles.team.control import Injection, RunControl
 
-__all__ = ["WatchServer", "bind", "watch_app"]
+__all__ = ["WatchServer", "bind", "watch_app", "watch_page"]
 
 POLL_SECONDS = 0.2
 """How often a stream looks for rounds the run wrote (the page shows a round within this of its end)."""
@@ -369,6 +370,15 @@ class _EventStream(Response):
             group.cancel_scope.cancel()
 
 
+def watch_page(run_dir: Path, *, port: int = 0) -> WatchServer:
+    """Serve ``run_dir``'s page (read-only: live or replay) in a thread of this process; shown inline in a notebook.
+
+    Raises:
+        ConfigError: If ``run_dir`` is not a run directory, or ``port`` cannot be had.
+    """
+    return WatchServer(watch_app(run_dir), bind(port)).start()
+
+
 def bind(port: int, host: str = "127.0.0.1") -> socket.socket:
     """A listening socket on ``host:port`` (0: any free port).
 
@@ -416,6 +426,12 @@ class WatchServer:
         if not self.server.started:
             raise ConfigError(f"the watch page could not start on {self.url}")
         return self
+
+    def _repr_html_(self) -> str:
+        """The page inline in a notebook (an iframe of its URL)."""
+        return (
+            f'<iframe src="{html.escape(self.url)}" width="100%" height="640" style="border:1px solid #ddd"></iframe>'
+        )
 
     def stop(self) -> None:
         """Stop serving (open streams are closed)."""

@@ -1,0 +1,222 @@
+"""What watching a run costs, what the page is sent and how fast it draws; how fast a big run's replay opens and jumps.
+
+Live (``--agents`` 10,000, ``--rounds`` 10, the test model): the same society run three ways, the
+ways interleaved ``--repeat`` times — alone; followed by ``metaroles watch`` (another process) with
+a page open in headless chromium; and serving its own page (``--watch``, the server in the run's
+process) with a page open. ``watch_cost_*`` is the median, over the repetitions, of the run's time
+(wall, and CPU of its process) over the lone run's, less one (this machine's noise is several
+per cent: see ``own_page_share_of_a_round``, the time the page's server spends on a round — its
+delta — over the time the run spends on it: what serving its own page takes from the run's process).
+``stream_bytes_per_round`` is the size
+of each round's event on the stream (the round's delta; the page never receives the history);
+``render_ms`` is the page's own measure of drawing a round (``performance.now()`` around it).
+
+Replay (``--replay-agents`` 10,000 × ``--replay-rounds`` 100: a million messages): ``open_s`` is
+from loading the page of the finished run to its showing the last round, ``jump_s`` from moving the
+timeline to a round to the page showing it, for rounds spread over the run (median and max).
+
+Run: ``python bench/watch.py`` (needs Debian's chromium and playwright: ``make test`` installs both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+from playwright.sync_api import Page, sync_playwright
+
+from metaroles.flow.timeline import Timeline
+
+CHROMIUM = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
+
+
+def society(agents: int, rounds: int, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "metaroles", "run", "society", "--set", f"agents={agents}", "--rounds", str(rounds),
+            "--llm", "test", "--seed", "1", "-q", "--out", str(out), *extra]  # fmt: skip
+
+
+def timed(command: list[str], follow=None) -> tuple[float, float, list[float] | None]:
+    """Run ``command``; its wall and CPU seconds, and what ``follow`` (the process, its exit event) returned."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    exited, ended = threading.Event(), {}
+
+    def reap() -> None:
+        _, status, usage = os.wait4(process.pid, 0)
+        ended.update(code=os.waitstatus_to_exitcode(status), wall=time.perf_counter() - started, usage=usage)
+        exited.set()
+
+    threading.Thread(target=reap, daemon=True).start()
+    result = follow(process, exited) if follow else None
+    process.stderr.read()
+    exited.wait()
+    process.returncode = ended["code"]
+    assert ended["code"] == 0, f"{command} failed"
+    return ended["wall"], ended["usage"].ru_utime + ended["usage"].ru_stime, result
+
+
+def page_follows(url: str, done: threading.Event, times: list[float]) -> None:
+    """A headless chromium page on ``url`` until ``done``; its render times land in ``times``."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM)
+        page = browser.new_page()
+        page.goto(url)
+        while not done.wait(0.5):
+            try:
+                times[:] = page.evaluate("window.renderTimes")
+            except Exception:  # the page's server is gone with the run
+                break
+        browser.close()
+
+
+def with_external_watcher(out: Path):
+    def follow(process: subprocess.Popen, exited: threading.Event) -> list[float]:
+        while not (out / "manifest.json").exists() and not exited.is_set():
+            exited.wait(0.02)
+        watcher = subprocess.Popen([sys.executable, "-m", "metaroles", "watch", str(out)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+        url = re.search(r"http://\S+/", watcher.stdout.readline()).group(0)
+        return _page_until_exit(url, exited, finally_stop=watcher)
+
+    return follow
+
+
+def with_own_page(process: subprocess.Popen, exited: threading.Event) -> list[float]:
+    for line in process.stderr:
+        found = re.search(r"http://\S+#token=\S+", line)
+        if found:
+            return _page_until_exit(found.group(0), exited)
+    return []
+
+
+def _page_until_exit(url: str, exited: threading.Event, finally_stop: subprocess.Popen | None = None) -> list[float]:
+    done, times = threading.Event(), []
+    page = threading.Thread(target=page_follows, args=(url, done, times))
+    page.start()
+    exited.wait()
+    done.set()
+    page.join()
+    if finally_stop is not None:
+        finally_stop.terminate()
+        finally_stop.wait()
+    return times
+
+
+def live(agents: int, rounds: int, repeat: int, folder: Path) -> dict:
+    runs: dict[str, list[tuple[float, float]]] = {"alone": [], "external": [], "own": []}
+    renders: list[float] = []
+    for n in range(repeat):
+        ways = [("alone", [], None), ("external", [], "external"), ("own", ["--watch"], with_own_page)]
+        for name, extra, follow in ways if n % 2 == 0 else reversed(ways):
+            out = folder / f"{name}-{n}"
+            chosen = with_external_watcher(out) if follow == "external" else follow
+            wall, cpu, times = timed(society(agents, rounds, out, *extra), chosen)
+            runs[name].append((wall, cpu))
+            renders += times or []
+    pairs = {name: list(zip(runs["alone"], runs[name], strict=True)) for name in ("external", "own")}
+    cost = {
+        f"watch_cost_{name}_{kind}": round(statistics.median(b[i] / a[i] - 1 for a, b in pairs[name]), 4)
+        for name in pairs
+        for i, kind in ((0, "wall"), (1, "cpu"))
+    }
+    timeline = Timeline(folder / "alone-0")
+    timeline.refresh()
+    sizes = [len(b"event: round\ndata: " + orjson.dumps(timeline.delta(r)) + b"\n\n") for r in timeline.rounds[1:]]
+    delta_s = []
+    for r in timeline.rounds[1:]:
+        started = time.perf_counter()
+        timeline.delta(r)
+        delta_s.append(time.perf_counter() - started)
+    startup, _, _ = timed(society(agents, 0, folder / "startup"))  # building the society, no round
+    round_s = (statistics.median(w for w, _ in runs["alone"]) - startup) / rounds
+    return {
+        "agents": agents, "rounds": rounds, "repeat": repeat,
+        "run_s_alone": [round(w, 2) for w, _ in runs["alone"]],
+        "round_ms": round(1000 * round_s, 1), "delta_ms_per_round": round(1000 * statistics.median(delta_s), 2),
+        "own_page_share_of_a_round": round(statistics.median(delta_s) / round_s, 4),
+        **cost,
+        "stream_bytes_per_round_median": int(statistics.median(sizes)), "stream_bytes_per_round_max": max(sizes),
+        "events_jsonl_bytes_per_round": (folder / "alone-0" / "events.jsonl").stat().st_size // len(timeline.rounds),
+        "render_ms_median": round(statistics.median(renders), 1) if renders else None,
+        "render_ms_max": round(max(renders), 1) if renders else None, "rounds_rendered": len(renders),
+    }  # fmt: skip
+
+
+def replay(agents: int, rounds: int, folder: Path, jumps: int) -> dict:
+    out = folder / f"society-{agents}x{rounds}"  # kept between runs of the bench: making it takes minutes
+    started = time.perf_counter()
+    if not (out / "report.json").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        timed(society(agents, rounds, out))
+    made = time.perf_counter() - started
+    messages = sum(1 for _ in open(out / "checkpoints" / "messages.jsonl", "rb"))
+    watcher = subprocess.Popen([sys.executable, "-m", "metaroles", "watch", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        url = re.search(r"http://\S+/", watcher.stdout.readline()).group(0)
+        opened, jumped = _scrub(url, rounds, jumps)
+    finally:
+        watcher.terminate()
+        watcher.wait()
+    return {
+        "replay_messages": messages, "replay_events_jsonl_mb": round((out / "events.jsonl").stat().st_size / 1e6),
+        "replay_made_s": round(made, 1), "open_s": round(opened, 3),
+        "jump_s_median": round(statistics.median(jumped), 3), "jump_s_max": round(max(jumped), 3),
+    }  # fmt: skip
+
+
+def _scrub(url: str, rounds: int, jumps: int) -> tuple[float, list[float]]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM)
+        page: Page = browser.new_page()
+        started = time.perf_counter()
+        page.goto(url)
+        page.wait_for_selector("body[data-ready=yes]", timeout=120_000)
+        opened = time.perf_counter() - started
+        assert int(page.get_attribute("body", "data-round")) >= rounds  # the last round is shown
+        jumped = []
+        for target in random.Random(7).sample(range(1, rounds + 1), jumps):
+            started = time.perf_counter()
+            page.fill("#scrub", str(target))  # the slider's stops are the rounds 0, 1, 2, ...
+            page.dispatch_event("#scrub", "input")
+            page.wait_for_selector(f"body[data-round='{target}']", timeout=60_000)
+            jumped.append(time.perf_counter() - started)
+        browser.close()
+    return opened, jumped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--replay-agents", type=int, default=10_000)
+    parser.add_argument("--replay-rounds", type=int, default=100)
+    parser.add_argument("--jumps", type=int, default=10)
+    parser.add_argument("--only", choices=["live", "replay"], default=None)
+    parser.add_argument("--replay-dir", type=Path, default=Path(tempfile.gettempdir()) / "metaroles-bench-replay")
+    args = parser.parse_args()
+    figures: dict = {"load_before": round(os.getloadavg()[0], 2)}
+    with tempfile.TemporaryDirectory(prefix="metaroles-watch-bench-") as folder:
+        if args.only in (None, "live"):
+            figures |= live(args.agents, args.rounds, args.repeat, Path(folder))
+    if args.only in (None, "replay"):
+        figures |= replay(args.replay_agents, args.replay_rounds, args.replay_dir, args.jumps)
+    figures["load_after"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()
