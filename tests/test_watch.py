@@ -23,6 +23,7 @@ from metaroles.flow.timeline import said_columns
 from metaroles.flow.watch import WatchServer, bind, watch_app
 from metaroles.project.interview import interview_run
 from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.sharding.backends import LocalBackend
 from metaroles.team.control import JOURNAL, Injection, RunControl, read_journal
 from metaroles.team.options import RunOptions
 
@@ -250,3 +251,17 @@ def test_a_delta_reads_the_columns_it_shows_as_the_whole_line_has_them(text):
     fast = said_columns(raw)
     assert fast["published"] == {k: v for k, v in said.items() if k in ("role", "message_id", "cause_by", "to")}
     assert fast["events"] == line["events"] and fast["llm_calls"] == line["llm_calls"]
+
+
+def test_an_injection_into_a_sharded_run_makes_the_one_process_run(tmp_path):
+    for name, backend in (("one", None), ("sharded", LocalBackend(2))):
+        control = RunControl(schedule=[Injection(name="rumour", content="Storm.", after_round=2)])
+        anyio.run(
+            lambda name=name, backend=backend, control=control: run_scenario(
+                "society", llm=TestLLM(3), options={"agents": 30, "rounds": 5}, out_dir=tmp_path / name,
+                run=RunOptions(seed=3, checkpoint_every=1, backend=backend), control=control,
+            )
+        )  # fmt: skip
+    names = ("events.jsonl", "state.json", "metrics.jsonl", JOURNAL)
+    assert digest(tmp_path / "one", names) == digest(tmp_path / "sharded", names)
+    assert b'"kind":"intervention"' in (tmp_path / "sharded" / "events.jsonl").read_bytes()

@@ -124,6 +124,7 @@ class Timeline:
         self.line_of: dict[int, int] = {}
         self._metrics: dict[int, dict[str, Any]] = {}
         self._metric_lines = Lines(run_dir / METRICS)
+        self._tail_rows: tuple[int, dict[bytes, int]] = (-1, {})
 
     def _read_manifest(self) -> None:
         self.manifest = read_manifest(self.run_dir)
@@ -228,12 +229,26 @@ class Timeline:
         return found
 
     def _row_of(self, key: bytes) -> int | None:
-        """The row of the message whose id is ``key`` (see :meth:`texts`)."""
-        found = self._bisect(key)
-        if found is None:
-            last = len(self.rows.starts)
-            found = next((i for i in range(last - 1, max(last - TAIL_ROWS, 0) - 1, -1) if self._row_id(i) == key), None)
-        return found
+        """The row of the message whose id is ``key`` (see :meth:`texts`).
+
+        A message not in the table yet (its checkpoint is still to come) costs a dict lookup: its
+        id is past the last row's, and not among the last rows.
+        """
+        tail = self._tail()
+        if key in tail:
+            return tail[key]
+        count = len(self.rows.starts)
+        if count == 0 or key > self._row_id(count - 1):
+            return None
+        return self._bisect(key)
+
+    def _tail(self) -> dict[bytes, int]:
+        """The ids of the table's last :data:`TAIL_ROWS` rows, by id (read again when the table grew)."""
+        count = len(self.rows.starts)
+        if self._tail_rows[0] != count:
+            first = max(count - TAIL_ROWS, 0)
+            self._tail_rows = (count, {self._row_id(i): i for i in range(first, count)})
+        return self._tail_rows[1]
 
     def _bisect(self, key: bytes) -> int | None:
         low, high = 0, len(self.rows.starts)
