@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -67,20 +68,26 @@ def steered_from_python(out: Path, injections: list[Injection]) -> None:
     )
 
 
-def start_run(out: Path) -> tuple[subprocess.Popen, str]:
+def start_run(out: Path) -> tuple[subprocess.Popen, str, Callable[[], str]]:
     command = [sys.executable, "-m", "metaroles", "run", *SOCIETY, "--out", str(out), "--control"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    for line in process.stderr:
-        found = re.search(r"(http://127\.0\.0\.1:\d+/#token=\S+)", line)
-        if found:
-            threading.Thread(target=process.stderr.read, daemon=True).start()  # drain the rest
-            return process, found.group(1)
-    raise AssertionError(f"the run printed no page URL (exit {process.wait()})")
+    url = next((m.group(1) for line in process.stderr if (m := re.search(r"(http://127\S+/#token=\S+)", line))), None)
+    if url is None:
+        raise AssertionError(f"the run printed no page URL (exit {process.wait()})")
+    rest: list[str] = []
+    drain = threading.Thread(target=lambda: rest.append(process.stderr.read()), daemon=True)
+    drain.start()
+
+    def rest_of_stderr() -> str:
+        drain.join(60)
+        return "".join(rest)
+
+    return process, url, rest_of_stderr
 
 
 def test_the_page_steps_pauses_and_injects_and_the_run_equals_one_steered_from_python(tmp_path):
     playwright_api = pytest.importorskip("playwright.sync_api")
-    process, url = start_run(tmp_path / "page")
+    process, url, rest_of_stderr = start_run(tmp_path / "page")
     try:
         with playwright_api.sync_playwright() as playwright:
             browser = launch(playwright)
@@ -111,6 +118,8 @@ def test_the_page_steps_pauses_and_injects_and_the_run_equals_one_steered_from_p
             browser.close()
     finally:
         process.kill()
+    said = rest_of_stderr()
+    assert "Traceback" not in said and "ERROR" not in said, said  # the page's end is no news to the user
     journal = read_journal(tmp_path / "page" / JOURNAL)
     assert [(i.name, i.after_round, i.content) for i in journal] == [("rumour", 1, RUMOUR)]
     steered_from_python(tmp_path / "python", [Injection(name="rumour", content=RUMOUR, after_round=1)])

@@ -126,7 +126,9 @@ def watch_app(
         Route("/api/interview", page.interview, methods=["POST"]),
         Route("/api/human", page.human, methods=["POST"]),
     ]
-    return Starlette(routes=routes, exception_handlers={_Refused: _refused, MetarolesError: _failed})
+    app = Starlette(routes=routes, exception_handlers={_Refused: _refused, MetarolesError: _failed})
+    app.state.closing = page.closing
+    return app
 
 
 class _Page:
@@ -136,6 +138,8 @@ class _Page:
         self, timeline: Timeline, steering: Steering | None, interviewer: Interviewer | str, desk: PageDesk | None
     ) -> None:
         self.timeline, self.steering, self.interviewer, self.desk = timeline, steering, interviewer, desk
+        self.closing = threading.Event()
+        """Set when the server stops: every stream ends."""
         timeline.refresh()
 
     async def page(self, request: Request) -> Response:
@@ -313,6 +317,8 @@ async def _events(page: _Page, start: int, controller: str) -> AsyncIterator[byt
                 if name not in last or last[name] != value:
                     yield _sse(name, value)
             last = now
+            if page.closing.is_set():
+                return
             await anyio.sleep(POLL_SECONDS)
     finally:
         if steering is not None and controller:
@@ -367,6 +373,7 @@ class _EventStream(Response):
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.chunks.aclose()  # type: ignore[attr-defined]
+            await send({"type": "http.response.body", "body": b"", "more_body": False})  # the server stops
             group.cancel_scope.cancel()
 
 
@@ -406,7 +413,7 @@ class WatchServer:
     def __init__(self, app: Starlette, sock: socket.socket) -> None:
         import uvicorn  # the watch extra: imported only when a page is served
 
-        self.sock = sock
+        self.sock, self.app = sock, app
         host, port = sock.getsockname()[:2]
         self.url = f"http://{host}:{port}/"
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
@@ -434,7 +441,8 @@ class WatchServer:
         )
 
     def stop(self) -> None:
-        """Stop serving (open streams are closed)."""
+        """Stop serving: open streams end at their next look at the run (a page's stream never ends by itself)."""
+        self.app.state.closing.set()
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(5)
