@@ -3,6 +3,7 @@
 import hashlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -274,3 +275,20 @@ def test_an_injection_into_a_sharded_run_makes_the_one_process_run(tmp_path):
     names = ("events.jsonl", "state.json", "metrics.jsonl", JOURNAL)
     assert digest(tmp_path / "one", names) == digest(tmp_path / "sharded", names)
     assert b'"kind":"intervention"' in (tmp_path / "sharded" / "events.jsonl").read_bytes()
+
+
+def test_ctrl_c_while_paused_stops_the_run_at_its_barrier_and_resume_finishes_it_as_if_never_paused(tmp_path):
+    debate = ["debate", "--llm", "test", "--seed", "4", "-q"]
+    whole = subprocess.run([sys.executable, "-m", "metaroles", "run", *debate, "--out", str(tmp_path / "whole")],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert whole.returncode == 0, whole.stderr
+    command = [sys.executable, "-m", "metaroles", "run", *debate, "--out", str(tmp_path / "cut"), "--control"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert any("#token=" in line for line in process.stderr)  # paused before round 1, its page up
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    resumed = subprocess.run([sys.executable, "-m", "metaroles", "resume", str(tmp_path / "cut"), "-q"],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    names = ("events.jsonl", "state.json", "transcript.md")
+    assert digest(tmp_path / "cut", names) == digest(tmp_path / "whole", names)

@@ -316,6 +316,9 @@ def resume(
     ] = None,
     trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
     show_traceback: Annotated[bool, typer.Option("--traceback", help=TRACEBACK_HELP)] = False,
+    watch: Annotated[bool, typer.Option("--watch", help=WATCH_HELP)] = False,
+    control: Annotated[bool, typer.Option("--control", help=CONTROL_HELP)] = False,
+    port: Annotated[int, typer.Option(min=0, max=65535, help=PORT_HELP)] = 0,
 ) -> None:
     """Continue a run from its last complete checkpoint (after a crash, a kill, or a budget stop).
 
@@ -334,15 +337,18 @@ def resume(
         llm = resumed_model(manifest)
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     quiet = quiet or manifest.get("quiet") is True
-    report, team = execute(
-        lambda live, stopping: resume_scenario(
-            run_dir, llm=llm, role_llms=role_llms, on_progress=live, backend=chosen, rounds=rounds, stopping=stopping
-        ),
-        manifest["n_round"] if rounds is None else rounds,
-        quiet=quiet,
-        run_dir=run_dir,
-        show_traceback=show_traceback,
-    )
+    steering = run_control(watch=watch, control=control, interventions=None)
+    with watched(run_dir, steering, port, page=watch or control):
+        report, team = execute(
+            lambda live, stopping: resume_scenario(
+                run_dir, llm=llm, role_llms=role_llms, on_progress=live, backend=chosen, rounds=rounds,
+                stopping=stopping, control=steering,
+            ),
+            manifest["n_round"] if rounds is None else rounds,
+            quiet=quiet,
+            run_dir=run_dir,
+            show_traceback=show_traceback,
+        )  # fmt: skip
     finish(report, team, run_dir, quiet=quiet, transcript=manifest.get("transcript"))
 
 
