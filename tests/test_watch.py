@@ -292,3 +292,34 @@ def test_ctrl_c_while_paused_stops_the_run_at_its_barrier_and_resume_finishes_it
     assert resumed.returncode == 0, resumed.stderr
     names = ("events.jsonl", "state.json", "transcript.md")
     assert digest(tmp_path / "cut", names) == digest(tmp_path / "whole", names)
+
+
+def test_python_steps_pauses_and_injects_from_another_thread_as_the_page_does(tmp_path):
+    control = RunControl(paused=True)
+    waits: dict[int, threading.Event] = {n: threading.Event() for n in range(8)}
+    control.listeners.append(lambda c: c.waiting_at is not None and waits[c.waiting_at].set())
+
+    def steer() -> None:
+        assert waits[0].wait(60)  # paused before round 1
+        control.step()
+        assert waits[1].wait(60)
+        control.inject("Storm.", name="rumour")  # lands at the barrier the run waits at
+        control.step(2)
+        assert waits[3].wait(60)
+        control.resume()
+
+    helper = threading.Thread(target=steer)
+    helper.start()
+    run_with(tmp_path / "steered", control)
+    helper.join()
+    run_with(tmp_path / "planned", RunControl(schedule=[Injection(name="rumour", content="Storm.", after_round=1)]))
+    names = ("events.jsonl", "state.json", "transcript.md", JOURNAL)
+    assert digest(tmp_path / "steered", names) == digest(tmp_path / "planned", names)
+
+
+def run_with(out: Path, control: RunControl) -> None:
+    anyio.run(
+        lambda: run_scenario(
+            "debate", llm=TestLLM(3), options={"turns": 3}, out_dir=out, run=RunOptions(seed=5), control=control
+        )
+    )

@@ -125,7 +125,7 @@ class RunControl:
         self._schedule = sorted(schedule, key=lambda i: -1 if i.after_round is None else i.after_round)
         self._replayed: list[Injection] = []
         self.journal = journal
-        self._paused, self._steps, self._stopped = paused, 0, False
+        self._paused, self._steps = paused, 0
         self.waiting_at: int | None = None
         """The round whose barrier the run waits at (``None``: running)."""
         self.barrier_round: int | None = None
@@ -188,12 +188,6 @@ class RunControl:
             self._cond.notify_all()
         return injection
 
-    def stop_waiting(self) -> None:
-        """Let a waiting run go on to stop (the team's ``stopping`` is set: it stops at this barrier)."""
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-
     def state(self) -> dict[str, Any]:
         """Where the run stands, as data (what a page shows)."""
         with self._cond:
@@ -210,7 +204,7 @@ class RunControl:
                 while True:  # an injection while waiting is published at once, then the run waits on
                     await anyio.to_thread.run_sync(self._wait, stopping, abandon_on_cancel=True)
                     self._publish_due(env)
-                    if stopping.is_set() or self._stopped or self._go_on():
+                    if stopping.is_set() or self._go_on():
                         break
             finally:
                 self.waiting_at = None
@@ -227,7 +221,7 @@ class RunControl:
     def _wait(self, stopping: threading.Event) -> None:
         """Wait until the run may go on, is stopped, or an injection is due."""
         with self._cond:
-            while not (stopping.is_set() or self._stopped or self._steps or not self._paused or self._due_now()):
+            while not (stopping.is_set() or self._steps or not self._paused or self._due_now()):
                 self._cond.wait(timeout=0.25)  # the stop flag is set from a signal handler, which cannot notify
 
     def _due_now(self) -> bool:
