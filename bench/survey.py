@@ -67,6 +67,7 @@ def main() -> None:
             questions=list(QUESTIONS[: args.questions]),
             out_dir=asked,
             llm=llm,
+            max_tokens=args.answer_tokens,
         )
     )
     seconds = time.perf_counter() - started

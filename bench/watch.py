@@ -197,6 +197,51 @@ def _scrub(url: str, rounds: int, jumps: int) -> tuple[float, list[float]]:
     return opened, jumped
 
 
+def screenshots(folder: Path, out: Path) -> dict:
+    """The live view (30 agents paused after round 2, a message injected) and the replay view (a role's panel)."""
+    out.mkdir(parents=True, exist_ok=True)
+    run = folder / "shown"
+    command = society(30, 6, run, "--control", "--checkpoint-every", "1")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = next(m.group(0) for line in process.stderr if (m := re.search(r"http://\S+#token=\S+", line)))
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM)
+        page = browser.new_page(viewport={"width": 1280, "height": 760})
+        page.goto(url)
+        page.wait_for_selector("body[data-controller=yes][data-waiting-at='0']")
+        page.click("#step")
+        page.wait_for_selector("body[data-waiting-at='1']")
+        page.click("#inject-box summary")
+        page.fill("#inject-name", "rumour")
+        page.fill("#inject-text", "The bridge is closed today.")
+        page.click("#inject")
+        page.click("#step")
+        page.wait_for_selector("body[data-round='2'][data-waiting-at='2']")
+        page.wait_for_function("document.querySelector('#flow').innerText.includes('The bridge is closed')")
+        page.click("#flow .role >> text=a3 >> nth=0")
+        page.wait_for_selector("#panel:not([hidden])")
+        page.screenshot(path=str(out / "watch-live.png"))
+        page.click("#resume")
+        process.wait()
+        replay = browser.new_page(viewport={"width": 1280, "height": 760})
+        watcher = subprocess.Popen([sys.executable, "-m", "metaroles", "watch", str(run)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+        replay.goto(re.search(r"http://\S+/", watcher.stdout.readline()).group(0))
+        replay.wait_for_selector("body[data-ready=yes]")
+        replay.fill("#scrub", "4")
+        replay.dispatch_event("#scrub", "input")
+        replay.wait_for_selector("body[data-round='4']")
+        replay.click("#flow .role >> text=a7 >> nth=0")
+        replay.wait_for_selector("#panel:not([hidden])")
+        replay.fill("#ask-question", "What changed your mind?")
+        replay.click("#ask")
+        replay.wait_for_selector("body[data-asked=yes]")
+        replay.screenshot(path=str(out / "watch-replay.png"), full_page=True)
+        watcher.terminate()
+        browser.close()
+    return {"screenshots": [str(out / "watch-live.png"), str(out / "watch-replay.png")]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=10_000)
@@ -205,11 +250,15 @@ def main() -> None:
     parser.add_argument("--replay-agents", type=int, default=10_000)
     parser.add_argument("--replay-rounds", type=int, default=100)
     parser.add_argument("--jumps", type=int, default=10)
-    parser.add_argument("--only", choices=["live", "replay"], default=None)
+    parser.add_argument("--only", choices=["live", "replay", "none"], default=None)
     parser.add_argument("--replay-dir", type=Path, default=Path(tempfile.gettempdir()) / "metaroles-bench-replay")
+    parser.add_argument("--screenshots", type=Path, default=None, help="write the live and replay views' pictures here")
     args = parser.parse_args()
     figures: dict = {"load_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="metaroles-watch-bench-") as folder:
+        if args.screenshots is not None:
+            figures |= screenshots(Path(folder), args.screenshots)
+            args.only = args.only or "none"
         if args.only in (None, "live"):
             figures |= live(args.agents, args.rounds, args.repeat, Path(folder))
     if args.only in (None, "replay"):

@@ -86,11 +86,13 @@ async def interview_run(
     out_dir: Path,
     llm: LLM,
     role_llms: dict[str, LLM] | None = None,
+    max_tokens: int = ANSWER_TOKENS,
 ) -> list[Answer]:
     """Ask ``questions`` of the ``roles`` of the run in ``run_dir`` as they stood after ``at_round``.
 
-    ``llm`` is the run's model (roles with a model of their own keep it: ``role_llms``). The answers
-    are written to ``out_dir/answers.parquet`` (needs pyarrow) and returned.
+    ``llm`` is the run's model (roles with a model of their own keep it: ``role_llms``); an answer is
+    at most ``max_tokens`` long. The answers are written to ``out_dir/answers.parquet`` (needs
+    pyarrow) and returned.
 
     Raises:
         ConfigError: If ``run_dir`` is not a run, has no checkpoint up to ``at_round``, ``out_dir``
@@ -103,7 +105,7 @@ async def interview_run(
     if restored.round < at_round:  # the rounds since its last checkpoint, again, in memory
         await team.run(at_round - restored.round)
     picked = pick_roles(list(team.env.members), roles)
-    answers = await _ask_all(picked, [q for q in questions if q.strip()])
+    answers = await _ask_all(picked, [q for q in questions if q.strip()], max_tokens)
     _write(out_dir, answers, {"run_dir": run_dir, "round": at_round, "from_checkpoint": restored.round})
     return answers
 
@@ -131,14 +133,14 @@ def _refuse_late(run_dir: Path, at_round: int) -> None:
         raise ConfigError(f"--round {at_round} is past the run's last checkpoint, round {last}; pick 0..{last}")
 
 
-async def _ask_all(roles: Sequence[Role], questions: Sequence[str]) -> list[Answer]:
+async def _ask_all(roles: Sequence[Role], questions: Sequence[str], max_tokens: int) -> list[Answer]:
     """Each role answers each question; all at once, ``IN_FLIGHT`` at a time, in a fixed order."""
     answers: list[Answer | None] = [None] * (len(roles) * len(questions))
     limit = anyio.CapacityLimiter(IN_FLIGHT)
 
     async def ask(index: int, role: Role, question: str) -> None:
         async with limit:
-            answers[index] = await answer(role, question)
+            answers[index] = await answer(role, question, max_tokens)
 
     async with anyio.create_task_group() as group:
         for i, role in enumerate(roles):
@@ -147,7 +149,7 @@ async def _ask_all(roles: Sequence[Role], questions: Sequence[str]) -> list[Answ
     return [a for a in answers if a is not None]
 
 
-async def answer(role: Role, question: str) -> Answer:
+async def answer(role: Role, question: str, max_tokens: int = ANSWER_TOKENS) -> Answer:
     """``role``'s answer to ``question``: its own model, its system prompt and its memory as it stands.
 
     Raises:
@@ -159,7 +161,7 @@ async def answer(role: Role, question: str) -> Answer:
     prompt = render_prompt(_PROMPT, name=role.name, memory=memory or "(nothing yet)", question=question)
     system = role_prefix(role.profile, role.name, role.goal, role.constraints)
     chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    request = LLMRequest(messages=chat, max_tokens=ANSWER_TOKENS, temperature=0.0, role=role.name, action="Interview")
+    request = LLMRequest(messages=chat, max_tokens=max_tokens, temperature=0.0, role=role.name, action="Interview")
     response = await role.llm.complete(request)
     return Answer(
         role=role.name,
