@@ -14,8 +14,17 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from metaroles.cli.common import LLM_HELP, app, fail, manifest_model, reported, resolve, run_dir_at
-from metaroles.cli.running import TRUST_HELP, trusted
+from metaroles.cli.common import (
+    LLM_HELP,
+    TRUST_HELP,
+    app,
+    fail,
+    manifest_model,
+    reported,
+    resolve,
+    run_dir_at,
+    trusted,
+)
 
 if TYPE_CHECKING:
     from metaroles.project.interview import Answer

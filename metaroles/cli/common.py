@@ -32,7 +32,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from metaroles.core.exceptions import MetarolesError, RunError
+from metaroles.core.exceptions import ConfigError, MetarolesError, RunError
 from metaroles.core.text import REDACTED, printable, redacted
 
 if TYPE_CHECKING:
@@ -449,3 +449,41 @@ def resumed_model(manifest: dict[str, Any]) -> LLM:
     if not cassette or str(manifest.get("llm") or "").startswith("replay:"):
         return llm
     return CassetteLLM(cassette, mode=CassetteMode.REPLAY_OR_LIVE, inner=llm)
+
+
+TRUST_HELP = "import the scenario file or module the manifest names even if it is not yours (it is code)"
+
+
+def trusted(scenario: str, run_dir: Path, *, trust: bool) -> None:
+    """Refuse to import the code a received run directory names unless ``--trust`` says to.
+
+    A run directory may come from someone else; resuming or forking it imports the scenario its
+    manifest names. Without ``--trust`` that is a scenario that ships with metaroles or that an
+    installed plug-in registers, or a ``.py`` file in the current folder that is not inside the run
+    directory itself. Any other file, and any other module (``venv.__main__`` runs when imported),
+    needs ``--trust``.
+
+    Raises:
+        ConfigError: Showing what the manifest names and how to run it anyway.
+    """
+    from metaroles.project.registry import unregistered_module
+
+    if trust:
+        return
+    if scenario.endswith(".py"):
+        path = Path(scenario).resolve()
+        if path.is_relative_to(run_dir.resolve()):
+            where = "inside the run directory"
+        elif not path.is_relative_to(Path.cwd().resolve()):
+            where = "outside the current folder"
+        else:
+            return
+        raise ConfigError(
+            f"this run directory was made by the scenario file {str(path)!r}, {where}; "
+            "resuming runs that file's code: read it, then pass --trust"
+        )
+    if unregistered_module(scenario):
+        raise ConfigError(
+            f"this run directory names the module {scenario!r}, which is not a registered scenario; "
+            "importing it runs its code: if it is yours, pass --trust"
+        )

@@ -14,6 +14,7 @@ from metaroles.cli.common import (
     BACKEND_HELP,
     LLM_HELP,
     TRACEBACK_HELP,
+    TRUST_HELP,
     app,
     backend_from,
     execute,
@@ -28,9 +29,9 @@ from metaroles.cli.common import (
     resolve,
     resumed_model,
     run_dir_at,
+    trusted,
 )
 from metaroles.cli.watching import HUMAN_HELP, PORT_HELP, people_at, run_control, watched
-from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import zstandard
 from metaroles.record.durability import checked_durability
 from metaroles.team.options import MAX_ROUNDS, RunOptions, read_config_file
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 WATCH_HELP = "serve the run's page while it runs: watch it, and steer it with the token printed"
 CONTROL_HELP = "as --watch, and the run waits before its first round until the page (or Python) steps or resumes it"
 INTERVENTIONS_HELP = "inject the messages of this file where it says (another run's interventions.jsonl)"
-TRUST_HELP = "import the scenario file or module the manifest names even if it is not yours (it is code)"
 DURABILITY_HELP = "when to wait for the disk: 'round' (each checkpoint) or 'run' (once, at the end: faster)"
 
 
@@ -265,41 +265,6 @@ def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], di
     with reported():
         checked_config(load_scenario(name), own, also=RUN_OPTIONS)
     return name, options, settings
-
-
-def trusted(scenario: str, run_dir: Path, *, trust: bool) -> None:
-    """Refuse to import the code a received run directory names unless ``--trust`` says to.
-
-    A run directory may come from someone else; resuming or forking it imports the scenario its
-    manifest names. Without ``--trust`` that is a scenario that ships with metaroles or that an
-    installed plug-in registers, or a ``.py`` file in the current folder that is not inside the run
-    directory itself. Any other file, and any other module (``venv.__main__`` runs when imported),
-    needs ``--trust``.
-
-    Raises:
-        ConfigError: Showing what the manifest names and how to run it anyway.
-    """
-    from metaroles.project.registry import unregistered_module
-
-    if trust:
-        return
-    if scenario.endswith(".py"):
-        path = Path(scenario).resolve()
-        if path.is_relative_to(run_dir.resolve()):
-            where = "inside the run directory"
-        elif not path.is_relative_to(Path.cwd().resolve()):
-            where = "outside the current folder"
-        else:
-            return
-        raise ConfigError(
-            f"this run directory was made by the scenario file {str(path)!r}, {where}; "
-            "resuming runs that file's code: read it, then pass --trust"
-        )
-    if unregistered_module(scenario):
-        raise ConfigError(
-            f"this run directory names the module {scenario!r}, which is not a registered scenario; "
-            "importing it runs its code: if it is yours, pass --trust"
-        )
 
 
 @app.command()

@@ -54,8 +54,7 @@ def watch(
 
 def interviewer(run_dir: Path, *, trust: bool) -> Interviewer | str:
     """What the page's interviews are asked with: the run's own model on a fork; or why they cannot be asked."""
-    from metaroles.cli.common import manifest_model, resolve
-    from metaroles.cli.running import trusted
+    from metaroles.cli.common import manifest_model, resolve, trusted
     from metaroles.project.interview import interview_run
     from metaroles.project.rundir import read_manifest
 
