@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each comes
     from metaroles.bus.delivery import Bus
     from metaroles.bus.environment import Environment
     from metaroles.bus.record import EnvEvent
-    from metaroles.bus.role import Role
+    from metaroles.bus.role import HumanRole, Role
     from metaroles.bus.routing import (
         DeadLetterWarning,
         DropMessage,
@@ -108,6 +108,7 @@ __all__ = [
     "FileWrite",
     "Function",
     "FunctionLLM",
+    "HumanRole",
     "Injection",
     "Intervention",
     "InvalidValueError",
@@ -205,6 +206,7 @@ _WHERE: dict[str, str] = {
     "FileWrite": "metaroles.agents.sandbox",
     "Function": "metaroles.core.schema",
     "FunctionLLM": "metaroles.llm.offline",
+    "HumanRole": "metaroles.bus.role",
     "Injection": "metaroles.team.control",
     "Intervention": "metaroles.bus.routing",
     "InvalidValueError": "metaroles.core.exceptions",

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, create_model
 
-from metaroles import Action, LLMRequest, Role, Team, TestLLM
+from metaroles import Action, HumanRole, LLMRequest, Role, Team, TestLLM
 from metaroles.llm.human import HumanLLM, HumanQuestion, PageDesk, parse_answer
 
 WEREWOLF = ["werewolf", "--llm", "test", "--seed", "2", "-q"]
@@ -124,6 +124,11 @@ def test_metagpt_is_human_seats_a_person_where_the_team_model_asks_one():
     assert said["Reviewer"] == "Hello from a person." and said["Other"] != said["Reviewer"]
     assert [q.role for q in desk.asked] == ["Reviewer"]
     assert Role(**Role(name="Person", is_human=True).model_dump()).is_human  # a dump keeps the flag
+    seat = ScriptedDesk(["Hi, I am a person too."])
+    other = Team(llm=HumanLLM(TestLLM(1), seat, seats=()))
+    other.hire([HumanRole(name="Guest", actions=[Greet])])
+    anyio.run(lambda: other.run(n_round=1, idea="Start."))
+    assert [m.content for m in other.env.history if m.sent_from == "Guest"] == ["Hi, I am a person too."]
     with pytest.warns(UserWarning, match="asks no person"):
         Team(llm=TestLLM(1)).hire([Reviewer(is_human=True)])
 

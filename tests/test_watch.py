@@ -323,3 +323,23 @@ def run_with(out: Path, control: RunControl) -> None:
             "debate", llm=TestLLM(3), options={"turns": 3}, out_dir=out, run=RunOptions(seed=5), control=control
         )
     )
+
+
+def test_pause_stops_a_running_run_at_its_next_barrier_until_it_is_resumed(tmp_path):
+    control = RunControl()
+    waiting = threading.Event()
+    control.listeners.append(lambda c: c.barrier_round == 2 and c.waiting_at is None and c.pause())
+    control.listeners.append(lambda c: c.waiting_at is not None and waiting.set())
+
+    def resume_when_paused() -> None:
+        assert waiting.wait(60)
+        assert control.state() == {"paused": True, "waiting_at": 3, "round": 3}  # the round after the pause
+        control.resume()
+
+    helper = threading.Thread(target=resume_when_paused)
+    helper.start()
+    run_with(tmp_path / "paused", control)
+    helper.join()
+    run_with(tmp_path / "straight", RunControl())
+    names = ("events.jsonl", "state.json", "transcript.md")
+    assert digest(tmp_path / "paused", names) == digest(tmp_path / "straight", names)

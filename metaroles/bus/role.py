@@ -539,3 +539,16 @@ class Role(Dumped):
         if state.extra is not None:
             self.load_extra_state(state.extra)
         self._set_state(state.state)
+
+
+class HumanRole(Role):
+    """A role a person plays (MetaGPT's ``is_human=True``): asked wherever its model is a ``HumanLLM``.
+
+    A :class:`~metaroles.llm.human.HumanLLM` (``metaroles run --human NAME``) asks the person at the
+    terminal or on the watch page; with none, its model answers (with a warning when it is hired).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Create the role as :class:`Role` does, played by a person."""
+        kwargs.setdefault("is_human", True)
+        super().__init__(**kwargs)
