@@ -3,6 +3,7 @@
 import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,8 +41,11 @@ def chromium_args() -> list[str]:
 
 
 def launch(playwright):
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("Debian's chromium is needed for the browser tests: run `make need-chromium` (make test does)")
     return playwright.chromium.launch(
-        executable_path="/usr/bin/chromium", args=[*chromium_args(), "--disable-component-update", "--disable-sync"]
+        executable_path=found, args=[*chromium_args(), "--disable-component-update", "--disable-sync"]
     )
 
 
