@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--model", default=SMOLLM2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--answer-tokens", type=int, default=32)
+    parser.add_argument("--memory", type=int, default=20, help="the newest messages a role is asked with")
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "metaroles-bench-survey")
     args = parser.parse_args()
     run = society(args.agents, args.rounds, args.folder)
@@ -68,13 +69,15 @@ def main() -> None:
             out_dir=asked,
             llm=llm,
             max_tokens=args.answer_tokens,
+            memory=args.memory,
         )
     )
     seconds = time.perf_counter() - started
     completion = sum(a.completion_tokens for a in answers)
     prompt = sum(a.prompt_tokens for a in answers)
     print(json.dumps({
-        "model": args.model, "batch": args.batch, "roles": len({a.role for a in answers}), "answers": len(answers),
+        "model": args.model, "batch": args.batch, "memory": args.memory, "answer_tokens": args.answer_tokens,
+        "roles": len({a.role for a in answers}), "answers": len(answers),
         "seconds": round(seconds, 1), "completion_tokens": completion, "prompt_tokens": prompt,
         "completion_tokens_per_s": round(completion / seconds, 1), "prompt_tokens_per_s": round(prompt / seconds, 1),
         "answer_tokens_median": statistics.median(a.completion_tokens for a in answers),

@@ -14,8 +14,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +88,13 @@ async def interview_run(
     llm: LLM,
     role_llms: dict[str, LLM] | None = None,
     max_tokens: int = ANSWER_TOKENS,
+    memory: int = MEMORY_MESSAGES,
 ) -> list[Answer]:
     """Ask ``questions`` of the ``roles`` of the run in ``run_dir`` as they stood after ``at_round``.
 
-    ``llm`` is the run's model (roles with a model of their own keep it: ``role_llms``); an answer is
-    at most ``max_tokens`` long. The answers are written to ``out_dir/answers.parquet`` (needs
-    pyarrow) and returned.
+    ``llm`` is the run's model (roles with a model of their own keep it: ``role_llms``); a role is
+    asked with its newest ``memory`` messages, and answers in at most ``max_tokens``. The answers
+    are written to ``out_dir/answers.parquet`` (needs pyarrow) and returned.
 
     Raises:
         ConfigError: If ``run_dir`` is not a run, has no checkpoint up to ``at_round``, ``out_dir``
@@ -105,7 +107,9 @@ async def interview_run(
     if restored.round < at_round:  # the rounds since its last checkpoint, again, in memory
         await team.run(at_round - restored.round)
     picked = pick_roles(list(team.env.members), roles)
-    answers = await _ask_all(picked, [q for q in questions if q.strip()], max_tokens)
+    answers = await _ask_all(
+        picked, [q for q in questions if q.strip()], partial(answer, max_tokens=max_tokens, memory=memory)
+    )
     _write(out_dir, answers, {"run_dir": run_dir, "round": at_round, "from_checkpoint": restored.round})
     return answers
 
@@ -133,14 +137,16 @@ def _refuse_late(run_dir: Path, at_round: int) -> None:
         raise ConfigError(f"--round {at_round} is past the run's last checkpoint, round {last}; pick 0..{last}")
 
 
-async def _ask_all(roles: Sequence[Role], questions: Sequence[str], max_tokens: int) -> list[Answer]:
+async def _ask_all(
+    roles: Sequence[Role], questions: Sequence[str], ask_one: Callable[[Role, str], Awaitable[Answer]]
+) -> list[Answer]:
     """Each role answers each question; all at once, ``IN_FLIGHT`` at a time, in a fixed order."""
     answers: list[Answer | None] = [None] * (len(roles) * len(questions))
     limit = anyio.CapacityLimiter(IN_FLIGHT)
 
     async def ask(index: int, role: Role, question: str) -> None:
         async with limit:
-            answers[index] = await answer(role, question, max_tokens)
+            answers[index] = await ask_one(role, question)
 
     async with anyio.create_task_group() as group:
         for i, role in enumerate(roles):
@@ -149,15 +155,17 @@ async def _ask_all(roles: Sequence[Role], questions: Sequence[str], max_tokens: 
     return [a for a in answers if a is not None]
 
 
-async def answer(role: Role, question: str, max_tokens: int = ANSWER_TOKENS) -> Answer:
-    """``role``'s answer to ``question``: its own model, its system prompt and its memory as it stands.
+async def answer(
+    role: Role, question: str, *, max_tokens: int = ANSWER_TOKENS, memory: int = MEMORY_MESSAGES
+) -> Answer:
+    """``role``'s answer to ``question``: its own model, its system prompt and its newest ``memory`` messages.
 
     Raises:
         ConfigError: If the role has no model.
     """
     if role.llm is None:
         raise ConfigError(f"role {role.name!r} has no model to answer with; give the run one (--llm)")
-    memory = "\n".join(f"- {m.sent_from or 'someone'}: {readable(m)}" for m in role.get_memories(MEMORY_MESSAGES))
+    memory = "\n".join(f"- {m.sent_from or 'someone'}: {readable(m)}" for m in role.get_memories(memory))
     prompt = render_prompt(_PROMPT, name=role.name, memory=memory or "(nothing yet)", question=question)
     system = role_prefix(role.profile, role.name, role.goal, role.constraints)
     chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
