@@ -165,8 +165,8 @@ async def answer(
     """
     if role.llm is None:
         raise ConfigError(f"role {role.name!r} has no model to answer with; give the run one (--llm)")
-    memory = "\n".join(f"- {m.sent_from or 'someone'}: {readable(m)}" for m in role.get_memories(memory))
-    prompt = render_prompt(_PROMPT, name=role.name, memory=memory or "(nothing yet)", question=question)
+    seen = "\n".join(f"- {m.sent_from or 'someone'}: {readable(m)}" for m in role.get_memories(memory))
+    prompt = render_prompt(_PROMPT, name=role.name, memory=seen or "(nothing yet)", question=question)
     system = role_prefix(role.profile, role.name, role.goal, role.constraints)
     chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     request = LLMRequest(messages=chat, max_tokens=max_tokens, temperature=0.0, role=role.name, action="Interview")
