@@ -288,8 +288,11 @@ def test_ctrl_c_while_paused_stops_the_run_at_its_barrier_and_resume_finishes_it
     assert whole.returncode == 0, whole.stderr
     command = [sys.executable, "-m", "metaroles", "run", *debate, "--out", str(tmp_path / "cut"), "--control"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert any("#token=" in line for line in process.stderr)  # paused before round 1, its page up
-    process.send_signal(signal.SIGINT)
+    url = next(m.group(1) for line in process.stderr if (m := re.search(r"(http://\S+/)#token=", line)))
+    with httpx.Client(base_url=url, timeout=60) as client, client.stream("GET", "/api/stream?from=99") as stream:
+        lines = stream.iter_lines()  # the page's stream says when the run waits at its first barrier
+        assert any(line.startswith("data:") and '"waiting_at":0' in line for line in lines)
+        process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 130
     resumed = subprocess.run([sys.executable, "-m", "metaroles", "resume", str(tmp_path / "cut"), "-q"],
                              capture_output=True, text=True, timeout=120)  # fmt: skip
