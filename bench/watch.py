@@ -2,13 +2,17 @@
 
 Live (``--agents`` 10,000, ``--rounds`` 10, the test model): the same society run three ways, the
 ways interleaved ``--repeat`` times — alone; followed by ``metaroles watch`` (another process) with
-a page open in headless chromium; and serving its own page (``--watch``, the server in the run's
-process) with a page open. ``watch_cost_*`` is the median, over the repetitions, of the run's time
-(wall, and CPU of its process) over the lone run's, less one (this machine's noise is several
-per cent: see ``own_page_share_of_a_round``, the time the page's server spends on a round — its
-delta — over the time the run spends on it: what serving its own page takes from the run's process).
-``stream_bytes_per_round`` is the size
-of each round's event on the stream (the round's delta; the page never receives the history);
+a page open in headless chromium; and serving its own page with its controls (``--watch``: the run
+keeps its controls, a page process it starts serves the page) with a page open.
+``watch_cost_*`` is the median, over the repetitions, of the run's time (wall, and the CPU of the
+run's own process) over the lone run's, less one (this machine's noise is several per cent);
+``watch_cost_*_round`` compares the run's pace once under way (a round's start to the next's, from
+round 2 on: the browser's and the page's start-up left out). ``--pin`` puts each run on the first
+core and the browser and the page's process on the second, as on a machine where the browser has
+a core of its own. ``own_page_process_cpu_over_the_runs`` is the CPU the own page's process took
+over the run's (on the other core: its start-up, each round's delta — ``delta_ms_per_round`` —
+and the streams). ``stream_bytes_per_round`` is the size of
+each round's event on the stream (the round's delta; the page never receives the history);
 ``render_ms`` is the page's own measure of drawing a round (``performance.now()`` around it).
 
 Replay (``--replay-agents`` 10,000 × ``--replay-rounds`` 100: a million messages): ``open_s`` is
@@ -26,6 +30,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -37,25 +42,37 @@ from pathlib import Path
 import orjson
 from playwright.sync_api import Page, sync_playwright
 
+from metaroles.flow.link import POLL_SECONDS, RunLink, answer_link
 from metaroles.flow.timeline import Timeline
+from metaroles.team.control import RunControl
 
 CHROMIUM = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
 
 
+PINNED: list[str] = []
+"""``taskset -c 0`` with ``--pin``: each run on the first core; the browser and the page's process on the second."""
+
+
 def society(agents: int, rounds: int, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "metaroles", "run", "society", "--set", f"agents={agents}", "--rounds", str(rounds),
-            "--llm", "test", "--seed", "1", "-q", "--out", str(out), *extra]  # fmt: skip
+    return [*PINNED, sys.executable, "-m", "metaroles", "run", "society", "--set", f"agents={agents}",
+            "--rounds", str(rounds), "--llm", "test", "--seed", "1", "-q", "--out", str(out), *extra]  # fmt: skip
 
 
 def timed(command: list[str], follow=None) -> tuple[float, float, list[float] | None]:
-    """Run ``command``; its wall and CPU seconds, and what ``follow`` (the process, its exit event) returned."""
+    """Run ``command``; its wall and CPU seconds (its own process's: not a page process it started and waited
+    for), and what ``follow`` (the process, its exit event) returned."""
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     exited, ended = threading.Event(), {}
 
     def reap() -> None:
-        _, status, usage = os.wait4(process.pid, 0)
-        ended.update(code=os.waitstatus_to_exitcode(status), wall=time.perf_counter() - started, usage=usage)
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its /proc entry stays
+        wall = time.perf_counter() - started
+        ticks = [int(f) for f in Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
+        _, status, _ = os.wait4(process.pid, 0)
+        hz = os.sysconf("SC_CLK_TCK")
+        ended.update(code=os.waitstatus_to_exitcode(status), wall=wall, cpu=(ticks[0] + ticks[1]) / hz,
+                     children_cpu=(ticks[2] + ticks[3]) / hz)  # fmt: skip
         exited.set()
 
     threading.Thread(target=reap, daemon=True).start()
@@ -64,7 +81,12 @@ def timed(command: list[str], follow=None) -> tuple[float, float, list[float] | 
     exited.wait()
     process.returncode = ended["code"]
     assert ended["code"] == 0, f"{command} failed"
-    return ended["wall"], ended["usage"].ru_utime + ended["usage"].ru_stime, result
+    CHILDREN_CPU.append(ended["children_cpu"])
+    return ended["wall"], ended["cpu"], result
+
+
+CHILDREN_CPU: list[float] = []
+"""The CPU seconds of the processes each timed run waited for (a run's own page: ``--watch``)."""
 
 
 def page_follows(url: str, done: threading.Event, times: list[float]) -> None:
@@ -97,6 +119,9 @@ def with_own_page(process: subprocess.Popen, exited: threading.Event) -> list[fl
     for line in process.stderr:
         found = re.search(r"http://\S+#token=\S+", line)
         if found:
+            if PINNED:  # the page's process (the run's child) goes where the browser is
+                for child in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
+                    os.sched_setaffinity(int(child), os.sched_getaffinity(0))
             return _page_until_exit(found.group(0), exited)
     return []
 
@@ -114,22 +139,55 @@ def _page_until_exit(url: str, exited: threading.Event, finally_stop: subprocess
     return times
 
 
+def round_period(run_dir: Path) -> float:
+    """Seconds from one round's start to the next's, from round 2 on (the run's pace once it is under way)."""
+    starts = [orjson.loads(line)["start_ns"] for line in (run_dir / "timings.jsonl").read_bytes().splitlines()]
+    return (starts[-1] - starts[2]) / (len(starts) - 3) / 1e9
+
+
+def link_cost(requests: int = 2000) -> dict:
+    """What the run's process spends on its own page: the CPU its link thread takes to answer a request.
+
+    The page's process asks the run where it stands every ``POLL_SECONDS`` (and on each click); the
+    run's only other work for its page is spawning it. Measured on the thread's own CPU clock.
+    """
+    control = RunControl()
+    ours, theirs = socket.socketpair()
+    answering = threading.Thread(target=answer_link, args=(ours, control, None, "token"), daemon=True)
+    answering.start()
+    link = RunLink(theirs)
+    clock = time.pthread_getcpuclockid(answering.ident)
+    before = time.clock_gettime(clock)
+    for _ in range(requests):
+        link.pause()  # a request that does something, and brings back the state as every answer does
+    spent = (time.clock_gettime(clock) - before) / requests
+    link.close()
+    answering.join()
+    return {
+        "link_us_per_request": round(spent * 1e6, 1),
+        "link_share_of_a_core": round(spent / POLL_SECONDS, 6),  # the page's process asks 1/POLL_SECONDS a second
+    }
+
+
 def live(agents: int, rounds: int, repeat: int, folder: Path) -> dict:
-    runs: dict[str, list[tuple[float, float]]] = {"alone": [], "external": [], "own": []}
+    runs: dict[str, list[tuple[float, float, float]]] = {"alone": [], "external": [], "own": []}
     renders: list[float] = []
+    page_cpu: list[float] = []
     for n in range(repeat):
         ways = [("alone", [], None), ("external", [], "external"), ("own", ["--watch"], with_own_page)]
         for name, extra, follow in ways if n % 2 == 0 else reversed(ways):
             out = folder / f"{name}-{n}"
             chosen = with_external_watcher(out) if follow == "external" else follow
             wall, cpu, times = timed(society(agents, rounds, out, *extra), chosen)
-            runs[name].append((wall, cpu))
+            runs[name].append((wall, cpu, round_period(out)))
+            if name == "own":
+                page_cpu.append(CHILDREN_CPU[-1] / cpu)
             renders += times or []
     pairs = {name: list(zip(runs["alone"], runs[name], strict=True)) for name in ("external", "own")}
     cost = {
         f"watch_cost_{name}_{kind}": round(statistics.median(b[i] / a[i] - 1 for a, b in pairs[name]), 4)
         for name in pairs
-        for i, kind in ((0, "wall"), (1, "cpu"))
+        for i, kind in ((0, "wall"), (1, "cpu"), (2, "round"))
     }
     timeline = Timeline(folder / "alone-0")
     timeline.refresh()
@@ -140,13 +198,12 @@ def live(agents: int, rounds: int, repeat: int, folder: Path) -> dict:
         timeline.delta(r)
         delta_s.append(time.perf_counter() - started)
     startup, _, _ = timed(society(agents, 0, folder / "startup"))  # building the society, no round
-    round_s = (statistics.median(w for w, _ in runs["alone"]) - startup) / rounds
+    round_s = (statistics.median(w for w, _, _ in runs["alone"]) - startup) / rounds
     return {
         "agents": agents, "rounds": rounds, "repeat": repeat,
-        "run_s_alone": [round(w, 2) for w, _ in runs["alone"]],
+        "runs_wall_cpu_round": {name: [[round(x, 3) for x in run] for run in done] for name, done in runs.items()},
         "round_ms": round(1000 * round_s, 1), "delta_ms_per_round": round(1000 * statistics.median(delta_s), 2),
-        "own_page_share_of_a_round": round(statistics.median(delta_s) / round_s, 4),
-        **cost,
+        **cost, "own_page_process_cpu_over_the_runs": round(statistics.median(page_cpu), 4),
         "stream_bytes_per_round_median": int(statistics.median(sizes)), "stream_bytes_per_round_max": max(sizes),
         "events_jsonl_bytes_per_round": (folder / "alone-0" / "events.jsonl").stat().st_size // len(timeline.rounds),
         "render_ms_median": round(statistics.median(renders), 1) if renders else None,
@@ -253,14 +310,18 @@ def main() -> None:
     parser.add_argument("--only", choices=["live", "replay", "none"], default=None)
     parser.add_argument("--replay-dir", type=Path, default=Path(tempfile.gettempdir()) / "metaroles-bench-replay")
     parser.add_argument("--screenshots", type=Path, default=None, help="write the live and replay views' pictures here")
+    parser.add_argument("--pin", action="store_true", help="the run on core 0, the browser and the page on core 1")
     args = parser.parse_args()
-    figures: dict = {"load_before": round(os.getloadavg()[0], 2)}
+    if args.pin:
+        PINNED[:] = ["taskset", "-c", "0"]
+        os.sched_setaffinity(0, {1})  # this process, and what it starts: chromium, `metaroles watch`
+    figures: dict = {"load_before": round(os.getloadavg()[0], 2), "pinned": args.pin}
     with tempfile.TemporaryDirectory(prefix="metaroles-watch-bench-") as folder:
         if args.screenshots is not None:
             figures |= screenshots(Path(folder), args.screenshots)
             args.only = args.only or "none"
         if args.only in (None, "live"):
-            figures |= live(args.agents, args.rounds, args.repeat, Path(folder))
+            figures |= link_cost() | live(args.agents, args.rounds, args.repeat, Path(folder))
     if args.only in (None, "replay"):
         figures |= replay(args.replay_agents, args.replay_rounds, args.replay_dir, args.jumps)
     figures["load_after"] = round(os.getloadavg()[0], 2)

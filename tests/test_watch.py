@@ -3,8 +3,10 @@
 import hashlib
 import os
 import re
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,17 +15,21 @@ from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import httpx
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metaroles import TestLLM
+from metaroles import DeadLetterWarning, Environment, TestLLM
 from metaroles.cli import main
 from metaroles.cli.watching import interviewer
+from metaroles.core.exceptions import InvalidValueError
+from metaroles.flow.link import LinkLost, RunLink, answer_link
 from metaroles.flow.timeline import said_columns
 from metaroles.flow.watch import WatchServer, bind, watch_app
+from metaroles.llm.human import HumanQuestion, PageDesk
 from metaroles.project.interview import interview_run
 from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
 from metaroles.sharding.backends import LocalBackend
@@ -350,3 +356,65 @@ def test_pause_stops_a_running_run_at_its_next_barrier_until_it_is_resumed(tmp_p
     run_with(tmp_path / "straight", RunControl())
     names = ("events.jsonl", "state.json", "transcript.md")
     assert digest(tmp_path / "paused", names) == digest(tmp_path / "straight", names)
+
+
+async def test_the_page_process_steers_the_run_over_its_link_and_errors_come_back_named():
+    control, desk = RunControl(paused=True), PageDesk()
+    ours, theirs = socket.socketpair()
+    runs_side = threading.Thread(target=answer_link, args=(ours, control, desk, "tok"), daemon=True)
+    runs_side.start()
+    link = RunLink(theirs)
+    assert (link.token, link.asks_people) == ("tok", True)
+    link.resume()
+    assert control.state()["paused"] is False and link.state()["paused"] is False
+    link.step()
+    assert control.state()["paused"] is True
+    link.inject(Injection(name="rumour", content="Storm.", send_to=["Ann"]))
+    env = Environment()
+    with pytest.warns(DeadLetterWarning, match="from 'Intervention'"):  # no Ann in this bare environment
+        await control.barrier(env, threading.Event())  # publishes the injection, then takes the step asked for
+    assert [(m.content, sorted(m.send_to)) for m in env.history] == [("Storm.", ["Ann"])]
+    with pytest.raises(InvalidValueError, match="question 7 waits for no answer"):
+        link.answer(7, "Ben")  # the run's own error, named; the link goes on
+    question = HumanQuestion(number=1, role="Cat", action="Vote", prompt="Who?", fields={"vote": ["Ann", "Ben"]})
+    said: list[str | None] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: _ask_into(desk, question, said))
+        while not desk.pending():
+            await anyio.lowlevel.checkpoint()
+        link.pause()  # every answer brings the run's state: the question held for the person
+        assert link.pending() == [question]
+        link.answer(1, "Ben")
+    assert said == ["Ben"] and desk.pending() == []
+    lost = threading.Event()
+    link.follow(lost=lost.set)
+    ours.shutdown(socket.SHUT_RDWR)  # the run ends: its page's process hears it
+    assert lost.wait(60)
+    runs_side.join(60)
+    with pytest.raises(LinkLost):
+        link.pause()
+    ours, theirs = socket.socketpair()  # and the other way: the page's process closes the link
+    runs_side = threading.Thread(target=answer_link, args=(ours, control, None, "tok"), daemon=True)
+    runs_side.start()
+    RunLink(theirs).close()
+    runs_side.join(60)
+    assert not runs_side.is_alive()
+
+
+async def _ask_into(desk: PageDesk, question: HumanQuestion, said: list[str | None]) -> None:
+    said.append(await desk.ask(question, 60.0))
+
+
+def test_the_runs_own_page_is_served_by_a_process_that_ends_with_the_run_even_a_killed_one(tmp_path):
+    process, url, _ = start_run(tmp_path / "run")
+    try:
+        page_pid = int(Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()[0])
+        page_exited = os.pidfd_open(page_pid)
+        with httpx.Client(base_url=url.split("#")[0], timeout=60) as client:
+            assert client.get("/api/info").json()["control"]["waiting_at"] == 0  # served by the page's process
+        process.kill()  # no goodbye: the page's process sees its link close
+        assert select.select([page_exited], [], [], 60)[0] == [page_exited]
+        os.close(page_exited)
+    finally:
+        process.kill()
+        process.wait()

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import socket
+import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,8 +28,8 @@ from metaroles.cli.common import app, fail, reported
 from metaroles.core.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from metaroles.flow.watch import Interviewer, WatchServer
-    from metaroles.llm.human import Desk, HumanLLM
+    from metaroles.flow.watch import Answers, Controls, Interviewer, WatchServer
+    from metaroles.llm.human import Desk, HumanLLM, PageDesk
     from metaroles.team.control import RunControl
 
 HUMAN_HELP = "a person plays this role (repeat for more): asked on the terminal, or on the page with --watch"
@@ -39,17 +43,49 @@ def watch(
     trust: Annotated[
         bool, typer.Option("--trust", help="let the page's interviews import the scenario's code")
     ] = False,
+    listen_fd: Annotated[int | None, typer.Option(hidden=True)] = None,
+    link_fd: Annotated[int | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Watch a run in the browser: live while it runs, a timeline to scrub once it ended (Ctrl-C stops)."""
     with reported():
+        if listen_fd is not None and link_fd is not None:
+            _serve_own_page(run_dir, socket.socket(fileno=listen_fd), socket.socket(fileno=link_fd))
+            return
         if not run_dir.is_dir():
             raise fail(f"no run directory at {str(run_dir)!r}")
-        server = _server(run_dir, port, interviewer=interviewer(run_dir, trust=trust))
+        server = _server(run_dir, bind_port(port), interviewer=interviewer(run_dir, trust=trust))
         typer.echo(f"watching {run_dir} at {server.url} (Ctrl-C stops)")
         try:
             server.serve()
         except KeyboardInterrupt:
             pass
+
+
+def _serve_own_page(run_dir: Path, listening: socket.socket, link: socket.socket) -> None:
+    """The page of a run started with ``--watch``, served here for the run's process (``flow.link``)."""
+    from metaroles.flow.link import RunLink
+
+    steered = RunLink(link)
+    server = _server(
+        run_dir, listening, steered, steered.token, _once_it_began(run_dir), steered if steered.asks_people else None
+    )  # fmt: skip
+    steered.follow(lost=server.end)  # the run has ended, or is gone: so is its page
+    try:
+        server.serve()
+    finally:
+        steered.close()
+
+
+def _once_it_began(run_dir: Path) -> Interviewer:
+    """The interviews of a run that writes its manifest after its page is up: looked for when asked."""
+
+    async def ask(roles: str, at_round: int, question: str) -> list[dict[str, Any]]:
+        asks = interviewer(run_dir, trust=False)
+        if isinstance(asks, str):
+            raise ConfigError(asks)
+        return await asks(roles, at_round, question)
+
+    return ask
 
 
 def interviewer(run_dir: Path, *, trust: bool) -> Interviewer | str:
@@ -80,25 +116,35 @@ def interviewer(run_dir: Path, *, trust: bool) -> Interviewer | str:
 
 def _server(
     run_dir: Path,
-    port: int,
-    control: RunControl | None = None,
+    listening: socket.socket,
+    control: Controls | None = None,
     token: str = "",
     interviewer: Interviewer | str = "",
-    desk: Desk | None = None,
+    desk: Answers | None = None,
 ) -> WatchServer:
-    from metaroles.flow.watch import WatchServer, bind, watch_app
-    from metaroles.llm.human import PageDesk
+    from metaroles.flow.watch import WatchServer, watch_app
 
-    try:
-        app_ = watch_app(
-            run_dir, control=control, token=token or None, starting=control is not None, interviewer=interviewer,
-            desk=desk if isinstance(desk, PageDesk) else None,
-        )  # fmt: skip
-    except ImportError as exc:
-        raise ConfigError(
-            f"the watch page needs its extra ({exc.name} is missing): pip install 'metaroles[watch]'"
-        ) from None
-    return WatchServer(app_, bind(port))
+    app_ = watch_app(
+        run_dir, control=control, token=token or None, starting=control is not None, interviewer=interviewer,
+        desk=desk,
+    )  # fmt: skip
+    return WatchServer(app_, listening)
+
+
+def bind_port(port: int) -> socket.socket:
+    """A listening socket for the page on 127.0.0.1:``port``.
+
+    Raises:
+        ConfigError: If the port is in use, or the page's extra is not installed (naming the fix).
+    """
+    from importlib.util import find_spec
+
+    from metaroles.flow.link import bind
+
+    missing = [name for name in ("starlette", "uvicorn") if find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"the watch page needs its extra ({missing[0]} is missing): pip install 'metaroles[watch]'")
+    return bind(port)
 
 
 def run_control(*, watch: bool, control: bool, interventions: Path | None) -> RunControl | None:
@@ -138,18 +184,43 @@ def watched(
 ) -> Iterator[None]:
     """While inside: the run's own page (``page``), with ``control`` behind a token printed on stderr.
 
-    ``desk``: a person answers for some roles; a :class:`~metaroles.llm.human.PageDesk` is asked on the page.
+    The page is served by a ``metaroles watch`` process of its own, which steers the run through
+    its controls here (``flow.link``): reading the record and building the page's rounds takes
+    nothing from the run's process. ``desk``: a person answers for some roles; a
+    :class:`~metaroles.llm.human.PageDesk` is asked on the page.
     """
     if control is None or not page:
         yield
         return
     if run_dir is None:
         raise fail("--watch and --control need a run directory: drop --no-save")
-    token = secrets.token_urlsafe(16)
-    server = _server(run_dir, port, control, token, interviewer(run_dir, trust=False), desk)
-    server.start()
-    typer.echo(f"watch and steer this run at {server.url}#token={token} (the token lets a page steer it)", err=True)
-    try:
+    from metaroles.llm.human import PageDesk
+
+    with _page_process(run_dir, bind_port(port), control, desk if isinstance(desk, PageDesk) else None) as url:
+        typer.echo(f"watch and steer this run at {url} (the token lets a page steer it)", err=True)
         yield
+
+
+@contextmanager
+def _page_process(run_dir: Path, listening: socket.socket, control: RunControl, desk: PageDesk | None) -> Iterator[str]:
+    """``metaroles watch`` serving ``run_dir``'s page on ``listening``, linked to ``control``: its URL and token."""
+    from metaroles.flow.link import answer_link
+
+    host, port = listening.getsockname()[:2]
+    ours, theirs = socket.socketpair()
+    token = secrets.token_urlsafe(16)
+    threading.Thread(target=answer_link, args=(ours, control, desk, token), name="metaroles-link", daemon=True).start()
+    fds = (listening.fileno(), theirs.fileno())
+    command = [sys.executable, "-m", "metaroles", "watch", "--listen-fd", str(fds[0]), "--link-fd", str(fds[1])]
+    child = subprocess.Popen(
+        [*command, "--", str(run_dir)], pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C at the terminal is the run's to handle; its page ends with it
+    )  # fmt: skip
+    listening.close()
+    theirs.close()
+    try:
+        yield f"http://{host}:{port}/#token={token}"  # the socket listens: a page that comes early waits for it
     finally:
-        server.stop()
+        with suppress(OSError):
+            ours.shutdown(socket.SHUT_RDWR)  # the page's process sees the link close, and ends by itself
+        threading.Thread(target=child.wait, name="metaroles-page-reaper", daemon=True).start()

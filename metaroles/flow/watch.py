@@ -29,7 +29,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import orjson
@@ -39,11 +39,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from metaroles.core.exceptions import ConfigError, InvalidValueError, MetarolesError
+from metaroles.flow.link import bind
 from metaroles.flow.timeline import TEXT_CHARS, Timeline, bisect_round
-from metaroles.llm.human import PageDesk
-from metaroles.team.control import Injection, RunControl
+from metaroles.llm.human import HumanQuestion
+from metaroles.team.control import Injection
 
-__all__ = ["WatchServer", "bind", "watch_app", "watch_page"]
+__all__ = ["Answers", "Controls", "WatchServer", "bind", "watch_app", "watch_page"]
 
 POLL_SECONDS = 0.2
 """How often a stream looks for rounds the run wrote (the page shows a round within this of its end)."""
@@ -54,10 +55,39 @@ _POLICY = (
 _ASSETS = {"watch.js": "text/javascript", "watch.css": "text/css"}
 
 
+class Controls(Protocol):
+    """What the page steers: a ``RunControl``, or a :class:`~metaroles.flow.link.RunLink` to one in the run."""
+
+    def pause(self) -> None:
+        """Wait at the next barrier."""
+
+    def resume(self) -> None:
+        """Go on running."""
+
+    def step(self) -> None:
+        """Run one more round, then wait."""
+
+    def inject(self, injection: Injection) -> Any:
+        """Publish ``injection`` at the next barrier."""
+
+    def state(self) -> dict[str, Any]:
+        """Where the run stands: ``paused``, ``waiting_at``, ``round``."""
+
+
+class Answers(Protocol):
+    """Where a person's answers go: a :class:`~metaroles.llm.human.PageDesk`, or a ``RunLink`` to one."""
+
+    def pending(self) -> list[HumanQuestion]:
+        """The questions waiting for the person."""
+
+    def answer(self, number: int, text: str) -> None:
+        """The person's answer to question ``number``."""
+
+
 class Steering:
     """The run's controls as the page reaches them: its token, and the one controller that holds them."""
 
-    def __init__(self, control: RunControl, token: str) -> None:
+    def __init__(self, control: Controls, token: str) -> None:
         self.control, self.token = control, token
         self.holder: str | None = None
         self.streams: dict[str, int] = {}
@@ -97,11 +127,11 @@ Interviewer = Callable[[str, int, str], Awaitable[list[dict[str, Any]]]]
 def watch_app(
     run_dir: Path,
     *,
-    control: RunControl | None = None,
+    control: Controls | None = None,
     token: str | None = None,
     starting: bool = False,
     interviewer: Interviewer | str = "",
-    desk: PageDesk | None = None,
+    desk: Answers | None = None,
 ) -> Starlette:
     """The watch page's app over ``run_dir``; with ``control`` (and its ``token``), the run's controls too.
 
@@ -135,7 +165,7 @@ class _Page:
     """The routes' handlers over one run's timeline and, if it has them, its controls."""
 
     def __init__(
-        self, timeline: Timeline, steering: Steering | None, interviewer: Interviewer | str, desk: PageDesk | None
+        self, timeline: Timeline, steering: Steering | None, interviewer: Interviewer | str, desk: Answers | None
     ) -> None:
         self.timeline, self.steering, self.interviewer, self.desk = timeline, steering, interviewer, desk
         self.closing = threading.Event()
@@ -325,7 +355,7 @@ async def _events(page: _Page, start: int, controller: str) -> AsyncIterator[byt
             steering.closed(controller)
 
 
-def _asked(desk: PageDesk | None) -> list[dict[str, Any]]:
+def _asked(desk: Answers | None) -> list[dict[str, Any]]:
     return [question.as_data() for question in desk.pending()] if desk is not None else []
 
 
@@ -386,26 +416,8 @@ def watch_page(run_dir: Path, *, port: int = 0) -> WatchServer:
     return WatchServer(watch_app(run_dir), bind(port)).start()
 
 
-def bind(port: int, host: str = "127.0.0.1") -> socket.socket:
-    """A listening socket on ``host:port`` (0: any free port).
-
-    Raises:
-        ConfigError: If the port is in use or cannot be had, naming it and the fix.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(
-            f"port {port} on {host} cannot be used ({exc.strerror}); pick another with --port (0: any free one)"
-        ) from None
-    sock.listen(64)
-    return sock
-
-
 class WatchServer:
-    """The page's app served by uvicorn on a socket, in a thread of this process (a run's own page), or here.
+    """The page's app served by uvicorn on a socket, in a thread of this process (a notebook's page), or here.
 
     ``url`` is where it listens; :meth:`start` returns once it accepts connections, :meth:`stop` ends it.
     """
@@ -440,10 +452,14 @@ class WatchServer:
             f'<iframe src="{html.escape(self.url)}" width="100%" height="640" style="border:1px solid #ddd"></iframe>'
         )
 
-    def stop(self) -> None:
-        """Stop serving: open streams end at their next look at the run (a page's stream never ends by itself)."""
+    def end(self) -> None:
+        """Ask the server to stop, from any thread: open streams end at their next look at the run."""
         self.app.state.closing.set()
         self.server.should_exit = True
+
+    def stop(self) -> None:
+        """Stop serving (a page's stream never ends by itself) and wait until the server has."""
+        self.end()
         if self._thread is not None:
             self._thread.join(5)
         self.sock.close()
