@@ -4,7 +4,8 @@
 written (it follows the record) or one that ended (scrub to any round). A run started with
 ``--watch`` serves its own page with its controls (pause, step, resume, inject), which need the
 token it prints; ``--control`` also makes the run wait at its first barrier until someone steps
-or resumes it.
+or resumes it. That page is served by a ``metaroles watch`` process the run starts, linked to the
+run's controls (``flow.link``); the run's process only answers its requests.
 """
 
 from __future__ import annotations
