@@ -161,8 +161,10 @@ class PythonExecute(BaseTool):
                 await proc.wait()
                 if sandbox is not None:
                     await _ended(sandbox)
-            elif self.isolation != "bubblewrap":
+            if self.isolation != "bubblewrap":
                 _kill_group(proc.pid)  # the supervisor may have been killed under the code: what is left goes
+                for pid in _group(proc.pid):
+                    await _ended(pid)  # ... before the tool returns
         timed_out = scope.cancelled_caught or (self.isolation != "bubblewrap" and proc.returncode == iso.TIMED_OUT)
         return self._result(out, err, proc.returncode or 0, timed_out, timeout)
 
@@ -213,6 +215,21 @@ async def _ended(pid: int, *, within: float = 5.0) -> None:
             await anyio.wait_readable(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` that have not exited (``/proc``)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while we looked
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
 
 
 def _kill_group(pid: int) -> None:
