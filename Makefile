@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test faults lint typecheck bench install clean need-redis need-chromium need-bwrap
+.PHONY: demo test faults lint typecheck bench install clean need-redis need-chromium need-bwrap need-mcp-servers
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -66,7 +66,14 @@ need-bwrap:
 	@command -v bwrap >/dev/null 2>&1 || { echo "Installing bubblewrap (Debian package) for the sandbox ..."; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq bubblewrap; }
 
-test: lint typecheck need-redis need-chromium need-bwrap
+# The MCP tests start Node's reference filesystem server (npm; a pinned version), installed once into build/node.
+MCP_FILESYSTEM := build/node/node_modules/.bin/mcp-server-filesystem
+need-mcp-servers: $(MCP_FILESYSTEM)
+$(MCP_FILESYSTEM):
+	@command -v npm >/dev/null 2>&1 || { echo "error: the MCP tests need Node and npm (Debian: apt-get install -y nodejs npm)"; exit 1; }
+	npm install --prefix build/node --no-audit --no-fund --silent @modelcontextprotocol/server-filesystem@2026.8.31
+
+test: lint typecheck need-redis need-chromium need-bwrap need-mcp-servers
 	$(BIN)/python -m pytest
 
 # The fault suite with 100 SIGKILLs per scenario (make test runs it with 20).

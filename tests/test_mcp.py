@@ -14,6 +14,7 @@ from metaroles.flow.link import bind
 from tests.mcp_notes import OverHTTP
 
 NOTES = [sys.executable, str(Path(__file__).with_name("mcp_notes.py"))]
+FILESYSTEM = Path(__file__).parents[1] / "build" / "node" / "node_modules" / ".bin" / "mcp-server-filesystem"
 CALLS = [
     ("notes__add", {"a": 2, "b": 3}),
     ("notes__shout", {"text": "storm"}),
@@ -83,6 +84,41 @@ async def test_an_agent_does_its_task_with_a_servers_tools_and_replays_it_withou
     recorded = await task("record", stdio())
     assert any("executed:\n42" in text for _, text in recorded)
     assert await task("replay", MCPServer(name="notes", command=["/nonexistent/notes-server"])) == recorded
+
+
+async def test_an_agent_edits_files_through_nodes_filesystem_server_and_replays_it_without_node(tmp_path):
+    if not FILESYSTEM.is_file():
+        pytest.fail("Node's MCP filesystem server is needed: run `make need-mcp-servers` (make test does)")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "idea.txt").write_text("a game of snakes")
+
+    def read(path: str) -> dict:
+        return {"name": "fs__read_text_file", "arguments": {"path": path}}
+
+    script = {"coder": {"think": [
+        {"content": "reading", "tool_calls": [read(str(shared / "idea.txt"))]},
+        {"content": "peeking", "tool_calls": [read("/etc/hostname")]},
+        {"content": "writing", "tool_calls": [
+            {"name": "fs__write_file", "arguments": {"path": str(shared / "plan.md"), "content": "1. snakes"}},
+        ]},
+        {"content": "done", "tool_calls": [{"name": "terminate", "arguments": {"status": "success"}}]},
+    ]}}  # fmt: skip
+
+    async def task(mode: str, command: list[str]) -> list[str]:
+        tape = ToolTape(tmp_path / "fs.jsonl", mode)
+        async with MCPClient([MCPServer(name="fs", command=command)], tape=tape) as client:
+            coder = ToolCallAgent(name="coder", llm=ScriptedLLM(script), tools=[*client.tools, Terminate()])
+            await coder.run("Plan the game in plan.md.")
+        return [m.content or "" for m in coder.messages]
+
+    recorded = await task("record", [str(FILESYSTEM), str(shared)])
+    said = "\n".join(recorded)
+    assert "a game of snakes" in said and "Access denied - path outside allowed directories" in said
+    assert (shared / "plan.md").read_text() == "1. snakes"
+    (shared / "plan.md").unlink()
+    assert await task("replay", ["/nonexistent/node"]) == recorded
+    assert not (shared / "plan.md").exists()  # replayed: nothing ran
 
 
 async def test_servers_that_cannot_start_or_die_mid_run_are_one_line_naming_them(tmp_path):
