@@ -29,7 +29,8 @@ from metaroles.cli.common import app, fail, reported
 from metaroles.core.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from metaroles.flow.watch import Answers, Controls, Interviewer, WatchServer
+    from metaroles.flow.link import Answers, Controls
+    from metaroles.flow.watch import Interviewer, WatchServer
     from metaroles.llm.human import Desk, HumanLLM, PageDesk
     from metaroles.team.control import RunControl
 

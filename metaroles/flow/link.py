@@ -23,7 +23,7 @@ import socket
 import threading
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -31,7 +31,7 @@ from metaroles.core.exceptions import ConfigError, InvalidValueError, MetarolesE
 from metaroles.llm.human import HumanQuestion, PageDesk
 from metaroles.team.control import Injection, RunControl
 
-__all__ = ["POLL_SECONDS", "LinkLost", "RunLink", "answer_link", "bind"]
+__all__ = ["POLL_SECONDS", "STEERS", "Answers", "Controls", "LinkLost", "RunLink", "answer_link", "bind", "steer"]
 
 POLL_SECONDS = 0.2
 """How often the page's process asks the run where it stands."""
@@ -39,6 +39,53 @@ POLL_SECONDS = 0.2
 
 class LinkLost(MetarolesError):
     """The run's process closed the link: the run ended, or was stopped."""
+
+
+class Controls(Protocol):
+    """What the page steers: a ``RunControl``, or a :class:`RunLink` to one in the run's process."""
+
+    def pause(self) -> None:
+        """Wait at the next barrier."""
+
+    def resume(self) -> None:
+        """Go on running."""
+
+    def step(self) -> None:
+        """Run one more round, then wait."""
+
+    def inject(self, injection: Injection) -> Any:
+        """Publish ``injection`` at the next barrier."""
+
+    def state(self) -> dict[str, Any]:
+        """Where the run stands: ``paused``, ``waiting_at``, ``round``."""
+
+
+class Answers(Protocol):
+    """Where a person's answers go: a :class:`~metaroles.llm.human.PageDesk`, or a ``RunLink`` to one."""
+
+    def pending(self) -> list[HumanQuestion]:
+        """The questions waiting for the person."""
+
+    def answer(self, number: int, text: str) -> None:
+        """The person's answer to question ``number``."""
+
+
+STEERS = ("pause", "resume", "step", "inject")
+"""What a page may do to a run it controls (besides answering for a person)."""
+
+
+def steer(control: Controls, action: str, injection: Injection | None = None) -> None:
+    """Do ``action`` (one of :data:`STEERS`) to ``control``; ``inject`` publishes ``injection``.
+
+    Raises:
+        InvalidValueError: If ``action`` is none of them, or an injection has nothing to inject.
+    """
+    if action == "inject" and injection is not None:
+        control.inject(injection)
+    elif action in ("pause", "resume", "step"):
+        getattr(control, action)()
+    else:
+        raise InvalidValueError(f"no control named {action!r}: pause, resume, step or inject (with its message)")
 
 
 def answer_link(sock: socket.socket, control: RunControl, desk: PageDesk | None, token: str) -> None:
@@ -63,14 +110,8 @@ def _do(request: dict[str, Any], control: RunControl, desk: PageDesk | None, tok
     op = request.get("op")
     if op == "hello":
         return {"token": token, "desk": desk is not None}
-    if op == "pause":
-        control.pause()
-    elif op == "resume":
-        control.resume()
-    elif op == "step":
-        control.step()
-    elif op == "inject":
-        control.inject(Injection.model_validate(request["injection"]))
+    if op in STEERS:
+        steer(control, op, Injection.model_validate(request["injection"]) if op == "inject" else None)
     elif op == "answer":
         if desk is None:
             raise InvalidValueError("nobody is asked on this page: run with --human ROLE --watch")

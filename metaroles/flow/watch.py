@@ -29,7 +29,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import orjson
@@ -39,12 +39,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from metaroles.core.exceptions import ConfigError, InvalidValueError, MetarolesError
-from metaroles.flow.link import bind
+from metaroles.flow.link import STEERS, Answers, Controls, bind, steer
 from metaroles.flow.timeline import TEXT_CHARS, Timeline, bisect_round
-from metaroles.llm.human import HumanQuestion
 from metaroles.team.control import Injection
 
-__all__ = ["Answers", "Controls", "WatchServer", "bind", "watch_app", "watch_page"]
+__all__ = ["WatchServer", "bind", "watch_app", "watch_page"]
 
 POLL_SECONDS = 0.2
 """How often a stream looks for rounds the run wrote (the page shows a round within this of its end)."""
@@ -53,35 +52,6 @@ _POLICY = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
 )
 _ASSETS = {"watch.js": "text/javascript", "watch.css": "text/css"}
-
-
-class Controls(Protocol):
-    """What the page steers: a ``RunControl``, or a :class:`~metaroles.flow.link.RunLink` to one in the run."""
-
-    def pause(self) -> None:
-        """Wait at the next barrier."""
-
-    def resume(self) -> None:
-        """Go on running."""
-
-    def step(self) -> None:
-        """Run one more round, then wait."""
-
-    def inject(self, injection: Injection) -> Any:
-        """Publish ``injection`` at the next barrier."""
-
-    def state(self) -> dict[str, Any]:
-        """Where the run stands: ``paused``, ``waiting_at``, ``round``."""
-
-
-class Answers(Protocol):
-    """Where a person's answers go: a :class:`~metaroles.llm.human.PageDesk`, or a ``RunLink`` to one."""
-
-    def pending(self) -> list[HumanQuestion]:
-        """The questions waiting for the person."""
-
-    def answer(self, number: int, text: str) -> None:
-        """The person's answer to question ``number``."""
 
 
 class Steering:
@@ -305,20 +275,19 @@ async def _act(steering: Steering, action: str, request: Request) -> dict[str, A
         return {"controller": steering.claim(), **control.state()}
     if action == "release":
         steering.holder = None
-    elif action == "pause":
-        control.pause()
-    elif action == "resume":
-        control.resume()
-    elif action == "step":
-        control.step()
-    elif action == "inject":
-        body = orjson.loads(await request.body() or b"{}")
-        if not isinstance(body, dict):
-            raise InvalidValueError("inject takes a JSON object: name, content, send_to")
-        control.inject(Injection.model_validate({"name": "inject", **body, "after_round": None}))
+    elif action in STEERS:
+        steer(control, action, await _injection(request) if action == "inject" else None)
     else:
         raise _Refused(404, f"no control named {action!r}: claim, pause, step, resume, inject or release")
     return control.state()
+
+
+async def _injection(request: Request) -> Injection:
+    """The injection a page asks for: its body's name, content and recipients, published at the next barrier."""
+    body = orjson.loads(await request.body() or b"{}")
+    if not isinstance(body, dict):
+        raise InvalidValueError("inject takes a JSON object: name, content, send_to")
+    return Injection.model_validate({"name": "inject", **body, "after_round": None})
 
 
 async def _events(page: _Page, start: int, controller: str) -> AsyncIterator[bytes]:
