@@ -217,6 +217,10 @@ def test_bad_input_to_watch_and_steering_is_one_line_and_exit_2(tmp_path, capsys
     assert "line 1 is not an injection" in capsys.readouterr().err
     assert main(["run", "debate", "--llm", "test", "--watch", "--no-save", "-q"]) == 2
     assert "need a run directory" in capsys.readouterr().err
+    assert main(["watch", str(tmp_path / "run"), "--listen-fd", "9999", "--link-fd", "9998"]) == 2
+    assert "not for use by hand ([Errno 9] Bad file descriptor)" in capsys.readouterr().err
+    assert main(["watch", str(tmp_path / "run"), "--link-fd", "9998"]) == 2
+    assert "not for use by hand (both are needed)" in capsys.readouterr().err
     with pytest.raises(Exception, match="after_round"):
         RunControl().inject("hi", after_round=-1)
 

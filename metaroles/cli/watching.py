@@ -50,8 +50,14 @@ def watch(
 ) -> None:
     """Watch a run in the browser: live while it runs, a timeline to scrub once it ended (Ctrl-C stops)."""
     with reported():
-        if listen_fd is not None and link_fd is not None:
-            _serve_own_page(run_dir, socket.socket(fileno=listen_fd), socket.socket(fileno=link_fd))
+        if listen_fd is not None or link_fd is not None:  # what a run passes the page it starts (`run --watch`)
+            try:
+                if listen_fd is None or link_fd is None:
+                    raise OSError("both are needed")
+                sockets = socket.socket(fileno=listen_fd), socket.socket(fileno=link_fd)
+            except OSError as exc:
+                raise fail(f"--listen-fd and --link-fd are a run's own page's, not for use by hand ({exc})") from None
+            _serve_own_page(run_dir, *sockets)
             return
         if not run_dir.is_dir():
             raise fail(f"no run directory at {str(run_dir)!r}")
