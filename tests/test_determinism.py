@@ -117,6 +117,8 @@ def test_the_embedded_model_on_tape_replays_to_the_same_bytes(tmp_path):
         "debate",
         "--llm",
         "local",
+        "--model",
+        "smollm2-135m-instruct-q4_1",  # an embedded model: the fast one
         "--record",
         str(cassette),
         *common,

@@ -9,6 +9,7 @@ from metaroles import Message, TestLLM
 from metaroles.core.exceptions import InvalidValueError
 from metaroles.llm.model_files import local_model_available
 from metaroles.project.scenario import run_scenario
+from metaroles.team.options import RunOptions
 
 
 def game() -> Game:
@@ -105,7 +106,9 @@ async def test_the_embedded_model_answers_the_first_night():
     from metaroles.llm.local import LocalLLM
 
     llm = LocalLLM("smollm2-135m-instruct-q4_1", max_tokens=32, temperature=0.0)  # mechanics: the fast model
-    _, team = await run_scenario("werewolf", llm=llm, options={"max_days": 1}, out_dir=None)
+    _, team = await run_scenario(
+        "werewolf", llm=llm, options={"max_days": 1}, out_dir=None, run=RunOptions(rounds=2)
+    )  # the first night's rounds
     answers = [m.instruct_content for m in team.env.history if m.sent_from != "Moderator" and m.instruct_content]
     kills = [a for a in answers if a.kind == "kill"]
     assert kills and all(a.target in team.env.game.roles for a in kills), "targets come from the enum of players"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from anyio.abc import ByteReceiveStream
+from anyio.abc import ByteReceiveStream, Process
 from pydantic import Field
 
 from metaroles.agents import isolation as iso
@@ -154,6 +154,8 @@ class PythonExecute(BaseTool):
                 async with anyio.create_task_group() as group:
                     group.start_soon(_drain, proc.stdout, out, self.max_output)
                     group.start_soon(_drain, proc.stderr, err, self.max_output)
+                    if self.isolation != "bubblewrap":
+                        group.start_soon(_orphans_go, proc)
                 await proc.wait()
             if scope.cancelled_caught:
                 sandbox = _first_child(proc.pid)  # bubblewrap's init in the sandbox's pid namespace
@@ -187,6 +189,12 @@ async def _drain(stream: ByteReceiveStream, into: bytearray, cap: int) -> None:
     async for chunk in stream:
         if len(into) < cap:
             into.extend(chunk[: cap - len(into)])
+
+
+async def _orphans_go(proc: Process) -> None:
+    """Once the guard's supervisor has exited, what is left of its group goes: code that killed it holds the pipes."""
+    await proc.wait()
+    _kill_group(proc.pid)
 
 
 def _first_child(pid: int) -> int | None:
