@@ -2,7 +2,7 @@
 
 Tools: ``add``, ``shout``, ``fail`` (an error the server reports), ``slow`` (waits until told,
 or for ``seconds``), ``secret`` (says whether its environment holds ``NOTES_TOKEN``), ``die``
-(the server's process exits mid-call).
+(the server's process exits mid-call), ``die_if`` (exits mid-call while a file exists).
 """
 
 from __future__ import annotations
@@ -47,6 +47,13 @@ def notes() -> MCPServer:
     def die() -> str:
         """The server's process ends mid-call."""
         os._exit(9)
+
+    @server.tool()
+    def die_if(path: str) -> str:
+        """The server's process ends mid-call if the file ``path`` exists; else it says it lives."""
+        if os.path.exists(path):
+            os._exit(9)
+        return "alive"
 
     return server
 

@@ -27,11 +27,14 @@ MEASURED = {"manifest.json", "timings.jsonl"}
 """The files a run directory may hold that the clock wrote into."""
 
 
-def metaroles(*args: str, hash_seed: int, cwd: Path | None = None, code: int = 0) -> subprocess.CompletedProcess[str]:
+def metaroles(
+    *args: str, hash_seed: int, cwd: Path | None = None, code: int = 0, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
     result = subprocess.run(
-        [sys.executable, "-m", "metaroles", *args], capture_output=True, text=True, env=env, cwd=cwd, check=False
-    )
+        [sys.executable, "-m", "metaroles", *args], capture_output=True, text=True, env=env, cwd=cwd, check=False,
+        input=stdin,
+    )  # fmt: skip
     assert result.returncode == code, result.stderr[-3000:]
     return result
 

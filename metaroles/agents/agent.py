@@ -22,7 +22,7 @@ from warnings import warn
 
 from metaroles.agents.tool import BaseTool, Terminate, ToolCollection
 from metaroles.bus.action import complete
-from metaroles.core.exceptions import AgentStateError, InvalidValueError, ToolCallMissing
+from metaroles.core.exceptions import AgentStateError, InvalidValueError, RunError, ToolCallMissing
 from metaroles.core.prompts import load_prompt, render_prompt
 from metaroles.core.schema import AgentState, ChatRole, ToolCall, ToolChoice, to_chat_role
 from metaroles.core.surface import fresh_fields, plain_field_defaults
@@ -397,6 +397,8 @@ class ToolCallAgent(ReActAgent):
             return f"Error: Arguments for {name!r} must be a JSON object, got {call.function.arguments!r}"
         try:
             result = await self.available_tools.execute(name=name, tool_input=arguments)
+        except RunError:  # the run cannot go on (a tool's server is gone): it stops, resumable
+            raise
         except Exception as exc:  # a tool's own bug: the run goes on, the model sees what happened
             return f"Error: Tool {name!r} encountered a problem: {type(exc).__name__}: {exc}"
         if result.error:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shlex
 import shutil
 import tempfile
 from collections import defaultdict, deque
@@ -29,8 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from metaroles.agents.permissions import Asker, Permissions, decided
 from metaroles.agents.tool import BaseTool, ToolFailure, ToolResult
 from metaroles.core.exceptions import ConfigError, RunError
 from metaroles.core.files import append_durably
@@ -38,7 +41,10 @@ from metaroles.core.files import append_durably
 if TYPE_CHECKING:
     from mcp import ClientSession
 
-__all__ = ["MCPClient", "MCPServer", "MCPServerGone", "MCPTool", "ToolTape", "observed", "tool_name"]
+__all__ = [
+    "MCPClient", "MCPServer", "MCPServerGone", "MCPTool", "ToolTape", "observed", "server_from", "tape_beside",
+    "tool_name",
+]  # fmt: skip
 
 CALL_SECONDS = 30.0
 """How long a tool call may take before it is an observation saying so (``MCPServer(timeout=...)``)."""
@@ -56,8 +62,10 @@ class MCPServer(BaseModel):
     """An MCP server a run uses: over stdio (``command``) or streamable HTTP (``url``).
 
     ``env`` is given to a stdio server's process and never written anywhere (the tape keeps the
-    server's name and tools only). ``timeout``: seconds a call may take; ``start_timeout``: seconds
-    the server has to start and answer its handshake.
+    server's name and tools only); ``pass_env`` names variables of the run's own environment the
+    server gets too (the names are written, a run's manifest keeps them; never their values).
+    ``timeout``: seconds a call may take; ``start_timeout``: seconds the server has to start and
+    answer its handshake.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,6 +74,7 @@ class MCPServer(BaseModel):
     command: list[str] = Field(default_factory=list)
     url: str | None = None
     env: dict[str, str] = Field(default_factory=dict, repr=False)
+    pass_env: list[str] = Field(default_factory=list)
     cwd: str | None = None
     timeout: float = Field(default=CALL_SECONDS, gt=0)
     start_timeout: float = Field(default=START_SECONDS, gt=0)
@@ -79,6 +88,34 @@ class MCPServer(BaseModel):
             )
         return self
 
+    def recorded(self) -> dict[str, Any]:
+        """The server as a run's manifest keeps it: everything but ``env``."""
+        return self.model_dump(mode="json", exclude={"env"})
+
+    def environment(self) -> dict[str, str] | None:
+        """What the server's process gets over the SDK's safe defaults: ``pass_env``'s variables, then ``env``."""
+        given = {name: os.environ[name] for name in self.pass_env if name in os.environ}
+        return {**given, **self.env} or None
+
+
+def server_from(text: str) -> MCPServer:
+    """``NAME=COMMAND ARGS...`` (stdio) or ``NAME=URL`` (streamable HTTP) as a server (``--mcp``).
+
+    Raises:
+        ConfigError: Naming the text and the form it takes.
+    """
+    name, _, how = text.partition("=")
+    try:
+        if how.startswith(("http://", "https://")):
+            return MCPServer(name=name, url=how)
+        return MCPServer(name=name, command=shlex.split(how))
+    except ValueError as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise ConfigError(
+            f"--mcp {text!r}: {reason}; give NAME=COMMAND (e.g. 'files=npx mcp-server-filesystem /data') "
+            "or NAME=URL (e.g. notes=http://127.0.0.1:8000/mcp)"
+        ) from None
+
 
 class MCPTool(BaseTool):
     """One tool of an MCP server, called through its :class:`MCPClient` (recorded, or replayed)."""
@@ -86,12 +123,14 @@ class MCPTool(BaseTool):
     server: str
     remote: str
     """The tool's own name on its server (``name`` is ``server__remote``)."""
+    role: str | None = None
+    """The role that calls it (its permissions are that role's): see :meth:`MCPClient.tools_for`."""
     client: Any = Field(default=None, exclude=True, repr=False)
 
     async def execute(self, **arguments: Any) -> ToolResult:
         """Call the tool on its server (or answer from the tape)."""
         client: MCPClient = self.client
-        return await client.call(self.server, self.remote, arguments)
+        return await client.call(self.server, self.remote, arguments, role=self.role)
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -99,42 +138,54 @@ def tool_name(server: str, tool: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}__{tool}")[:64]
 
 
-def _key(server: str, tool: str, arguments: dict[str, Any]) -> str:
-    text = json.dumps([server, tool, arguments], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _key(server: str, tool: str, arguments: dict[str, Any], role: str | None = None) -> str:
+    asked = [server, tool, arguments] + ([role] if role is not None else [])
+    text = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class ToolTape:
     """MCP listings and calls on disk, one a line: written as they happen (``record``), answered (``replay``).
 
-    A call is answered by the recorded calls with the same server, tool and arguments, in the
-    order they were recorded.
+    A call is answered by the recorded calls with the same server, tool and arguments (and role),
+    in the order they were recorded. ``append``: a resumed run's — the calls made before the stop
+    are answered as they were then, and the rest are recorded after them (a line a kill tore is
+    dropped).
 
     Raises:
         ConfigError: If a replayed tape is missing or a line of it is damaged (naming the line).
     """
 
-    def __init__(self, path: str | Path, mode: Literal["record", "replay"]) -> None:
-        self.path, self.mode = Path(path), mode
+    def __init__(self, path: str | Path, mode: Literal["record", "replay", "append"]) -> None:
+        self.path, self.mode = Path(path), "replay" if mode == "replay" else "record"
         self._tools: dict[str, list[dict[str, Any]]] = {}
+        self._servers: dict[str, dict[str, Any]] = {}
         self._calls: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
-        if mode == "record":
+        if mode == "replay" and not self.path.is_file():
+            raise ConfigError(f"tool tape {str(self.path)!r} does not exist; record the run with its servers first")
+        if mode == "record" or not self.path.is_file():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_bytes(b"")
-        elif not self.path.is_file():
-            raise ConfigError(f"tool tape {str(self.path)!r} does not exist; record the run with its servers first")
-        else:
+        else:  # replay; or append: a resumed run answers what the tape holds, then goes on recording
             self._load()
+            whole = self.path.read_bytes()
+            if mode == "append" and not whole.endswith(b"\n"):
+                os.truncate(self.path, whole.rfind(b"\n") + 1)  # what a kill tore goes: the next line starts clean
 
     def _load(self) -> None:
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+        text = self.path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for number, line in enumerate(lines, start=1):
             try:
                 entry = json.loads(line)
                 if entry["kind"] == "tools":
                     self._tools[entry["server"]] = list(entry["tools"])
+                    self._servers[entry["server"]] = dict(entry.get("spec") or {"name": entry["server"]})
                 else:
                     self._calls[entry["key"]].append(dict(entry["result"]))
             except (ValueError, KeyError, TypeError) as exc:
+                if number == len(lines) and not text.endswith("\n"):  # torn by a kill mid-write: never answered
+                    break
                 raise ConfigError(
                     f"tool tape {str(self.path)!r} line {number} is not a recorded listing or call ({exc}); "
                     "record the run again"
@@ -150,13 +201,27 @@ class ToolTape:
             raise ConfigError(f"tool tape {str(self.path)!r} holds no tools of MCP server {server!r}; record again")
         return self._tools[server]
 
-    def answer(self, server: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
+    def servers(self) -> list[MCPServer]:
+        """The servers the tape was recorded with (as a manifest keeps them): a replay needs them named again."""
+        found = []
+        for name, spec in self._servers.items():
+            found.append(MCPServer.model_validate({"command": ["(replayed)"], **spec, "name": name}))
+        return found
+
+    def answer(self, server: str, tool: str, arguments: dict[str, Any], role: str | None = None) -> ToolResult:
         """The recorded result of this call (a failure saying so if it was never made)."""
-        recorded = self._calls.get(_key(server, tool, arguments))
-        if not recorded:
+        held = self.held(server, tool, arguments, role)
+        if held is None:
             return ToolFailure(
                 error=f"MCP tool {server}.{tool} was not called with {arguments!r} when this run was recorded"
             )
+        return held
+
+    def held(self, server: str, tool: str, arguments: dict[str, Any], role: str | None = None) -> ToolResult | None:
+        """The next recorded result of this call not yet answered, if the tape holds one."""
+        recorded = self._calls.get(_key(server, tool, arguments, role))
+        if not recorded:
+            return None
         result = recorded.popleft()
         return (ToolFailure if result.get("error") else ToolResult)(**result)
 
@@ -164,11 +229,19 @@ class ToolTape:
         """Append ``entry`` (a listing or a call) durably."""
         append_durably(self.path, json.dumps(entry, sort_keys=True, ensure_ascii=False).encode() + b"\n")
 
-    def wrote_call(self, server: str, tool: str, arguments: dict[str, Any], result: ToolResult) -> None:
-        """Record a call and its result."""
-        fields = result.model_dump(exclude_none=True)
-        self.write({"kind": "call", "key": _key(server, tool, arguments), "server": server, "tool": tool,
-                    "arguments": arguments, "result": fields})  # fmt: skip
+    def wrote_call(
+        self, server: str, tool: str, arguments: dict[str, Any], result: ToolResult, role: str | None = None
+    ) -> None:
+        """Record a call (and who made it) and its result (a denial included)."""
+        entry = {"kind": "call", "key": _key(server, tool, arguments, role), "server": server, "tool": tool,
+                 "arguments": arguments, "result": result.model_dump(exclude_none=True)}  # fmt: skip
+        self.write(entry | ({"role": role} if role is not None else {}))
+
+
+def tape_beside(cassette: str | Path) -> Path:
+    """Where a run's MCP calls are recorded beside its model calls: ``calls.jsonl`` → ``calls.tools.jsonl``."""
+    cassette = Path(cassette)
+    return cassette.with_name(f"{cassette.stem if cassette.suffix else cassette.name}.tools.jsonl")
 
 
 class MCPClient:
@@ -177,17 +250,36 @@ class MCPClient:
     Args:
         servers: The servers to start.
         tape: Record every listing and call to it, or (``replay``) answer from it and start no server.
+        permissions: Which role may call which tool (:class:`~metaroles.agents.permissions.Permissions`;
+            default: every call allowed). A role's tools come from :meth:`tools_for`.
+        ask: Decides the calls the permissions say to ask about: a policy function, or a person
+            (:func:`~metaroles.agents.permissions.desk_asker`).
 
     Raises:
-        ConfigError: On entering, if a server cannot start (its command is missing, it exits, or it
-            does not speak MCP), naming the server and what it said.
+        ConfigError: If the permissions ask and nobody is there to ask; on entering, if a server
+            cannot start (its command is missing, it exits, or it does not speak MCP), naming the
+            server and what it said.
     """
 
-    def __init__(self, servers: list[MCPServer], *, tape: ToolTape | None = None) -> None:
+    def __init__(
+        self,
+        servers: list[MCPServer],
+        *,
+        tape: ToolTape | None = None,
+        permissions: Permissions | None = None,
+        ask: Asker | None = None,
+    ) -> None:
         names = [server.name for server in servers]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ConfigError(f"MCP server name(s) {twice} given twice; give each server a name of its own")
+        self.permissions, self.ask = permissions or Permissions(), ask
+        replaying = tape is not None and tape.mode == "replay"
+        if self.permissions.asks and ask is None and not replaying:
+            raise ConfigError(
+                "the permissions ask about some calls and nobody is there to ask: give ask= (a policy function, "
+                "or desk_asker(desk) for a person), or make the rule allow or deny"
+            )
         self.servers = {server.name: server for server in servers}
         self.tape = tape
         self.tools: list[MCPTool] = []
@@ -209,6 +301,10 @@ class MCPClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self._stack.aclose()  # the servers stop with the run (in the task that started them)
 
+    def tools_for(self, role: str) -> list[MCPTool]:
+        """The servers' tools as ``role`` calls them: under its permissions, recorded as its calls."""
+        return [tool.model_copy(update={"role": role}) for tool in self.tools]
+
     def _tool(self, server: str, spec: dict[str, Any]) -> MCPTool:
         schema = spec.get("input_schema") or {"type": "object", "properties": {}}
         return MCPTool(name=tool_name(server, spec["name"]), description=spec.get("description") or spec["name"],
@@ -224,7 +320,7 @@ class MCPClient:
             {"name": t.name, "description": t.description or "", "input_schema": t.input_schema} for t in listed.tools
         ]
         if self.tape is not None:
-            self.tape.write({"kind": "tools", "server": server.name, "tools": tools})
+            self.tape.write({"kind": "tools", "server": server.name, "spec": server.recorded(), "tools": tools})
         return tools
 
     async def _start(self, server: MCPServer) -> ClientSession:
@@ -274,7 +370,7 @@ class MCPClient:
         self._logs[server.name] = self._log_dir / f"{server.name}.log"
         log = stack.enter_context(self._logs[server.name].open("w", encoding="utf-8"))  # what the server says
         params = StdioServerParameters(command=server.command[0], args=server.command[1:],
-                                       env=server.env or None, cwd=server.cwd)  # fmt: skip
+                                       env=server.environment(), cwd=server.cwd)  # fmt: skip
         return stdio_client(params, errlog=log)
 
     def _why(self, server: MCPServer, exc: BaseException) -> str:
@@ -288,14 +384,37 @@ class MCPClient:
                 said += f"; it said: {lines[-1].strip()[:300]}"
         return said
 
-    async def call(self, server: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
-        """Call ``tool`` on ``server`` (or answer from the tape); the result as an observation.
+    async def call(self, server: str, tool: str, arguments: dict[str, Any], *, role: str | None = None) -> ToolResult:
+        """Call ``tool`` on ``server`` for ``role`` (or answer from the tape); the result as an observation.
+
+        A call the role's permissions deny, or that was asked about and not allowed, is a failure
+        the agent reads; it is recorded as the call's result.
 
         Raises:
             MCPServerGone: If the server stopped answering (crashed, killed): the run stops, resumable.
         """
         if self.tape is not None and self.tape.mode == "replay":
-            return self.tape.answer(server, tool, arguments)
+            return self.tape.answer(server, tool, arguments, role)
+        held = self.tape.held(server, tool, arguments, role) if self.tape is not None else None
+        if held is not None:  # a resumed run: made before the stop, answered as it was then
+            return held
+        refused = await self._refused(role or "*", tool_name(server, tool), arguments)
+        result = refused or await self._called(server, tool, arguments)
+        if self.tape is not None:
+            self.tape.wrote_call(server, tool, arguments, result, role)
+        return result
+
+    async def _refused(self, role: str, name: str, arguments: dict[str, Any]) -> ToolFailure | None:
+        """Why the permissions refuse this call, or ``None`` when it may go ahead."""
+        decision = self.permissions.decision(role, name)
+        if decision == "allow":
+            return None
+        if decision == "ask" and self.ask is not None and await decided(self.ask, role, name, arguments):
+            return None
+        how = "asked, and not allowed" if decision == "ask" else "denied by the run's permissions"
+        return ToolFailure(error=f"{role} may not call {name}: {how}")
+
+    async def _called(self, server: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
         from mcp import types
         from mcp.shared.exceptions import MCPError
 
@@ -316,8 +435,6 @@ class MCPClient:
                 raise self._gone(spec, exc) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
             raise self._gone(spec, exc) from None
-        if self.tape is not None:
-            self.tape.wrote_call(server, tool, arguments, result)
         return result
 
     def _gone(self, server: MCPServer, exc: BaseException) -> MCPServerGone:

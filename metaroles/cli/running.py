@@ -31,13 +31,15 @@ from metaroles.cli.common import (
     run_dir_at,
     trusted,
 )
+from metaroles.cli.tooling import MCP_HELP, PERMIT_HELP, resumed_tools, run_tools
 from metaroles.cli.watching import HUMAN_HELP, PORT_HELP, people_at, run_control, watched
 from metaroles.core.files import zstandard
 from metaroles.record.durability import checked_durability
 from metaroles.team.options import MAX_ROUNDS, RunOptions, read_config_file
 
 if TYPE_CHECKING:
-    from metaroles.llm.human import HumanLLM
+    from metaroles.agents.mcp import MCPClient
+    from metaroles.llm.human import Desk, HumanLLM
     from metaroles.llm.protocol import LLM
     from metaroles.team.team import Team
 
@@ -144,6 +146,8 @@ def run(
     interventions: Annotated[Path | None, typer.Option(metavar="FILE", help=INTERVENTIONS_HELP)] = None,
     human: Annotated[list[str] | None, typer.Option(metavar="ROLE", help=HUMAN_HELP)] = None,
     human_timeout: Annotated[float, typer.Option(min=0.001, help="seconds a person has to answer")] = 120.0,
+    mcp: Annotated[list[str] | None, typer.Option("--mcp", metavar="NAME=COMMAND|URL", help=MCP_HELP)] = None,
+    permit: Annotated[list[str] | None, typer.Option(metavar="ROLE:TOOL=DECISION", help=PERMIT_HELP)] = None,
 ) -> None:
     """Run a scenario and write its run directory."""
     from metaroles.project.scenario import run_scenario
@@ -161,6 +165,7 @@ def run(
     language_model, manifest = _taped_model(
         {k: settings.get(k) if v is None else v for k, v in given.items()}, record, replay, people
     )
+    tools, desk = _tools(mcp or [], permit or [], settings, (record, replay), manifest, people, page=watch or control)
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
         idea=idea if idea is not None else settings.get("idea"),
@@ -179,9 +184,9 @@ def run(
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
     manifest |= {"role_llms": specs} if specs else {}
     scenario = partial(
-        run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest, control=steering
-    )
-    desk = people.keywords["desk"] if people is not None else None
+        run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest, control=steering,
+        tools=tools,
+    )  # fmt: skip
     with watched(run_dir, steering, port, page=watch or control, desk=desk):
         _execute_run(scenario, run_options, specs, run_dir, quiet=quiet, traceback=show_traceback)
 
@@ -207,6 +212,27 @@ def _execute_run(
     finish(report, team, run_dir, quiet=quiet, transcript=run.transcript)
 
 
+def _tools(
+    given: list[str],
+    permits: list[str],
+    settings: dict[str, Any],
+    cassettes: tuple[Path | None, Path | None],
+    manifest: dict[str, Any],
+    people: partial[HumanLLM] | None,
+    *,
+    page: bool,
+) -> tuple[MCPClient | None, Desk | None]:
+    """The run's MCP client (the manifest records it) and where a person is asked (for a role, or a call)."""
+    from metaroles.llm.human import PageDesk
+
+    desk = people.keywords["desk"] if people is not None else (PageDesk() if page else None)
+    with reported():
+        tools, kept = run_tools(given, permits, settings, record=cassettes[0], replay=cassettes[1], desk=desk)
+    manifest |= kept
+    asked = people is not None or (tools is not None and tools.ask is not None)
+    return tools, desk if asked else None
+
+
 def _taped_model(
     chosen: dict[str, Any], record: Path | None, replay: Path | None, people: Callable[[LLM], HumanLLM] | None = None
 ) -> tuple[Any, dict[str, Any]]:
@@ -227,6 +253,12 @@ def _taped_model(
     language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
     manifest["cassette"] = str(record.absolute()) if record else str(replay or "")  # resume goes on recording it
     return language_model, manifest
+
+
+def _child_manifest(parent: dict[str, Any], backend: Any, specs: dict[str, str]) -> dict[str, Any]:
+    """What a fork's manifest takes besides its parent's: how it runs, its roles' models, the parent's MCP servers."""
+    kept = {"role_llms": specs} if specs else {}
+    return {"execution": execution_record(backend), **kept, **({"mcp": parent["mcp"]} if "mcp" in parent else {})}
 
 
 def _new_run_dir(out: Path | None, runs_dir: Path, name: str) -> Path:
@@ -299,7 +331,7 @@ def resume(
         trusted(manifest["scenario"], run_dir, trust=trust)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     with reported():
-        llm = resumed_model(manifest)
+        llm, tools = resumed_model(manifest), resumed_tools(manifest, desk=None)  # a call to ask: the terminal
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     quiet = quiet or manifest.get("quiet") is True
     steering = run_control(watch=watch, control=control, interventions=None)
@@ -307,7 +339,7 @@ def resume(
         report, team = execute(
             lambda live, stopping: resume_scenario(
                 run_dir, llm=llm, role_llms=role_llms, on_progress=live, backend=chosen, rounds=rounds,
-                stopping=stopping, control=steering,
+                stopping=stopping, control=steering, tools=tools,
             ),
             manifest["n_round"] if rounds is None else rounds,
             quiet=quiet,
@@ -350,6 +382,7 @@ def fork(
         manifest = read_manifest(run_dir_at(run_dir))
         check_run_dir(run_dir)
         trusted(manifest["scenario"], run_dir, trust=trust)
+        tools = resumed_tools({**manifest, "cassette": None}, desk=None)  # the parent's servers, live
     changes, more = split_role_llms(options_from(set_ or []))
     specs = {**(manifest.get("role_llms") or {}), **more}  # a fork of a fork keeps its parent's models
     role_llms = {name: resolve({"llm": spec}) for name, spec in specs.items()}
@@ -366,11 +399,12 @@ def fork(
             changes=changes,
             role_llms=role_llms,
             idea=idea,
-            manifest={"execution": execution_record(chosen), **({"role_llms": specs} if specs else {})},
+            manifest=_child_manifest(manifest, chosen, specs),
             on_progress=live,
             backend=chosen,
             rounds=rounds,
             stopping=stopping,
+            tools=tools,
         )
 
     total = manifest["n_round"] if rounds is None else rounds

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import tempfile
 import threading
 import types
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -50,17 +51,20 @@ from metaroles.team.control import JOURNAL, RunControl, read_journal
 from metaroles.team.options import RunOptions, checked_log_turns
 from metaroles.team.team import Team, TeamReport
 
+P = ParamSpec("P")
+T = TypeVar("T")
 
-def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions, run_dir: Path | None = None) -> ScenarioPlan:
+
+def _plan(
+    module: ModuleType, config: Any, llm: LLM, run: RunOptions, run_dir: Path | None = None, tools: Any = None
+) -> ScenarioPlan:
     """The scenario's plan, with the run's options applied.
 
     A ``build`` that takes ``run_dir`` gets the run directory (``None`` for a run that keeps none): a
-    role's long-term memory, say, can then live in it and come back on resume and fork.
+    role's long-term memory, say, can then live in it and come back on resume and fork. One that
+    takes ``tools`` gets the run's MCP client (its roles' tools: ``tools.tools_for(role)``), or ``None``.
     """
-    if "run_dir" in inspect.signature(module.build).parameters:
-        plan: ScenarioPlan = module.build(config, llm, run_dir=run_dir)
-    else:
-        plan = module.build(config, llm)
+    plan: ScenarioPlan = module.build(config, llm, **_collaborators(module, run_dir, tools))
     if not isinstance(plan, ScenarioPlan):
         raise ConfigError(
             f"{module.__name__}.build() returned {type(plan).__name__}; return "
@@ -92,6 +96,34 @@ def _plan(module: ModuleType, config: Any, llm: LLM, run: RunOptions, run_dir: P
     )
 
 
+def _collaborators(module: ModuleType, run_dir: Path | None, tools: Any) -> dict[str, Any]:
+    """What the scenario's ``build`` takes besides its config and model: the run directory, the run's tools."""
+    takes = inspect.signature(module.build).parameters
+    if tools is not None and "tools" not in takes:
+        raise ConfigError(
+            f"scenario {module.__name__.rsplit('.', 1)[-1]!r} takes no tools (its build() has no tools parameter); "
+            "run it without --mcp, or run one that does, e.g. assistant"
+        )
+    given = {"run_dir": run_dir, "tools": tools}
+    return {name: value for name, value in given.items() if name in takes}
+
+
+def _with_tools(run: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """``run`` with its ``tools`` (the run's MCP client) started first and stopped after, whatever happens."""
+
+    @functools.wraps(run)
+    async def started(*args: P.args, **options: P.kwargs) -> T:
+        tools: Any = options.get("tools")
+        backend = options.get("backend") or getattr(options.get("run"), "backend", None)
+        if tools is not None and backend is not None:
+            raise ConfigError("MCP tools are called from the run's own process: run it without --backend ray")
+        async with tools if tools is not None else nullcontext():
+            return await run(*args, **options)
+
+    return started
+
+
+@_with_tools
 async def run_scenario(
     name: str,
     *,
@@ -105,9 +137,11 @@ async def run_scenario(
     role_llms: dict[str, LLM] | None = None,
     stopping: threading.Event | None = None,
     control: RunControl | None = None,
+    tools: Any = None,
 ) -> tuple[TeamReport, Team]:
     """Build and run scenario ``name``; write its run directory into ``out_dir`` if given.
 
+    ``tools``: the run's :class:`~metaroles.agents.mcp.MCPClient`, started for the run (``build`` gets it).
     ``stopping``: set it (a signal handler may) to stop the run at the next round barrier (see
     :meth:`Team.stop`). ``control`` pauses, steps and injects at the round barriers, from any
     thread; an injection is journaled (``interventions.jsonl``) before it is published, so resume
@@ -121,16 +155,13 @@ async def run_scenario(
     run = run or RunOptions()
     module = load_scenario(name)
     config, recorded = _configured(module, options, out_dir)
-    plan = _plan(module, config, llm, run, out_dir)
+    plan = _plan(module, config, llm, run, out_dir, tools)
     _give_models(plan.team, role_llms or {})
     plan.team.stopping = stopping or plan.team.stopping
     _steer(plan.team, control, out_dir)
     seat_people(plan.team, llm)
-    plan.team.on_round, plan.team.on_progress, plan.team.on_record = (
-        on_round,
-        on_progress,
-        metrics_recorder(module, out_dir),
-    )
+    plan.team.on_round, plan.team.on_progress = on_round, on_progress
+    plan.team.on_record = metrics_recorder(module, out_dir)
     if out_dir is None:
         with _observed(run, plan.team, name, out_dir):
             report = await plan.team.run(n_round=plan.n_round, idea=plan.idea, send_to=plan.send_to)
@@ -279,6 +310,7 @@ def _rebuild(
     changes: dict[str, Any] | None = None,
     backend: Any = None,
     rounds: int | None = None,
+    tools: Any = None,
 ) -> ScenarioPlan:
     """The run's plan again, from its manifest (and a fork's ``changes``).
 
@@ -299,9 +331,10 @@ def _rebuild(
         log_turns=manifest.get("log_turns"),
         backend=backend,
     )
-    return _plan(module, config, llm, run, run_dir)
+    return _plan(module, config, llm, run, run_dir, tools)
 
 
+@_with_tools
 async def resume_scenario(
     run_dir: Path,
     *,
@@ -313,6 +346,7 @@ async def resume_scenario(
     rounds: int | None = None,
     stopping: threading.Event | None = None,
     control: RunControl | None = None,
+    tools: Any = None,
 ) -> tuple[TeamReport, Team]:
     """Rebuild the run in ``run_dir`` from its manifest and continue from its last checkpoint.
 
@@ -328,7 +362,7 @@ async def resume_scenario(
     with locked(run_dir):
         manifest = read_manifest(run_dir)
         check_run_dir(run_dir)
-        plan = _rebuild(manifest, llm, run_dir, backend=backend, rounds=rounds)
+        plan = _rebuild(manifest, llm, run_dir, backend=backend, rounds=rounds, tools=tools)
         _give_models(plan.team, role_llms or {})
         durability = checked_durability(manifest.get("durability", "round"), sweep=True)
         connect(backend)
@@ -387,6 +421,7 @@ async def _start_over(plan: ScenarioPlan, run_dir: Path, manifest: dict[str, Any
     )
 
 
+@_with_tools
 async def fork_scenario(
     parent: Path,
     *,
@@ -403,6 +438,7 @@ async def fork_scenario(
     rounds: int | None = None,
     stopping: threading.Event | None = None,
     control: RunControl | None = None,
+    tools: Any = None,
 ) -> tuple[TeamReport, Team]:
     """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
 
@@ -422,7 +458,7 @@ async def fork_scenario(
     refuse_restarted(parent)
     refuse_late(parent, from_round)
     changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
-    plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds)
+    plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds, tools=tools)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
     plan.team.stopping = stopping or plan.team.stopping
