@@ -7,7 +7,8 @@ import pytest
 
 from metaroles import ScriptedLLM
 from metaroles.agents.agent import ToolCallAgent
-from metaroles.agents.mcp import MCPClient, MCPServer, MCPServerGone, ToolTape
+from metaroles.agents.mcp import MCPClient, MCPServer, MCPServerGone, MCPWarning, ToolTape
+from metaroles.agents.permissions import Permissions
 from metaroles.agents.tool import Terminate, ToolCollection, ToolFailure
 from metaroles.core.exceptions import ConfigError
 from metaroles.flow.link import bind
@@ -154,3 +155,56 @@ def _tape(folder: Path) -> Path:
     path = folder / "empty-tools.jsonl"
     path.write_text("")
     return path
+
+
+async def test_malformed_content_is_an_observation_and_a_schema_no_model_could_fill_is_left_out_by_name():
+    raw = MCPServer(name="raw", command=[sys.executable, str(Path(__file__).with_name("mcp_raw.py"))])
+    with pytest.warns(MCPWarning, match=r"MCP server 'raw': its tool 'unfillable' is left out: its input schema"):
+        client = await MCPClient([raw]).__aenter__()
+    try:
+        tools = ToolCollection(*client.tools)
+        assert sorted(tools.tool_map) == ["raw__broken", "raw__ok"]
+        broken = await tools.execute(name="raw__broken", tool_input={})
+        assert (
+            broken.error
+            == "MCP tool raw.broken answered with malformed content (content: Input should be a valid list)"
+        )
+        assert (await tools.execute(name="raw__ok", tool_input={})).output == "fine", "the server goes on"
+    finally:
+        await client.__aexit__(None, None, None)
+
+
+async def test_permissions_allow_ask_and_deny_per_role_and_the_answers_replay_without_the_policy(tmp_path):
+    rules = {"judge": {"notes__add": "deny"}, "coder": {"notes__shout": "allow", "notes__*": "ask"}, "*": {"*": "deny"}}
+    permissions = Permissions(rules=rules)
+    assert permissions.decision("coder", "notes__shout") == "allow", "a tool's own name before a pattern"
+    assert (
+        permissions.decision("coder", "notes__add") == "ask" and permissions.decision("judge", "notes__add") == "deny"
+    )
+    assert permissions.decision("someone", "notes__add") == "deny", "everyone's rules after the role's own"
+    with pytest.raises(ConfigError, match="the permissions ask about some calls and nobody is there to ask"):
+        MCPClient([stdio()], permissions=permissions)
+    asked = []
+
+    async def policy(role: str, tool: str, arguments: dict) -> bool:
+        asked.append((role, tool, arguments))
+        return arguments.get("a", 0) < 10
+
+    async def calls(client: MCPClient) -> list[str]:
+        coder = ToolCollection(*client.tools_for("coder"))
+        judge = ToolCollection(*client.tools_for("judge"))
+        made = [coder.execute(name="notes__add", tool_input={"a": 1, "b": 2})]
+        made += [coder.execute(name="notes__add", tool_input={"a": 50, "b": 2})]
+        made += [coder.execute(name="notes__shout", tool_input={"text": "x"})]
+        made += [judge.execute(name="notes__add", tool_input={"a": 1, "b": 2})]
+        return [repr(await call) for call in made]
+
+    tape = tmp_path / "tools.jsonl"
+    async with MCPClient([stdio()], tape=ToolTape(tape, "record"), permissions=permissions, ask=policy) as client:
+        live = await calls(client)
+    assert asked == [("coder", "notes__add", {"a": 1, "b": 2}), ("coder", "notes__add", {"a": 50, "b": 2})]
+    assert "output='3'" in live[0] and "coder may not call notes__add: asked, and not allowed" in live[1]
+    assert "'X'" in live[2] and "judge may not call notes__add: denied by the run's permissions" in live[3]
+    async with MCPClient([stdio()], tape=ToolTape(tape, "replay"), permissions=permissions) as client:
+        assert await calls(client) == live  # nobody asked: the decisions are on the tape
+    assert len(asked) == 2

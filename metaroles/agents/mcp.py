@@ -25,6 +25,7 @@ import re
 import shlex
 import shutil
 import tempfile
+import warnings
 from collections import defaultdict, deque
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -42,8 +43,8 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
 __all__ = [
-    "MCPClient", "MCPServer", "MCPServerGone", "MCPTool", "ToolTape", "observed", "server_from", "tape_beside",
-    "tool_name",
+    "MCPClient", "MCPServer", "MCPServerGone", "MCPTool", "MCPWarning", "ToolTape", "observed", "server_from",
+    "tape_beside", "tool_name",
 ]  # fmt: skip
 
 CALL_SECONDS = 30.0
@@ -52,6 +53,23 @@ CALL_SECONDS = 30.0
 
 START_SECONDS = 60.0
 """How long a server has to start and answer the handshake (a Node server fetched by ``npx`` takes seconds)."""
+
+
+class MCPWarning(UserWarning):
+    """Something of an MCP server the run cannot use (a tool whose input schema no model could fill)."""
+
+
+def _unusable(schema: Any) -> str | None:
+    """Why a model could not be offered a tool with this input schema, or ``None``."""
+    import jsonschema
+
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        return f"its input schema must be a JSON object schema, not {json.dumps(schema)[:200]}"
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"its input schema is not a valid JSON schema ({exc.message[:200]})"
+    return None
 
 
 class MCPServerGone(RunError):
@@ -291,8 +309,8 @@ class MCPClient:
     async def __aenter__(self) -> MCPClient:
         try:
             for server in self.servers.values():
-                listed = await self._listing(server)
-                self.tools += [self._tool(server.name, spec) for spec in listed]
+                listed = [self._tool(server.name, spec) for spec in await self._listing(server)]
+                self.tools += [tool for tool in listed if tool is not None]
         except BaseException:
             await self._stack.aclose()  # the servers started before this one
             raise
@@ -305,8 +323,15 @@ class MCPClient:
         """The servers' tools as ``role`` calls them: under its permissions, recorded as its calls."""
         return [tool.model_copy(update={"role": role}) for tool in self.tools]
 
-    def _tool(self, server: str, spec: dict[str, Any]) -> MCPTool:
+    def _tool(self, server: str, spec: dict[str, Any]) -> MCPTool | None:
+        """The tool as a model is offered it; ``None`` (and a warning naming it) when no model could fill its schema."""
         schema = spec.get("input_schema") or {"type": "object", "properties": {}}
+        why = _unusable(schema)
+        if why is not None:
+            warnings.warn(
+                f"MCP server {server!r}: its tool {spec['name']!r} is left out: {why}", MCPWarning, stacklevel=2
+            )
+            return None
         return MCPTool(name=tool_name(server, spec["name"]), description=spec.get("description") or spec["name"],
                        parameters=schema, server=server, remote=spec["name"], client=self)  # fmt: skip
 
@@ -428,6 +453,10 @@ class MCPClient:
                 if waited.cancelled_caught
                 else observed(answer, where)
             )
+        except ValidationError as exc:  # the server broke the protocol in its answer: the agent reads that
+            problem = exc.errors()[0]
+            part = ".".join(str(name) for name in problem["loc"]) or "the result"
+            result = ToolFailure(error=f"MCP tool {where} answered with malformed content ({part}: {problem['msg']})")
         except MCPError as exc:
             if exc.code != types.CONNECTION_CLOSED:  # the server refused this call: the agent reads why
                 result = ToolFailure(error=f"MCP tool {where}: {exc.message}")

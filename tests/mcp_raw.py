@@ -1,0 +1,36 @@
+"""An MCP server written by hand (JSON-RPC lines on stdio) that breaks the protocol where the tests ask it to.
+
+Tools: ``ok`` (answers properly), ``broken`` (its result's ``content`` is not a list of content
+blocks), ``unfillable`` (its input schema is not a JSON schema: no model could fill it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+TOOLS = [
+    {"name": "ok", "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "broken", "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "unfillable", "inputSchema": {"type": "object", "properties": {"x": {"type": "nosuchtype"}}}},
+]
+
+
+def answer(request: dict) -> dict:
+    method, params = request["method"], request.get("params") or {}
+    if method == "initialize":
+        return {"protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
+                "serverInfo": {"name": "raw", "version": "0"}}  # fmt: skip
+    if method == "tools/list":
+        return {"tools": TOOLS}
+    if method == "tools/call" and params.get("name") == "broken":
+        return {"content": "not a list of content blocks"}
+    return {"content": [{"type": "text", "text": "fine"}]}
+
+
+if __name__ == "__main__":
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "id" in request:
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": answer(request)}) + "\n")
+            sys.stdout.flush()
