@@ -14,12 +14,23 @@ import typer
 from rich.markup import escape
 from typer._click.exceptions import ClickException  # typer vendors click: usage errors are its own
 
-from metaroles.cli import asking, evaluating, inspecting, running, serving, sweeping, watching
+from metaroles.cli import asking, assisting, evaluating, inspecting, running, serving, sweeping, watching
 from metaroles.cli.common import app, err, say
 from metaroles.core.exceptions import MetarolesError, RunError
 from metaroles.core.text import printable
 
-__all__ = ["app", "asking", "evaluating", "inspecting", "main", "running", "serving", "sweeping", "watching"]
+__all__ = [
+    "app",
+    "asking",
+    "assisting",
+    "evaluating",
+    "inspecting",
+    "main",
+    "running",
+    "serving",
+    "sweeping",
+    "watching",
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
