@@ -163,7 +163,7 @@ def _key(server: str, tool: str, arguments: dict[str, Any], role: str | None = N
 
 
 class ToolTape:
-    """MCP listings and calls on disk, one a line: written as they happen (``record``), answered (``replay``).
+    """MCP listings and calls (and A2A agents' cards and exchanges), one a line: written, answered on replay.
 
     A call is answered by the recorded calls with the same server, tool and arguments (and role),
     in the order they were recorded. ``append``: a resumed run's — the calls made before the stop
@@ -178,6 +178,7 @@ class ToolTape:
         self.path, self.mode = Path(path), "replay" if mode == "replay" else "record"
         self._tools: dict[str, list[dict[str, Any]]] = {}
         self._servers: dict[str, dict[str, Any]] = {}
+        self._cards: dict[str, dict[str, Any]] = {}
         self._calls: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         if mode == "replay" and not self.path.is_file():
             raise ConfigError(f"tool tape {str(self.path)!r} does not exist; record the run with its servers first")
@@ -196,7 +197,9 @@ class ToolTape:
         for number, line in enumerate(lines, start=1):
             try:
                 entry = json.loads(line)
-                if entry["kind"] == "tools":
+                if entry["kind"] == "card":
+                    self._cards[entry["agent"]] = {"url": entry["url"], **dict(entry["card"])}
+                elif entry["kind"] == "tools":
                     self._tools[entry["server"]] = list(entry["tools"])
                     self._servers[entry["server"]] = dict(entry.get("spec") or {"name": entry["server"]})
                 else:
@@ -225,6 +228,20 @@ class ToolTape:
         for name, spec in self._servers.items():
             found.append(MCPServer.model_validate({"command": ["(replayed)"], **spec, "name": name}))
         return found
+
+    def agents(self) -> dict[str, str]:
+        """The A2A agents the tape was recorded with: name → URL."""
+        return {name: card["url"] for name, card in self._cards.items()}
+
+    def card(self, agent: str) -> dict[str, Any]:
+        """The card A2A agent ``agent`` had when recorded.
+
+        Raises:
+            ConfigError: If the tape holds no card of ``agent``.
+        """
+        if agent not in self._cards:
+            raise ConfigError(f"tool tape {str(self.path)!r} holds no card of A2A agent {agent!r}; record again")
+        return self._cards[agent]
 
     def answer(self, server: str, tool: str, arguments: dict[str, Any], role: str | None = None) -> ToolResult:
         """The recorded result of this call (a failure saying so if it was never made)."""

@@ -122,11 +122,13 @@ def verbs(verbs: Verbs) -> MCPServer:
     from mcp.server.mcpserver import MCPServer
 
     server = MCPServer("metaroles", instructions=__doc__)
+    _making(server, verbs)
+    _reading(server, verbs)
+    return server
 
-    @server.tool()
-    async def list_scenarios(scenario: str = "") -> str:
-        """The scenarios you can run; with a name, that scenario's options and their defaults."""
-        return await verbs.command("list", *([scenario] if scenario else []))
+
+def _making(server: MCPServer, verbs: Verbs) -> None:
+    """The verbs that make runs and evaluations: run, fork, eval."""
 
     @server.tool()
     async def run(
@@ -143,12 +145,6 @@ def verbs(verbs: Verbs) -> MCPServer:
         return await verbs.command(*argv)
 
     @server.tool()
-    async def show(run_dir: str, role: str = "", round: int | None = None) -> str:
-        """A run's transcript: who said what to whom, round by round (one role's, or one round's)."""
-        argv = ["show", verbs.inside(run_dir, "run_dir"), *(["--role", role] if role else [])]
-        return await verbs.command(*argv, *(["--round", str(round)] if round is not None else []))
-
-    @server.tool()
     async def fork(
         run_dir: str, from_round: int, options: dict[str, Any] | None = None, idea: str = "", out: str = ""
     ) -> str:
@@ -158,11 +154,6 @@ def verbs(verbs: Verbs) -> MCPServer:
         return await verbs.command(*argv, *(["--out", verbs.inside(out, "out")] if out else []))
 
     @server.tool()
-    async def diff(run_a: str, run_b: str) -> str:
-        """Where two runs part: the first round and event that differ (or that they are the same)."""
-        return await verbs.command("diff", verbs.inside(run_a, "run_a"), verbs.inside(run_b, "run_b"), ok=(0, 1))
-
-    @server.tool()
     async def eval(suite: str, seeds: int | None = None, llm: str = "", task: list[str] | None = None) -> str:
         """Run a built-in suite (software, debate, werewolf, society, fidelity): its table and report."""
         argv = ["eval", verbs.suite(suite), "--out", verbs.inside(f"evals/{suite}", "out")]
@@ -170,9 +161,27 @@ def verbs(verbs: Verbs) -> MCPServer:
         argv += ["--llm", llm] if llm else []
         return await verbs.command(*argv, *(arg for name in task or () for arg in ("--task", name)))
 
+
+def _reading(server: MCPServer, verbs: Verbs) -> None:
+    """The verbs that read: list_scenarios, show, diff, export."""
+
+    @server.tool()
+    async def list_scenarios(scenario: str = "") -> str:
+        """The scenarios you can run; with a name, that scenario's options and their defaults."""
+        return await verbs.command("list", *([scenario] if scenario else []))
+
+    @server.tool()
+    async def show(run_dir: str, role: str = "", round: int | None = None) -> str:
+        """A run's transcript: who said what to whom, round by round (one role's, or one round's)."""
+        argv = ["show", verbs.inside(run_dir, "run_dir"), *(["--role", role] if role else [])]
+        return await verbs.command(*argv, *(["--round", str(round)] if round is not None else []))
+
+    @server.tool()
+    async def diff(run_a: str, run_b: str) -> str:
+        """Where two runs part: the first round and event that differ (or that they are the same)."""
+        return await verbs.command("diff", verbs.inside(run_a, "run_a"), verbs.inside(run_b, "run_b"), ok=(0, 1))
+
     @server.tool()
     async def export(run_dir: str, format: str = "jsonl") -> str:
         """A run's events as a table (jsonl, parquet), its model calls (sft) or trajectories; the file written."""
         return await verbs.command("export", verbs.inside(run_dir, "run_dir"), "--format", format)
-
-    return server

@@ -31,14 +31,14 @@ from metaroles.cli.common import (
     run_dir_at,
     trusted,
 )
-from metaroles.cli.tooling import MCP_HELP, PERMIT_HELP, resumed_tools, run_tools
+from metaroles.cli.tooling import A2A_HELP, MCP_HELP, PERMIT_HELP, resumed_tools, run_tools
 from metaroles.cli.watching import HUMAN_HELP, PORT_HELP, people_at, run_control, watched
 from metaroles.core.files import zstandard
 from metaroles.record.durability import checked_durability
 from metaroles.team.options import MAX_ROUNDS, RunOptions, read_config_file
 
 if TYPE_CHECKING:
-    from metaroles.agents.mcp import MCPClient
+    from metaroles.agents.remotes import Remotes
     from metaroles.llm.human import Desk, HumanLLM
     from metaroles.llm.protocol import LLM
     from metaroles.team.team import Team
@@ -148,6 +148,7 @@ def run(
     human_timeout: Annotated[float, typer.Option(min=0.001, help="seconds a person has to answer")] = 120.0,
     mcp: Annotated[list[str] | None, typer.Option("--mcp", metavar="NAME=COMMAND|URL", help=MCP_HELP)] = None,
     permit: Annotated[list[str] | None, typer.Option(metavar="ROLE:TOOL=DECISION", help=PERMIT_HELP)] = None,
+    a2a: Annotated[list[str] | None, typer.Option("--a2a", metavar="NAME=URL", help=A2A_HELP)] = None,
 ) -> None:
     """Run a scenario and write its run directory."""
     from metaroles.project.scenario import run_scenario
@@ -165,7 +166,7 @@ def run(
     language_model, manifest = _taped_model(
         {k: settings.get(k) if v is None else v for k, v in given.items()}, record, replay, people
     )
-    tools, desk = _tools(mcp or [], permit or [], settings, (record, replay), manifest, people, page=watch or control)
+    tools, desk = _tools((mcp, permit, a2a), settings, (record, replay), manifest, people, page=watch or control)
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
         idea=idea if idea is not None else settings.get("idea"),
@@ -213,23 +214,26 @@ def _execute_run(
 
 
 def _tools(
-    given: list[str],
-    permits: list[str],
+    given: tuple[list[str] | None, list[str] | None, list[str] | None],
     settings: dict[str, Any],
     cassettes: tuple[Path | None, Path | None],
     manifest: dict[str, Any],
     people: partial[HumanLLM] | None,
     *,
     page: bool,
-) -> tuple[MCPClient | None, Desk | None]:
-    """The run's MCP client (the manifest records it) and where a person is asked (for a role, or a call)."""
+) -> tuple[Remotes | None, Desk | None]:
+    """The run's servers and agents, and where a person is asked (for a role, or a call).
+
+    ``given``: what ``--mcp``, ``--permit`` and ``--a2a`` said; the manifest records what the run reaches.
+    """
     from metaroles.llm.human import PageDesk
 
     desk = people.keywords["desk"] if people is not None else (PageDesk() if page else None)
     with reported():
-        tools, kept = run_tools(given, permits, settings, record=cassettes[0], replay=cassettes[1], desk=desk)
+        servers, permits, agents = (list(listed or ()) for listed in given)
+        tools, kept = run_tools(servers, permits, agents, settings, record=cassettes[0], replay=cassettes[1], desk=desk)
     manifest |= kept
-    asked = people is not None or (tools is not None and tools.ask is not None)
+    asked = people is not None or (tools is not None and tools.mcp is not None and tools.mcp.ask is not None)
     return tools, desk if asked else None
 
 
@@ -258,7 +262,7 @@ def _taped_model(
 def _child_manifest(parent: dict[str, Any], backend: Any, specs: dict[str, str]) -> dict[str, Any]:
     """What a fork's manifest takes besides its parent's: how it runs, its roles' models, the parent's MCP servers."""
     kept = {"role_llms": specs} if specs else {}
-    return {"execution": execution_record(backend), **kept, **({"mcp": parent["mcp"]} if "mcp" in parent else {})}
+    return {"execution": execution_record(backend), **kept, **{k: parent[k] for k in ("mcp", "a2a") if k in parent}}
 
 
 def _new_run_dir(out: Path | None, runs_dir: Path, name: str) -> Path:

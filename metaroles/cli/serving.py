@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from metaroles.cli.common import app, reported
+from metaroles.cli.common import LLM_HELP, app, options_from, reported, resolve
 from metaroles.core.exceptions import ConfigError
 
 
@@ -62,3 +62,34 @@ def serve(
                 threading.Event().wait()
             except KeyboardInterrupt:
                 pass
+
+
+@app.command("a2a")
+def a2a(
+    scenario: Annotated[str, typer.Argument(help="the scenario the role is one of (see `metaroles list`)")],
+    role: Annotated[str, typer.Argument(help="the role to serve")],
+    set_: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="a scenario option")] = None,
+    llm: Annotated[str | None, typer.Option(help=LLM_HELP)] = None,
+    seed: Annotated[int | None, typer.Option(help="seed of the society's random source and of the test model")] = None,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port on 127.0.0.1 (0: any free one, printed)")] = 0,
+) -> None:
+    """Serve one role of a scenario as an A2A agent (its card at /.well-known/agent-card.json) until Ctrl-C."""
+    with reported():
+        from metaroles.agents.a2a import CARD_PATH, RoleServer
+        from metaroles.project.scenario import built_team
+
+        team = built_team(scenario, options_from(set_ or []), resolve({"llm": llm, "seed": seed}), seed=seed)
+        if role not in team.env.roles:
+            raise ConfigError(f"scenario {scenario!r} has no role {role!r}; its roles: {sorted(team.env.roles)}")
+        try:
+            server = RoleServer(team.env.roles[role], port=port)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); pass another --port") from None
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    typer.echo(f"serving {role} of {scenario} as an A2A agent at {server.url} (card: {server.url}{CARD_PATH})")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()

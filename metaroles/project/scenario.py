@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 import orjson
 from pydantic import ValidationError
 
+from metaroles.agents.remotes import Remotes
 from metaroles.core.exceptions import ConfigError, UnknownRoleError
 from metaroles.core.files import write_atomic, zstandard
 from metaroles.llm.human import find_human
@@ -62,14 +63,18 @@ def _plan(
 
     A ``build`` that takes ``run_dir`` gets the run directory (``None`` for a run that keeps none): a
     role's long-term memory, say, can then live in it and come back on resume and fork. One that
-    takes ``tools`` gets the run's MCP client (its roles' tools: ``tools.tools_for(role)``), or ``None``.
+    takes ``tools`` gets the run's MCP client (its roles' tools: ``tools.tools_for(role)``), or ``None``;
+    ``tools`` may be :class:`~metaroles.agents.remotes.Remotes`, whose A2A agents join the team.
     """
-    plan: ScenarioPlan = module.build(config, llm, **_collaborators(module, run_dir, tools))
+    mcp = tools.mcp if isinstance(tools, Remotes) else tools
+    plan: ScenarioPlan = module.build(config, llm, **_collaborators(module, run_dir, mcp))
     if not isinstance(plan, ScenarioPlan):
         raise ConfigError(
             f"{module.__name__}.build() returned {type(plan).__name__}; return "
             "ScenarioPlan(team=..., idea=..., send_to=..., n_round=...) (see the README's 'Write a scenario')"
         )
+    if isinstance(tools, Remotes):
+        plan.team.hire(tools.members())  # remote A2A agents join the society
     folder = getattr(config, "workspace", None)
     plan.team.workspace = Path(folder) if folder else None
     if run.seed is not None:
@@ -243,6 +248,13 @@ def _configured(module: ModuleType, options: dict[str, Any], run_dir: Path | Non
     place = str(run_dir / (given or "workspace")) if not given or not Path(str(given)).is_absolute() else given
     config = checked_config(module, {**options, "workspace": place})
     return config, {**config.model_dump(mode="json"), "workspace": given or None}
+
+
+def built_team(name: str, options: dict[str, Any], llm: LLM, *, seed: int | None = None) -> Team:
+    """Scenario ``name`` built with ``options`` and no run directory: its team as a run starts it."""
+    module = load_scenario(name)
+    config, _ = _configured(module, options, None)
+    return _plan(module, config, llm, RunOptions(seed=seed)).team
 
 
 def check_role_models(module: ModuleType, options: dict[str, Any], names: Iterable[str]) -> None:

@@ -11,7 +11,7 @@ from metaroles.core.exceptions import ConfigError, InvalidValueError
 MAX_ROUNDS = 1_000_000
 """The most rounds a run may ask for (``metaroles run --rounds``)."""
 
-RUN_OPTIONS = ("rounds", "idea", "llm", "model", "base_url", "seed", "budget", "mcp", "permissions")
+RUN_OPTIONS = ("rounds", "idea", "llm", "model", "base_url", "seed", "budget", "mcp", "permissions", "a2a")
 """Keys of a YAML config file that set how to run, not the scenario's own options."""
 
 

@@ -1,0 +1,81 @@
+"""A2A v1.0: a role served as an agent (card, JSON-RPC, streaming), a remote agent as a member, replayed without it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+
+from metaroles import TestLLM
+from metaroles.agents.a2a import CARD_PATH, RoleServer
+from metaroles.project.scenario import built_team
+from tests.test_determinism import assert_same_bytes, contents, metaroles
+from tests.test_mcp import _free_port
+
+
+def rpc(method: str, text: str) -> dict:
+    message = {"messageId": f"m-{method}", "role": "ROLE_USER", "parts": [{"text": text}]}
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}}
+
+
+def test_a_served_role_has_its_card_at_the_well_known_path_answers_json_rpc_and_streams():
+    alice = built_team("debate", {}, TestLLM(3)).env.roles["Alice"]
+    with RoleServer(alice) as server, httpx.Client(base_url=server.url, headers={"A2A-Version": "1.0"}) as http:
+        card = http.get(CARD_PATH).json()
+        assert card["name"] == "Alice" and card["capabilities"]["streaming"] is True
+        assert card["supportedInterfaces"][0] == {
+            "url": server.url,
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+        }
+        task = http.post("/", json=rpc("SendMessage", "Should cities ban cars?")).json()["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        said = task["artifacts"][0]["parts"][0]["text"]
+        assert said and said == alice.rc.memory.get()[-1].content, "the role's own turn is the answer"
+        with http.stream("POST", "/", json=rpc("SendStreamingMessage", "And buses?")) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            events = [json.loads(line[5:])["result"] for line in stream.iter_lines() if line.startswith("data:")]
+    kinds = [next(iter(event)) for event in events]
+    assert kinds == ["task", "statusUpdate", "artifactUpdate", "statusUpdate"]
+    assert events[1]["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_a_role_served_by_one_process_joins_anothers_society_and_the_society_replays_without_it(tmp_path):
+    served = subprocess.Popen(
+        [sys.executable, "-m", "metaroles", "a2a", "debate", "Alice", "--llm", "test", "--seed", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONHASHSEED": "4"},
+    )  # fmt: skip
+    try:
+        line = served.stdout.readline()
+        assert line.startswith("serving Alice of debate as an A2A agent at http://127.0.0.1:"), line
+        url = line.split(" at ")[1].split()[0]
+        common = ["--seed", "7", "--set", "turns=1", "-q"]
+        metaroles("run", "debate", "--llm", "test", "--a2a", f"Critic={url}", "--record", str(tmp_path / "calls.jsonl"),
+                  "--out", str(tmp_path / "live"), *common, hash_seed=1)  # fmt: skip
+    finally:
+        served.terminate()
+        served.wait(60)
+    state = json.loads((tmp_path / "live" / "state.json").read_text())
+    critic = [m for m in state["history"] if m["sent_from"] == "Critic"]
+    assert len(critic) == 1 and critic[0]["content"] and not critic[0]["content"].startswith("(no answer")
+    assert json.loads((tmp_path / "live" / "manifest.json").read_text())["a2a"] == {"Critic": url}
+    metaroles("run", "debate", "--llm", "test", "--replay", str(tmp_path / "calls.jsonl"),
+              "--out", str(tmp_path / "replay"), *common, hash_seed=2)  # fmt: skip
+    assert_same_bytes(contents(tmp_path / "live"), contents(tmp_path / "replay"))
+
+
+def test_an_agent_card_at_a_dead_url_is_one_line_naming_the_agent_and_nothing_is_written(tmp_path):
+    dead = f"http://127.0.0.1:{_free_port()}"
+    for given, said in [
+        (f"Critic={dead}", f"error: A2A agent 'Critic' has no card at {dead}{CARD_PATH}"),
+        ("Critic", "error: --a2a 'Critic' is not NAME=URL"),
+    ]:
+        out = tmp_path / "run"
+        result = metaroles(
+            "run", "debate", "--llm", "test", "--a2a", given, "--out", str(out), "-q", hash_seed=1, code=2
+        )
+        lines = [line for line in result.stderr.splitlines() if not line.startswith("model: ")]
+        assert len(lines) == 1 and lines[0].startswith(said), result.stderr
+        assert not out.exists()
