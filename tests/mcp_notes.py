@@ -2,7 +2,8 @@
 
 Tools: ``add``, ``shout``, ``fail`` (an error the server reports), ``slow`` (waits until told,
 or for ``seconds``), ``secret`` (says whether its environment holds ``NOTES_TOKEN``), ``die``
-(the server's process exits mid-call), ``die_if`` (exits mid-call while a file exists).
+(the server's process exits mid-call), ``die_if`` (exits mid-call while a file exists). A resource
+(``notes://today``) and a prompt (``greet``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ def notes() -> MCPServer:
         if os.path.exists(path):
             os._exit(9)
         return "alive"
+
+    @server.resource("notes://today", description="Today's note")
+    def today() -> str:
+        return "buy milk"
+
+    @server.prompt()
+    def greet(name: str) -> str:
+        """A greeting for ``name``."""
+        return f"Say hello to {name}."
 
     return server
 

@@ -10,7 +10,7 @@ from metaroles.agents.agent import ToolCallAgent
 from metaroles.agents.mcp import MCPClient, MCPServer, MCPServerGone, MCPWarning, ToolTape
 from metaroles.agents.permissions import Permissions
 from metaroles.agents.tool import Terminate, ToolCollection, ToolFailure
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, ToolError
 from metaroles.flow.link import bind
 from tests.mcp_notes import OverHTTP
 
@@ -208,3 +208,25 @@ async def test_permissions_allow_ask_and_deny_per_role_and_the_answers_replay_wi
     async with MCPClient([stdio()], tape=ToolTape(tape, "replay"), permissions=permissions) as client:
         assert await calls(client) == live  # nobody asked: the decisions are on the tape
     assert len(asked) == 2
+
+
+async def test_a_servers_resources_and_prompts_are_readable_and_replay_without_it(tmp_path):
+    tape = tmp_path / "tools.jsonl"
+
+    async def read(client: MCPClient) -> tuple[str, str, str, list[str]]:
+        reader = next(t for t in client.tools if t.name == "notes__read_resource")
+        assert reader.parameters["properties"]["uri"]["enum"] == ["notes://today"]
+        assert "notes://today: Today's note" in reader.description
+        tools = ToolCollection(*client.tools)
+        text = (await tools.execute(name="notes__read_resource", tool_input={"uri": "notes://today"})).output
+        refused = await tools.execute(name="notes__read_resource", tool_input={"uri": "notes://nope"})
+        with pytest.raises(ToolError, match=r"MCP tool notes\.prompts/get: .*nosuch"):
+            await client.prompt("notes", "nosuch")
+        return text, refused.error, await client.prompt("notes", "greet", {"name": "Ann"}), sorted(tools.tool_map)
+
+    async with MCPClient([stdio()], tape=ToolTape(tape, "record")) as client:
+        live = await read(client)
+    assert live[0] == "buy milk" and "argument 'uri'='notes://nope' must be one of ['notes://today']" in live[1]
+    assert live[2] == "user: Say hello to Ann."
+    async with MCPClient([MCPServer(name="notes", command=["/nonexistent"])], tape=ToolTape(tape, "replay")) as client:
+        assert await read(client) == live

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from metaroles.agents.permissions import Asker, Permissions, decided
 from metaroles.agents.tool import BaseTool, ToolFailure, ToolResult
-from metaroles.core.exceptions import ConfigError, RunError
+from metaroles.core.exceptions import ConfigError, RunError, ToolError
 from metaroles.core.files import append_durably
 
 if TYPE_CHECKING:
@@ -70,6 +70,38 @@ def _unusable(schema: Any) -> str | None:
     except jsonschema.SchemaError as exc:
         return f"its input schema is not a valid JSON schema ({exc.message[:200]})"
     return None
+
+
+READ_RESOURCE = "resources/read"
+"""What an agent's ``server__read_resource`` calls (a server has it when it has resources): no tool's own name."""
+
+GET_PROMPT = "prompts/get"
+"""What a prompt's fetch is called and recorded as (:meth:`MCPClient.prompt`)."""
+
+
+async def _resources(session: ClientSession, taken: set[str]) -> list[dict[str, Any]]:
+    """The tool that reads the server's resources (their URIs its one argument's choices), if it has any."""
+    listed = (await session.list_resources()).resources
+    if not listed or "read_resource" in taken:
+        return []
+    uris = [str(resource.uri) for resource in listed]
+    said = "; ".join(f"{resource.uri}: {resource.description or resource.name}" for resource in listed)
+    schema = {"type": "object", "properties": {"uri": {"type": "string", "enum": uris}}, "required": ["uri"]}
+    return [{"name": "read_resource", "remote": READ_RESOURCE, "input_schema": schema,
+             "description": f"Reads one of the server's resources. {said}"[:1000]}]  # fmt: skip
+
+
+async def _read(session: ClientSession, what: str, arguments: dict[str, Any]) -> Any:
+    """A resource's or a prompt's content as a tool result (text: its texts, a line each)."""
+    from mcp import types
+
+    if what == READ_RESOURCE:
+        read = await session.read_resource(str(arguments["uri"]))
+        texts = [getattr(item, "text", None) or f"[{item.mime_type or 'binary'} content]" for item in read.contents]
+    else:
+        got = await session.get_prompt(str(arguments["name"]), {k: str(v) for k, v in arguments["arguments"].items()})
+        texts = [f"{m.role}: {getattr(m.content, 'text', '')}" for m in got.messages]
+    return types.CallToolResult(content=[types.TextContent(type="text", text="\n".join(texts))])
 
 
 class MCPServerGone(RunError):
@@ -349,8 +381,9 @@ class MCPClient:
                 f"MCP server {server!r}: its tool {spec['name']!r} is left out: {why}", MCPWarning, stacklevel=2
             )
             return None
+        remote = spec.get("remote", spec["name"])  # the resource reader's: what it calls, not its name
         return MCPTool(name=tool_name(server, spec["name"]), description=spec.get("description") or spec["name"],
-                       parameters=schema, server=server, remote=spec["name"], client=self)  # fmt: skip
+                       parameters=schema, server=server, remote=remote, client=self)  # fmt: skip
 
     async def _listing(self, server: MCPServer) -> list[dict[str, Any]]:
         if self.tape is not None and self.tape.mode == "replay":
@@ -358,9 +391,12 @@ class MCPClient:
         session = await self._start(server)
         self._sessions[server.name] = session
         listed = await session.list_tools()
-        tools = [
+        tools: list[dict[str, Any]] = [
             {"name": t.name, "description": t.description or "", "input_schema": t.input_schema} for t in listed.tools
         ]
+        capabilities = session.server_capabilities
+        if capabilities is not None and capabilities.resources is not None:
+            tools += await _resources(session, {str(t["name"]) for t in tools})
         if self.tape is not None:
             self.tape.write({"kind": "tools", "server": server.name, "spec": server.recorded(), "tools": tools})
         return tools
@@ -456,6 +492,17 @@ class MCPClient:
         how = "asked, and not allowed" if decision == "ask" else "denied by the run's permissions"
         return ToolFailure(error=f"{role} may not call {name}: {how}")
 
+    async def prompt(self, server: str, name: str, arguments: dict[str, str] | None = None) -> str:
+        """The text of ``server``'s prompt ``name`` filled with ``arguments`` (recorded; answered on replay).
+
+        Raises:
+            ToolError: If the server refused it (naming the prompt and why).
+        """
+        result = await self.call(server, GET_PROMPT, {"name": name, "arguments": arguments or {}})
+        if result.error is not None:
+            raise ToolError(result.error)
+        return str(result.output or "")
+
     async def _called(self, server: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
         from mcp import types
         from mcp.shared.exceptions import MCPError
@@ -464,7 +511,10 @@ class MCPClient:
         where = f"{server}.{tool}"
         try:
             with anyio.move_on_after(spec.timeout) as waited:
-                answer = await session.call_tool(tool, arguments)
+                if tool in (READ_RESOURCE, GET_PROMPT):
+                    answer = await _read(session, tool, arguments)
+                else:
+                    answer = await session.call_tool(tool, arguments)
             result = (
                 ToolFailure(error=f"MCP tool {where} gave no answer in {spec.timeout:g} s (timeout={spec.timeout:g})")
                 if waited.cancelled_caught
