@@ -76,3 +76,12 @@ def test_the_coming_from_metagpt_section_has_its_table_and_its_example_runs():
     ):
         assert name in section, name
     exec(compile(readme_example("coming-from-metagpt"), "README.md", "exec"), {"__name__": "readme_porting"})
+
+
+def test_the_protocol_pages_examples_run():
+    for page in ("mcp.md", "a2a.md"):
+        text = (README.parent / "docs" / page).read_text(encoding="utf-8")
+        blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+        assert blocks, f"docs/{page} has no runnable example"
+        for block in blocks:
+            exec(compile(block, f"docs/{page}", "exec"), {"__name__": "docs_example"})
