@@ -56,6 +56,12 @@ def notes() -> MCPServer:
             os._exit(9)
         return "alive"
 
+    return readable(server)
+
+
+def readable(server: MCPServer) -> MCPServer:
+    """The server with a resource and a prompt."""
+
     @server.resource("notes://today", description="Today's note")
     def today() -> str:
         return "buy milk"

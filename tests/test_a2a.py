@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from metaroles import TestLLM
 from metaroles.agents.a2a import CARD_PATH, RoleServer
@@ -79,3 +80,21 @@ def test_an_agent_card_at_a_dead_url_is_one_line_naming_the_agent_and_nothing_is
         lines = [line for line in result.stderr.splitlines() if not line.startswith("model: ")]
         assert len(lines) == 1 and lines[0].startswith(said), result.stderr
         assert not out.exists()
+
+
+async def test_an_agent_that_stops_answering_is_a_run_error_and_the_tape_keeps_only_what_it_said(tmp_path):
+    from metaroles.agents.a2a import A2AAgent, A2AAgentGone
+    from metaroles.agents.mcp import ToolTape
+
+    alice = built_team("debate", {}, TestLLM(3)).env.roles["Alice"]
+    server = RoleServer(alice)
+    tape = ToolTape(tmp_path / "tools.jsonl", "record")
+    async with A2AAgent("Alice", server.url, tape=tape) as agent:
+        assert (await agent.send("Cars?")).output
+        server.stop()
+        with pytest.raises(A2AAgentGone, match=r"A2A agent 'Alice' at http://127\.0\.0\.1:\d+ stopped answering"):
+            await agent.send("Still there?")
+    async with A2AAgent("Alice", "http://127.0.0.1:9", tape=ToolTape(tape.path, "replay")) as agent:
+        assert (await agent.send("Cars?")).output, "what was answered before replays"
+        missed = await agent.send("Still there?")
+    assert "was not called with" in missed.error, "what never got an answer is not made up"

@@ -49,6 +49,16 @@ async def test_a_miss_names_role_action_and_hash(tmp_path):
         await player.complete(ask("unknown", role="alice", action="Speak"))
 
 
+async def test_answers_holding_unicode_line_separators_replay_whole(tmp_path):
+    path = tmp_path / "c.jsonl"
+    said = "one\u2028two\x85three\x1cfour\rfive"
+    recorder = CassetteLLM(path, mode="record", inner=FunctionLLM(lambda request: said, model="m"))
+    await recorder.complete(ask("first"))
+    await recorder.complete(ask("second"))
+    player = CassetteLLM(path, mode="replay", model="m")
+    assert [(await player.complete(ask(q))).text for q in ("first", "second")] == [said, said]
+
+
 async def test_replay_or_live_falls_through_and_records(tmp_path):
     path = tmp_path / "c.jsonl"
     await CassetteLLM(path, mode="record", inner=FunctionLLM(lambda r: "old", model="m")).complete(ask("known"))

@@ -3,13 +3,16 @@
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from metaroles import ScriptedLLM
 from metaroles.agents.agent import ToolCallAgent
 from metaroles.agents.mcp import MCPClient, MCPServer, MCPServerGone, MCPWarning, ToolTape
 from metaroles.agents.permissions import Permissions
-from metaroles.agents.tool import Terminate, ToolCollection, ToolFailure
+from metaroles.agents.tool import Terminate, ToolCollection, ToolFailure, ToolResult
 from metaroles.core.exceptions import ConfigError, ToolError
 from metaroles.flow.link import bind
 from tests.mcp_notes import OverHTTP
@@ -230,3 +233,54 @@ async def test_a_servers_resources_and_prompts_are_readable_and_replay_without_i
     assert live[2] == "user: Say hello to Ann."
     async with MCPClient([MCPServer(name="notes", command=["/nonexistent"])], tape=ToolTape(tape, "replay")) as client:
         assert await read(client) == live
+
+
+calls = st.lists(
+    st.tuples(
+        st.sampled_from(["notes", "files"]),
+        st.sampled_from(["add", "shout"]),
+        st.dictionaries(st.sampled_from(["a", "b", "text"]), st.integers(-3, 3) | st.text(max_size=5), max_size=2),
+        st.sampled_from([None, "Ann", "Ben"]),
+        st.booleans(),
+        st.text(max_size=8),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(made=calls)
+def test_a_tape_answers_every_recorded_call_with_its_own_result_in_order_and_nothing_else(tmp_path_factory, made):
+    path = tmp_path_factory.mktemp("tape") / "tools.jsonl"
+    recording = ToolTape(path, "record")
+    for server, tool, arguments, role, failed, text in made:
+        result = ToolFailure(error=text or "x") if failed else ToolResult(output=text)
+        recording.wrote_call(server, tool, arguments, result, role)
+    replaying = ToolTape(path, "replay")
+    for server, tool, arguments, role, failed, text in made:
+        answer = replaying.answer(server, tool, arguments, role)
+        assert (answer.error, answer.output) == ((text or "x", None) if failed else (None, text))
+    assert all(replaying.held(s, t, a, r) is None for s, t, a, r, _, _ in made), "each answered once"
+
+
+async def test_a_person_on_the_watch_page_allows_or_refuses_a_call_and_silence_is_no():
+    from metaroles.agents.permissions import desk_asker
+    from metaroles.llm.human import PageDesk
+
+    desk = PageDesk()
+    ask = desk_asker(desk, seconds=60)
+
+    async def answer(text: str) -> None:
+        while not desk.pending():
+            await anyio.wait_all_tasks_blocked()
+        question = desk.pending()[0]
+        assert (
+            question.role == "coder" and "notes__add" in question.prompt and question.fields == {"allow": ["yes", "no"]}
+        )
+        desk.answer(question.number, text)
+
+    for said, allowed in (("yes", True), ("no", False), ("maybe", False)):
+        async with anyio.create_task_group() as group:
+            group.start_soon(answer, said)
+            assert await ask("coder", "notes__add", {"a": 1}) is allowed
+    assert await desk_asker(PageDesk(), seconds=0.01)("coder", "notes__add", {}) is False

@@ -44,6 +44,16 @@ def test_add_and_search_returns_messages_with_cosine_scores(tmp_path):
     assert storage.search_scored("database migration", k=5, threshold=0.99) == []
 
 
+def test_a_message_holding_unicode_line_separators_comes_back_whole(tmp_path):
+    storage = MemoryStorage(HashingEmbedding(), root=tmp_path, batch_size=4)
+    storage.role_id = "alice"
+    said = Message("one\u2028two\u2029three\x85four")
+    storage.add_batch([said, Message("another")])
+    storage.persist()
+    again = MemoryStorage(HashingEmbedding(), root=tmp_path, batch_size=4)
+    assert [m.content for m in again.recover_memory("alice")] == [said.content, "another"]
+
+
 def test_add_is_idempotent_and_buffered(tmp_path):
     storage, messages = filled(tmp_path)
     assert not storage.add(messages[0])

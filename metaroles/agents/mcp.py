@@ -38,6 +38,7 @@ from metaroles.agents.permissions import Asker, Permissions, decided
 from metaroles.agents.tool import BaseTool, ToolFailure, ToolResult
 from metaroles.core.exceptions import ConfigError, RunError, ToolError
 from metaroles.core.files import append_durably
+from metaroles.core.text import jsonl_lines
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -225,7 +226,7 @@ class ToolTape:
 
     def _load(self) -> None:
         text = self.path.read_text(encoding="utf-8")
-        lines = text.splitlines()
+        lines = jsonl_lines(text)
         for number, line in enumerate(lines, start=1):
             try:
                 entry = json.loads(line)

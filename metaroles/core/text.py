@@ -35,3 +35,15 @@ def redacted(url: str | None) -> str | None:
 def printable(text: str) -> str:
     """``text`` without escape sequences, control characters and bidi overrides (tabs, newlines stay): for a tty."""
     return _CONTROL.sub("", text)
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of JSON-lines text, split at newlines only.
+
+    JSON written as it is (``ensure_ascii=False``, pydantic's ``model_dump_json``) may hold U+2028,
+    U+2029 or U+0085 inside a string: ``str.splitlines`` would cut a record there.
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines

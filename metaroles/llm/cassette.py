@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from metaroles.core.exceptions import ConfigError, RunError
 from metaroles.core.files import write_atomic
+from metaroles.core.text import jsonl_lines
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 
 
@@ -102,7 +103,7 @@ class CassetteLLM:
             raise ConfigError(
                 f"cassette {str(self.path)!r} is not UTF-8 text (byte {exc.start}); record it again"
             ) from None
-        lines = text.splitlines()
+        lines = jsonl_lines(text)
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue

@@ -33,6 +33,7 @@ from llama_index.vector_stores.faiss import FaissVectorStore
 from pydantic import PrivateAttr
 
 from metaroles.core.exceptions import ConfigError
+from metaroles.core.text import jsonl_lines
 from metaroles.longterm.embedding import Embedding
 from metaroles.messages.message import Message
 
@@ -251,7 +252,7 @@ class MemoryStorage:
         if not (folder / MESSAGES).exists():
             self._index = self._empty_index()
             return []
-        for line in (folder / MESSAGES).read_text(encoding="utf-8").splitlines():
+        for line in jsonl_lines((folder / MESSAGES).read_text(encoding="utf-8")):
             if line.strip():
                 message = Message.model_validate_json(line)
                 self.messages[message.id] = message

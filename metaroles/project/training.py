@@ -26,6 +26,7 @@ from typing import Any
 
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
+from metaroles.core.text import jsonl_lines
 from metaroles.project.rundir import MANIFEST, read_manifest
 from metaroles.project.sweep import read_table
 
@@ -70,7 +71,7 @@ def recorded_calls(run_dir: Path) -> Iterator[dict[str, Any]]:
     """
     for tape in _tapes(run_dir):
         text = read_text(tape)
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(jsonl_lines(text), start=1):
             if not line.strip():
                 continue
             try:
@@ -152,7 +153,7 @@ def _first_metric(source: Path) -> str | None:
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
     rows = []
-    for line in read_text(path).splitlines():
+    for line in jsonl_lines(read_text(path)):
         try:
             row = json.loads(line)
         except ValueError:
