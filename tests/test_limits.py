@@ -6,7 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from metaroles import FunctionLLM, InvalidValueError, LLMRequest
-from metaroles.llm.limits import LimitedLLM, next_slot
+from metaroles.llm.limits import LimitedLLM, TokenPace, next_slot
+from metaroles.llm.openai_compat import OpenAICompatibleLLM
+from tests.limited_server import LimitedServer
 
 
 def ask(n: int) -> LLMRequest:
@@ -137,3 +139,56 @@ async def test_refusals_for_load_lower_the_limit_hold_new_calls_and_lose_or_repe
     assert sorted(client_waits) == [1.0, 2.0, 2.0, 2.0], "each refused call waited what the server asked"
     assert llm.adaptive is not None and llm.adaptive.backoffs == 4 and not llm.adaptive.growing
     assert limiter_waits and all(0 < wait <= 2.0 for wait in limiter_waits), "new calls held while the server asked"
+
+
+@given(
+    calls=st.lists(st.tuples(st.floats(0, 3), st.integers(1, 900), st.integers(0, 900)), max_size=40),
+    limit=st.integers(500, 3000),
+)
+def test_a_call_starts_only_when_the_window_has_room_for_it_and_waits_no_longer_than_it_must(calls, limit):
+    pace, now = TokenPace(limit, window=1.0), 0.0
+    for gap, asked, used in calls:
+        now += gap
+        wait = pace.wait(now, asked)
+        if wait > 0:
+            assert pace.room(now) < min(asked, limit), "it waits only when the window is full"
+            just_before = pace.room(now + wait - 1e-6)  # (room forgets what left the window: ask in time order)
+            assert pace.room(now + wait) >= min(asked, limit) > just_before, "and no longer"
+        now += wait
+        entry = pace.spend(now, asked)
+        assert pace.room(now) >= min(asked, limit) - asked, "counted in full when it starts"
+        pace.settle(entry, used, now + gap / 10)  # answered a little later
+        assert entry[1] >= asked, "never counted as less than it asked for"
+
+
+def test_a_servers_headers_tighten_the_pace_and_a_refusal_holds_it():
+    pace = TokenPace(10_000)
+    pace.told(0.0, limit=2_000, remaining=1_500)  # another client spent 500 already
+    assert pace.per_minute == 2_000 and pace.room(0.0) == 1_500
+    assert pace.wait(1.0, 1_500) == 0 and pace.wait(1.0, 1_600) == pytest.approx(59.0)
+    pace.pause(2.0, 5.0)
+    assert pace.wait(3.0, 1) == pytest.approx(4.0)
+
+
+def test_a_tokens_per_minute_limit_holds_against_a_server_with_no_refusal_and_nearly_all_of_it_used():
+    async def load(paced: bool) -> tuple[int, float]:
+        server = LimitedServer(6_000, 1.0)
+        try:
+            inner = OpenAICompatibleLLM("m", base_url=server.url, max_tokens=200, max_retries=20, backoff=0.05)
+            llm = LimitedLLM(inner, max_in_flight=8, tokens_per_minute=6_000 if paced else None, token_window=1.0,
+                             adaptive=True)  # fmt: skip
+            start = anyio.current_time()
+            async with anyio.create_task_group() as group:
+                for i in range(100):
+                    asked = LLMRequest(messages=[{"role": "user", "content": f"question {i} " + "x" * 400}])
+                    group.start_soon(llm.complete, asked)
+            seconds = anyio.current_time() - start
+            admitted = sum(n for at, n in server.admitted if at >= server.admitted[0][0] + 1.0)
+            return len(server.refused), admitted / (6_000 * (seconds - 1.0))
+        finally:
+            server.stop()
+
+    refused, used = anyio.run(load, True)
+    assert refused == 0 and used >= 0.9, (refused, used)
+    unpaced, _ = anyio.run(load, False)
+    assert unpaced > 0, "the server does refuse a client that does not pace its tokens"

@@ -48,6 +48,7 @@ async def test_a_stdio_servers_tools_are_called_and_replay_answers_them_with_no_
     assert "ToolFailure" in live[3] and "argument 'a'='two' must be of JSON type integer" in live[3]
     assert "'has a token'" in live[4]  # the server had its secret ...
     assert b"s3cr3t-token" not in tape.read_bytes()  # ... and the tape never did
+    assert "s3cr3t-token" not in str(server.recorded()), "nor what a run's manifest keeps of the server"
     gone = MCPServer(name="notes", command=["/nonexistent/notes-server"])  # replay starts no server
     async with MCPClient([gone], tape=ToolTape(tape, "replay")) as client:
         assert await results(client) == live

@@ -370,7 +370,10 @@ def print_transcript(messages: Sequence[Message], run_dir: Path | None, *, wante
         typer.echo(printable("\n".join(format_message(m) for m in messages[start : start + 1000])))
 
 
-MODEL_SETTINGS = ("llm", "model", "base_url", "seed", "temperature", "timeout", "requests_per_second", "max_in_flight")
+MODEL_SETTINGS = (
+    "llm", "model", "base_url", "seed", "temperature", "timeout", "requests_per_second", "max_in_flight",
+    "tokens_per_minute",
+)  # fmt: skip
 """What a manifest records of how its model was reached (never a key), and what resume and fork reuse."""
 
 

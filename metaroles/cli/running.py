@@ -85,6 +85,14 @@ def run(
     rate_limit: Annotated[
         float | None, typer.Option(min=0.001, help="model requests per second at most ($METAROLES_RATE_LIMIT)")
     ] = None,
+    tpm: Annotated[
+        float | None,
+        typer.Option(
+            "--tokens-per-minute",
+            min=1,
+            help="tokens (prompt and answer) per minute at most ($METAROLES_TOKENS_PER_MINUTE)",
+        ),
+    ] = None,
     max_in_flight: Annotated[
         int | None,
         typer.Option(
@@ -162,10 +170,9 @@ def run(
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
+    given["tokens_per_minute"] = tpm
     people = people_at(human or [], page=watch or control, seconds=human_timeout)
-    language_model, manifest = _taped_model(
-        {k: settings.get(k) if v is None else v for k, v in given.items()}, record, replay, people
-    )
+    language_model, manifest = _taped_model(given, settings, record, replay, people)
     tools, desk = _tools((mcp, permit, a2a), settings, (record, replay), manifest, people, page=watch or control)
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
@@ -238,9 +245,15 @@ def _tools(
 
 
 def _taped_model(
-    chosen: dict[str, Any], record: Path | None, replay: Path | None, people: Callable[[LLM], HumanLLM] | None = None
+    given: dict[str, Any],
+    settings: dict[str, Any],
+    record: Path | None,
+    replay: Path | None,
+    people: Callable[[LLM], HumanLLM] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The run's model (recording into ``record``, or replaying ``replay``) and what the manifest says of it.
+
+    ``given``: the model's options on the command line; ``settings``: a YAML config's (the command line wins).
 
     ``people``: a person answers for some roles (the model answers the rest): recorded with the model's calls.
     """
@@ -250,6 +263,7 @@ def _taped_model(
         raise fail(
             f"--record {str(record)!r} holds recorded calls already; name a new file, or delete it to record again"
         )
+    chosen = {key: settings.get(key) if value is None else value for key, value in given.items()}
     language_model, manifest = model_from(chosen, replay)
     if people is not None:
         language_model = people(language_model)

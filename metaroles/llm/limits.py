@@ -97,6 +97,86 @@ class AdaptiveLimit:
         self.window.clear()
 
 
+MINUTE = 60.0
+
+
+def tokens_asked(request: LLMRequest, answer_default: int = 256) -> int:
+    """What a call will count against a tokens-per-minute limit, before it is made.
+
+    The prompt at about four characters a token, and the answer's ``max_tokens`` (else
+    ``answer_default``): providers charge that much when they admit a call.
+    """
+    characters = sum(len(str(m.get("content") or "")) for m in request.messages)
+    return characters // 4 + 1 + (request.max_tokens or answer_default)
+
+
+@dataclass
+class TokenPace:
+    """Tokens per minute, spent in a sliding minute: a call starts only when the last minute leaves room for it.
+
+    A call's tokens are counted when it starts (:meth:`spend`, what it asked for) and set right when
+    it is answered (:meth:`settle`, what it used), so an answer shorter than its ``max_tokens``
+    gives the rest back. A server that says its own limit and what remains of it (``x-ratelimit-*``
+    headers: :meth:`told`) is believed where it is stricter; a refusal for load holds every call
+    until the server's ``Retry-After`` has passed (:meth:`pause`).
+    """
+
+    per_minute: float
+    window: float = MINUTE
+    """Seconds the limit is counted over (providers count a minute; some, ten seconds)."""
+    spent: list[list[float]] = field(default_factory=list)
+    """The last minute's calls: [when it started, its tokens]."""
+    paused_until: float = 0.0
+
+    def room(self, now: float) -> float:
+        """Tokens the last minute leaves for a call starting at ``now``."""
+        while self.spent and self.spent[0][0] + self.window <= now:  # as wait() computes it: no rounding between
+            self.spent.pop(0)
+        return self.per_minute - sum(tokens for _, tokens in self.spent)
+
+    def wait(self, now: float, tokens: float) -> float:
+        """Seconds until a call of ``tokens`` may start (0: now); one above the limit waits for an empty minute."""
+        if now < self.paused_until:
+            return self.paused_until - now
+        need, room = min(tokens, self.per_minute), self.room(now)
+        if room >= need:
+            return 0.0
+        for started, spent in self.spent:  # the oldest leave the minute first
+            room += spent
+            if room >= need:
+                return started + self.window - now
+        return self.window
+
+    def spend(self, now: float, tokens: float) -> list[float]:
+        """Count a call of ``tokens`` starting at ``now``; the entry :meth:`settle` corrects."""
+        entry = [now, float(tokens)]
+        self.spent.append(entry)
+        return entry
+
+    def settle(self, entry: list[float], used: float, now: float) -> None:
+        """The call of ``entry`` was answered at ``now`` having used ``used`` tokens.
+
+        Its tokens are counted from ``now``: the server admitted it somewhere between its start and
+        its answer, and counts it from then. Never fewer than it asked for: providers charge a
+        call's ``max_tokens`` when they admit it.
+        """
+        entry[0], entry[1] = now, max(entry[1], float(used))
+        self.spent.sort(key=lambda spent: spent[0])  # the minute is walked oldest first
+
+    def pause(self, now: float, seconds: float) -> None:
+        """The server refused for load: nothing starts for ``seconds``."""
+        self.paused_until = max(self.paused_until, now + seconds)
+
+    def told(self, now: float, limit: float | None, remaining: float | None) -> None:
+        """What the server says of its limit and of what remains of it this minute (``x-ratelimit-*``)."""
+        if limit is not None and 0 < limit < self.per_minute:
+            self.per_minute = limit
+        if remaining is not None:
+            unseen = self.room(now) - remaining  # the server counts more than we did (another client, its tokenizer)
+            if unseen > 0:
+                self.spend(now, unseen)
+
+
 class LimitedLLM:
     """Bound a model's concurrent calls and, optionally, its request rate.
 
@@ -104,6 +184,9 @@ class LimitedLLM:
         inner: The model.
         max_in_flight: Calls in flight at once.
         requests_per_second: Calls started per second, or ``None`` for no rate limit.
+        tokens_per_minute: Tokens (prompt and answer) per minute at most (:class:`TokenPace`; a
+            server's ``x-ratelimit-*`` headers tighten it), or ``None``.
+        token_window: Seconds that limit is counted over (a minute, unless the provider says otherwise).
         adaptive: Learn the calls in flight from the server's answers, up to ``max_in_flight``.
         sleep: How to wait (``anyio.sleep``).
     """
@@ -114,32 +197,40 @@ class LimitedLLM:
         *,
         max_in_flight: int = 8,
         requests_per_second: float | None = None,
+        tokens_per_minute: float | None = None,
+        token_window: float = MINUTE,
         adaptive: bool = False,
         sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
     ) -> None:
         """Wrap ``inner`` (an adaptive limit is told of the inner model's back-offs through its ``on_backoff``)."""
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise InvalidValueError(f"max_in_flight={max_in_flight!r} must be a positive integer")
-        if requests_per_second is not None and requests_per_second <= 0:
-            raise InvalidValueError(f"requests_per_second={requests_per_second!r} must be positive, or None")
+        for name, value in (("requests_per_second", requests_per_second), ("tokens_per_minute", tokens_per_minute)):
+            if value is not None and not value > 0:
+                raise InvalidValueError(f"{name}={value!r} must be positive, or None")
         self.inner = inner
         self.model = inner.model
         self.max_in_flight = max_in_flight
         self.interval = 0.0 if requests_per_second is None else 1.0 / requests_per_second
         self.adaptive = AdaptiveLimit(max_in_flight) if adaptive else None
+        self.tokens_per_minute = tokens_per_minute
+        self.tokens = TokenPace(tokens_per_minute, token_window) if tokens_per_minute else None
         self._sleep = sleep
         self._limiter: anyio.CapacityLimiter | None = None
         self._earliest = 0.0
         self._listen()
 
     def _listen(self) -> None:
-        if self.adaptive is not None and hasattr(self.inner, "on_backoff"):
+        if (self.adaptive is not None or self.tokens is not None) and hasattr(self.inner, "on_backoff"):
             self.inner.on_backoff = self.backoff
+        if self.tokens is not None and hasattr(self.inner, "on_limits"):
+            self.inner.on_limits = self.told
 
     def __getstate__(self) -> dict[str, Any]:
         """Everything but the live limiter and what it learnt (a copy elsewhere, e.g. on a shard, learns its own)."""
         fresh = None if self.adaptive is None else AdaptiveLimit(self.max_in_flight)
-        return {**self.__dict__, "_limiter": None, "_earliest": 0.0, "adaptive": fresh}
+        pace = None if self.tokens is None else TokenPace(self.tokens.per_minute, self.tokens.window)
+        return {**self.__dict__, "_limiter": None, "_earliest": 0.0, "adaptive": fresh, "tokens": pace}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Take the state and listen to the inner model again."""
@@ -151,6 +242,13 @@ class LimitedLLM:
         if self.adaptive is not None:
             self.adaptive.backoff(seconds, anyio.current_time())
             self._resize()
+        if self.tokens is not None:
+            self.tokens.pause(anyio.current_time(), seconds)
+
+    def told(self, limit: float | None, remaining: float | None) -> None:
+        """The server's word on its tokens-per-minute limit and what remains of it (its ``x-ratelimit-*`` headers)."""
+        if self.tokens is not None:
+            self.tokens.told(anyio.current_time(), limit, remaining)
 
     def _resize(self) -> None:
         if self._limiter is not None and self.adaptive is not None:
@@ -164,6 +262,7 @@ class LimitedLLM:
         """
         self.max_in_flight = max(1, self.max_in_flight // shards)
         self.interval *= shards
+        self.tokens = None if self.tokens is None else TokenPace(self.tokens.per_minute / shards, self.tokens.window)
         self._limiter = None
         self.adaptive = None if self.adaptive is None else AdaptiveLimit(self.max_in_flight)
 
@@ -174,14 +273,32 @@ class LimitedLLM:
             self._limiter = anyio.CapacityLimiter(allowed)
         async with self._limiter:
             await self._wait_turn()
+            counted = await self._wait_tokens(request)
             if self.adaptive is None:
-                return await self.inner.complete(request)
-            start, backoffs, beside = anyio.current_time(), self.adaptive.backoffs, self._limiter.borrowed_tokens
-            response = await self.inner.complete(request)
-            if self.adaptive.backoffs == backoffs:  # a call that waited out a 429 says nothing of the pace
-                self.adaptive.observe(anyio.current_time() - start, response.usage.completion_tokens, beside)
-                self._resize()
+                response = await self.inner.complete(request)
+            else:
+                response = await self._observed(request)
+            if counted is not None and self.tokens is not None:
+                self.tokens.settle(counted, response.usage.total_tokens, anyio.current_time())
             return response
+
+    async def _observed(self, request: LLMRequest) -> LLMResponse:
+        assert self.adaptive is not None and self._limiter is not None
+        start, backoffs, beside = anyio.current_time(), self.adaptive.backoffs, self._limiter.borrowed_tokens
+        response = await self.inner.complete(request)
+        if self.adaptive.backoffs == backoffs:  # a call that waited out a 429 says nothing of the pace
+            self.adaptive.observe(anyio.current_time() - start, response.usage.completion_tokens, beside)
+            self._resize()
+        return response
+
+    async def _wait_tokens(self, request: LLMRequest) -> list[float] | None:
+        """Wait until the last minute leaves room for this call's tokens; count them (``None``: no such limit)."""
+        if self.tokens is None:
+            return None
+        asked = tokens_asked(request, getattr(self.inner, "max_tokens", None) or 256)
+        while (wait := self.tokens.wait(anyio.current_time(), asked)) > 0:
+            await self._sleep(wait)
+        return self.tokens.spend(anyio.current_time(), asked)
 
     async def _wait_turn(self) -> None:
         now = anyio.current_time()
@@ -195,4 +312,8 @@ class LimitedLLM:
     def __repr__(self) -> str:
         """Show the limits and the inner model."""
         adaptive = "" if self.adaptive is None else f", adaptive (now {self.adaptive.allowed})"
-        return f"LimitedLLM({self.inner!r}, max_in_flight={self.max_in_flight}{adaptive}, interval={self.interval:g}s)"
+        tokens = "" if self.tokens is None else f", tokens_per_minute={self.tokens.per_minute:g}"
+        return (
+            f"LimitedLLM({self.inner!r}, max_in_flight={self.max_in_flight}{adaptive}, "
+            f"interval={self.interval:g}s{tokens})"
+        )

@@ -133,6 +133,8 @@ class OpenAICompatibleLLM:
         }
         self.model = model
         self.max_retries = max_retries
+        self.max_tokens = max_tokens
+        """The answer's length when a request sets none (a tokens-per-minute limit counts it)."""
         self.backoff = backoff
         self.timeout = timeout
         self.body_timeout = body_timeout
@@ -147,6 +149,8 @@ class OpenAICompatibleLLM:
         )
         self._jitter = random.Random()
         self.on_backoff: Callable[[float], object] | None = None
+        self.on_limits: Callable[[float | None, float | None], object] | None = None
+        """Told the tokens-per-minute limit and what remains of it, when the headers say (``x-ratelimit-*``)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as the arguments it was made with (a shard makes its own HTTP client from them)."""
@@ -207,6 +211,10 @@ class OpenAICompatibleLLM:
     async def _answer(self, kwargs: dict[str, Any]) -> Any:
         """The completion, its body read within ``body_timeout`` of its headers (a body cut short fails fast)."""
         async with self._client.chat.completions.with_streaming_response.create(**kwargs) as raw:
+            if self.on_limits is not None:
+                limit, remaining = (_number(raw.headers.get(f"x-ratelimit-{k}-tokens")) for k in ("limit", "remaining"))
+                if limit is not None or remaining is not None:
+                    self.on_limits(limit, remaining)
             try:
                 with anyio.fail_after(self.body_timeout):
                     await raw.read()
@@ -271,6 +279,14 @@ class OpenAICompatibleLLM:
     def base_url(self) -> str:
         """The endpoint's base URL, as the SDK uses it (without a trailing slash)."""
         return str(self._client.base_url).rstrip("/")
+
+
+def _number(text: str | None) -> float | None:
+    """A header's number, if it is one."""
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def _retry_after(headers: Any) -> float | None:

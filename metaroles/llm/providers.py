@@ -149,6 +149,7 @@ def _openai(settings: LLMSettings) -> LLM:
         model,
         max_in_flight=settings.max_in_flight or SERVER_IN_FLIGHT,
         requests_per_second=settings.requests_per_second,
+        tokens_per_minute=settings.tokens_per_minute,
         adaptive=True,
     )
 

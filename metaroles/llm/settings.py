@@ -19,9 +19,10 @@ ENV_TUNING = {
     "timeout": "METAROLES_TIMEOUT",
     "requests_per_second": "METAROLES_RATE_LIMIT",
     "max_in_flight": "METAROLES_MAX_IN_FLIGHT",
+    "tokens_per_minute": "METAROLES_TOKENS_PER_MINUTE",
 }
 """Settings the environment may give besides the model (``--temperature``, ``--timeout``, ``--rate-limit``,
-``--max-in-flight`` on the command line win over them)."""
+``--max-in-flight``, ``--tokens-per-minute`` on the command line win over them)."""
 
 
 class LLMSettings(BaseModel):
@@ -50,6 +51,8 @@ class LLMSettings(BaseModel):
     """Calls to this model in flight at most; ``None``: a server's is learnt up to 64, the local model batches 8."""
     requests_per_second: float | None = Field(default=None, gt=0)
     """Optional rate limit."""
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    """Optional limit of tokens (prompt and answer) per minute: calls are paced to stay within it."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: object) -> LLMSettings:
