@@ -10,6 +10,7 @@ import pytest
 
 from metaroles import TestLLM
 from metaroles.agents.a2a import CARD_PATH, RoleServer
+from metaroles.cli import main
 from metaroles.project.scenario import built_team
 from tests.test_determinism import assert_same_bytes, contents, metaroles
 from tests.test_mcp import _free_port
@@ -67,18 +68,16 @@ def test_a_role_served_by_one_process_joins_anothers_society_and_the_society_rep
     assert_same_bytes(contents(tmp_path / "live"), contents(tmp_path / "replay"))
 
 
-def test_an_agent_card_at_a_dead_url_is_one_line_naming_the_agent_and_nothing_is_written(tmp_path):
+def test_an_agent_card_at_a_dead_url_is_one_line_naming_the_agent_and_nothing_is_written(tmp_path, capsys):
     dead = f"http://127.0.0.1:{_free_port()}"
     for given, said in [
         (f"Critic={dead}", f"error: A2A agent 'Critic' has no card at {dead}{CARD_PATH}"),
         ("Critic", "error: --a2a 'Critic' is not NAME=URL"),
     ]:
         out = tmp_path / "run"
-        result = metaroles(
-            "run", "debate", "--llm", "test", "--a2a", given, "--out", str(out), "-q", hash_seed=1, code=2
-        )
-        lines = [line for line in result.stderr.splitlines() if not line.startswith("model: ")]
-        assert len(lines) == 1 and lines[0].startswith(said), result.stderr
+        assert main(["run", "debate", "--llm", "test", "--a2a", given, "--out", str(out), "-q"]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("model: ")]
+        assert len(lines) == 1 and lines[0].startswith(said), lines
         assert not out.exists()
 
 

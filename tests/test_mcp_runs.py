@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from metaroles.cli import main
 from tests.mcp_notes import OverHTTP
 from tests.test_determinism import assert_same_bytes, contents, metaroles
 from tests.test_mcp import FILESYSTEM, NOTES
@@ -117,7 +118,7 @@ def test_a_server_that_dies_mid_run_is_one_line_and_the_run_resumes_to_what_its_
     assert_same_bytes(contents(run_dir), contents(tmp_path / "replay"))
 
 
-def test_bad_servers_and_rules_are_one_line_and_leave_nothing_behind(tmp_path):
+def test_bad_servers_and_rules_are_one_line_and_leave_nothing_behind(tmp_path, capsys):
     cases = {
         ("--mcp", "x=/nonexistent/server"): "MCP server 'x' did not start: command '/nonexistent/server' not found",
         ("--mcp", f"notes={' '.join(NOTES)} --crash"): "it said: notes: cannot read its conf",
@@ -127,10 +128,9 @@ def test_bad_servers_and_rules_are_one_line_and_leave_nothing_behind(tmp_path):
     }
     for number, (given, said) in enumerate(cases.items()):
         out = tmp_path / f"run{number}"
-        result = metaroles("run", "assistant", "--llm", "test", *given, "--out", str(out), "-q", hash_seed=1, code=2)
-        lines = [line for line in result.stderr.splitlines() if not line.startswith("model: ")]
-        assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0], result.stderr
+        assert main(["run", "assistant", "--llm", "test", *given, "--out", str(out), "-q"]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("model: ")]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0], lines
         assert not out.exists(), "nothing written for a run that never started"
-    result = metaroles("run", "debate", "--llm", "test", "--mcp", f"notes={' '.join(NOTES)}", "-q", "--no-save",
-                       hash_seed=1, code=2)  # fmt: skip
-    assert "scenario 'debate' takes no tools" in result.stderr
+    assert main(["run", "debate", "--llm", "test", "--mcp", f"notes={' '.join(NOTES)}", "-q", "--no-save"]) == 2
+    assert "scenario 'debate' takes no tools" in capsys.readouterr().err
