@@ -3,7 +3,7 @@
 A call is charged when admitted: its prompt (four characters a token) and its ``max_tokens``.
 One that would take the last ``window`` seconds past ``limit`` is refused with 429 and
 ``retry-after-ms`` (when enough of the window will have passed); an admitted one is answered with
-``x-ratelimit-limit-tokens`` and ``x-ratelimit-remaining-tokens``. What it
+``x-ratelimit-limit-tokens`` and ``x-ratelimit-remaining-tokens`` (``slow`` seconds later: a slow server). What it
 admitted and refused, and when, is kept for the test.
 """
 
@@ -24,8 +24,8 @@ def charged(body: dict) -> int:
 class LimitedServer:
     """The server (``url``); ``admitted`` and ``refused``: (time, tokens) of each call; ``stop()``."""
 
-    def __init__(self, limit: int, window: float) -> None:
-        self.limit, self.window = limit, window
+    def __init__(self, limit: int, window: float, *, slow: float = 0.0) -> None:
+        self.limit, self.window, self.slow = limit, window, slow
         self.admitted: list[tuple[float, int]] = []
         self.refused: list[tuple[float, int]] = []
         self.lock = threading.Lock()
@@ -68,6 +68,8 @@ def _handler(server: LimitedServer) -> type[BaseHTTPRequestHandler]:
             if not admitted:
                 self._send(429, {"error": {"message": "rate limited"}}, {"retry-after-ms": str(int(wait * 1000) + 1)})
                 return
+            if server.slow:
+                threading.Event().wait(server.slow)  # a slow server's decoding, not a test waiting
             answer = int(body.get("max_tokens") or 256) // 2
             completion = {
                 "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],

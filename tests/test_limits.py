@@ -195,3 +195,36 @@ def test_a_tokens_per_minute_limit_holds_against_a_server_with_no_refusal_and_ne
     assert refused == 0 and used >= 0.9, (refused, used)
     unpaced, _ = anyio.run(load, False, 40)
     assert unpaced > 0, "the server does refuse a client that does not pace its tokens"
+
+
+def test_calls_move_to_the_fast_endpoints_and_one_nothing_answers_at_is_left_out_with_a_warning():
+    from metaroles.llm.limits import BalancedLLM
+    from metaroles.llm.providers import llm_from_settings
+    from metaroles.llm.settings import LLMSettings
+    from tests.test_mcp import _free_port
+
+    servers = [LimitedServer(10**9, 60.0), LimitedServer(10**9, 60.0, slow=0.25), LimitedServer(10**9, 60.0)]
+    dead = f"http://127.0.0.1:{_free_port()}/v1"
+    try:
+        urls = ",".join([servers[0].url, servers[1].url, dead, servers[2].url])
+        llm = llm_from_settings(LLMSettings(llm="openai", model="m", base_url=urls, max_retries=0))
+        assert isinstance(llm, BalancedLLM) and llm.names[2] == dead
+
+        async def caller(number: int) -> None:  # each asks again once answered, as roles do
+            for i in range(15):
+                await llm.complete(LLMRequest(messages=[{"role": "user", "content": f"caller {number}, q{i}"}]))
+
+        async def ask() -> None:
+            async with anyio.create_task_group() as group:
+                for number in range(8):
+                    group.start_soon(caller, number)
+
+        with pytest.warns(UserWarning, match=rf"endpoint {dead} does not answer; the others take its calls") as said:
+            anyio.run(ask)
+        assert len(said) == 1, "said once"
+    finally:
+        for server in servers:
+            server.stop()
+    fast, slow, gone, other = llm.calls
+    assert gone == 0 and fast + slow + other == 120, "every call answered, none lost to the dead endpoint"
+    assert slow * 4 < min(fast, other), f"the slow endpoint took {slow} of {llm.calls}"

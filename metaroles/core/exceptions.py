@@ -82,6 +82,10 @@ class ProviderError(RunError):
     """A model server failed past the retries (429, 5xx, timeouts), or refused the request (4xx)."""
 
 
+class EndpointUnreachable(ProviderError):
+    """No connection to a model server could be made, past the retries (nothing listens at its URL)."""
+
+
 class LLMOutputInvalid(RunError):
     """The model's answer did not validate against the requested output model.
 

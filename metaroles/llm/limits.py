@@ -15,13 +15,14 @@ passed: the model tells its limiter through its ``on_backoff`` hook.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
-from metaroles.core.exceptions import InvalidValueError
+from metaroles.core.exceptions import EndpointUnreachable, InvalidValueError
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 
 
@@ -317,3 +318,78 @@ class LimitedLLM:
             f"LimitedLLM({self.inner!r}, max_in_flight={self.max_in_flight}{adaptive}, "
             f"interval={self.interval:g}s{tokens})"
         )
+
+
+class BalancedLLM:
+    """One model served at several endpoints: each call goes to the one that should answer it soonest.
+
+    Each endpoint (a :class:`LimitedLLM` with its own limits) is scored by its calls in flight,
+    plus the one to send, times how long its answers have been taking (a moving mean): a slow
+    endpoint gets fewer calls, a fast one more, and one not yet heard from is tried first. An
+    endpoint nothing answers at (:class:`~metaroles.core.exceptions.EndpointUnreachable`) is left
+    out, with a warning naming it, and the call goes to another; ``calls`` counts each one's answers.
+
+    Raises:
+        InvalidValueError: Without endpoints.
+    """
+
+    def __init__(self, endpoints: Sequence[LLM], *, names: Sequence[str] | None = None) -> None:
+        """Balance over ``endpoints`` (``names``: their URLs, as warnings and the manifest give them)."""
+        if not endpoints:
+            raise InvalidValueError("BalancedLLM needs at least one endpoint")
+        self.endpoints = list(endpoints)
+        self.names = list(names) if names is not None else [str(i) for i in range(len(self.endpoints))]
+        self.model = self.endpoints[0].model
+        self.calls = [0] * len(self.endpoints)
+        self._busy: list[list[float]] = [[] for _ in self.endpoints]
+        """When each call in flight to each endpoint started."""
+        self._seconds = [0.0] * len(self.endpoints)
+        self._down: set[int] = set()
+
+    def _pick(self, now: float) -> int:
+        """The live endpoint with the least (calls in flight + 1) × how long it takes, or has been taking, to answer."""
+        live = [i for i in range(len(self.endpoints)) if i not in self._down]
+
+        def wait(i: int) -> tuple[float, int, int]:
+            waited = now - min(self._busy[i]) if self._busy[i] else 0.0  # an endpoint yet to answer is no faster
+            return (len(self._busy[i]) + 1) * max(self._seconds[i], waited), len(self._busy[i]), i
+
+        return min(live, key=wait)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Ask the endpoint that should answer soonest; one nothing answers at is left out, and another asked.
+
+        Raises:
+            EndpointUnreachable: When no endpoint is left.
+        """
+        while True:
+            start = anyio.current_time()
+            chosen = self._pick(start)
+            self._busy[chosen].append(start)
+            try:
+                response = await self.endpoints[chosen].complete(request)
+            except EndpointUnreachable as exc:
+                if chosen not in self._down:  # once, whatever else was in flight to it
+                    warnings.warn(
+                        f"endpoint {self.names[chosen]} does not answer; the others take its calls", stacklevel=2
+                    )
+                self._down.add(chosen)
+                if len(self._down) == len(self.endpoints):
+                    raise EndpointUnreachable(f"no endpoint of {self.model!r} answers; the last: {exc}") from exc
+                continue
+            finally:
+                self._busy[chosen].remove(start)
+            took = anyio.current_time() - start
+            self._seconds[chosen] = took if not self.calls[chosen] else 0.8 * self._seconds[chosen] + 0.2 * took
+            self.calls[chosen] += 1
+            return response
+
+    def shard_share(self, shards: int) -> None:
+        """Each endpoint keeps to its share of its limits (see :meth:`LimitedLLM.shard_share`)."""
+        for endpoint in self.endpoints:
+            if isinstance(endpoint, LimitedLLM):
+                endpoint.shard_share(shards)
+
+    def __repr__(self) -> str:
+        """The endpoints."""
+        return f"BalancedLLM({', '.join(self.names)})"

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
+from typing import Any
 from warnings import warn
 
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.text import redacted
 from metaroles.llm.cassette import CassetteLLM, CassetteMode
 from metaroles.llm.human import HumanLLM
-from metaroles.llm.limits import LimitedLLM
+from metaroles.llm.limits import BalancedLLM, LimitedLLM
 from metaroles.llm.model_files import EMBEDDED, MODEL_NAME, local_model_available
 from metaroles.llm.offline import ScriptedLLM, TestLLM
 from metaroles.llm.protocol import LLM
@@ -135,9 +136,18 @@ def _openai(settings: LLMSettings) -> LLM:
             raise
         raise ConfigError("--llm openai needs the openai extra: pip install 'metaroles[openai]'") from None
 
-    model = OpenAICompatibleLLM(
+    urls: list[str | None] = [url.strip() for url in (settings.base_url or "").split(",") if url.strip()] or [None]
+    endpoints = [_endpoint(OpenAICompatibleLLM, settings, url) for url in urls]
+    if len(endpoints) == 1:
+        return endpoints[0]
+    return BalancedLLM(endpoints, names=[str(redacted(url)) for url in urls])
+
+
+def _endpoint(kind: Any, settings: LLMSettings, base_url: str | None) -> LimitedLLM:
+    """One endpoint's client, under its own limits."""
+    model = kind(
         settings.model,
-        base_url=settings.base_url,
+        base_url=base_url,
         api_key=settings.api_key,
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
@@ -180,7 +190,11 @@ def describe_llm(llm: LLM) -> dict[str, object]:
     refuses clearly when it is not there) instead of resolving again to whatever is around. No key
     is recorded; credentials in a base URL are redacted.
     """
-    while isinstance(llm, LimitedLLM | CassetteLLM | HumanLLM) and llm.inner is not None:  # the model they wrap
+    while isinstance(llm, LimitedLLM | CassetteLLM | HumanLLM | BalancedLLM):  # the model they wrap
+        if isinstance(llm, BalancedLLM):
+            return {"llm": "openai", "model": llm.model, "base_url": ",".join(llm.names)}
+        if llm.inner is None:
+            break
         llm = llm.inner
     kind = type(llm).__name__  # by name: this module imports no provider SDK
     if kind == "OpenAICompatibleLLM":
