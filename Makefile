@@ -73,8 +73,13 @@ $(MCP_FILESYSTEM):
 	@command -v npm >/dev/null 2>&1 || { echo "error: the MCP tests need Node and npm (Debian: apt-get install -y nodejs npm)"; exit 1; }
 	npm install --prefix build/node --no-audit --no-fund --silent @modelcontextprotocol/server-filesystem@2026.8.31
 
-test: lint typecheck need-redis need-chromium need-bwrap need-mcp-servers
-	$(BIN)/python -m pytest
+# The type check (one core, about a minute) runs beside the suite; either failing fails `make test`.
+test: lint need-redis need-chromium need-bwrap need-mcp-servers
+	@mkdir -p build
+	@$(MAKE) --no-print-directory typecheck > build/typecheck.log 2>&1 & checking=$$!; \
+	$(BIN)/python -m pytest; tested=$$?; \
+	wait $$checking; checked=$$?; cat build/typecheck.log; \
+	[ $$tested -eq 0 ] && [ $$checked -eq 0 ]
 
 # The fault suite with 100 SIGKILLs per scenario (make test runs it with 20).
 faults: $(STAMP) need-bwrap
