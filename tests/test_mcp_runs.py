@@ -109,7 +109,10 @@ def test_a_server_that_dies_mid_run_is_one_line_and_the_run_resumes_to_what_its_
     assert len(said) == 1 and "MCP server 'notes' stopped answering" in said[0], failed.stderr
     assert said[0].endswith(f"metaroles resume {run_dir}") and "Traceback" not in failed.stderr
     flag.unlink()  # the server runs again
-    metaroles("resume", str(run_dir), "-q", hash_seed=2)
+    refused = metaroles("resume", str(run_dir), "-q", hash_seed=2, code=2)  # its manifest names a command: code
+    said = [line for line in refused.stderr.splitlines() if not line.startswith("model: ")]
+    assert len(said) == 1 and said[0].startswith("error: this run starts the MCP servers its manifest names (")
+    metaroles("resume", str(run_dir), "-q", "--trust", hash_seed=2)
     observed = dict(tool_results(run_dir))  # (a scripted model starts its script again in a new process)
     assert observed["notes__add"].endswith("4") and observed["notes__die_if"].endswith("alive")
     assert "terminate" in observed

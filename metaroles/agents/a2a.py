@@ -202,15 +202,9 @@ class A2AAgent:
         Raises:
             A2AAgentGone: If the agent stopped answering.
         """
-        arguments = {"text": text}
-        if self.tape is not None:
-            held = self.tape.held(self.name, "send_message", arguments)
-            if held is not None or self.replaying:
-                return held or self.tape.answer(self.name, "send_message", arguments)
-        result = await self._exchange(text)
-        if self.tape is not None:
-            self.tape.wrote_call(self.name, "send_message", arguments, result)
-        return result
+        if self.tape is None:
+            return await self._exchange(text)
+        return await self.tape.taped(self.name, "send_message", {"text": text}, lambda: self._exchange(text))
 
     async def _exchange(self, text: str) -> ToolResult:
         from a2a.types import Message as A2AMessage

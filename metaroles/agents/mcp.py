@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import warnings
 from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -285,6 +286,20 @@ class ToolTape:
             )
         return held
 
+    async def taped(
+        self, server: str, tool: str, arguments: dict[str, Any], live: Callable[[], Awaitable[ToolResult]],
+        role: str | None = None,
+    ) -> ToolResult:  # fmt: skip
+        """This call's result from the tape if it holds one, else ``live()``'s, recorded (a replay only answers)."""
+        held = self.held(server, tool, arguments, role)
+        if held is not None:  # replayed; or a resumed run's call made before the stop, answered as it was then
+            return held
+        if self.mode == "replay":
+            return self.answer(server, tool, arguments, role)  # the failure saying it was never made
+        result = await live()
+        self.wrote_call(server, tool, arguments, result, role)
+        return result
+
     def held(self, server: str, tool: str, arguments: dict[str, Any], role: str | None = None) -> ToolResult | None:
         """The next recorded result of this call not yet answered, if the tape holds one."""
         recorded = self._calls.get(_key(server, tool, arguments, role))
@@ -472,16 +487,12 @@ class MCPClient:
         Raises:
             MCPServerGone: If the server stopped answering (crashed, killed): the run stops, resumable.
         """
-        if self.tape is not None and self.tape.mode == "replay":
-            return self.tape.answer(server, tool, arguments, role)
-        held = self.tape.held(server, tool, arguments, role) if self.tape is not None else None
-        if held is not None:  # a resumed run: made before the stop, answered as it was then
-            return held
-        refused = await self._refused(role or "*", tool_name(server, tool), arguments)
-        result = refused or await self._called(server, tool, arguments)
-        if self.tape is not None:
-            self.tape.wrote_call(server, tool, arguments, result, role)
-        return result
+
+        async def live() -> ToolResult:
+            refused = await self._refused(role or "*", tool_name(server, tool), arguments)
+            return refused or await self._called(server, tool, arguments)
+
+        return await (live() if self.tape is None else self.tape.taped(server, tool, arguments, live, role))
 
     async def _refused(self, role: str, name: str, arguments: dict[str, Any]) -> ToolFailure | None:
         """Why the permissions refuse this call, or ``None`` when it may go ahead."""

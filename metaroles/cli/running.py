@@ -349,7 +349,7 @@ def resume(
         trusted(manifest["scenario"], run_dir, trust=trust)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     with reported():
-        llm, tools = resumed_model(manifest), resumed_tools(manifest, desk=None)  # a call to ask: the terminal
+        llm, tools = resumed_model(manifest), resumed_tools(manifest, desk=None, trust=trust)  # asks: the terminal
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     quiet = quiet or manifest.get("quiet") is True
     steering = run_control(watch=watch, control=control, interventions=None)
@@ -400,7 +400,7 @@ def fork(
         manifest = read_manifest(run_dir_at(run_dir))
         check_run_dir(run_dir)
         trusted(manifest["scenario"], run_dir, trust=trust)
-        tools = resumed_tools({**manifest, "cassette": None}, desk=None)  # the parent's servers, live
+        tools = resumed_tools({**manifest, "cassette": None}, desk=None, trust=trust)  # the parent's servers, live
     changes, more = split_role_llms(options_from(set_ or []))
     specs = {**(manifest.get("role_llms") or {}), **more}  # a fork of a fork keeps its parent's models
     role_llms = {name: resolve({"llm": spec}) for name, spec in specs.items()}

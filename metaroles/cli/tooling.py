@@ -71,8 +71,14 @@ def run_tools(
     return remotes(servers, permissions, remote, cassette, mode, desk), kept
 
 
-def resumed_tools(manifest: dict[str, Any], desk: Desk | None) -> Remotes | None:
-    """What a resumed run reaches again: its manifest's servers and agents, its tape answering what it holds."""
+def resumed_tools(manifest: dict[str, Any], desk: Desk | None, *, trust: bool) -> Remotes | None:
+    """What a resumed run reaches again: its manifest's servers and agents, its tape answering what it holds.
+
+    A run directory may come from someone else: the commands its manifest names run only with ``trust``.
+
+    Raises:
+        ConfigError: For server commands to start without ``trust``, naming them.
+    """
     from metaroles.agents.mcp import MCPServer
     from metaroles.agents.permissions import Permissions
 
@@ -84,6 +90,12 @@ def resumed_tools(manifest: dict[str, Any], desk: Desk | None) -> Remotes | None
     permissions = Permissions.model_validate(recorded.get("permissions") or {})
     cassette = manifest.get("cassette") or None
     mode = "replay" if str(manifest.get("llm") or "").startswith("replay:") else "resume"
+    commands = [" ".join(server.command) for server in servers if server.command]
+    if commands and mode != "replay" and not trust:
+        raise ConfigError(
+            f"this run starts the MCP servers its manifest names ({'; '.join(commands)[:300]}): commands run code; "
+            "pass --trust to start them"
+        )
     return remotes(servers, permissions, agents, Path(cassette) if cassette else None, mode, desk)
 
 
