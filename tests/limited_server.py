@@ -24,8 +24,8 @@ def charged(body: dict) -> int:
 class LimitedServer:
     """The server (``url``); ``admitted`` and ``refused``: (time, tokens) of each call; ``stop()``."""
 
-    def __init__(self, limit: int, window: float, *, slow: float = 0.0) -> None:
-        self.limit, self.window, self.slow = limit, window, slow
+    def __init__(self, limit: int, window: float, *, slow: float = 0.0, answer: str = "ok") -> None:
+        self.limit, self.window, self.slow, self.answer = limit, window, slow, answer
         self.admitted: list[tuple[float, int]] = []
         self.refused: list[tuple[float, int]] = []
         self.lock = threading.Lock()
@@ -73,7 +73,8 @@ def _handler(server: LimitedServer) -> type[BaseHTTPRequestHandler]:
             answer = int(body.get("max_tokens") or 256) // 2
             completion = {
                 "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": server.answer}}],
                 "usage": {"prompt_tokens": tokens - answer * 2, "completion_tokens": answer,
                           "total_tokens": tokens - answer},
             }  # fmt: skip

@@ -30,6 +30,7 @@ CASES = [
     ("software_company", 2, {}),
     ("werewolf", 3, {}),
     ("society", 2, {"agents": 2000, "rounds": 9, "llm_agents": 0}),
+    ("feed", 2, {"agents": 2000, "rounds": 6, "activation": 0.05, "llm_share": 0.1, "recommender": "similar"}),
 ]
 
 

@@ -36,6 +36,7 @@ from metaroles.team.options import RunOptions
 SEED = 5
 SCENARIOS: dict[str, dict[str, object]] = {
     "debate": {},
+    "feed": {"agents": 200, "rounds": 6, "activation": 0.2, "llm_share": 0.2},
     "society": {"agents": 300, "rounds": 6, "llm_agents": 4},
     "software_company": {},
     "werewolf": {},

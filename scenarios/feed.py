@@ -1,0 +1,627 @@
+"""A social feed at OASIS's scale: users post, reply, repost, like, dislike, follow; a recommender picks what they see.
+
+The platform is a role on the bus (``Platform``) that keeps the rules as data
+(``metaroles.environments.feed.Feed``). Each round it takes the actions the users sent, activates a
+share of the users (each with chance ``activation`` × its persona's activity, as OASIS does) and
+sends each of them a timeline the recommender picked; the users it activated act in the next round,
+one structured action each. A user follows a scripted policy (its stance against the post's, and
+the crowd's likes: a herd term) or, for ``llm_share`` of them, asks its model for the action with a
+tight schema. Per round, ``metrics.jsonl`` has the actions by kind, polarization (the stances'
+variance), the cascades (size, depth, breadth, reach of the seeded posts) and the follower graph's
+edges.
+
+The platform's state is rebuilt from what it remembers: its memory holds every action it was
+sent, in order, and replaying those turns (the same recommender, the same draws) gives the same
+platform, so checkpoints carry messages only, on one process or on shards.
+
+``metaroles run feed --set agents=10000 --rounds 30``; ``--set recommender=similar``; a persona
+file: ``--set personas=people.csv`` (columns ``bio, stance, activity, herd``; rows are cycled when
+there are more agents). A recommender of one's own: a scenario file whose ``build`` calls this
+one's with ``recommender=`` (see ``docs/feed.md``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from metaroles.environments.feed import KINDS, RECOMMENDERS, Feed, Recommender, generated_follows
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
+
+from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
+from metaroles.core.exceptions import ConfigError, RunError
+
+RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
+"""Large feeds log publishes and deliveries only, and checkpoint every 10 rounds."""
+
+PLATFORM = "Platform"
+TIMELINE_MAX = 20
+"""The longest timeline a user may be shown (a model's answer names a post by its place in it)."""
+
+
+class SeedPost(BaseModel):
+    """A post on the platform before the first round, whose spread ``metrics.jsonl`` follows (``tracked``)."""
+
+    text: str = "BREAKING: the plan passes tonight, cars out of the centre from Monday."
+    author: int = Field(default=0, ge=0)
+    """Who posts it (user 0 is the most followed)."""
+    stance: float = Field(default=0.8, ge=-1, le=1)
+    likes: int = Field(default=0, ge=0)
+    """Likes it starts with (OASIS's herd-effect setup seeds up- and down-votes)."""
+    dislikes: int = Field(default=0, ge=0)
+
+
+class Config(BaseModel):
+    """Options of the feed."""
+
+    agents: int = Field(default=100, ge=2, le=10_000_000)
+    """How many users."""
+    rounds: int = Field(default=20, ge=1)
+    """Rounds: in each, the platform sends timelines and the users it activated the round before act."""
+    activation: float = Field(default=0.1, gt=0, le=1)
+    """The chance a user of activity 1 is activated in a round."""
+    follows: int = Field(default=5, ge=0)
+    """Whom each user follows at the start (a heavy-tailed graph: low-numbered users are followed most)."""
+    timeline: int = Field(default=5, ge=1, le=TIMELINE_MAX)
+    """Posts per timeline."""
+    recommender: Literal["mixed", "chronological", "popular", "similar"] = "mixed"
+    """What picks the timelines: half followed + half popular, followed only, popular, or persona-similar (Faiss)."""
+    llm_share: float = Field(default=0.0, ge=0, le=1)
+    """The share of users whose model chooses their actions (the others follow the scripted policy)."""
+    personas: str | None = None
+    """A CSV (header ``bio,stance,activity,herd``) or JSON-lines file of personas; cycled over the users."""
+    topic: str = "the city's plan to ban cars from the centre"
+    seed_posts: list[SeedPost] = Field(default_factory=lambda: [SeedPost()])
+    """Posts made before the first round; their cascades are tracked."""
+    post_rate: float = Field(default=0.2, ge=0, le=1)
+    """The chance a scripted user writes a post of its own instead of reacting to one."""
+    assimilation: float = Field(default=0.1, ge=0, le=1)
+    """How far a post a scripted user approves of moves its stance toward the post's (and away, half as far, if not)."""
+    graph_seed: int = 0
+    """Seed of the follower graph and of generated personas."""
+
+    @field_validator("personas")
+    @classmethod
+    def _readable(cls, path: str | None) -> str | None:
+        if path is not None:
+            read_personas(Path(path))  # every row checked now: a bad one is named before anything runs
+        return path
+
+    @field_validator("seed_posts")
+    @classmethod
+    def _authors_exist(cls, posts: list[SeedPost], info: ValidationInfo) -> list[SeedPost]:
+        agents = info.data.get("agents", 2)
+        for post in posts:
+            if post.author >= agents:
+                raise ValueError(
+                    f"a seed post's author {post.author} is not one of the {agents} users (0 to {agents - 1})"
+                )
+        return posts
+
+
+# -- personas -----------------------------------------------------------------------------------------
+
+
+class Persona(BaseModel):
+    """Who a user is: what its model is told, where it stands, how often and how much it follows the crowd."""
+
+    bio: str = Field(min_length=1, max_length=2000)
+    stance: float = Field(ge=-1, le=1)
+    """On the topic: -1 fully against, 1 fully for."""
+    activity: float = Field(default=1.0, gt=0, le=1)
+    """Its share of the activation chance."""
+    herd: float = Field(default=0.5, ge=0, le=1)
+    """How much the crowd's likes and dislikes sway it."""
+
+
+_ROW = "each row needs bio, stance in [-1, 1], and optionally activity in (0, 1] and herd in [0, 1]"
+
+
+def read_personas(path: Path) -> list[Persona]:
+    """The personas of a CSV or JSON-lines file, every row checked.
+
+    Raises:
+        ConfigError: Naming the file, the line and what is wrong with it (nothing is run).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"personas file {str(path)!r} cannot be read ({exc}); give a CSV or JSON-lines file"
+        ) from None
+    rows = _json_rows(text) if path.suffix in (".jsonl", ".json") else _csv_rows(text)
+    personas = []
+    for line, row in rows:
+        if isinstance(row, str):
+            raise ConfigError(f"{path}:{line}: {row}; {_ROW}")
+        try:
+            personas.append(Persona.model_validate(row))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"]) or "row"
+            raise ConfigError(f"{path}:{line}: {where}={error.get('input')!r}: {error['msg']}; {_ROW}") from None
+    if not personas:
+        raise ConfigError(f"personas file {str(path)!r} has no rows; give one persona per line after the header")
+    return personas
+
+
+def _csv_rows(text: str) -> list[tuple[int, Any]]:
+    reader = csv.DictReader(text.splitlines())
+    rows: list[tuple[int, Any]] = []
+    for row in reader:
+        extra = row.pop(None, None)
+        if extra:
+            rows.append((reader.line_num, f"{len(extra)} more value(s) than the header has columns"))
+        else:
+            rows.append((reader.line_num, {k: v for k, v in row.items() if v not in ("", None)}))
+    return rows
+
+
+def _json_rows(text: str) -> list[tuple[int, Any]]:
+    rows = []
+    for line, raw in enumerate(text.split("\n"), start=1):
+        if raw.strip():
+            try:
+                rows.append((line, json.loads(raw)))
+            except json.JSONDecodeError as exc:
+                rows.append((line, f"not JSON ({exc.msg})"))
+    return rows
+
+
+_MASK = (1 << 64) - 1
+
+
+def unit(seed: int, i: int, salt: int) -> float:
+    """A number in [0, 1) that is a function of its arguments alone (splitmix64): a million a second, no state."""
+    z = (seed * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9 + salt * 0x94D049BB133111EB) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return ((z ^ (z >> 31)) >> 11) / (1 << 53)
+
+
+_JOBS = ("teacher", "nurse", "cyclist", "shop owner", "student", "taxi driver", "engineer", "retiree", "parent")
+_PLACES = ("the old town", "the suburbs", "the harbour", "the university quarter", "a village nearby")
+
+
+class Personas:
+    """Each user's persona: a file's rows, cycled, or one generated from the user's number and the seed.
+
+    Picklable and small: a shard makes the personas of its users itself.
+    """
+
+    def __init__(self, config: Config) -> None:
+        """The personas ``config`` names (its file's rows) or generates."""
+        self.seed = config.graph_seed
+        self.rows = read_personas(Path(config.personas)) if config.personas else None
+
+    def __getitem__(self, i: int) -> Persona:
+        """The ``i``-th user's persona."""
+        if self.rows is not None:
+            return self.rows[i % len(self.rows)]
+        return Persona(bio=self.bio(i), stance=self.stance(i), activity=self.activity(i), herd=self.herd(i))
+
+    def stance(self, i: int) -> float:
+        """Where user ``i`` stands at the start: two camps around ±0.5 and a neutral middle."""
+        if self.rows is not None:
+            return self.rows[i % len(self.rows)].stance
+        return round(2 * unit(self.seed, i, 1) - 1, 3)
+
+    def activity(self, i: int) -> float:
+        """How active user ``i`` is: most users rarely, a few often (a heavy tail)."""
+        if self.rows is not None:
+            return self.rows[i % len(self.rows)].activity
+        return round(0.1 + 0.9 * unit(self.seed, i, 2) ** 2, 3)
+
+    def herd(self, i: int) -> float:
+        """How much the crowd sways user ``i``."""
+        if self.rows is not None:
+            return self.rows[i % len(self.rows)].herd
+        return round(unit(self.seed, i, 3), 3)
+
+    def bio(self, i: int) -> str:
+        """User ``i``'s bio (what its model is told it is)."""
+        if self.rows is not None:
+            return self.rows[i % len(self.rows)].bio
+        job = _JOBS[int(unit(self.seed, i, 4) * len(_JOBS))]
+        place = _PLACES[int(unit(self.seed, i, 5) * len(_PLACES))]
+        return f"A {20 + int(unit(self.seed, i, 6) * 60)}-year-old {job} from {place}."
+
+
+# -- what travels ---------------------------------------------------------------------------------------
+
+
+class Shown(BaseModel):
+    """A post on a timeline, as the user sees it."""
+
+    id: int
+    author: int
+    text: str
+    stance: float
+    """The stance it expresses (the scripted policy reads it; a model reads the text)."""
+    likes: int = 0
+    dislikes: int = 0
+    reposts: int = 0
+    replies: int = 0
+
+
+class Timeline(BaseModel):
+    """What the platform shows a user in a round."""
+
+    round: int
+    posts: list[Shown]
+
+
+class FeedAct(BaseModel):
+    """A user's action, as the platform receives it."""
+
+    action: str
+    post: int | None = None
+    """The post it acts on (for ``follow``: whose author to follow); ``None`` for a post of its own or nothing."""
+    text: str = ""
+    stance: float = Field(default=0.0, ge=-1, le=1)
+    """The user's stance after acting."""
+
+
+class FeedChoice(BaseModel):
+    """A model's answer: one action on the timeline it was shown."""
+
+    action: Literal["post", "reply", "repost", "like", "dislike", "follow", "nothing"]
+    post: int = Field(default=0, ge=0, le=TIMELINE_MAX)
+    """The number of the post on the timeline (1 is the first); 0 when the action needs none."""
+    text: str = Field(default="", max_length=280)
+    """A new post's or a reply's text."""
+    stance: float = Field(default=0.0, ge=-1, le=1)
+    """Your stance on the topic now, from -1 (against) to 1 (for)."""
+
+
+# -- the users ----------------------------------------------------------------------------------------
+
+
+class Recommend(Action):
+    """The platform's timelines (its ``cause_by``; the platform sends them, no model)."""
+
+
+class Refresh(Action):
+    """The platform's own note of a round it ran, sent to itself: the next round starts from it."""
+
+
+_WORDS = {
+    -2: ("This plan is a disaster", "Stop the ban now", "Nobody asked for this"),
+    -1: ("I have doubts about", "Not convinced by", "Too fast:"),
+    0: ("Still making up my mind on", "Any facts on", "Both sides have a point on"),
+    1: ("Good step:", "Quietly hopeful about", "Worth trying:"),
+    2: ("Finally! Full support for", "Best news this year:", "Cleaner air at last:"),
+}
+
+
+def post_text(topic: str, stance: float, pick: float) -> str:
+    """A post's text for ``stance`` on ``topic`` (``pick`` in [0, 1) chooses the wording)."""
+    bucket = max(-2, min(2, round(stance * 2.4)))
+    words = _WORDS[bucket]
+    return f"{words[int(pick * len(words))]} {topic}."
+
+
+def scripted(agent: Agent, timeline: Timeline, draw: Any) -> FeedAct:
+    """The scripted policy: post now and then; else weigh a post by agreement and the crowd, and react.
+
+    Approval = agreement (1 − |own − post| / 2) + herd × the crowd's verdict (likes − dislikes and
+    reposts, squashed into [-0.5, 0.5]). High approval: repost, like or follow its author, and move
+    toward it; low: dislike or reply against it, and move away, half as far; between: nothing.
+    """
+    stance, config = agent.stance, agent.config
+    if not timeline.posts or draw() < config.post_rate:
+        mine = max(-1.0, min(1.0, stance + (draw() - 0.5) * 0.2))
+        return FeedAct(action="post", text=post_text(config.topic, mine, draw()), stance=round(mine, 4))
+    post = timeline.posts[int(draw() * len(timeline.posts))]
+    net = post.likes - post.dislikes + 2 * post.reposts
+    crowd = 0.5 * net / (abs(net) + 5)
+    approval = 1 - abs(stance - post.stance) / 2 + agent.herd_weight * crowd
+    r = draw()
+    if approval > 0.8:
+        kind = "repost" if r < 0.25 else "like" if r < 0.8 else "follow"
+        moved = stance + config.assimilation * (post.stance - stance)
+    elif approval < 0.45:
+        kind = "dislike" if r < 0.6 else "reply"
+        moved = stance - config.assimilation / 2 * (post.stance - stance)
+    else:
+        kind, moved = ("like" if r < 0.2 else "nothing"), stance
+    moved = round(max(-1.0, min(1.0, moved)), 4)
+    text = f"@u{post.author} {post_text(config.topic, moved, draw())}" if kind == "reply" else ""
+    return FeedAct(action=kind, post=post.id if kind != "nothing" else None, text=text, stance=moved)
+
+
+class Browse(Action):
+    """Read the timeline, choose one action by the scripted policy."""
+
+    def __init__(self, agent: Agent) -> None:
+        """Act for ``agent``."""
+        super().__init__()
+        self.agent = agent
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        """The scripted action on this round's timeline (its draws seeded by the timeline's id)."""
+        timeline, seed = self.agent.timeline()
+        return scripted(self.agent, timeline, random.Random(seed).random)
+
+
+FEED = (
+    "You are a user of a social media platform. Each time you open it you see a few posts. Choose ONE "
+    "action: post (write a new post), reply (to a post), repost, like, dislike, follow (the author of a "
+    "post), or nothing. Name the post by its number on your timeline (0 when the action needs none). "
+    'Answer with JSON only: {"action": ..., "post": number, "text": "your words, for post or reply", '
+    '"stance": your view on the topic now, from -1 (against) to 1 (for)}.'
+)
+"""What every model-backed user is told first, byte for byte the same: an engine's prefix cache serves it."""
+
+
+class BrowseWithModel(Browse):
+    """Ask the model for the action (a tight schema), then name the post it chose by its id."""
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        """The model's action on this round's timeline."""
+        agent = self.agent
+        timeline, _ = agent.timeline()
+        lines = [
+            f"{n}. @u{p.author}: {p.text} ({p.likes} likes, {p.dislikes} dislikes, {p.reposts} reposts)"
+            for n, p in enumerate(timeline.posts, start=1)
+        ]
+        prompt = (
+            f"You are {agent.persona.bio} The topic: {agent.config.topic}. Your stance now: {agent.stance:+.2f}.\n"
+            f"Your timeline:\n{chr(10).join(lines) or '(empty)'}\nWhat do you do?"
+        )
+        choice = await self.aask(prompt, system_msgs=[FEED], output_model=FeedChoice)
+        chosen = timeline.posts[choice.post - 1].id if 0 < choice.post <= len(timeline.posts) else None
+        return FeedAct(action=choice.action, post=chosen, text=choice.text, stance=choice.stance)
+
+
+BROWSE, BROWSE_WITH_MODEL = Browse.action_id(), BrowseWithModel.action_id()
+
+
+class Agent(Role):
+    """A user of the feed: acts on the timeline the platform sends it, one action a round.
+
+    Its stance is what it last said (its persona's before that): all its state is on the bus.
+    """
+
+    def __init__(self, *, number: int, personas: Personas, config: Config, llm_backed: bool) -> None:
+        """The ``number``-th user, with its persona and whether its model chooses."""
+        self.number = number
+        self.personas = personas
+        self.config = config
+        action = (BrowseWithModel if llm_backed else Browse)(self)
+        super().__init__(name=f"u{number}", actions=[action], watch=[Recommend], send_to={PLATFORM})
+
+    @property
+    def profile(self) -> str:
+        """The persona's bio (an interview's system prompt says who the user is)."""
+        return self.personas.bio(self.number)
+
+    @profile.setter
+    def profile(self, value: str) -> None:
+        """The persona decides the profile; what a role's constructor sets is not kept."""
+
+    @property
+    def persona(self) -> Persona:
+        """Who the user is."""
+        return self.personas[self.number]
+
+    @property
+    def herd_weight(self) -> float:
+        """How much the crowd sways the user."""
+        return self.personas.herd(self.number)
+
+    @property
+    def stance(self) -> float:
+        """The stance of the user's last action, else its persona's."""
+        for message in reversed(self.rc.memory.get_by_action(self.actions[0].cause_by)):
+            if message.sent_from == self.name and isinstance(message.instruct_content, FeedAct):
+                return message.instruct_content.stance
+        return self.personas.stance(self.number)
+
+    def timeline(self) -> tuple[Timeline, str]:
+        """This round's timeline and the id of the message that brought it."""
+        for message in reversed(self.rc.news):
+            if isinstance(message.instruct_content, Timeline):
+                return message.instruct_content, message.id
+        return Timeline(round=0, posts=[]), self.name
+
+
+class Agents:
+    """The users, the ``i``-th built from the config alone (a :class:`Cast`: shards build their own)."""
+
+    def __init__(self, config: Config, personas: Personas) -> None:
+        """Build users by ``config`` with these ``personas``."""
+        self.config = config
+        self.personas = personas
+
+    def __call__(self, i: int) -> Agent:
+        """The ``i``-th user (model-backed when its draw falls under ``llm_share``)."""
+        config = self.config
+        backed = unit(config.graph_seed, i, 7) < config.llm_share
+        return Agent(number=i, personas=self.personas, config=config, llm_backed=backed)
+
+
+# -- the platform -------------------------------------------------------------------------------------
+
+
+class FeedWarning(UserWarning):
+    """A user's action the platform refused (the first is said; all are counted in ``metrics.jsonl``)."""
+
+
+class Platform(Role):
+    """The platform: applies the users' actions, activates users, sends them timelines; the rules are a :class:`Feed`.
+
+    The feed is rebuilt from the platform's memory (its turns replayed) whenever it does not match
+    it — after a restore, on a shard — so the platform's state is the bus's.
+    """
+
+    def __init__(self, config: Config, personas: Personas, recommender: Recommender | None = None) -> None:
+        """The platform of ``config``'s users; ``recommender`` replaces the one ``config`` names."""
+        self.config = config
+        self.personas = personas
+        self.recommender = recommender
+        self.feed: Feed | None = None
+        self.turns = 0
+        """Turns the feed reflects (each is a round)."""
+        self.applied = 0
+        """Remembered messages the feed reflects."""
+        self.warned = False
+        """Whether a refused action was said (the first is; all are counted)."""
+        super().__init__(name=PLATFORM, actions=[Refresh], watch=[UserRequirement, Refresh, Browse, BrowseWithModel])
+
+    def new_feed(self) -> Feed:
+        """The platform before any round: its users, the follower graph, the seeded posts."""
+        config, personas = self.config, self.personas
+        n = config.agents
+        feed = Feed(
+            stances=[personas.stance(i) for i in range(n)],
+            activity=[personas.activity(i) for i in range(n)],
+            follows=generated_follows(n, config.follows, str(config.graph_seed)),
+            activation=config.activation,
+            recommend=self.recommender or RECOMMENDERS[config.recommender],
+            timeline=config.timeline,
+            key=self.ids.key if self.ids is not None else "",
+            interests=personas.bio,
+        )
+        for seeded in config.seed_posts:
+            post = feed.publish(seeded.author, seeded.text, seeded.stance, round=0)
+            post.likes, post.dislikes = seeded.likes, seeded.dislikes
+            feed.track(post.id)
+        return feed
+
+    def current_feed(self) -> Feed:
+        """The feed as the memory says, before this turn's news (rebuilt by replaying the turns if it differs)."""
+        before = len(self.rc.memory) - self.rc.remembered
+        if self.feed is None or self.applied != before:
+            self.feed, self.turns = self.new_feed(), 0
+            turn: list[Message] = []
+            for message in self.rc.memory.get()[:before]:
+                if message.cause_by == REFRESH and turn:
+                    self.play(self.feed, turn, live=False)
+                    turn = []
+                turn.append(message)
+            if turn:
+                self.play(self.feed, turn, live=False)
+            self.feed.metrics()  # the replayed rounds' counts are not this round's
+        return self.feed
+
+    def play(self, feed: Feed, news: Sequence[Message], *, live: bool) -> list[tuple[int, list[int]]]:
+        """One turn: apply the actions in ``news``, activate this round's users, pick their timelines."""
+        self.turns += 1
+        for message in news:
+            if message.cause_by in (BROWSE, BROWSE_WITH_MODEL):
+                self.apply(feed, message, live=live)
+        users = feed.activate(self.turns)
+        feed.counts["activated"] += len(users)
+        try:
+            shown = feed.timelines(users, self.turns)
+        except Exception as exc:
+            raise RunError(
+                f"the feed's recommender failed in round {self.turns}: {type(exc).__name__}: {exc}; fix the "
+                "recommender, then resume the run"
+            ) from exc
+        return list(zip(users, shown, strict=True))
+
+    def apply(self, feed: Feed, message: Message, *, live: bool) -> None:
+        """Apply one user's action; a refused one is counted (and said once per kind when live)."""
+        act = message.instruct_content
+        user = int(message.sent_from[1:]) if message.sent_from[1:].isdigit() else -1
+        if isinstance(act, FeedAct) and 0 <= user < feed.users:
+            why = feed.apply(user, act.action, post=act.post, text=act.text, stance=act.stance, round=self.turns)
+        else:
+            feed.counts["invalid"] += 1
+            error = message.metadata.get("error") if message.has_metadata else None
+            raw = error.get("raw") if isinstance(error, dict) else message.content
+            why = f"unknown action: {str(raw)[:80]!r} is not one of {', '.join(KINDS)}"
+        if why is not None and live and not self.warned:
+            self.warned = True
+            said = f"{message.sent_from}'s action refused: {why}; refusals are counted in metrics.jsonl (invalid)"
+            warnings.warn(FeedWarning(said), stacklevel=2)
+
+    async def _act(self) -> Message | None:
+        """Apply the news, send this round's timelines, and note the round (to itself)."""
+        feed = self.current_feed()
+        for user, posts in self.play(feed, self.rc.news, live=True):
+            shown = [_shown(feed.posts[n]) for n in posts]
+            timeline = Timeline(round=self.turns, posts=shown)
+            content = " ".join(f"#{p.id}" for p in shown) or "(empty)"
+            self.publish_message(Message(content, instruct_content=timeline, cause_by=Recommend, send_to={f"u{user}"}))
+        self.applied = len(self.rc.memory)
+        self.last_metrics = feed.metrics()
+        return Message(f"round {self.turns}", cause_by=Refresh, send_to={PLATFORM})
+
+
+REFRESH = Refresh.action_id()
+
+
+def _shown(post: Any) -> Shown:
+    return Shown(
+        id=post.id,
+        author=post.author,
+        text=post.text,
+        stance=post.stance,
+        likes=post.likes,
+        dislikes=post.dislikes,
+        reposts=post.reposts,
+        replies=post.replies,
+    )
+
+
+def build(config: Config, llm: LLM, *, recommender: Recommender | None = None) -> ScenarioPlan:
+    """The platform first, then the users; the idea starts the platform's first round.
+
+    ``recommender``: a function of one's own, ``recommend(feed, users, k)`` → post ids per user.
+    """
+    personas = Personas(config)
+    team = Team(llm=llm)
+    team.hire([Platform(config, personas, recommender)])
+    team.hire(Cast(config.agents, Agents(config, personas)))
+    return ScenarioPlan(team=team, idea=f"Open the feed on {config.topic}.", send_to=PLATFORM, n_round=config.rounds)
+
+
+def shard_by(role: Role, shards: int) -> int | None:
+    """Users in blocks of consecutive numbers; the platform on the first shard."""
+    if isinstance(role, Agent):
+        return role.number * shards // role.config.agents
+    return 0
+
+
+def platform_metrics(roles: list[Role]) -> dict[str, Any] | None:
+    """The platform's measures of the round just run, if it is among ``roles`` (a part of :func:`round_metrics`)."""
+    for role in roles:
+        if isinstance(role, Platform):
+            return getattr(role, "last_metrics", None)
+    return None
+
+
+METRIC_PARTS = (platform_metrics,)
+"""On shards, the shard holding the platform measures; :func:`round_metrics` takes its part."""
+
+
+def round_metrics(team: Team) -> dict[str, Any]:
+    """The round's actions by kind, polarization, cascades and follower-graph growth."""
+    parts = [part for part in team.gathered(platform_metrics) if part is not None]
+    return parts[0] if parts else {}
+
+
+def summary(run_dir: Path) -> dict[str, Any]:
+    """Where the feed ended: polarization, the largest cascade, the seeded posts' spread (a sweep's columns)."""
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    last = json.loads(lines[-1]) if lines else {}
+    spread: dict[str, Any] = next(iter(last.get("tracked", {}).values()), {})
+    return {
+        "polarization": last.get("polarization"),
+        "extremity": last.get("extremity"),
+        "largest_cascade": last.get("largest_cascade"),
+        "seed_reach": spread.get("reach"),
+        "seed_size": spread.get("size"),
+        "follow_edges": last.get("follow_edges"),
+    }
+
+
+__all__ = ["KINDS", "Agent", "Config", "FeedAct", "Persona", "Platform", "build"]
