@@ -82,8 +82,6 @@ class Cascade:
     """The longest chain of replies and reposts below the root."""
     levels: list[int] = field(default_factory=lambda: [1])
     """How many posts at each depth (``breadth`` is the largest)."""
-    reach: int = 0
-    """Users shown any post of it."""
 
     @property
     def breadth(self) -> int:
@@ -91,8 +89,8 @@ class Cascade:
         return max(self.levels)
 
     def summary(self) -> dict[str, int]:
-        """Size, depth, breadth and reach."""
-        return {"size": self.size, "depth": self.depth, "breadth": self.breadth, "reach": self.reach}
+        """Size, depth and breadth."""
+        return {"size": self.size, "depth": self.depth, "breadth": self.breadth}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,9 +337,7 @@ class Feed:
         mean = self.sums[0] / n
         counts, self.counts = self.counts, dict.fromkeys(self.counts, 0)
         sizes = [c.size for c in self.cascades.values() if c.size > 1]
-        tracked = {
-            str(root): {**self.cascades[root].summary(), "reach": len(users)} for root, users in self.reached.items()
-        }
+        tracked = {str(root): self._spread(root, users) for root, users in self.reached.items()}
         return {
             **counts,
             "posts_total": len(self.posts),
@@ -355,6 +351,12 @@ class Feed:
             "most_followed": max(self.followers, default=0),
             "tracked": tracked,
         }
+
+    def _spread(self, root: int, users: set[int]) -> dict[str, int]:
+        """A tracked post's cascade, the users it reached and the votes it drew."""
+        post = self.posts[root]
+        votes = {"likes": post.likes, "dislikes": post.dislikes, "reposts": post.reposts, "replies": post.replies}
+        return {**self.cascades[root].summary(), "reach": len(users), **votes}
 
     def follower_graph(self) -> Any:
         """The follower graph now, as a networkx ``DiGraph`` (an edge from follower to followee)."""

@@ -40,6 +40,8 @@ RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
 """Large feeds log publishes and deliveries only, and checkpoint every 10 rounds."""
 
 PLATFORM = "Platform"
+TO_PLATFORM = frozenset({PLATFORM})
+"""Where every user sends its actions: one set for a million users."""
 TIMELINE_MAX = 20
 """The longest timeline a user may be shown (a model's answer names a post by its place in it)."""
 
@@ -388,13 +390,12 @@ class Agent(Role):
     Its stance is what it last said (its persona's before that): all its state is on the bus.
     """
 
-    def __init__(self, *, number: int, personas: Personas, config: Config, llm_backed: bool) -> None:
-        """The ``number``-th user, with its persona and whether its model chooses."""
+    def __init__(self, *, number: int, cast: Agents, llm_backed: bool) -> None:
+        """The ``number``-th user of ``cast`` (its config and personas), and whether its model chooses."""
         self.number = number
-        self.personas = personas
-        self.config = config
+        self.cast = cast
         action = (BrowseWithModel if llm_backed else Browse)(self)
-        super().__init__(name=f"u{number}", actions=[action], watch=[Recommend], send_to={PLATFORM})
+        super().__init__(name=f"u{number}", actions=[action], watch=[Recommend], send_to=TO_PLATFORM)
 
     @property
     def profile(self) -> str:
@@ -404,6 +405,20 @@ class Agent(Role):
     @profile.setter
     def profile(self, value: str) -> None:
         """The persona decides the profile; what a role's constructor sets is not kept."""
+
+    @property
+    def config(self) -> Config:
+        """The feed's options."""
+        return self.cast.config
+
+    @property
+    def personas(self) -> Personas:
+        """Every user's persona."""
+        return self.cast.personas
+
+    def _get_prefix(self) -> str:
+        """No prefix of the role's own: the feed's prompt says who the user is (the shared prefix comes first)."""
+        return ""
 
     @property
     def persona(self) -> Persona:
@@ -443,7 +458,7 @@ class Agents:
         """The ``i``-th user (model-backed when its draw falls under ``llm_share``)."""
         config = self.config
         backed = unit(config.graph_seed, i, 7) < config.llm_share
-        return Agent(number=i, personas=self.personas, config=config, llm_backed=backed)
+        return Agent(number=i, cast=self, llm_backed=backed)
 
 
 # -- the platform -------------------------------------------------------------------------------------

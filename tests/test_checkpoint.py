@@ -79,7 +79,7 @@ async def test_each_checkpoint_reads_back_to_the_state_it_was_written_from(tmp_p
         elif kind == "forget":
             role.rc.memory.delete_newest()
         elif kind == "rewatch":
-            role.rc.watch.add(f"x.{i}")
+            role._watch([*role.rc.watch, f"x.{i}"])  # watch sets are shared and frozen: a change replaces it
         elif kind == "poke":
             role.rc.msg_buffer.pop()  # touched outside the bus: the checkpoint must notice
             role.rc.news = list(role.rc.news)

@@ -355,3 +355,21 @@ def test_a_dead_endpoint_among_several_is_said_once_and_the_others_answer_every_
 
 def test_the_built_in_recommenders_are_named():
     assert sorted(RECOMMENDERS) == ["chronological", "mixed", "popular", "similar"]
+
+
+async def test_the_platforms_fan_out_is_logged_once_per_turn_and_read_back_whole(tmp_path):
+    from metaroles.record.eventread import read_events
+
+    await run_scenario("feed", llm=TestLLM(), options=SMALL, out_dir=tmp_path / "run", run=RunOptions(seed=2))
+    lines = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    written = [c for line in lines for c in line.get("published", {}).get("caused_by", [])]
+    assert written.count(["^"]) > 100, "a timeline after the first of its turn names its causes as the one before"
+    timelines = [
+        e for e in read_events(tmp_path / "run" / "events.jsonl") if e["kind"] == "publish" and e["role"] == "Platform"
+    ]
+    by_round: dict[int, list] = {}
+    for event in timelines:
+        assert event["caused_by"] != ["^"]
+        by_round.setdefault(event["round"], []).append(event["caused_by"])
+    assert all(all(c == causes[0] for c in causes) for causes in by_round.values())
+    assert max(len(causes[0]) for causes in by_round.values()) > 20, "each timeline: the platform's whole news"

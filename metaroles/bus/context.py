@@ -97,7 +97,8 @@ class RoleContext:
         self._working: Memory | None = None  # made when first used: most roles never plan
         self.state = -1
         self.todo: Action | None = None
-        self.watch: set[str] = set()
+        self.watch: frozenset[str] = frozenset()
+        """The actions whose messages are news (one set shared by the roles that watch the same: ``watch_set``)."""
         self.news: list[Message] = []
         self.remembered = 0  # how many messages the last observation added to memory (news or not)
         self.react_mode = react_mode

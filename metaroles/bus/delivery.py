@@ -519,8 +519,12 @@ class Controls:
         elif len(new) < len(messages):  # the history had some already: the record keeps what it gained
             kept = set(map(id, new))
             recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
-        roles = bus.roles
-        record.caused_by += [[n.id for n in roles[m.sent_from].rc.news] if m.sent_from in roles else [] for m in new]
+        roles, causes = bus.roles, dict[str, list[str]]()
+        for message in new:  # a sender's messages share one list: a turn that fans out costs its news once
+            sender = message.sent_from
+            if sender not in causes:
+                causes[sender] = [n.id for n in roles[sender].rc.news] if sender in roles else []
+            record.caused_by.append(causes[sender])
         record.published += new
         record.recipients += map(book.places, recipients)
 

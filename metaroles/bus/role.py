@@ -10,6 +10,7 @@ A custom role needs only :meth:`Role.set_actions` and :meth:`Role._watch`, or ov
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 from warnings import warn
@@ -23,7 +24,7 @@ from metaroles.bus.state import RoleState, context_state, persist_long_term, res
 from metaroles.bus.thinking import Step, choose_state, plan_steps, prompt_vars, role_prefix
 from metaroles.core.exceptions import InvalidValueError, LLMOutputInvalid
 from metaroles.core.ids import IdScope
-from metaroles.core.schema import BROADCAST, action_ids, any_to_str, checked_name, to_addresses
+from metaroles.core.schema import BROADCAST, action_ids, any_to_str, checked_name, to_addresses, watch_set
 from metaroles.core.surface import (
     CLASS_KEYS,
     Dumped,
@@ -215,7 +216,7 @@ class Role(Dumped):
         self.actions = instances
         for action in instances:
             self._bind(action)
-        self.states = [f"{i}. {action.name}" for i, action in enumerate(instances)]
+        self.states = [sys.intern(f"{i}. {action.name}") for i, action in enumerate(instances)]  # one per cast
         self._set_state(-1)
 
     def set_action(self, action: type[Action] | Action) -> None:
@@ -268,9 +269,9 @@ class Role(Dumped):
 
     def _watch(self, actions: Iterable[object]) -> None:
         """Count messages caused by ``actions`` (classes, instances or ids) as news."""
-        self.rc.watch = action_ids(actions)
+        self.rc.watch = watch_set(action_ids(actions))
         if isinstance(self.rc.memory, LongtermMemory):
-            self.rc.memory.watch = self.rc.watch
+            self.rc.memory.watch = set(self.rc.watch)
 
     def set_addresses(self, addresses: Iterable[str]) -> None:
         """Replace the addresses this role receives on (the Environment re-indexes it)."""

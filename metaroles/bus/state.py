@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, field_serializer, field_validator
 from metaroles.bus.context import RoleContext
 from metaroles.bus.record import EnvEvent
 from metaroles.core.exceptions import ConfigError, InvalidValueError
+from metaroles.core.schema import watch_set
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.longterm.brain import BrainMemory
 from metaroles.longterm.memory import LongtermMemory
@@ -192,7 +193,7 @@ def restore_context(rc: RoleContext, state: RoleState) -> None:
     else:
         rc.memory = Memory(memory, ignore_id=rc.memory.ignore_id)
     rc._working = Memory(working) if working else None  # none made for a role that never planned
-    rc.watch = set(state.watch)
+    rc.watch = watch_set(state.watch)
     rc.news = restored_news(state.news, {m.id: m for m in memory})
 
 

@@ -136,6 +136,16 @@ def any_to_name(value: object) -> str:
     return any_to_str(value).rpartition(".")[2]
 
 
+_WATCHES: dict[frozenset[str], frozenset[str]] = {}
+"""Every watch set met so far, once: a million roles that watch the same actions share one set."""
+
+
+def watch_set(ids: Iterable[str]) -> frozenset[str]:
+    """``ids`` as a frozen set shared by every role that watches the same actions."""
+    key = frozenset(ids)
+    return _WATCHES.setdefault(key, key)
+
+
 def action_ids(actions: object) -> set[str]:
     """Normalise one action or several (classes, instances or ids) to a set of action ids.
 

@@ -3,12 +3,14 @@
 The log's events are ``round_start``, the turns' ``observe``, ``think`` and ``act`` (and an agent's
 ``tool_call``/``tool_result``), ``publish`` (with ``caused_by``: the news its sender had observed),
 ``deliver``, ``llm_call`` (tokens and cost), ``role_error``, ``dead_letter``, ``dropped`` and
-``round_end``, each with a sequence number and its round. At the end of each round the log appends
-them as one line of columns, taken from the bus's round record (``bus.record``) and encoded by
-orjson in one call (format 2): ``{"seq": S, "round": N, "kind": "round", "end": E, "steps":
-{kind, role, detail}, "published": {role, message_id, cause_by, send_to, caused_by, to}, ...}`` (a
-step's detail: the ids an observe took, a think's action, an act's message, each a list of names;
-a tool step's fields as one JSON text) —
+``round_end``, each with a sequence number and its round. A publish whose ``caused_by`` is the one
+of the message before it, from the same sender, is written ``["^"]`` (a platform that answers
+thousands from the news of thousands would otherwise write the square of them); the readers spell
+it out. At the end of each round the log appends them as one line of columns, taken from the bus's
+round record (``bus.record``) and encoded by orjson in one call (format 2): ``{"seq": S, "round":
+N, "kind": "round", "end": E, "steps": {kind, role, detail}, "published": {role, message_id,
+cause_by, send_to, caused_by, to}, ...}`` (a step's detail: the ids an observe took, a think's
+action, an act's message, each a list of names; a tool step's fields as one JSON text) —
 the events are numbered S (``round_start``) to E (``round_end``) in the order listed above, each
 publish followed by a delivery per name in its ``to``. The append is flushed and fsynced before the
 round's checkpoint (a round with no checkpoint due leaves the sync to the next one). The readers
@@ -39,6 +41,7 @@ from metaroles.core.files import append_durably, append_text, create_durably
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
 from metaroles.record.eventread import (
+    SAME_CAUSES,
     TIMINGS,
     Event,
     check_log,
@@ -236,6 +239,7 @@ class _Line:
     """A round line's columns, filled part by part (a part: some turns' steps, then some messages)."""
 
     __slots__ = (
+        "_last",
         "cause_by",
         "caused_by",
         "completion_tokens",
@@ -261,6 +265,8 @@ class _Line:
         self.cause_by: list[str] = []
         self.send_to: list[list[str]] = []
         self.caused_by: list[list[str]] = []
+        self._last: tuple[str, list[str]] | None = None
+        """The sender and causes of the last message added (the next may be written as the same)."""
         self.to: list[list[str]] = []
         self.parts: list[list[int]] = []
         self.prompt_tokens: list[int] = []
@@ -292,11 +298,11 @@ class _Line:
             ]
         if not count and not messages:
             return
+        self.caused_by += self._causes(messages, caused_by)
         self.senders += [m.sent_from for m in messages]
         self.message_ids += [m.id for m in messages]
         self.cause_by += [m.cause_by for m in messages]
         self.send_to += send_to
-        self.caused_by += caused_by
         self.to += to
         parts = self.parts
         if parts and (parts[-1][1] == 0 or count == 0):  # steps after steps, or messages after messages: one part
@@ -304,6 +310,16 @@ class _Line:
             parts[-1][1] += len(messages)
         else:
             parts.append([count, len(messages)])
+
+    def _causes(self, messages: Sequence[Message], caused_by: list[list[str]]) -> list[list[str]]:
+        """``caused_by`` as written: :data:`SAME_CAUSES` for the causes of the same sender's message before."""
+        written = []
+        for message, causes in zip(messages, caused_by, strict=True):
+            last = self._last
+            same = bool(causes) and last is not None and message.sent_from == last[0] and causes == last[1]
+            written.append(SAME_CAUSES if same else causes)
+            self._last = (message.sent_from, causes)
+        return written
 
     def tokens(self, steps: Steps, calls: Sequence[LedgerEntry]) -> None:
         """The tokens of each turn of ``steps`` (the part just added), on the row that opens it (its observe)."""

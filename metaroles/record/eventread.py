@@ -145,6 +145,7 @@ def spelled(line: Event) -> list[Event]:
     steps, said = line.get("steps") or _NO_STEPS, line.get("published") or _NO_MESSAGES
     parts = line.get("parts") or [[len(steps["kind"]), len(said["message_id"])]]
     step = message = 0
+    causes: list[str] = []
     tokens = steps.get("prompt_tokens"), steps.get("completion_tokens")  # absent before the column was written
     for count, messages in parts:
         kinds, roles, details = (steps[key][step : step + count] for key in ("kind", "role", "detail"))
@@ -155,7 +156,8 @@ def spelled(line: Event) -> list[Event]:
                 out[-1] |= {"prompt_tokens": tokens[0][at], "completion_tokens": tokens[1][at]}
         step += count
         columns = (said[k][message : message + messages] for k in _MESSAGE_COLUMNS)
-        for role, message_id, cause_by, send_to, caused_by, to in zip(*columns, strict=True):
+        for role, message_id, cause_by, send_to, written, to in zip(*columns, strict=True):
+            caused_by = causes = causes if written == SAME_CAUSES else written
             seq += 1
             out.append({"seq": seq, "round": round_no, "kind": "publish", "role": role, "message_id": message_id})
             out[-1] |= {"cause_by": cause_by, "send_to": send_to, "caused_by": caused_by}
@@ -175,6 +177,8 @@ def spelled(line: Event) -> list[Event]:
     return out
 
 
+SAME_CAUSES = ["^"]
+"""A publish's ``caused_by`` as written when it is the one of the message before it, from the same sender."""
 _MESSAGE_COLUMNS = ("role", "message_id", "cause_by", "send_to", "caused_by", "to")
 """A round line's columns of the messages published (``published``), in the order of a publish event's fields."""
 _NO_STEPS: dict[str, list[Any]] = {"kind": [], "role": [], "detail": []}

@@ -27,6 +27,7 @@ from typing import Any, cast
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.heap import paused_gc
+from metaroles.core.schema import watch_set
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 from metaroles.messages.queue import MessageQueue
@@ -163,7 +164,7 @@ def _role_back(
     rc.news = list(map(held, cast("list[str]", news))) if by_id else cast("list[Message]", news)
     role.set_state(stage)
     rc.remembered = remembered
-    rc.watch = set(watch)
+    rc.watch = watch_set(watch)
     role.addresses = host["env"].members[place].addresses  # its stand-in's: the shard reported any change
     if scope is not None and role.ids is not None:
         role.ids.round, role.ids.seq, role.ids.prefix = scope
