@@ -40,7 +40,12 @@ import anyio
 CLOCK = os.sysconf("SC_CLK_TCK")
 
 
-def _descendants(root: int) -> list[int]:
+def _pids() -> set[int]:
+    return {int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+
+
+def _descendants(root: int, before: set[int]) -> list[int]:
+    """``root`` and every process under it, and every Ray worker started since (``before``: the pids then)."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -53,6 +58,12 @@ def _descendants(root: int) -> list[int]:
     while frontier:
         frontier = [pid for pid, parent in parents.items() if parent in frontier]
         found += frontier
+    for pid in set(parents) - before - set(found):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"):
+                found.append(pid)
+        except OSError:
+            continue
     return found
 
 
@@ -70,6 +81,7 @@ def _sample(pid: int) -> tuple[int, float, str] | None:
 
 def measured(args: list[str]) -> dict[str, Any]:
     """Run ``metaroles ARGS``; its wall time, and the peak memory and CPU of it and every process under it."""
+    before, used = _pids(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "metaroles", *args], stderr=subprocess.PIPE, text=True)
     seen: dict[int, tuple[int, float, str]] = {}
@@ -77,7 +89,7 @@ def measured(args: list[str]) -> dict[str, Any]:
 
     def watch() -> None:
         while not done.wait(0.25):
-            for pid in _descendants(process.pid):
+            for pid in _descendants(process.pid, before):
                 got = _sample(pid)
                 if got is not None:
                     seen[pid] = got
@@ -94,9 +106,11 @@ def measured(args: list[str]) -> dict[str, Any]:
     own = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "wall_s": round(wall, 1),
-        "cpu_s_command": round(own.ru_utime + own.ru_stime, 1),
+        "cpu_s_command": round(own.ru_utime + own.ru_stime - used.ru_utime - used.ru_stime, 1),
         "cpu_s_all_sampled": round(sum(cpu for _, cpu, _ in seen.values()), 1),
-        "peak_mib_by_process": [{"name": name, "peak_mib": round(peak / 1024), "cpu_s": round(cpu, 1)} for peak, cpu, name in heavy],
+        "peak_mib_by_process": [
+            {"name": name, "peak_mib": round(peak / 1024), "cpu_s": round(cpu, 1)} for peak, cpu, name in heavy
+        ],
     }
 
 
@@ -105,9 +119,25 @@ def scale(agents: int, rounds: int, activation: float, shards: int) -> dict[str,
     sets = ["--set", f"agents={agents}", "--set", f"activation={activation}", "--set", "llm_share=1"]
     report: dict[str, Any] = {"agents": agents, "rounds": rounds, "activation": activation, "load": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as folder:
-        for label, extra in (("one_process", []), (f"ray_{shards}_shards", ["--backend", "ray", "--shards", str(shards)])):
+        for label, extra in (
+            ("one_process", []),
+            (f"ray_{shards}_shards", ["--backend", "ray", "--shards", str(shards)]),
+        ):
             out = Path(folder) / label
-            args = ["run", "feed", "--llm", "test", "--seed", "1", *sets, "--rounds", str(rounds), "--out", str(out), "-q"]
+            args = [
+                "run",
+                "feed",
+                "--llm",
+                "test",
+                "--seed",
+                "1",
+                *sets,
+                "--rounds",
+                str(rounds),
+                "--out",
+                str(out),
+                "-q",
+            ]
             report[label] = measured([*args, *extra])
             rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
             report[label]["activated_per_round"] = round(statistics.fmean(r["activated"] for r in rows[1:]))
@@ -121,7 +151,9 @@ def scale(agents: int, rounds: int, activation: float, shards: int) -> dict[str,
 
 
 def _rss_kib() -> int:
-    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    return next(
+        int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS:")
+    )
 
 
 def idle(agents: int) -> dict[str, Any]:
@@ -170,7 +202,11 @@ async def spread(agents: int, rounds: int, seed: int) -> dict[str, Any]:
         roots = [str(1 + 5 * group + k) for k in range(5)]
         likes, dislikes = herd[group]
         net[name] = statistics.fmean(last[r]["likes"] - likes - (last[r]["dislikes"] - dislikes) for r in roots)
-    return {"spread": spread_by_round, "later_net_votes": net, "polarization": [rows[1]["polarization"], rows[-1]["polarization"]]}
+    return {
+        "spread": spread_by_round,
+        "later_net_votes": net,
+        "polarization": [rows[1]["polarization"], rows[-1]["polarization"]],
+    }
 
 
 def main() -> None:
