@@ -34,6 +34,7 @@ from metaroles.environments.feed import KINDS, RECOMMENDERS, Feed, Recommender, 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
+from metaroles.bus.budget import ContextBudget, ContextItem, ContextWindow
 from metaroles.core.exceptions import ConfigError, RunError
 
 RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
@@ -86,6 +87,9 @@ class Config(BaseModel):
     """How far a post a scripted user approves of moves its stance toward the post's (and away, half as far, if not)."""
     graph_seed: int = 0
     """Seed of the follower graph and of generated personas."""
+    context_tokens: int = Field(default=600, ge=0)
+    """What a model-backed user's prompt carries of its past, in tokens (recent verbatim, older summarised,
+    memories recalled: ``metaroles.bus.budget``); 0: all of it, growing with the run."""
 
     @field_validator("personas")
     @classmethod
@@ -93,6 +97,13 @@ class Config(BaseModel):
         if path is not None:
             read_personas(Path(path))  # every row checked now: a bad one is named before anything runs
         return path
+
+    @field_validator("context_tokens")
+    @classmethod
+    def _a_budget_that_holds_something(cls, tokens: int) -> int:
+        if 0 < tokens < 64:
+            raise ValueError(f"a context budget of {tokens} tokens holds nothing; give 64 or more, or 0 for none")
+        return tokens
 
     @field_validator("seed_posts")
     @classmethod
@@ -376,6 +387,9 @@ class BrowseWithModel(Browse):
             f"You are {agent.persona.bio} The topic: {agent.config.topic}. Your stance now: {agent.stance:+.2f}.\n"
             f"Your timeline:\n{chr(10).join(lines) or '(empty)'}\nWhat do you do?"
         )
+        if isinstance(agent, ModelAgent):
+            past = await agent.window.compose(agent.past(), query=query_of(timeline), round=timeline.round, asker=self)
+            prompt = f"What you remember of the feed:\n{past or '(nothing yet)'}\n\n{prompt}"
         choice = await self.aask(prompt, system_msgs=[FEED], output_model=FeedChoice)
         chosen = timeline.posts[choice.post - 1].id if 0 < choice.post <= len(timeline.posts) else None
         return FeedAct(action=choice.action, post=chosen, text=choice.text, stance=choice.stance)
@@ -446,6 +460,70 @@ class Agent(Role):
         return Timeline(round=0, posts=[]), self.name
 
 
+def query_of(timeline: Timeline) -> str:
+    """What a timeline is about, to recall memories by."""
+    return " ".join(post.text for post in timeline.posts)
+
+
+def remembered(message: Message, round: int) -> ContextItem | None:
+    """A user's memory of a timeline or of its own action, as its prompt shows it (``None``: neither)."""
+    shown = message.instruct_content
+    if isinstance(shown, Timeline):
+        seen = "; ".join(f"#{p.id} @u{p.author}: {p.text} ({p.likes} likes)" for p in shown.posts) or "nothing"
+        return ContextItem(id=message.id, round=shown.round, text=f"Round {shown.round}, you saw: {seen}")
+    if isinstance(shown, FeedAct):
+        target = f" #{shown.post}" if shown.post is not None else ""
+        said = f": {shown.text}" if shown.text else ""
+        return ContextItem(id=message.id, round=round, text=f"Round {round}, you did: {shown.action}{target}{said}")
+    return None
+
+
+class ModelAgent(Agent):
+    """A user whose model chooses, shown what it remembers of the feed within its context budget.
+
+    Its window (``metaroles.bus.budget``: recent items verbatim, older ones summarised, memories
+    recalled) is made when first used and saved with it.
+    """
+
+    _window: ContextWindow | None = None
+
+    @property
+    def window(self) -> ContextWindow:
+        """What its prompts carry of its past."""
+        if self._window is None:
+            tokens = self.config.context_tokens
+            self._window = ContextWindow(ContextBudget(tokens=tokens) if tokens else None)
+        return self._window
+
+    _past: tuple[int, list[ContextItem]] | None = None
+
+    def past(self) -> list[ContextItem]:
+        """What it saw and did before this round, oldest first (rendered once each: the memory only grows)."""
+        memory, now = self.rc.memory, {m.id for m in self.rc.news}
+        done, items = self._past if self._past is not None and self._past[0] <= len(memory) else (0, [])
+        newer = memory.get(len(memory) - done) if len(memory) > done else []
+        round = items[-1].round if items else 0
+        for message in newer:
+            if message.id in now:
+                break  # this round's news, and what follows it, are not the past yet
+            if isinstance(message.instruct_content, Timeline):
+                round = message.instruct_content.round
+            item = remembered(message, round)
+            if item is not None:
+                items.append(item)
+            done += 1
+        self._past = (done, items)
+        return items
+
+    def extra_state(self) -> dict[str, Any] | None:
+        """The context window, once it has folded something."""
+        return None if self._window is None else self._window.state()
+
+    def load_extra_state(self, data: dict[str, Any]) -> None:
+        """Restore the context window."""
+        self.window.load(data)
+
+
 class Agents:
     """The users, the ``i``-th built from the config alone (a :class:`Cast`: shards build their own)."""
 
@@ -458,7 +536,7 @@ class Agents:
         """The ``i``-th user (model-backed when its draw falls under ``llm_share``)."""
         config = self.config
         backed = unit(config.graph_seed, i, 7) < config.llm_share
-        return Agent(number=i, cast=self, llm_backed=backed)
+        return (ModelAgent if backed else Agent)(number=i, cast=self, llm_backed=backed)
 
 
 # -- the platform -------------------------------------------------------------------------------------
