@@ -519,6 +519,11 @@ class ModelAgent(Agent):
         """The context window, once it has folded something."""
         return None if self._window is None else self._window.state()
 
+    @property
+    def keeps_extra_state(self) -> bool:
+        """Only once its window has folded something: until then it is checkpointed as a plain user."""
+        return self._window is not None and bool(self._window.compactions)
+
     def load_extra_state(self, data: dict[str, Any]) -> None:
         """Restore the context window."""
         self.window.load(data)

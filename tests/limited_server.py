@@ -3,8 +3,9 @@
 A call is charged when admitted: its prompt (four characters a token) and its ``max_tokens``.
 One that would take the last ``window`` seconds past ``limit`` is refused with 429 and
 ``retry-after-ms`` (when enough of the window will have passed); an admitted one is answered with
-``x-ratelimit-limit-tokens`` and ``x-ratelimit-remaining-tokens`` (``slow`` seconds later: a slow server). What it
-admitted and refused, and when, is kept for the test.
+``x-ratelimit-limit-tokens`` and ``x-ratelimit-remaining-tokens`` (``slow`` seconds later: a slow server; none with
+``headers=False``). With ``per="requests"`` each call costs 1 and the headers say ``-requests``. What it admitted and
+refused, and when, is kept for the test.
 """
 
 from __future__ import annotations
@@ -24,8 +25,18 @@ def charged(body: dict) -> int:
 class LimitedServer:
     """The server (``url``); ``admitted`` and ``refused``: (time, tokens) of each call; ``stop()``."""
 
-    def __init__(self, limit: int, window: float, *, slow: float = 0.0, answer: str = "ok") -> None:
+    def __init__(
+        self,
+        limit: int,
+        window: float,
+        *,
+        slow: float = 0.0,
+        answer: str = "ok",
+        headers: bool = True,
+        per: str = "tokens",
+    ) -> None:
         self.limit, self.window, self.slow, self.answer = limit, window, slow, answer
+        self.headers, self.per = headers, per
         self.admitted: list[tuple[float, int]] = []
         self.refused: list[tuple[float, int]] = []
         self.lock = threading.Lock()
@@ -64,7 +75,7 @@ def _handler(server: LimitedServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             tokens = charged(body)
-            admitted, wait, remaining = server.admit(tokens)
+            admitted, wait, remaining = server.admit(tokens if server.per == "tokens" else 1)
             if not admitted:
                 self._send(429, {"error": {"message": "rate limited"}}, {"retry-after-ms": str(int(wait * 1000) + 1)})
                 return
@@ -78,8 +89,9 @@ def _handler(server: LimitedServer) -> type[BaseHTTPRequestHandler]:
                 "usage": {"prompt_tokens": tokens - answer * 2, "completion_tokens": answer,
                           "total_tokens": tokens - answer},
             }  # fmt: skip
-            limits = {"x-ratelimit-limit-tokens": str(server.limit), "x-ratelimit-remaining-tokens": str(remaining)}
-            self._send(200, completion, limits)
+            per = server.per
+            limits = {f"x-ratelimit-limit-{per}": str(server.limit), f"x-ratelimit-remaining-{per}": str(remaining)}
+            self._send(200, completion, limits if server.headers else {})
 
         def _send(self, status: int, body: dict, headers: dict[str, str]) -> None:
             data = json.dumps(body).encode()

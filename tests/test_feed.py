@@ -373,3 +373,20 @@ async def test_the_platforms_fan_out_is_logged_once_per_turn_and_read_back_whole
         by_round.setdefault(event["round"], []).append(event["caused_by"])
     assert all(all(c == causes[0] for c in causes) for causes in by_round.values())
     assert max(len(causes[0]) for causes in by_round.values()) > 20, "each timeline: the platform's whole news"
+
+
+def test_the_feed_suite_compares_recommenders_by_polarization_and_spread(tmp_path):
+    import pandas as pd
+
+    from metaroles.project.evaluate import load_suite, run_eval
+
+    suite = load_suite("feed", seeds=[0])
+    rows = run_eval(suite, tmp_path / "eval", jobs=2)
+    assert sorted(r["setting"] for r in rows) == sorted(["chronological", "mixed", "popular"] * 2)
+    reach = {(r["task"], r["setting"]): r["seed_reach"] for r in rows}
+    assert all(
+        reach["from_the_most_followed", s] > reach["from_an_ordinary_user", s] for s in ("mixed", "chronological")
+    )
+    assert all(r["seed_reach"] > 0 and 0 < r["polarization"] < 1 and r["largest_cascade"] >= 1 for r in rows)
+    summary = pd.read_csv(tmp_path / "eval" / "summary.csv")
+    assert set(summary["metric"]) >= {"polarization", "seed_reach", "seed_size", "largest_cascade"}

@@ -5,9 +5,10 @@ from anyio import wait_all_tasks_blocked
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metaroles import FunctionLLM, InvalidValueError, LLMRequest
+from metaroles import FunctionLLM, InvalidValueError, LLMRequest, TestLLM
 from metaroles.llm.limits import LimitedLLM, TokenPace, next_slot
 from metaroles.llm.openai_compat import OpenAICompatibleLLM
+from metaroles.llm.settings import LLMSettings
 from tests.limited_server import LimitedServer
 
 
@@ -174,7 +175,7 @@ def test_a_tokens_per_minute_limit_holds_against_a_server_with_no_refusal_and_ne
     window = 1.0  # the server's "minute", and the pace's
 
     async def load(paced: bool, calls: int) -> tuple[int, float]:
-        server = LimitedServer(6_000, window)
+        server = LimitedServer(6_000, window, headers=paced)  # without its headers, nothing tells the client
         try:
             inner = OpenAICompatibleLLM("m", base_url=server.url, max_tokens=200, max_retries=50, backoff=0.02)
             llm = LimitedLLM(inner, max_in_flight=8, tokens_per_minute=6_000 if paced else None, token_window=window,
@@ -228,3 +229,34 @@ def test_calls_move_to_the_fast_endpoints_and_one_nothing_answers_at_is_left_out
     fast, slow, gone, other = llm.calls
     assert gone == 0 and fast + slow + other == 120, "every call answered, none lost to the dead endpoint"
     assert slow * 4 < min(fast, other), f"the slow endpoint took {slow} of {llm.calls}"
+
+
+def test_a_servers_requests_per_minute_headers_alone_pace_the_calls_to_no_refusal():
+    window = 1.0
+
+    async def load() -> LimitedServer:
+        server = LimitedServer(12, window, per="requests")
+        try:
+            inner = OpenAICompatibleLLM("m", base_url=server.url, max_tokens=20, max_retries=50, backoff=0.02)
+            llm = LimitedLLM(inner, max_in_flight=1, token_window=window)  # no limit set: the headers say it
+            for i in range(40):
+                await llm.complete(LLMRequest(messages=[{"role": "user", "content": f"question {i}"}]))
+            assert llm.requests is not None and llm.requests.per_minute == 12 and llm.tokens is None
+            return server
+        finally:
+            server.stop()
+
+    server = anyio.run(load)
+    assert server.refused == [] and len(server.admitted) == 40
+    first = server.admitted[0][0]
+    for at, _ in server.admitted:  # never more than 12 in any window
+        assert sum(1 for other, _ in server.admitted if at - window < other <= at) <= 12
+    assert server.admitted[-1][0] - first >= 2 * window, "40 calls at 12 a window take three windows"
+
+
+def test_a_requests_per_minute_setting_paces_without_a_server_saying_so():
+    assert LimitedLLM(TestLLM(), requests_per_minute=30).requests.per_minute == 30
+    with pytest.raises(InvalidValueError, match="requests_per_minute=0 must be positive"):
+        LimitedLLM(TestLLM(), requests_per_minute=0)
+    settings = LLMSettings.from_env({"METAROLES_REQUESTS_PER_MINUTE": "90"}, llm="test")
+    assert settings.requests_per_minute == 90

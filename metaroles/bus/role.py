@@ -526,6 +526,15 @@ class Role(Dumped):
         """State a subclass keeps beyond the bus's, as JSON data, saved with the role (``None``: none)."""
         return None
 
+    @property
+    def keeps_extra_state(self) -> bool:
+        """Whether :meth:`extra_state` may hold something now: a class that overrides it, unless it says otherwise.
+
+        A checkpoint writes such a role whole each time; a role that keeps none yet (a user of a million
+        whose memory has not been folded) says so here and is checkpointed as a plain one.
+        """
+        return type(self).extra_state is not Role.extra_state
+
     def load_extra_state(self, data: dict[str, Any]) -> None:
         """Restore what :meth:`extra_state` returned."""
 

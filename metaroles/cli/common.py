@@ -372,7 +372,7 @@ def print_transcript(messages: Sequence[Message], run_dir: Path | None, *, wante
 
 MODEL_SETTINGS = (
     "llm", "model", "base_url", "seed", "temperature", "timeout", "requests_per_second", "max_in_flight",
-    "tokens_per_minute",
+    "tokens_per_minute", "requests_per_minute",
 )  # fmt: skip
 """What a manifest records of how its model was reached (never a key), and what resume and fork reuse."""
 

@@ -93,6 +93,12 @@ def run(
             help="tokens (prompt and answer) per minute at most ($METAROLES_TOKENS_PER_MINUTE)",
         ),
     ] = None,
+    rpm: Annotated[
+        float | None,
+        typer.Option(
+            "--requests-per-minute", min=1, help="model calls per minute at most ($METAROLES_REQUESTS_PER_MINUTE)"
+        ),
+    ] = None,
     max_in_flight: Annotated[
         int | None,
         typer.Option(
@@ -170,7 +176,7 @@ def run(
     seed = seed if seed is not None else settings.get("seed")
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
-    given["tokens_per_minute"] = tpm
+    given["tokens_per_minute"], given["requests_per_minute"] = tpm, rpm
     people = people_at(human or [], page=watch or control, seconds=human_timeout)
     language_model, manifest = _taped_model(given, settings, record, replay, people)
     tools, desk = _tools((mcp, permit, a2a), settings, (record, replay), manifest, people, page=watch or control)

@@ -186,8 +186,10 @@ class LimitedLLM:
         max_in_flight: Calls in flight at once.
         requests_per_second: Calls started per second, or ``None`` for no rate limit.
         tokens_per_minute: Tokens (prompt and answer) per minute at most (:class:`TokenPace`; a
-            server's ``x-ratelimit-*`` headers tighten it), or ``None``.
-        token_window: Seconds that limit is counted over (a minute, unless the provider says otherwise).
+            server's ``x-ratelimit-*-tokens`` headers tighten it, or set it when not given), or ``None``.
+        requests_per_minute: Calls per minute at most, over a sliding minute (a server's
+            ``x-ratelimit-*-requests`` headers tighten it, or set it when not given), or ``None``.
+        token_window: Seconds those limits are counted over (a minute, unless the provider says otherwise).
         adaptive: Learn the calls in flight from the server's answers, up to ``max_in_flight``.
         sleep: How to wait (``anyio.sleep``).
     """
@@ -199,6 +201,7 @@ class LimitedLLM:
         max_in_flight: int = 8,
         requests_per_second: float | None = None,
         tokens_per_minute: float | None = None,
+        requests_per_minute: float | None = None,
         token_window: float = MINUTE,
         adaptive: bool = False,
         sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
@@ -206,7 +209,8 @@ class LimitedLLM:
         """Wrap ``inner`` (an adaptive limit is told of the inner model's back-offs through its ``on_backoff``)."""
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise InvalidValueError(f"max_in_flight={max_in_flight!r} must be a positive integer")
-        for name, value in (("requests_per_second", requests_per_second), ("tokens_per_minute", tokens_per_minute)):
+        limits = ("requests_per_second", requests_per_second), ("tokens_per_minute", tokens_per_minute)
+        for name, value in (*limits, ("requests_per_minute", requests_per_minute)):
             if value is not None and not value > 0:
                 raise InvalidValueError(f"{name}={value!r} must be positive, or None")
         self.inner = inner
@@ -216,22 +220,29 @@ class LimitedLLM:
         self.adaptive = AdaptiveLimit(max_in_flight) if adaptive else None
         self.tokens_per_minute = tokens_per_minute
         self.tokens = TokenPace(tokens_per_minute, token_window) if tokens_per_minute else None
+        self.requests_per_minute = requests_per_minute
+        self.window = token_window
+        self.requests = self._pace(requests_per_minute)
+        """Calls per minute (each counts 1), as set or as the server says."""
         self._sleep = sleep
         self._limiter: anyio.CapacityLimiter | None = None
         self._earliest = 0.0
         self._listen()
 
     def _listen(self) -> None:
-        if (self.adaptive is not None or self.tokens is not None) and hasattr(self.inner, "on_backoff"):
+        if hasattr(self.inner, "on_backoff"):
             self.inner.on_backoff = self.backoff
-        if self.tokens is not None and hasattr(self.inner, "on_limits"):
+        if hasattr(self.inner, "on_limits"):  # a server's word sets a pace too
             self.inner.on_limits = self.told
 
     def __getstate__(self) -> dict[str, Any]:
         """Everything but the live limiter and what it learnt (a copy elsewhere, e.g. on a shard, learns its own)."""
         fresh = None if self.adaptive is None else AdaptiveLimit(self.max_in_flight)
-        pace = None if self.tokens is None else TokenPace(self.tokens.per_minute, self.tokens.window)
-        return {**self.__dict__, "_limiter": None, "_earliest": 0.0, "adaptive": fresh, "tokens": pace}
+        paces = {"tokens": self._pace(self.tokens_per_minute), "requests": self._pace(self.requests_per_minute)}
+        return {**self.__dict__, "_limiter": None, "_earliest": 0.0, "adaptive": fresh, **paces}
+
+    def _pace(self, per_minute: float | None) -> TokenPace | None:
+        return None if per_minute is None else TokenPace(per_minute, self.window)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Take the state and listen to the inner model again."""
@@ -243,13 +254,24 @@ class LimitedLLM:
         if self.adaptive is not None:
             self.adaptive.backoff(seconds, anyio.current_time())
             self._resize()
-        if self.tokens is not None:
-            self.tokens.pause(anyio.current_time(), seconds)
+        for pace in (self.tokens, self.requests):
+            if pace is not None:
+                pace.pause(anyio.current_time(), seconds)
 
-    def told(self, limit: float | None, remaining: float | None) -> None:
-        """The server's word on its tokens-per-minute limit and what remains of it (its ``x-ratelimit-*`` headers)."""
-        if self.tokens is not None:
-            self.tokens.told(anyio.current_time(), limit, remaining)
+    def told(self, limit: float | None, remaining: float | None, kind: str = "tokens") -> None:
+        """The server's word on its limit of ``kind`` (tokens or requests) per minute and what remains of it.
+
+        Its ``x-ratelimit-*`` headers: a pace the user did not set starts from the limit the server gives.
+        """
+        pace = self.tokens if kind == "tokens" else self.requests
+        if pace is None and limit:
+            pace = TokenPace(limit, self.window)
+            if kind == "tokens":
+                self.tokens = pace
+            else:
+                self.requests = pace
+        if pace is not None:
+            pace.told(anyio.current_time(), limit, remaining)
 
     def _resize(self) -> None:
         if self._limiter is not None and self.adaptive is not None:
@@ -264,6 +286,7 @@ class LimitedLLM:
         self.max_in_flight = max(1, self.max_in_flight // shards)
         self.interval *= shards
         self.tokens = None if self.tokens is None else TokenPace(self.tokens.per_minute / shards, self.tokens.window)
+        self.requests = None if self.requests is None else TokenPace(self.requests.per_minute / shards, self.window)
         self._limiter = None
         self.adaptive = None if self.adaptive is None else AdaptiveLimit(self.max_in_flight)
 
@@ -274,13 +297,17 @@ class LimitedLLM:
             self._limiter = anyio.CapacityLimiter(allowed)
         async with self._limiter:
             await self._wait_turn()
-            counted = await self._wait_tokens(request)
+            called = await self._wait_room(self.requests, 1)
+            counted = await self._wait_room(self.tokens, tokens_asked(request, self._answer_tokens()))
             if self.adaptive is None:
                 response = await self.inner.complete(request)
             else:
                 response = await self._observed(request)
+            now = anyio.current_time()
             if counted is not None and self.tokens is not None:
-                self.tokens.settle(counted, response.usage.total_tokens, anyio.current_time())
+                self.tokens.settle(counted, response.usage.total_tokens, now)
+            if called is not None and self.requests is not None:
+                self.requests.settle(called, 1, now)
             return response
 
     async def _observed(self, request: LLMRequest) -> LLMResponse:
@@ -292,14 +319,16 @@ class LimitedLLM:
             self._resize()
         return response
 
-    async def _wait_tokens(self, request: LLMRequest) -> list[float] | None:
-        """Wait until the last minute leaves room for this call's tokens; count them (``None``: no such limit)."""
-        if self.tokens is None:
+    def _answer_tokens(self) -> int:
+        return getattr(self.inner, "max_tokens", None) or 256
+
+    async def _wait_room(self, pace: TokenPace | None, asked: int) -> list[float] | None:
+        """Wait until ``pace``'s last minute leaves room for ``asked``; count it (``None``: no such limit)."""
+        if pace is None:
             return None
-        asked = tokens_asked(request, getattr(self.inner, "max_tokens", None) or 256)
-        while (wait := self.tokens.wait(anyio.current_time(), asked)) > 0:
+        while (wait := pace.wait(anyio.current_time(), asked)) > 0:
             await self._sleep(wait)
-        return self.tokens.spend(anyio.current_time(), asked)
+        return pace.spend(anyio.current_time(), asked)
 
     async def _wait_turn(self) -> None:
         now = anyio.current_time()

@@ -149,8 +149,8 @@ class OpenAICompatibleLLM:
         )
         self._jitter = random.Random()
         self.on_backoff: Callable[[float], object] | None = None
-        self.on_limits: Callable[[float | None, float | None], object] | None = None
-        """Told the tokens-per-minute limit and what remains of it, when the headers say (``x-ratelimit-*``)."""
+        self.on_limits: Callable[[float | None, float | None, str], object] | None = None
+        """Told the tokens or requests per minute limit and what remains of it (``x-ratelimit-*``), and which."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as the arguments it was made with (a shard makes its own HTTP client from them)."""
@@ -213,9 +213,12 @@ class OpenAICompatibleLLM:
         """The completion, its body read within ``body_timeout`` of its headers (a body cut short fails fast)."""
         async with self._client.chat.completions.with_streaming_response.create(**kwargs) as raw:
             if self.on_limits is not None:
-                limit, remaining = (_number(raw.headers.get(f"x-ratelimit-{k}-tokens")) for k in ("limit", "remaining"))
-                if limit is not None or remaining is not None:
-                    self.on_limits(limit, remaining)
+                for kind in ("tokens", "requests"):
+                    limit, remaining = (
+                        _number(raw.headers.get(f"x-ratelimit-{k}-{kind}")) for k in ("limit", "remaining")
+                    )
+                    if limit is not None or remaining is not None:
+                        self.on_limits(limit, remaining, kind)
             try:
                 with anyio.fail_after(self.body_timeout):
                     await raw.read()

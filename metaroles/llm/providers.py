@@ -160,6 +160,7 @@ def _endpoint(kind: Any, settings: LLMSettings, base_url: str | None) -> Limited
         max_in_flight=settings.max_in_flight or SERVER_IN_FLIGHT,
         requests_per_second=settings.requests_per_second,
         tokens_per_minute=settings.tokens_per_minute,
+        requests_per_minute=settings.requests_per_minute,
         adaptive=True,
     )
 

@@ -20,9 +20,10 @@ ENV_TUNING = {
     "requests_per_second": "METAROLES_RATE_LIMIT",
     "max_in_flight": "METAROLES_MAX_IN_FLIGHT",
     "tokens_per_minute": "METAROLES_TOKENS_PER_MINUTE",
+    "requests_per_minute": "METAROLES_REQUESTS_PER_MINUTE",
 }
 """Settings the environment may give besides the model (``--temperature``, ``--timeout``, ``--rate-limit``,
-``--max-in-flight``, ``--tokens-per-minute`` on the command line win over them)."""
+``--max-in-flight``, ``--tokens-per-minute``, ``--requests-per-minute`` on the command line win over them)."""
 
 
 class LLMSettings(BaseModel):
@@ -53,6 +54,8 @@ class LLMSettings(BaseModel):
     """Optional rate limit."""
     tokens_per_minute: float | None = Field(default=None, gt=0)
     """Optional limit of tokens (prompt and answer) per minute: calls are paced to stay within it."""
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    """Optional limit of calls per minute, over a sliding minute (a server's headers may set it too)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: object) -> LLMSettings:

@@ -428,7 +428,7 @@ class CheckpointWriter(MessageRows):
         if (
             type(memory) is not Memory
             or role.brain_memory is not None
-            or type(role).extra_state is not Role.extra_state
+            or role.keeps_extra_state
         ):
             self._roles.pop(role.name, None)  # long-term/brain memory or extra state: the role's full state each time
             return f'{self._enc(role.name)}:{{"state_dict":{role.state_dict().model_dump_json()}}}'

@@ -38,7 +38,7 @@ def replayable(role: Role) -> bool:
         and not rc.memory.ignore_id
         and type(rc.msg_buffer) is MessageQueue
         and role.brain_memory is None
-        and type(role).extra_state is Role.extra_state
+        and not role.keeps_extra_state
     )
 
 

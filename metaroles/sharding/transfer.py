@@ -137,7 +137,7 @@ def _state_sent(role: Role, known: dict[str, Message], watches: dict[frozenset[s
         rc.remembered,
         watches.setdefault(watch, watch),  # one object per watch set: pickled once
         None if scope is None else (scope.round, scope.seq, scope.prefix),
-        role.extra_state() if type(role).extra_state is not Role.extra_state else None,
+        role.extra_state() if role.keeps_extra_state else None,
     )
 
 
