@@ -2,7 +2,8 @@
 
 A Chat Completions server on 127.0.0.1 (``tests/limited_server.py``) admits at most ``--limit``
 tokens in any sliding minute, charging each call its prompt and its ``max_tokens`` when it admits
-it, and refuses the rest with 429 and ``retry-after-ms``; it sends ``x-ratelimit-*`` headers.
+it, and refuses the rest with 429 and ``retry-after-ms``; it sends ``x-ratelimit-*`` headers to the
+paced client only (from them alone a client now paces itself: the unpaced one hears nothing).
 ``--callers`` callers ask it without a pause for ``--minutes`` minutes through ``--llm openai``'s
 client: once paced (``LimitedLLM(tokens_per_minute=LIMIT)``: ``--tokens-per-minute`` on the command
 line) and once not (the adaptive in-flight limit and the server's ``Retry-After`` alone). Per
@@ -32,7 +33,7 @@ from tests.limited_server import LimitedServer
 
 async def load(limit: int, minutes: float, callers: int, paced: bool) -> dict[str, list[float]]:
     """Ask without a pause for ``minutes``; refusals and the share of the limit used, per minute."""
-    server = LimitedServer(limit, MINUTE)
+    server = LimitedServer(limit, MINUTE, headers=paced)  # unpaced: nothing tells the client the limit
     try:
         inner = OpenAICompatibleLLM("m", base_url=server.url, max_tokens=200, max_retries=1000, backoff=0.05)
         llm = LimitedLLM(inner, max_in_flight=16, tokens_per_minute=limit if paced else None, adaptive=True)

@@ -387,9 +387,10 @@ class BrowseWithModel(Browse):
             f"You are {agent.persona.bio} The topic: {agent.config.topic}. Your stance now: {agent.stance:+.2f}.\n"
             f"Your timeline:\n{chr(10).join(lines) or '(empty)'}\nWhat do you do?"
         )
-        if isinstance(agent, ModelAgent):
-            past = await agent.window.compose(agent.past(), query=query_of(timeline), round=timeline.round, asker=self)
-            prompt = f"What you remember of the feed:\n{past or '(nothing yet)'}\n\n{prompt}"
+        past = agent.past() if isinstance(agent, ModelAgent) else []
+        if isinstance(agent, ModelAgent) and past:  # a first timeline needs no window: a million users make none
+            remembered = await agent.window.compose(past, query=query_of(timeline), round=timeline.round, asker=self)
+            prompt = f"What you remember of the feed:\n{remembered}\n\n{prompt}"
         choice = await self.aask(prompt, system_msgs=[FEED], output_model=FeedChoice)
         chosen = timeline.posts[choice.post - 1].id if 0 < choice.post <= len(timeline.posts) else None
         return FeedAct(action=choice.action, post=chosen, text=choice.text, stance=choice.stance)
@@ -512,7 +513,8 @@ class ModelAgent(Agent):
             if item is not None:
                 items.append(item)
             done += 1
-        self._past = (done, items)
+        if items:  # nothing to keep for a user that has only its first timeline
+            self._past = (done, items)
         return items
 
     def extra_state(self) -> dict[str, Any] | None:
