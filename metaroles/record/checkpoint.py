@@ -425,11 +425,7 @@ class CheckpointWriter(MessageRows):
         """
         rc = role.rc
         memory, working = rc.memory, rc.working_so_far
-        if (
-            type(memory) is not Memory
-            or role.brain_memory is not None
-            or role.keeps_extra_state
-        ):
+        if type(memory) is not Memory or role.brain_memory is not None or role.keeps_extra_state:
             self._roles.pop(role.name, None)  # long-term/brain memory or extra state: the role's full state each time
             return f'{self._enc(role.name)}:{{"state_dict":{role.state_dict().model_dump_json()}}}'
         buffer, news = rc.msg_buffer.peek_all(), rc.news
