@@ -19,9 +19,9 @@ def evaluate(
     suite: Annotated[
         str,
         typer.Argument(
-            help="a built-in suite — software (the MetaGPT paper's table), debate, werewolf, society, fidelity "
-            "(human studies: ultimatum and public goods games against published human data) — or a suite "
-            "folder with a suite.toml"
+            help="a built-in suite — software (the MetaGPT paper's table), debate, werewolf, society, feed "
+            "(recommenders compared), fidelity (human studies: ultimatum and public goods games against "
+            "published human data) — or a suite folder with a suite.toml"
         ),
     ],
     setting: Annotated[

@@ -142,10 +142,9 @@ def spelled(line: Event) -> list[Event]:
     """
     seq, round_no = line["seq"], line["round"]
     out: list[Event] = [{"seq": seq, "round": round_no, "kind": "round_start"}]
-    steps, said = line.get("steps") or _NO_STEPS, line.get("published") or _NO_MESSAGES
+    steps, said = line.get("steps") or _NO_STEPS, _causes_spelled(line.get("published") or _NO_MESSAGES)
     parts = line.get("parts") or [[len(steps["kind"]), len(said["message_id"])]]
     step = message = 0
-    causes: list[str] = []
     tokens = steps.get("prompt_tokens"), steps.get("completion_tokens")  # absent before the column was written
     for count, messages in parts:
         kinds, roles, details = (steps[key][step : step + count] for key in ("kind", "role", "detail"))
@@ -156,8 +155,7 @@ def spelled(line: Event) -> list[Event]:
                 out[-1] |= {"prompt_tokens": tokens[0][at], "completion_tokens": tokens[1][at]}
         step += count
         columns = (said[k][message : message + messages] for k in _MESSAGE_COLUMNS)
-        for role, message_id, cause_by, send_to, written, to in zip(*columns, strict=True):
-            caused_by = causes = causes if written == SAME_CAUSES else written
+        for role, message_id, cause_by, send_to, caused_by, to in zip(*columns, strict=True):
             seq += 1
             out.append({"seq": seq, "round": round_no, "kind": "publish", "role": role, "message_id": message_id})
             out[-1] |= {"cause_by": cause_by, "send_to": send_to, "caused_by": caused_by}
@@ -175,6 +173,17 @@ def spelled(line: Event) -> list[Event]:
         out.append({"seq": seq, "round": round_no, **event})
     out.append({"seq": seq + 1, "round": round_no, "kind": "round_end"})
     return out
+
+
+def _causes_spelled(said: dict[str, Any]) -> dict[str, Any]:
+    """A round line's messages with each :data:`SAME_CAUSES` replaced by the causes of the message before it."""
+    written = said["caused_by"]
+    if SAME_CAUSES not in written:
+        return said
+    causes: list[list[str]] = []
+    for entry in written:
+        causes.append(causes[-1] if entry == SAME_CAUSES and causes else entry)
+    return {**said, "caused_by": causes}
 
 
 SAME_CAUSES = ["^"]
