@@ -417,10 +417,14 @@ def hot(feed: Feed, now: int) -> list[int]:
     return [post.id for post in sorted(pool, key=heat)]
 
 
+def _next_round(feed: Feed) -> int:
+    """The round after the newest post's: the one the timelines are for."""
+    return feed.posts[-1].round + 1 if feed.posts else 1
+
+
 def popular(feed: Feed, users: Sequence[int], k: int) -> list[list[int]]:
     """The hottest recent posts (:func:`hot`), the same ranking for everyone, less what each has seen."""
-    now = max((p.round for p in feed.posts[-1:]), default=0) + 1
-    ranking = hot(feed, now)
+    ranking = hot(feed, _next_round(feed))
     return [_first_unseen(feed, user, ranking, k) for user in users]
 
 
@@ -432,8 +436,7 @@ def _first_unseen(feed: Feed, user: int, ranking: Sequence[int], k: int) -> list
 
 def mixed(feed: Feed, users: Sequence[int], k: int) -> list[list[int]]:
     """Half of each timeline from the people one follows (newest), the rest the hottest (OASIS's in/out-network)."""
-    now = max((p.round for p in feed.posts[-1:]), default=0) + 1
-    ranking = hot(feed, now)
+    ranking = hot(feed, _next_round(feed))
     timelines = []
     for user in users:
         own = _newest_of(feed, user, (k + 1) // 2)

@@ -647,7 +647,7 @@ class Platform(Role):
         """Apply the news, send this round's timelines, and note the round (to itself)."""
         feed = self.current_feed()
         for user, posts in self.play(feed, self.rc.news, live=True):
-            shown = [_shown(feed.posts[n]) for n in posts]
+            shown = [Shown.model_validate(feed.posts[n], from_attributes=True) for n in posts]
             timeline = Timeline(round=self.turns, posts=shown)
             content = " ".join(f"#{p.id}" for p in shown) or "(empty)"
             self.publish_message(Message(content, instruct_content=timeline, cause_by=Recommend, send_to={f"u{user}"}))
@@ -657,19 +657,6 @@ class Platform(Role):
 
 
 REFRESH = Refresh.action_id()
-
-
-def _shown(post: Any) -> Shown:
-    return Shown(
-        id=post.id,
-        author=post.author,
-        text=post.text,
-        stance=post.stance,
-        likes=post.likes,
-        dislikes=post.dislikes,
-        reposts=post.reposts,
-        replies=post.replies,
-    )
 
 
 def build(config: Config, llm: LLM, *, recommender: Recommender | None = None) -> ScenarioPlan:

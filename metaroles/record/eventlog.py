@@ -316,7 +316,12 @@ class _Line:
         written = []
         for message, causes in zip(messages, caused_by, strict=True):
             last = self._last
-            same = bool(causes) and last is not None and message.sent_from == last[0] and causes == last[1]
+            same = (
+                bool(causes)
+                and last is not None
+                and message.sent_from == last[0]
+                and (causes is last[1] or causes == last[1])
+            )
             written.append(SAME_CAUSES if same else causes)
             self._last = (message.sent_from, causes)
         return written
