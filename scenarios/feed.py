@@ -23,12 +23,13 @@ one's with ``recommender=`` (see ``docs/feed.md``).
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import random
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from metaroles.environments.feed import KINDS, RECOMMENDERS, Feed, Recommender, generated_follows
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
@@ -36,6 +37,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
 from metaroles.bus.budget import ContextBudget, ContextItem, ContextWindow
 from metaroles.core.exceptions import ConfigError, RunError
+from metaroles.core.files import NAMES_A_FILE
 
 RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
 """Large feeds log publishes and deliveries only, and checkpoint every 10 rounds."""
@@ -76,7 +78,7 @@ class Config(BaseModel):
     """What picks the timelines: half followed + half popular, followed only, popular, or persona-similar (Faiss)."""
     llm_share: float = Field(default=0.0, ge=0, le=1)
     """The share of users whose model chooses their actions (the others follow the scripted policy)."""
-    personas: str | None = None
+    personas: Annotated[str | None, NAMES_A_FILE] = None
     """A CSV (header ``bio,stance,activity,herd``) or JSON-lines file of personas; cycled over the users."""
     topic: str = "the city's plan to ban cars from the centre"
     seed_posts: list[SeedPost] = Field(default_factory=lambda: [SeedPost()])
@@ -93,9 +95,9 @@ class Config(BaseModel):
 
     @field_validator("personas")
     @classmethod
-    def _readable(cls, path: str | None) -> str | None:
+    def _readable(cls, path: str | None, info: ValidationInfo) -> str | None:
         if path is not None:
-            read_personas(Path(path))  # every row checked now: a bad one is named before anything runs
+            read_personas(Path(path), limit=info.data.get("agents"))  # every row used checked before anything runs
         return path
 
     @field_validator("context_tokens")
@@ -135,55 +137,90 @@ class Persona(BaseModel):
 _ROW = "each row needs bio, stance in [-1, 1], and optionally activity in (0, 1] and herd in [0, 1]"
 
 
-def read_personas(path: Path) -> list[Persona]:
-    """The personas of a CSV or JSON-lines file, every row checked.
+LINE_BYTES = 64 * 1024
+"""The longest line a personas file may have (a bio is at most 2,000 characters)."""
+
+
+def read_personas(path: Path, *, limit: int | None = None) -> list[Persona]:
+    """The personas of a CSV or JSON-lines file, every row read checked.
+
+    The file is streamed: only its first ``limit`` rows are read (the users a run has; the rows are
+    cycled over them, so later ones would never be used), a line at a time, each at most
+    :data:`LINE_BYTES` long, so a file of any size is read in memory bounded by the rows used. A
+    UTF-8 byte-order mark (Excel's "CSV UTF-8") is skipped.
 
     Raises:
-        ConfigError: Naming the file, the line and what is wrong with it (nothing is run).
+        ConfigError: Naming the file, the line and what is wrong with it (nothing is run); for a
+            path that is not a regular file (a FIFO, a device), for a line too long, or text that is not UTF-8.
     """
+    personas: list[Persona] = []
     try:
-        text = path.read_text(encoding="utf-8")
+        if not path.is_file():
+            raise ConfigError(f"personas file {str(path)!r} is not a regular file; give a CSV or JSON-lines file")
+        with path.open("rb") as file:
+            lines = _lines(path, file)
+            rows = _json_rows(lines) if path.suffix in (".jsonl", ".json") else _csv_rows(path, lines)
+            for line, row in rows:
+                if limit is not None and len(personas) >= limit:
+                    break
+                personas.append(_persona(path, line, row))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            f"personas file {str(path)!r} cannot be read ({exc}); give a CSV or JSON-lines file"
+            f"personas file {str(path)!r} cannot be read ({exc}); give a CSV or JSON-lines file in UTF-8"
         ) from None
-    rows = _json_rows(text) if path.suffix in (".jsonl", ".json") else _csv_rows(text)
-    personas = []
-    for line, row in rows:
-        if isinstance(row, str):
-            raise ConfigError(f"{path}:{line}: {row}; {_ROW}")
-        try:
-            personas.append(Persona.model_validate(row))
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(p) for p in error["loc"]) or "row"
-            raise ConfigError(f"{path}:{line}: {where}={error.get('input')!r}: {error['msg']}; {_ROW}") from None
     if not personas:
         raise ConfigError(f"personas file {str(path)!r} has no rows; give one persona per line after the header")
     return personas
 
 
-def _csv_rows(text: str) -> list[tuple[int, Any]]:
-    reader = csv.DictReader(text.splitlines())
-    rows: list[tuple[int, Any]] = []
-    for row in reader:
-        extra = row.pop(None, None)
-        if extra:
-            rows.append((reader.line_num, f"{len(extra)} more value(s) than the header has columns"))
-        else:
-            rows.append((reader.line_num, {k: v for k, v in row.items() if v not in ("", None)}))
-    return rows
+def _persona(path: Path, line: int, row: Any) -> Persona:
+    if isinstance(row, str):
+        raise ConfigError(f"{path}:{line}: {row}; {_ROW}")
+    try:
+        return Persona.model_validate(row)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"]) or "row"
+        raise ConfigError(f"{path}:{line}: {where}={error.get('input')!r}: {error['msg']}; {_ROW}") from None
 
 
-def _json_rows(text: str) -> list[tuple[int, Any]]:
-    rows = []
-    for line, raw in enumerate(text.split("\n"), start=1):
+def _lines(path: Path, file: Any) -> Iterator[str]:
+    """The file's lines as text (a leading byte-order mark dropped), each checked against :data:`LINE_BYTES`."""
+    for number in itertools.count(1):
+        raw = file.readline(LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > LINE_BYTES:
+            raise ConfigError(
+                f"{path}:{number}: a line longer than {LINE_BYTES // 1024} KiB; a persona's bio is at most "
+                "2,000 characters: is this a personas file?"
+            )
+        text = raw.decode("utf-8")
+        yield text.removeprefix("\ufeff") if number == 1 else text
+
+
+def _csv_rows(path: Path, lines: Iterator[str]) -> Iterator[tuple[int, Any]]:
+    reader = csv.DictReader(lines)
+    try:
+        for row in reader:
+            extra = row.pop(None, None)  # type: ignore[call-overload]
+            if extra:
+                yield reader.line_num, f"{len(extra)} more value(s) than the header has columns"
+            else:
+                yield reader.line_num, {k: v for k, v in row.items() if v not in ("", None)}
+    except csv.Error as exc:
+        raise ConfigError(f"{path}:{reader.line_num}: not CSV ({exc}); {_ROW}") from None
+
+
+def _json_rows(lines: Iterator[str]) -> Iterator[tuple[int, Any]]:
+    for line, raw in enumerate(lines, start=1):
         if raw.strip():
             try:
-                rows.append((line, json.loads(raw)))
+                yield line, json.loads(raw)
             except json.JSONDecodeError as exc:
-                rows.append((line, f"not JSON ({exc.msg})"))
-    return rows
+                yield line, f"not JSON ({exc.msg})"
+            except RecursionError:
+                yield line, "JSON nested too deeply for a persona"
 
 
 _MASK = (1 << 64) - 1
@@ -210,7 +247,7 @@ class Personas:
     def __init__(self, config: Config) -> None:
         """The personas ``config`` names (its file's rows) or generates."""
         self.seed = config.graph_seed
-        self.rows = read_personas(Path(config.personas)) if config.personas else None
+        self.rows = read_personas(Path(config.personas), limit=config.agents) if config.personas else None
 
     def __getitem__(self, i: int) -> Persona:
         """The ``i``-th user's persona."""

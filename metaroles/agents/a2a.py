@@ -27,7 +27,9 @@ from metaroles.agents.tool import ToolFailure, ToolResult
 from metaroles.bus.action import Action, ActionResult, UserRequirement
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError, RunError
+from metaroles.core.guard import Guarded, kept_answer
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
+from metaroles.core.text import redacted, scrubbed
 from metaroles.messages.message import Message
 
 if TYPE_CHECKING:
@@ -125,7 +127,7 @@ class RoleServer:
 
         self.sock = sock or socket.create_server(("127.0.0.1", port))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(role_app(role, self.url), log_level="warning", lifespan="on")
+        config = uvicorn.Config(Guarded(role_app(role, self.url)), log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
@@ -181,13 +183,14 @@ class A2AAgent:
         except Exception as exc:
             await self._http.aclose()
             raise ConfigError(
-                f"A2A agent {self.name!r} has no card at {self.url}{CARD_PATH} ({type(exc).__name__}: {exc}); "
+                f"A2A agent {self.name!r} has no card at {redacted(self.url)}{CARD_PATH} "
+                f"({type(exc).__name__}: {scrubbed(str(exc))}); "
                 "start it, or fix the URL"
             ) from None
         card = MessageToDict(found)
         self.description = str(card.get("description", ""))
         if self.tape is not None:
-            self.tape.write({"kind": "card", "agent": self.name, "url": self.url, "card": card})
+            self.tape.write({"kind": "card", "agent": self.name, "url": redacted(self.url), "card": card})
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -224,12 +227,13 @@ class A2AAgent:
             return ToolFailure(error=f"A2A agent {self.name!r} gave no answer in {self.timeout:g} s")
         except Exception as exc:
             raise A2AAgentGone(
-                f"A2A agent {self.name!r} at {self.url} stopped answering ({type(exc).__name__}: {exc}); "
+                f"A2A agent {self.name!r} at {redacted(self.url)} stopped answering "
+                f"({type(exc).__name__}: {scrubbed(str(exc))}); "
                 "resume the run once it runs again"
             ) from None
         if failed:
             return ToolFailure(error=f"A2A agent {self.name!r}: {failed}")
-        return ToolResult(output="\n".join(texts))
+        return ToolResult(output=kept_answer("\n".join(texts), source=f"A2A agent {self.name!r}"))
 
 
 def _read(event: Any, texts: list[str]) -> str:

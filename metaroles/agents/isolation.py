@@ -91,6 +91,29 @@ _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/ssl/certs")
 
 def bubblewrap_command(bwrap: str, workdir: Path, limits: Limits, *, network: bool, env: dict[str, str]) -> list[str]:
     """The ``bwrap`` command line that runs the bootstrap (code on stdin) in ``workdir``."""
+    command = _sandbox(bwrap, network=network)
+    command += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--remount-ro", "/", "--clearenv"]
+    for key, value in sorted(env.items()):
+        command += ["--setenv", key, value]
+    return [*command, "--", sys.executable, "-I", "-c", _LIMITED, *limits.argv()]
+
+
+def confined_command(bwrap: str, argv: list[str], *, readable: list[Path], env: dict[str, str]) -> list[str]:
+    """``argv`` under ``bwrap``: the system, Python and ``readable`` read-only, an empty ``/tmp``, no network.
+
+    Nothing outside ``/tmp`` (gone when it ends) can be written; ``/tmp`` is its working folder.
+    """
+    command = _sandbox(bwrap, network=False)
+    for path in sorted({os.path.realpath(p) for p in readable}):
+        command += ["--ro-bind", path, path]
+    command += ["--chdir", "/tmp", "--remount-ro", "/", "--clearenv"]
+    for key, value in sorted(env.items()):
+        command += ["--setenv", key, value]
+    return [*command, "--", *argv]
+
+
+def _sandbox(bwrap: str, *, network: bool) -> list[str]:
+    """What every sandbox has: its own namespaces and no capabilities, the system and Python read-only."""
     command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     command += ["--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
     if network:
@@ -102,11 +125,7 @@ def bubblewrap_command(bwrap: str, workdir: Path, limits: Limits, *, network: bo
         command += ["--ro-bind-try", path, path]
     for root in _python_roots():
         command += ["--ro-bind", root, root]
-    command += ["--proc", "/proc", "--dev", "/dev"]
-    command += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--remount-ro", "/", "--clearenv"]
-    for key, value in sorted(env.items()):
-        command += ["--setenv", key, value]
-    return [*command, "--", sys.executable, "-I", "-c", _LIMITED, *limits.argv()]
+    return [*command, "--proc", "/proc", "--dev", "/dev"]
 
 
 def guard_command(workdir: Path, limits: Limits) -> list[str]:

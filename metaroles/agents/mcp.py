@@ -39,7 +39,8 @@ from metaroles.agents.permissions import Asker, Permissions, decided
 from metaroles.agents.tool import BaseTool, ToolFailure, ToolResult
 from metaroles.core.exceptions import ConfigError, RunError, ToolError
 from metaroles.core.files import append_durably
-from metaroles.core.text import jsonl_lines
+from metaroles.core.guard import kept_answer
+from metaroles.core.text import jsonl_lines, redacted, scrubbed
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -141,8 +142,11 @@ class MCPServer(BaseModel):
         return self
 
     def recorded(self) -> dict[str, Any]:
-        """The server as a run's manifest keeps it: everything but ``env``."""
-        return self.model_dump(mode="json", exclude={"env"})
+        """The server as a run's manifest keeps it: everything but ``env``, without credentials in a URL."""
+        kept = self.model_dump(mode="json", exclude={"env"})
+        kept["url"] = redacted(self.url)
+        kept["command"] = [scrubbed(arg) for arg in self.command]
+        return kept
 
     def environment(self) -> dict[str, str] | None:
         """What the server's process gets over the SDK's safe defaults: ``pass_env``'s variables, then ``env``."""
@@ -476,7 +480,7 @@ class MCPClient:
             lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
             if lines:
                 said += f"; it said: {lines[-1].strip()[:300]}"
-        return said
+        return scrubbed(said, (server.environment() or {}).values())
 
     async def call(self, server: str, tool: str, arguments: dict[str, Any], *, role: str | None = None) -> ToolResult:
         """Call ``tool`` on ``server`` for ``role`` (or answer from the tape); the result as an observation.
@@ -569,6 +573,7 @@ def observed(answer: Any, where: str) -> ToolResult:
     text = "\n".join(texts)
     if answer.structured_content is not None and not text:
         text = json.dumps(answer.structured_content, sort_keys=True, ensure_ascii=False)
+    text = kept_answer(text, source=f"MCP tool {where}")
     if answer.is_error:
         return ToolFailure(error=f"MCP tool {where}: {text or 'failed, saying nothing'}")
     return ToolResult(output=text, base64_image=image)

@@ -5,8 +5,10 @@ stdio and calls ``list_scenarios``, ``run``, ``show``, ``fork``, ``diff``, ``eva
 Each call is the command itself (``python -m metaroles VERB ...``) in a process of its own, so
 it checks what it is given as the command line does and says so in the tool's error; its output
 is the tool's result. Everything it reads and writes stays inside ``--root`` (runs go to
-``ROOT/runs``, evaluations to ``ROOT/evals``). An assistant names scenarios, never code: a
-scenario file or module, or a suite outside the built-in ones, needs ``metaroles mcp --trust``.
+``ROOT/runs``, evaluations to ``ROOT/evals``); a file a call names (a model's script or cassette,
+a scenario's file option such as the feed's ``personas``) must lie inside the root. An assistant
+names scenarios, never code: a scenario file or module (to run it or list its options), or a
+suite outside the built-in ones, needs ``metaroles mcp --trust``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,35 @@ class Verbs:
             raise _refused(f"{what} {given!r} is outside {str(self.root)!r}, the folder this server works in")
         return str(path)
 
+    def model(self, spec: str) -> str:
+        """A model spec whose file (``scripted:PATH``, ``replay:PATH``) lies inside the root."""
+        kind, colon, path = spec.partition(":")
+        if kind in FILE_MODELS and colon:
+            return f"{kind}:{self.inside(path, f'the {kind} file of llm {spec!r}')}"
+        return spec
+
+    def options(self, scenario: str, options: dict[str, Any] | None) -> list[str]:
+        """``--set`` arguments for ``options``, every path they name (a model's file, a file option) inside the root."""
+        files = _file_options(scenario)
+        checked = {}
+        for key, value in (options or {}).items():
+            if key == "llm" or (key.startswith("role.") and key.endswith(".llm")):
+                value = self.model(str(value))
+            elif key in files and isinstance(value, str):
+                value = self.inside(value, f"option {key}")
+            checked[key] = value
+        return [arg for key, value in checked.items() for arg in ("--set", f"{key}={value}")]
+
+    def recorded_scenario(self, run_dir: str) -> str:
+        """The scenario a run directory inside the root was made by ('' when its manifest does not say)."""
+        import json
+
+        try:
+            manifest = json.loads((Path(self.inside(run_dir, "run_dir")) / "manifest.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            return ""
+        return str(manifest.get("scenario", "")) if isinstance(manifest, dict) else ""
+
     def scenario(self, name: str) -> str:
         """A scenario the assistant may run: a registered name (a file or module only with ``--trust``)."""
         from metaroles.project.registry import known_scenarios
@@ -113,8 +144,22 @@ def _refused(message: str) -> Exception:
     return ToolError(message)
 
 
-def _options(options: dict[str, Any] | None) -> list[str]:
-    return [arg for key, value in (options or {}).items() for arg in ("--set", f"{key}={value}")]
+FILE_MODELS = ("scripted", "replay")
+"""The kinds of model spec that name a file."""
+
+
+def _file_options(scenario: str) -> set[str]:
+    """The options of a registered scenario that name a file (marked :data:`~metaroles.core.files.NAMES_A_FILE`).
+
+    Only a registered scenario is imported for this (names are all an assistant gives without ``--trust``).
+    """
+    from metaroles.core.files import NAMES_A_FILE
+    from metaroles.project.registry import known_scenarios, load_scenario
+
+    if scenario not in known_scenarios():
+        return set()
+    fields = load_scenario(scenario).Config.model_fields
+    return {name for name, field in fields.items() if NAMES_A_FILE in field.metadata}
 
 
 def verbs(verbs: Verbs) -> MCPServer:
@@ -136,8 +181,9 @@ def _making(server: MCPServer, verbs: Verbs) -> None:
         rounds: int | None = None, idea: str = "", out: str = "",
     ) -> str:  # fmt: skip
         """Run a scenario (options as in `list_scenarios NAME`); its summary and the run directory it wrote."""
-        argv = ["run", verbs.scenario(scenario), *_options(options), "--runs-dir", verbs.inside("runs", "runs"), "-q"]
-        argv += ["--llm", llm] if llm else []
+        name = verbs.scenario(scenario)
+        argv = ["run", name, *verbs.options(name, options), "--runs-dir", verbs.inside("runs", "runs"), "-q"]
+        argv += ["--llm", verbs.model(llm)] if llm else []
         argv += ["--seed", str(seed)] if seed is not None else []
         argv += ["--rounds", str(rounds)] if rounds is not None else []
         argv += ["--idea", idea] if idea else []
@@ -149,7 +195,8 @@ def _making(server: MCPServer, verbs: Verbs) -> None:
         run_dir: str, from_round: int, options: dict[str, Any] | None = None, idea: str = "", out: str = ""
     ) -> str:
         """A new run from a round of an earlier one, with a change (options, or a message to every role)."""
-        argv = ["fork", verbs.inside(run_dir, "run_dir"), "--from-round", str(from_round), *_options(options), "-q"]
+        changes = verbs.options(verbs.recorded_scenario(run_dir), options)
+        argv = ["fork", verbs.inside(run_dir, "run_dir"), "--from-round", str(from_round), *changes, "-q"]
         argv += ["--idea", idea] if idea else []
         return await verbs.command(*argv, *(["--out", verbs.inside(out, "out")] if out else []))
 
@@ -158,7 +205,7 @@ def _making(server: MCPServer, verbs: Verbs) -> None:
         """Run a built-in suite (software, debate, werewolf, society, fidelity): its table and report."""
         argv = ["eval", verbs.suite(suite), "--out", verbs.inside(f"evals/{suite}", "out")]
         argv += ["--seeds", str(seeds)] if seeds is not None else []
-        argv += ["--llm", llm] if llm else []
+        argv += ["--llm", verbs.model(llm)] if llm else []
         return await verbs.command(*argv, *(arg for name in task or () for arg in ("--task", name)))
 
 
@@ -168,7 +215,8 @@ def _reading(server: MCPServer, verbs: Verbs) -> None:
     @server.tool()
     async def list_scenarios(scenario: str = "") -> str:
         """The scenarios you can run; with a name, that scenario's options and their defaults."""
-        return await verbs.command("list", *([scenario] if scenario else []))
+        named = [verbs.scenario(scenario), *(["--trust"] if verbs.trust else [])] if scenario else []
+        return await verbs.command("list", *named)
 
     @server.tool()
     async def show(run_dir: str, role: str = "", round: int | None = None) -> str:

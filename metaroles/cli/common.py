@@ -457,36 +457,40 @@ def resumed_model(manifest: dict[str, Any]) -> LLM:
 TRUST_HELP = "import the scenario file or module the manifest names even if it is not yours (it is code)"
 
 
-def trusted(scenario: str, run_dir: Path, *, trust: bool) -> None:
-    """Refuse to import the code a received run directory names unless ``--trust`` says to.
+def trusted(scenario: str, run_dir: Path | None, *, trust: bool) -> None:
+    """Refuse to import the code a scenario name leads to unless ``--trust`` says to.
 
     A run directory may come from someone else; resuming or forking it imports the scenario its
-    manifest names. Without ``--trust`` that is a scenario that ships with metaroles or that an
-    installed plug-in registers, or a ``.py`` file in the current folder that is not inside the run
-    directory itself. Any other file, and any other module (``venv.__main__`` runs when imported),
-    needs ``--trust``.
+    manifest names. Listing a scenario's options (``run_dir`` None) imports it too. Without
+    ``--trust`` that is a scenario that ships with metaroles or that an installed plug-in
+    registers, or a ``.py`` file in the current folder that is not inside the run directory
+    itself. Any other file, and any other module (``venv.__main__`` runs when imported), needs
+    ``--trust``.
 
     Raises:
-        ConfigError: Showing what the manifest names and how to run it anyway.
+        ConfigError: Showing what the manifest (or the command line) names and how to run it anyway.
     """
     from metaroles.project.registry import unregistered_module
 
     if trust:
         return
+    doing = "resuming" if run_dir is not None else "listing its options"
     if scenario.endswith(".py"):
         path = Path(scenario).resolve()
-        if path.is_relative_to(run_dir.resolve()):
+        if run_dir is not None and path.is_relative_to(run_dir.resolve()):
             where = "inside the run directory"
         elif not path.is_relative_to(Path.cwd().resolve()):
             where = "outside the current folder"
         else:
             return
+        made = "this run directory was made by" if run_dir is not None else "this is"
         raise ConfigError(
-            f"this run directory was made by the scenario file {str(path)!r}, {where}; "
-            "resuming runs that file's code: read it, then pass --trust"
+            f"{made} the scenario file {str(path)!r}, {where}; {doing} runs that file's code: "
+            "read it, then pass --trust"
         )
     if unregistered_module(scenario):
+        named = "this run directory names" if run_dir is not None else "you named"
         raise ConfigError(
-            f"this run directory names the module {scenario!r}, which is not a registered scenario; "
+            f"{named} the module {scenario!r}, which is not a registered scenario; "
             "importing it runs its code: if it is yours, pass --trust"
         )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at
+from metaroles.cli.common import Format, app, err, fail, reported, run_dir_at, trusted
 from metaroles.core.exceptions import ConfigError, MetarolesError, RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
 from metaroles.core.text import printable
@@ -283,12 +283,17 @@ def list_(
     scenario: Annotated[
         str | None, typer.Argument(help="a scenario (name, FILE.py or pkg.module): list its options")
     ] = None,
+    trust: Annotated[
+        bool,
+        typer.Option("--trust", help="import a scenario file outside the current folder, or a module (it is code)"),
+    ] = False,
 ) -> None:
     """The scenarios you can run, and what plug-ins contribute; with a scenario, its options (``--set KEY=VALUE``)."""
     from metaroles.project.registry import PLUGIN_KINDS, known_scenarios, load_scenario, plugins, scenario_options
 
     if scenario is not None:
         with reported():
+            trusted(scenario, None, trust=trust)
             options = scenario_options(load_scenario(scenario))
         for option in options:
             typer.echo(f"{option.name}: {option.kind} = {option.default}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from metaroles.core.exceptions import ConfigError
+from metaroles.core.text import redacted
 
 if TYPE_CHECKING:
     from metaroles.agents.mcp import MCPServer
@@ -66,7 +67,8 @@ def run_tools(
     for text in permits:
         permissions = permissions.with_rule(*permit_rule(text))
     recorded = {"servers": [server.recorded() for server in servers], "permissions": permissions.model_dump()}
-    kept = ({"mcp": recorded} if servers else {}) | ({"a2a": remote} if remote else {})
+    agents = {name: redacted(url) for name, url in remote.items()}  # credentials never reach the manifest
+    kept = ({"mcp": recorded} if servers else {}) | ({"a2a": agents} if remote else {})
     cassette, mode = (record, "record") if record is not None else (replay, "replay")
     return remotes(servers, permissions, remote, cassette, mode, desk), kept
 

@@ -14,6 +14,8 @@ Every error metaroles raises on purpose derives from :class:`MetarolesError`::
     │   └── AgentStateError       an agent asked to run from a state other than IDLE
     └── RunError                  the run itself failed; the run's state is kept
         ├── ProviderError         a model server failed past the retries, or refused the request
+        │   ├── EndpointUnreachable   nothing listens at its URL
+        │   └── EndpointBusy          it refused for load (429, 503) or did not answer in time
         ├── LLMOutputInvalid      the model's answer did not validate after the retries
         ├── ScriptExhausted       a ScriptedLLM has no response left for a role and action
         ├── RoleFailed            a role raised during a round (the original is ``__cause__``)
@@ -84,6 +86,18 @@ class ProviderError(RunError):
 
 class EndpointUnreachable(ProviderError):
     """No connection to a model server could be made, past the retries (nothing listens at its URL)."""
+
+
+class EndpointBusy(ProviderError):
+    """A model server refused for load (429, 5xx) or did not answer in time, past the retries.
+
+    Attributes:
+        retry_after: Seconds the server asked to be left alone for, if it said.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class LLMOutputInvalid(RunError):

@@ -33,6 +33,10 @@ from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 ZSTD = ".zst"
 """The suffix of a zstd-compressed file."""
 
+NAMES_A_FILE = "names a file"
+"""Marks a config field whose value is a path (``Annotated[str, NAMES_A_FILE]``): a server that runs
+configs for others (``metaroles mcp``) resolves it inside its root."""
+
 fault_hook: Callable[[str], None] | None = None
 """Tests only: called with the name of each write point reached (see the module docstring)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 REDACTED = "***"
@@ -30,6 +31,21 @@ def redacted(url: str | None) -> str | None:
     host = parts.hostname or ""
     netloc = f"{REDACTED}@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+
+
+def scrubbed(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` (a server's output, an error) with URL credentials and each of ``secrets`` replaced by ``***``.
+
+    ``secrets`` are values a process was given (its environment): any of four characters or more is
+    taken out wherever it appears.
+    """
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+    for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def printable(text: str) -> str:

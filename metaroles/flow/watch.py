@@ -16,6 +16,10 @@ delta, never the history. Routes:
   ``X-Controller``, bound to its open stream: a page closed mid-step lets another claim the run,
   which stays as it was left — paused, and resumable).
 
+The page answers only requests addressed to it by an address (127.0.0.1 or localhost on its port:
+a name a page elsewhere points here, DNS rebinding, is refused), a POST from another site's page
+never, and bodies are capped (:mod:`metaroles.core.guard`).
+
 Message text only ever reaches the page as JSON strings, which the script puts into the page as
 text (``textContent``), never as HTML; the page's Content-Security-Policy allows no other source.
 """
@@ -39,6 +43,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from metaroles.core.exceptions import ConfigError, InvalidValueError, MetarolesError
+from metaroles.core.guard import Guarded
 from metaroles.flow.link import STEERS, Answers, Controls, bind, steer
 from metaroles.flow.timeline import TEXT_CHARS, Timeline, bisect_round
 from metaroles.team.control import Injection
@@ -397,7 +402,10 @@ class WatchServer:
         self.sock, self.app = sock, app
         host, port = sock.getsockname()[:2]
         self.url = f"http://{host}:{port}/"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
+        guarded = Guarded(app)  # Host and Origin checked, bodies capped (metaroles.core.guard)
+        config = uvicorn.Config(
+            guarded, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+        )
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from metaroles.core.exceptions import EndpointUnreachable, InvalidValueError
+from metaroles.core.exceptions import ConfigError, EndpointBusy, EndpointUnreachable, InvalidValueError
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 
 
@@ -326,6 +326,11 @@ class LimitedLLM:
         """Wait until ``pace``'s last minute leaves room for ``asked``; count it (``None``: no such limit)."""
         if pace is None:
             return None
+        if pace is self.tokens and self.tokens_per_minute is not None and asked > self.tokens_per_minute:
+            raise ConfigError(
+                f"tokens_per_minute={self.tokens_per_minute:g} is less than one call: this one asks for {asked} "
+                f"tokens (prompt and max_tokens), so none could ever start; give at least {asked}"
+            )
         while (wait := pace.wait(anyio.current_time(), asked)) > 0:
             await self._sleep(wait)
         return pace.spend(anyio.current_time(), asked)
@@ -349,6 +354,10 @@ class LimitedLLM:
         )
 
 
+REST_SECONDS = 2.0
+"""How long a busy endpoint that named no ``Retry-After`` is left alone (doubling while it stays busy, to 60 s)."""
+
+
 class BalancedLLM:
     """One model served at several endpoints: each call goes to the one that should answer it soonest.
 
@@ -356,62 +365,99 @@ class BalancedLLM:
     plus the one to send, times how long its answers have been taking (a moving mean): a slow
     endpoint gets fewer calls, a fast one more, and one not yet heard from is tried first. An
     endpoint nothing answers at (:class:`~metaroles.core.exceptions.EndpointUnreachable`) is left
-    out, with a warning naming it, and the call goes to another; ``calls`` counts each one's answers.
+    out, with a warning naming it, and the call goes to another. One that refuses for load or does
+    not answer in time (:class:`~metaroles.core.exceptions.EndpointBusy`: a 429, a 5xx, a timeout)
+    rests for the ``Retry-After`` it gave (else :data:`REST_SECONDS`, doubling while it stays busy)
+    and the call goes to another that answers; when every endpoint rests, the call waits for the
+    first back. ``calls`` counts each one's answers.
+
+    Args:
+        endpoints: The model at each endpoint.
+        names: Their URLs, as warnings and the manifest give them.
+        attempts: Busy answers one call may meet before its error is raised (default: 4 per endpoint).
 
     Raises:
         InvalidValueError: Without endpoints.
     """
 
-    def __init__(self, endpoints: Sequence[LLM], *, names: Sequence[str] | None = None) -> None:
-        """Balance over ``endpoints`` (``names``: their URLs, as warnings and the manifest give them)."""
+    def __init__(
+        self, endpoints: Sequence[LLM], *, names: Sequence[str] | None = None, attempts: int | None = None
+    ) -> None:
         if not endpoints:
             raise InvalidValueError("BalancedLLM needs at least one endpoint")
         self.endpoints = list(endpoints)
         self.names = list(names) if names is not None else [str(i) for i in range(len(self.endpoints))]
         self.model = self.endpoints[0].model
+        self.attempts = attempts or 4 * len(self.endpoints)
         self.calls = [0] * len(self.endpoints)
         self._busy: list[list[float]] = [[] for _ in self.endpoints]
         """When each call in flight to each endpoint started."""
         self._seconds = [0.0] * len(self.endpoints)
         self._down: set[int] = set()
+        self._resting = [0.0] * len(self.endpoints)
+        """Until when each endpoint is left alone (it refused for load)."""
+        self._strikes = [0] * len(self.endpoints)
 
-    def _pick(self, now: float) -> int:
-        """The live endpoint with the least (calls in flight + 1) × how long it takes, or has been taking, to answer."""
-        live = [i for i in range(len(self.endpoints)) if i not in self._down]
+    def _pick(self, now: float) -> int | None:
+        """The live endpoint with the least (calls in flight + 1) × how long it takes, or has been taking, to answer.
+
+        ``None`` when every endpoint still up is resting.
+        """
+        live = [i for i in range(len(self.endpoints)) if i not in self._down and self._resting[i] <= now]
 
         def wait(i: int) -> tuple[float, int, int]:
             waited = now - min(self._busy[i]) if self._busy[i] else 0.0  # an endpoint yet to answer is no faster
             return (len(self._busy[i]) + 1) * max(self._seconds[i], waited), len(self._busy[i]), i
 
-        return min(live, key=wait)
+        return min(live, key=wait) if live else None
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Ask the endpoint that should answer soonest; one nothing answers at is left out, and another asked.
+        """Ask the endpoint that should answer soonest; one nothing answers at is left out, a busy one rests.
 
         Raises:
             EndpointUnreachable: When no endpoint is left.
+            EndpointBusy: When the call met :attr:`attempts` busy answers.
         """
+        busy = 0
         while True:
             start = anyio.current_time()
             chosen = self._pick(start)
+            if chosen is None:  # every endpoint up rests: wait for the first back
+                await anyio.sleep(
+                    min(self._resting[i] for i in range(len(self.endpoints)) if i not in self._down) - start
+                )
+                continue
             self._busy[chosen].append(start)
             try:
                 response = await self.endpoints[chosen].complete(request)
             except EndpointUnreachable as exc:
-                if chosen not in self._down:  # once, whatever else was in flight to it
-                    warnings.warn(
-                        f"endpoint {self.names[chosen]} does not answer; the others take its calls", stacklevel=2
-                    )
-                self._down.add(chosen)
-                if len(self._down) == len(self.endpoints):
-                    raise EndpointUnreachable(f"no endpoint of {self.model!r} answers; the last: {exc}") from exc
+                self._leave_out(chosen, exc)
+                continue
+            except EndpointBusy as exc:
+                busy += 1
+                self._rest(chosen, exc)
+                if busy >= self.attempts:
+                    raise
                 continue
             finally:
                 self._busy[chosen].remove(start)
             took = anyio.current_time() - start
             self._seconds[chosen] = took if not self.calls[chosen] else 0.8 * self._seconds[chosen] + 0.2 * took
             self.calls[chosen] += 1
+            self._strikes[chosen] = 0
             return response
+
+    def _leave_out(self, chosen: int, exc: EndpointUnreachable) -> None:
+        if chosen not in self._down:  # once, whatever else was in flight to it
+            warnings.warn(f"endpoint {self.names[chosen]} does not answer; the others take its calls", stacklevel=3)
+        self._down.add(chosen)
+        if len(self._down) == len(self.endpoints):
+            raise EndpointUnreachable(f"no endpoint of {self.model!r} answers; the last: {exc}") from exc
+
+    def _rest(self, chosen: int, exc: EndpointBusy) -> None:
+        self._strikes[chosen] += 1
+        rest = exc.retry_after if exc.retry_after is not None else REST_SECONDS * 2 ** (self._strikes[chosen] - 1)
+        self._resting[chosen] = max(self._resting[chosen], anyio.current_time() + min(rest, 60.0))
 
     def shard_share(self, shards: int) -> None:
         """Each endpoint keeps to its share of its limits (see :meth:`LimitedLLM.shard_share`)."""

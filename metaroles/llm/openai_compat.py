@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import openai
 
-from metaroles.core.exceptions import EndpointUnreachable, ProviderError
+from metaroles.core.exceptions import EndpointBusy, EndpointUnreachable, ProviderError
 from metaroles.core.schema import Function, ToolCall
 from metaroles.core.text import redacted
 from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage
@@ -194,11 +194,14 @@ class OpenAICompatibleLLM:
                         raise _Malformed(f"the answer is not a chat completion ({type(exc).__name__}: {exc})") from exc
             except _RETRYABLE as exc:
                 if attempt == self.max_retries:
-                    unreachable = type(exc) is openai.APIConnectionError  # not its subclass, a timeout
-                    raise (EndpointUnreachable if unreachable else ProviderError)(
+                    said = (
                         f"{self.model!r} failed {attempt + 1} time(s) for role {request.role!r}, action "
                         f"{request.action!r}: {exc}; check the server or raise max_retries/timeout"
-                    ) from exc
+                    )
+                    if type(exc) is openai.APIConnectionError:  # not its subclass, a timeout
+                        raise EndpointUnreachable(said) from exc
+                    asked = _retry_after(getattr(getattr(exc, "response", None), "headers", None))
+                    raise EndpointBusy(said, retry_after=asked) from exc
                 delay = self._delay(attempt, exc)
                 if self.on_backoff is not None and _overloaded(exc):
                     self.on_backoff(delay)

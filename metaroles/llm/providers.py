@@ -137,14 +137,16 @@ def _openai(settings: LLMSettings) -> LLM:
         raise ConfigError("--llm openai needs the openai extra: pip install 'metaroles[openai]'") from None
 
     urls: list[str | None] = [url.strip() for url in (settings.base_url or "").split(",") if url.strip()] or [None]
-    endpoints = [_endpoint(OpenAICompatibleLLM, settings, url) for url in urls]
-    if len(endpoints) == 1:
-        return endpoints[0]
-    return BalancedLLM(endpoints, names=[str(redacted(url)) for url in urls])
+    if len(urls) == 1:
+        return _endpoint(OpenAICompatibleLLM, settings, urls[0])
+    # several: a busy endpoint's call moves at once to another (the balancer retries, not the endpoint)
+    endpoints = [_endpoint(OpenAICompatibleLLM, settings, url, retries=0) for url in urls]
+    attempts = (settings.max_retries + 1) * len(urls)
+    return BalancedLLM(endpoints, names=[str(redacted(url)) for url in urls], attempts=attempts)
 
 
-def _endpoint(kind: Any, settings: LLMSettings, base_url: str | None) -> LimitedLLM:
-    """One endpoint's client, under its own limits."""
+def _endpoint(kind: Any, settings: LLMSettings, base_url: str | None, *, retries: int | None = None) -> LimitedLLM:
+    """One endpoint's client, under its own limits (``retries``: instead of the settings' ``max_retries``)."""
     model = kind(
         settings.model,
         base_url=base_url,
@@ -153,7 +155,7 @@ def _endpoint(kind: Any, settings: LLMSettings, base_url: str | None) -> Limited
         max_tokens=settings.max_tokens,
         seed=settings.seed,
         timeout=settings.timeout,
-        max_retries=settings.max_retries,
+        max_retries=settings.max_retries if retries is None else retries,
     )
     return LimitedLLM(
         model,

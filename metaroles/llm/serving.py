@@ -35,11 +35,10 @@ from typing import Any
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from metaroles.core.exceptions import ConfigError, MetarolesError
+from metaroles.core.guard import MAX_BODY, host_allowed, origin_allowed
 from metaroles.llm.local import LocalLLM, grammar_of
 from metaroles.llm.protocol import LLMRequest, LLMResponse
 
-MAX_BODY = 16 * 1024 * 1024
-"""The largest request body taken, in bytes (answered 413 above it, before it is read)."""
 BODY_SECONDS = 30.0
 """Seconds a body may take to arrive once its headers have."""
 
@@ -261,7 +260,22 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def _addressed(self) -> bool:
+        """Whether the request is addressed to this server by an address (the policy of :mod:`metaroles.core.guard`)."""
+        port = self.server.server_address[1]
+        host = self.headers.get("host")
+        if not host_allowed(host, port):
+            self._error(421, f"this server answers requests to 127.0.0.1:{port}, not to Host {host!r}",
+                        "invalid_request_error", close=True)  # fmt: skip
+            return False
+        if self.command == "POST" and not origin_allowed(self.headers.get("origin"), port):
+            self._error(403, "a request from another site's page is not answered", "invalid_request_error", close=True)
+            return False
+        return True
+
     def do_GET(self) -> None:
+        if not self._addressed():
+            return
         if self.path == "/metrics":
             self._send(200, self.server.model.metrics().encode(), "text/plain; version=0.0.4")
         elif self.path == "/health":
@@ -272,6 +286,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error")
 
     def do_POST(self) -> None:
+        if not self._addressed():
+            return
         length = self.headers.get("content-length") or "0"
         if not length.isdigit():
             self._error(400, f"Content-Length: {length!r} is not a byte count", "invalid_request_error", close=True)

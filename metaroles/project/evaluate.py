@@ -77,10 +77,16 @@ class Suite:
     """A model's reading of each run against weighted criteria (``[rubric]`` in ``suite.toml``)."""
     table: list[str] = field(default_factory=list)
     """The columns of the suite's own table (``table`` in ``suite.toml``): ``table.md``, per task and overall."""
+    sandboxed: bool = False
+    """Whether its ``score.py`` runs in the kernel sandbox (a suite not built in, not trusted)."""
 
-    def scorer(self) -> ScorerProcess:
-        """The suite's ``score.py`` in a child process (a context manager; see :mod:`metaroles.project.scoring`)."""
-        return ScorerProcess(self.folder / "score.py", timeout=self.score_timeout)
+    def scorer(self, reads: Path | None = None) -> ScorerProcess:
+        """The suite's ``score.py`` in a child process (a context manager; see :mod:`metaroles.project.scoring`).
+
+        ``reads``: the folder of the runs it scores (all it may read besides the suite, when sandboxed).
+        """
+        confined = [self.folder, *([reads] if reads is not None else [])] if self.sandboxed else None
+        return ScorerProcess(self.folder / "score.py", timeout=self.score_timeout, confined_to=confined)
 
 
 def load_suite(
@@ -126,6 +132,7 @@ def load_suite(
         scales={str(k): str(v) for k, v in _table(folder, spec, "scales").items()},
         table=_strings(folder, spec, "table"),
         rubric=Rubric.from_spec(spec.get("rubric"), str(folder / "suite.toml")),
+        sandboxed=not trust and not _built_in(folder),
     )
     _check_trials(suite)
     return suite
@@ -250,6 +257,11 @@ def _positive(folder: Path, spec: dict[str, Any], key: str, default: float) -> f
     return float(value)
 
 
+def _built_in(folder: Path) -> bool:
+    """Whether ``folder`` is a suite that ships with metaroles."""
+    return folder.resolve().parent == Path(str(files("metaroles.scenarios"))).resolve() / "suites"
+
+
 def _suite_folder(name: str | Path) -> Path:
     folder = Path(name)
     if (folder / "suite.toml").is_file():
@@ -317,7 +329,7 @@ def run_eval(
         spec["cassette"] = "record" if replay is None else f"replay:{Path(replay).absolute()}"
     batch = trial_batch(suite, out)
     rows = run_trials(batch, llm=spec, backend=backend, jobs=jobs, ray_address=ray_address, on_trial=on_trial)
-    with suite.scorer() as scorer:
+    with suite.scorer(reads=out) as scorer:
         scored = score_rows(suite, out, rows, scorer)
         write_eval(suite, out, scored, scorer)
     return scored

@@ -3,7 +3,10 @@
 A suite is code someone may have sent: its scorer does not run in the process that holds the
 evaluation. :class:`ScorerProcess` starts ``python -m metaroles.project.scoring SCORE_PY``, sends it
 one JSON request per line (``score`` a trial, or ``across`` a setting's rows) and reads one JSON
-answer per line. A call that outlives its limit kills the child (the next call starts another);
+answer per line. A suite that is not built in is code someone may have sent: its child runs in the kernel sandbox
+(bubblewrap: the run directories and the suite read-only, nothing written outside its own ``/tmp``,
+no network) unless its user trusts it (``--trust``). A call that outlives its limit kills the child
+(the next call starts another);
 a scorer that raises, returns something other than a dict, or does not load is a
 :class:`ScorerError` naming the file and what to fix, never a crash of the evaluation.
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from metaroles.agents import isolation
 from metaroles.core.exceptions import ConfigError, RunError
 
 
@@ -48,10 +52,16 @@ class ScorerError(RunError):
 class ScorerProcess:
     """The child process that runs a suite's ``score.py`` (see the module)."""
 
-    def __init__(self, score_py: Path, *, timeout: float) -> None:
-        """Prepare to run ``score_py``; each call may take ``timeout`` seconds."""
+    def __init__(self, score_py: Path, *, timeout: float, confined_to: list[Path] | None = None) -> None:
+        """Prepare to run ``score_py``; each call may take ``timeout`` seconds.
+
+        ``confined_to``: run it in the kernel sandbox (bubblewrap), reading only these folders (and
+        the suite's, Python's and the system's), writing nothing outside its own ``/tmp``, with no
+        network; ``None``: as plain code (a built-in suite, or ``--trust``).
+        """
         self.score_py = score_py
         self.timeout = timeout
+        self.confined_to = confined_to
         self._child: subprocess.Popen[str] | None = None
         self._across = False
 
@@ -115,7 +125,7 @@ class ScorerProcess:
         if self._child is not None and self._child.poll() is None:
             return self._child
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "metaroles.project.scoring", str(self.score_py)],
+            self._command(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -125,6 +135,22 @@ class ScorerProcess:
         ready = self._answer(self._child, max(STARTUP, self.timeout), "to load")
         self._across = bool(ready["across"])
         return self._child
+
+    def _command(self) -> list[str]:
+        argv = [sys.executable, "-m", "metaroles.project.scoring", str(self.score_py)]
+        if self.confined_to is None:
+            return argv
+        bwrap = isolation.bubblewrap()
+        if bwrap is None:
+            raise ConfigError(
+                f"{str(self.score_py)!r} is code from a suite that is not built in: it runs in the kernel "
+                "sandbox, and bubblewrap is not here (Debian: apt-get install bubblewrap); if the suite is yours, "
+                "pass --trust"
+            )
+        package = importlib.util.find_spec("metaroles")
+        assert package is not None and package.submodule_search_locations is not None
+        readable = [*self.confined_to, self.score_py.parent, *map(Path, package.submodule_search_locations)]
+        return isolation.confined_command(bwrap, argv, readable=readable, env=isolation.clean_env({"HOME": "/tmp"}))
 
     def _call(self, request: dict[str, Any]) -> dict[str, Any]:
         child = self._started()
