@@ -95,11 +95,13 @@ $(MCP_FILESYSTEM):
 	@command -v npm >/dev/null 2>&1 || { echo "error: the MCP tests need Node and npm (Debian: apt-get install -y nodejs npm)"; exit 1; }
 	npm install --prefix build/node --no-audit --no-fund --silent @modelcontextprotocol/server-filesystem@2026.8.31
 
-# The type check (one core, about a minute) runs beside the suite; either failing fails `make test`.
+# The suite runs on every core (pytest-xdist; a module's tests stay on one worker, the Ray tests share
+# one: tests/conftest.py), the type check (about a minute) beside it; either failing fails `make test`.
+TEST_JOBS ?= auto
 test: lint need-redis need-chromium need-bwrap need-mcp-servers
 	@mkdir -p build
 	@$(MAKE) --no-print-directory typecheck > build/typecheck.log 2>&1 & checking=$$!; \
-	$(BIN)/python -m pytest; tested=$$?; \
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup; tested=$$?; \
 	wait $$checking; checked=$$?; cat build/typecheck.log; \
 	[ $$tested -eq 0 ] && [ $$checked -eq 0 ]
 

@@ -5,6 +5,17 @@ from collections.abc import Iterator
 import pytest
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep a module's tests on one xdist worker (its module fixtures are made once), and every Ray test on one.
+
+    ``make test`` runs the suite on both cores (``-n 2 --dist loadgroup``); one local Ray cluster
+    serves every test that needs one, so those share a worker.
+    """
+    for item in items:
+        group = "ray" if "ray_address" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -102,6 +102,8 @@ class OverHTTP:
 
 if __name__ == "__main__":
     if "--crash" in sys.argv:
-        print("notes: cannot read its configuration (crashed on start)", file=sys.stderr)
+        token = os.environ.get("NOTES_TOKEN")  # a server's error may well show what its environment gave it
+        said = f" (token {token}, store http://notes:{token}@127.0.0.1:1/db)" if token else ""
+        print(f"notes: cannot read its configuration (crashed on start){said}", file=sys.stderr)
         sys.exit(3)
     notes().run("stdio")

@@ -97,3 +97,58 @@ async def test_an_agent_that_stops_answering_is_a_run_error_and_the_tape_keeps_o
         assert (await agent.send("Cars?")).output, "what was answered before replays"
         missed = await agent.send("Still there?")
     assert "was not called with" in missed.error, "what never got an answer is not made up"
+
+
+def test_a_served_role_refuses_bodies_past_the_limit_and_other_hosts(tmp_path):
+    from metaroles.core.guard import MAX_BODY
+
+    alice = built_team("debate", {}, TestLLM(3)).env.roles["Alice"]
+    with RoleServer(alice) as server, httpx.Client(base_url=server.url, headers={"A2A-Version": "1.0"}) as http:
+        port = server.url.rsplit(":", 1)[1]
+        assert http.post("/", content=b"{" + b" " * MAX_BODY + b"}").status_code == 413
+
+        def trickled():  # no Content-Length: the body is counted as it streams
+            for _ in range(MAX_BODY // (1 << 20) + 2):
+                yield b" " * (1 << 20)
+
+        assert http.post("/", content=trickled()).status_code == 413
+        assert http.get(CARD_PATH, headers={"Host": f"evil.example:{port}"}).status_code == 421
+        assert http.get(CARD_PATH).status_code == 200, "the server is still there"
+    assert not alice.rc.memory.get(), "nothing reached the role"
+
+
+async def test_a_remote_answer_past_the_limit_is_kept_cut_and_credentials_stay_off_disk(tmp_path):
+    from metaroles import Action, Role
+    from metaroles.agents.a2a import A2AAgent
+    from metaroles.agents.mcp import ToolTape
+    from metaroles.core.guard import MAX_ANSWER
+
+    class Flood(Action):
+        async def run(self, history):
+            return "y" * (5 * MAX_ANSWER)
+
+    with RoleServer(Role(name="Flooder", actions=[Flood])) as server:
+        url = server.url.replace("http://", "http://user:pa55word@")
+        tape = ToolTape(tmp_path / "tools.jsonl", "record")
+        async with A2AAgent("Flooder", url, tape=tape) as agent:
+            answer = (await agent.send("Say a lot.")).output
+    assert MAX_ANSWER < len(answer) < MAX_ANSWER + 200 and "answer cut" in answer
+    written = (tmp_path / "tools.jsonl").read_text()
+    assert len(written) < 2 * MAX_ANSWER and "pa55word" not in written
+
+
+def test_an_agents_credentials_are_not_in_the_manifest(tmp_path):
+    served = subprocess.Popen(
+        [sys.executable, "-m", "metaroles", "a2a", "debate", "Alice", "--llm", "test", "--seed", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        url = served.stdout.readline().split(" at ")[1].split()[0].replace("http://", "http://critic:pa55word@")
+        metaroles("run", "debate", "--llm", "test", "--a2a", f"Critic={url}", "--record", str(tmp_path / "calls.jsonl"),
+                  "--out", str(tmp_path / "live"), "--set", "turns=1", "-q", hash_seed=1)  # fmt: skip
+    finally:
+        served.terminate()
+        served.wait(60)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if b"pa55word" in p.read_bytes()]
+    assert json.loads((tmp_path / "live" / "manifest.json").read_text())["a2a"]["Critic"].startswith("http://***@")

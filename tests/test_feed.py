@@ -390,3 +390,44 @@ def test_the_feed_suite_compares_recommenders_by_polarization_and_spread(tmp_pat
     assert all(r["seed_reach"] > 0 and 0 < r["polarization"] < 1 and r["largest_cascade"] >= 1 for r in rows)
     summary = pd.read_csv(tmp_path / "eval" / "summary.csv")
     assert set(summary["metric"]) >= {"polarization", "seed_reach", "seed_size", "largest_cascade"}
+
+
+def test_a_persona_file_is_streamed_and_whatever_is_not_one_is_a_line_naming_it(tmp_path):
+    import os
+    import tracemalloc
+
+    big = tmp_path / "big.csv"
+    with big.open("wb") as file:
+        file.write("bio,stance\n".encode() + b"".join(f"Person {i}.,0.{i}\n".encode() for i in range(5)))
+        file.truncate(10 * 1024**3)  # 10 GB: what follows the rows (zeros, never written to disk) is never read
+    tracemalloc.start()
+    assert [p.bio for p in read_personas(big, limit=3)] == ["Person 0.", "Person 1.", "Person 2."]
+    assert tracemalloc.get_traced_memory()[1] < 4 * 1024**2
+    tracemalloc.stop()
+    excel = tmp_path / "excel.csv"
+    excel.write_bytes("\ufeffbio,stance\nA nurse.,0.5\n".encode())
+    assert read_personas(excel)[0].bio == "A nurse.", "Excel's CSV UTF-8 starts with a byte-order mark"
+    wide = tmp_path / "wide.csv"
+    wide.write_text("bio,stance\n" + "x" * 200_000 + ",0.1\n")
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 10_000 + "]" * 10_000 + "\n")
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    for path, said in [
+        (Path("/dev/zero"), "is not a regular file"),
+        (fifo, "is not a regular file"),
+        (wide, "wide.csv:2: a line longer than 64 KiB"),
+        (deep, "deep.jsonl:1: JSON nested too deeply"),
+        (big.with_name("absent.csv"), "is not a regular file"),
+    ]:
+        with pytest.raises(ConfigError, match=said):
+            read_personas(path)
+    for path in (Path("/dev/zero"), wide, deep, fifo):
+        done = subprocess.run(
+            [sys.executable, "-m", "metaroles", "run", "feed", "--llm", "test", "--set", f"personas={path}",
+             "--out", str(tmp_path / "run"), "-q"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert not (tmp_path / "run").exists()

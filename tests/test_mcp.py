@@ -285,3 +285,35 @@ async def test_a_person_on_the_watch_page_allows_or_refuses_a_call_and_silence_i
             group.start_soon(answer, said)
             assert await ask("coder", "notes__add", {"a": 1}) is allowed
     assert await desk_asker(PageDesk(), seconds=0.01)("coder", "notes__add", {}) is False
+
+
+async def test_credentials_never_reach_an_error_a_manifest_or_a_tape(tmp_path):
+    token = "s3cr3t-token-value"
+    crashing = MCPServer(name="notes", command=[*NOTES, "--crash"], env={"NOTES_TOKEN": token})
+    with pytest.raises(ConfigError) as refused:
+        async with MCPClient([crashing]):
+            pass
+    said = str(refused.value)
+    assert "it said: notes: cannot read its configuration" in said and token not in said, said
+    assert "http://***@127.0.0.1:1/db" in said
+    served = OverHTTP()
+    try:
+        url = served.url.replace("http://", "http://user:pa55word@")
+        tape = ToolTape(tmp_path / "tools.jsonl", "record")
+        async with MCPClient([MCPServer(name="notes", url=url)], tape=tape) as client:
+            assert (await ToolCollection(*client.tools).execute(name="notes__add", tool_input={"a": 1, "b": 2})).output
+    finally:
+        served.stop()
+    recorded = MCPServer(name="notes", url=url).recorded()
+    assert "pa55word" not in str(recorded) and recorded["url"].startswith("http://***@127.0.0.1:")
+    assert "pa55word" not in (tmp_path / "tools.jsonl").read_text()
+
+
+async def test_an_answer_past_the_limit_is_kept_cut_with_a_note():
+    from metaroles.agents.mcp import observed
+    from metaroles.core.guard import MAX_ANSWER
+    from mcp import types
+
+    huge = types.CallToolResult(content=[types.TextContent(type="text", text="x" * (3 * MAX_ANSWER))])
+    kept = observed(huge, "'notes__big'").output
+    assert len(kept) < MAX_ANSWER + 200 and kept.endswith(f"{2 * MAX_ANSWER:,} more characters than the {MAX_ANSWER:,} kept]")

@@ -43,3 +43,54 @@ async def test_an_assistant_lists_runs_shows_forks_diffs_evaluates_and_exports_i
     assert "is outside" in refused["show"].error and "no suite named" in refused["eval"].error
     assert "metaroles run failed (exit 2): error: option turns='many'" in refused["bad option"].error
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["first", "second"], "nothing else written"
+
+
+async def test_no_verb_imports_code_or_reads_a_file_outside_the_root_without_trust(tmp_path):
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    root.mkdir(), elsewhere.mkdir()
+    planted = elsewhere / "ran"
+    payload = f"open({str(planted)!r}, 'w').write('imported')\nclass Config: pass\ndef build(config, llm): pass\n"
+    for where in (elsewhere / "x.py", root / "x.py"):
+        where.write_text(payload)
+    script = elsewhere / "s.json"
+    script.write_text(json.dumps({"Alice": {"SpeakAloud": ["secret text from outside"]}}))
+    people = elsewhere / "people.csv"
+    people.write_text("bio,stance\nA spy.,0.5\n")
+    server = MCPServer(name="lab", command=[sys.executable, "-m", "metaroles", "mcp", "--root", str(root)])
+    async with MCPClient([server]) as client:
+        tools = ToolCollection(*client.tools)
+
+        async def call(verb: str, **arguments: object):
+            return await tools.execute(name=f"lab__{verb}", tool_input=arguments)
+
+        listed = [
+            await call("list_scenarios", scenario=name)
+            for name in (str(elsewhere / "x.py"), "../elsewhere/x.py", "x.py", "this.x", "venv.__main__")
+        ]
+        ran = [
+            await call("run", scenario="debate", llm=f"scripted:{script}"),
+            await call("run", scenario="debate", llm="replay:/etc/passwd"),
+            await call("run", scenario="debate", llm="test", options={"role.Alice.llm": f"scripted:{script}"}),
+            await call("run", scenario="feed", llm="test", options={"personas": str(people)}),
+            await call("run", scenario="feed", llm="test", options={"personas": "../elsewhere/people.csv"}),
+            await call("eval", suite="debate", llm=f"replay:{script}"),
+        ]
+    assert all("no scenario named" in r.error and "--trust" in r.error for r in listed), [r.error for r in listed]
+    assert all("is outside" in r.error for r in ran), [r.error for r in ran]
+    assert not planted.exists(), "no scenario file was imported"
+    assert sorted(p.name for p in root.iterdir()) == ["x.py"], "nothing was written in the root"
+
+
+async def test_a_file_inside_the_root_may_be_named(tmp_path):
+    (tmp_path / "people.csv").write_text("bio,stance\nA nurse.,0.5\nA student.,-0.5\n")
+    server = MCPServer(name="lab", command=[sys.executable, "-m", "metaroles", "mcp", "--root", str(tmp_path)])
+    async with MCPClient([server]) as client:
+        tools = ToolCollection(*client.tools)
+        ran = await tools.execute(
+            name="lab__run",
+            tool_input={"scenario": "feed", "llm": "test", "rounds": 1,
+                        "options": {"agents": 4, "personas": "people.csv"}, "out": "runs/feed"},
+        )  # fmt: skip
+    assert ran.error is None, ran.error
+    manifest = json.loads((tmp_path / "runs" / "feed" / "manifest.json").read_text())
+    assert manifest["config"]["personas"] == str(tmp_path / "people.csv")

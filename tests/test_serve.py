@@ -244,3 +244,19 @@ def test_a_run_against_the_server_killed_and_resumed_is_the_same_as_its_replay(u
     assert len(cassette.read_text().splitlines()) == 18, "round 2's calls answered from the tape, round 3's recorded"
     ok("run", "society", "--replay", str(cassette), "--rounds", "3", *society, "--out", str(replayed))
     assert differences(run_dir, replayed) == []
+
+
+def test_a_request_addressed_by_another_name_or_from_another_sites_page_is_refused(url):
+    port = url.split(":")[2].split("/")[0]
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    rebound = urllib.request.Request(url + "/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Host": f"evil.example:{port}"})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(rebound)
+    assert refused.value.code == 421
+    foreign = urllib.request.Request(url + "/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Origin": "http://evil.example"})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(foreign)
+    assert refused.value.code == 403
+    assert post(url, body)[0] == 200, "its own address is answered"

@@ -139,3 +139,22 @@ def test_resume_and_fork_refuse_a_scenario_the_run_directory_names_without_trust
         result = invoke(*args)
         assert result.exit_code == 2 and "--trust" in result.output, result.output
         nothing_ran(payload)
+
+
+def test_list_imports_a_scenario_file_outside_the_folder_or_a_module_only_with_trust(
+    tmp_path: Path, payload: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    outside = tmp_path / "x.py"
+    outside.write_text(f"import {PAYLOAD}\n")
+    for named in (str(outside), "../x.py", PAYLOAD + ".x", "this.x"):
+        done = invoke("list", named)
+        assert done.exit_code == 2 and "--trust" in done.output, (named, done.output)
+    assert not payload.exists(), "nothing was imported"
+    own = here / "mine.py"
+    own.write_text("from pydantic import BaseModel\nclass Config(BaseModel):\n    n: int = 1\ndef build(c, llm): pass\n")
+    assert "n: int = 1" in invoke("list", "mine.py").output, "a file in the current folder is the user's own"
+    assert invoke("list", str(outside), "--trust").exit_code != 0 or payload.exists()
+    assert payload.exists(), "--trust imports it"

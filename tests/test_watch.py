@@ -422,3 +422,31 @@ def test_the_runs_own_page_is_served_by_a_process_that_ends_with_the_run_even_a_
     finally:
         process.kill()
         process.wait()
+
+
+def test_the_page_answers_only_its_own_address_and_no_other_site_changes_anything(tmp_path):
+    steered_from_python(tmp_path / "run", [])
+    asked: list[str] = []
+
+    async def interviewer(role: str, at: int | None, question: str) -> list[dict[str, str]]:
+        asked.append(question)
+        return [{"role": role, "answer": "yes"}]
+
+    server = WatchServer(watch_app(tmp_path / "run", interviewer=interviewer), bind(0)).start()
+    port = server.url.rsplit(":", 1)[1].strip("/")
+    question = {"role": "Alice", "round": 1, "question": "Why?"}
+    try:  # a page of evil.example rebound to 127.0.0.1 is same-origin there: it sends any header it likes
+        with httpx.Client(base_url=server.url, timeout=30, headers={"X-Metaroles": "1"}) as client:
+            rebound = {"Host": f"evil.example:{port}"}
+            assert client.get("/api/round/1", headers=rebound).status_code == 421
+            assert client.post("/api/interview", headers=rebound, json=question).status_code == 421
+            foreign = {"Origin": "http://evil.example"}
+            assert client.post("/api/interview", headers=foreign, json=question).status_code == 403
+            assert not asked, "no model call was answered for another site"
+            assert client.get("/api/round/1", headers={"Host": f"localhost:{port}"}).status_code == 200
+            assert client.post("/api/interview", headers={"Origin": server.url.rstrip("/")}, json=question).is_success
+            big = client.post("/api/interview", content=b"x" * (17 * 1024 * 1024))
+            assert big.status_code == 413
+    finally:
+        server.stop()
+    assert asked == ["Why?"]

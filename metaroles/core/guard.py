@@ -75,10 +75,6 @@ def kept_answer(text: str, *, source: str) -> str:
     )
 
 
-class BodyTooLarge(Exception):
-    """A request body went past :data:`MAX_BODY` while the app read it."""
-
-
 class Guarded:
     """An ASGI app behind the policy: ``Host`` and ``Origin`` checked, bodies capped.
 
@@ -117,29 +113,32 @@ class Guarded:
         return None
 
     async def _capped(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the app, stopping a body that streams past the limit (no Content-Length) with a 413."""
-        taken = 0
-        started = False
-
-        async def counted() -> Message:
-            nonlocal taken
+        """Run the app; a body without a Content-Length is taken first, up to the limit (past it: a 413)."""
+        if any(k.lower() == b"content-length" for k, _ in scope.get("headers", ())):
+            await self.app(scope, receive, send)
+            return
+        chunks, taken = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                taken += len(message.get("body", b""))
-                if taken > self.max_body:
-                    raise BodyTooLarge
-            return message
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counted, sending)
-        except BodyTooLarge:
-            if not started:
+            if message["type"] != "http.request":
+                return  # the client left
+            chunks.append(message.get("body", b""))
+            taken += len(chunks[-1])
+            if taken > self.max_body:
                 await _answer(send, 413, f"the body went past the limit of {self.max_body} bytes; send less")
+                return
+            if not message.get("more_body", False):
+                break
+        body, given = b"".join(chunks), False
+
+        async def replayed() -> Message:
+            nonlocal given
+            if given:
+                return await receive()  # after the body: the disconnect, when it comes
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replayed, send)
 
 
 async def _answer(send: Send, status: int, text: str) -> None:
