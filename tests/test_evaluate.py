@@ -440,3 +440,27 @@ def test_a_bad_rubric_is_refused_by_name(tmp_path: Path) -> None:
         (folder / "suite.toml").write_text((folder / "suite.toml").read_text() + bad)
         with pytest.raises(ConfigError, match=said):
             load_suite(folder)
+
+
+def test_a_scorer_from_a_suite_not_built_in_runs_in_the_sandbox_unless_trusted(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    score = (
+        "import subprocess\nfrom pathlib import Path\n"
+        "def score(run_dir, task):\n"
+        f"    said = (Path(run_dir) / 'manifest.json').read_text()[:1]\n"
+        f"    for attempt in (lambda: Path({str(outside / 'written')!r}).write_text('x'),\n"
+        f"                    lambda: Path(run_dir, 'planted').write_text('x'),\n"
+        f"                    lambda: subprocess.run(['touch', {str(outside / 'touched')!r}], check=True)):\n"
+        "        try:\n            attempt()\n        except Exception:\n            pass\n"
+        "    return {'read': said == '{'}\n"
+    )
+    folder = tiny_suite(tmp_path, score)
+    result = eval_cli(str(folder), "--llm", "test", "--out", str(tmp_path / "sandboxed"))
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "sandboxed" / "eval.jsonl").read_text().splitlines()]
+    assert [row["read"] for row in rows] == [True], "it reads the run directory"
+    assert not list(outside.iterdir()) and not list((tmp_path / "sandboxed").rglob("planted")), "it wrote nothing"
+    trusted = eval_cli(str(folder), "--llm", "test", "--trust", "--out", str(tmp_path / "trusted"))
+    assert trusted.returncode == 0, trusted.stderr
+    assert sorted(p.name for p in outside.iterdir()) == ["touched", "written"], "trusted, it runs as plain code"

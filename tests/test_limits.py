@@ -260,3 +260,44 @@ def test_a_requests_per_minute_setting_paces_without_a_server_saying_so():
         LimitedLLM(TestLLM(), requests_per_minute=0)
     settings = LLMSettings.from_env({"METAROLES_REQUESTS_PER_MINUTE": "90"}, llm="test")
     assert settings.requests_per_minute == 90
+
+
+def test_calls_move_off_an_endpoint_that_refuses_for_load_or_is_too_slow_and_the_run_goes_on():
+    from metaroles.llm.limits import BalancedLLM
+    from metaroles.llm.providers import llm_from_settings
+    from metaroles.llm.settings import LLMSettings
+
+    refusing = LimitedServer(1, 60.0)  # every call is past its limit: 429, come back in a minute
+    slow = LimitedServer(10**9, 60.0, slow=6.0)  # answers long after the client's deadline
+    healthy = LimitedServer(10**9, 60.0)
+    try:
+        urls = ",".join([refusing.url, slow.url, healthy.url])
+        llm = llm_from_settings(LLMSettings(llm="openai", model="m", base_url=urls, timeout=2.0))
+        assert isinstance(llm, BalancedLLM)
+
+        async def ask() -> None:
+            async with anyio.create_task_group() as group:
+                for number in range(4):
+                    for i in range(5):
+                        group.start_soon(llm.complete, LLMRequest(messages=[{"role": "user", "content": f"{number}.{i}"}]))
+
+        anyio.run(ask)
+    finally:
+        for server in (refusing, slow, healthy):
+            server.stop()
+    assert llm.calls == [0, 0, 20], "every call answered by the endpoint that answers"
+    assert refusing.refused, "the refusing endpoint was tried, and left to rest"
+
+
+def test_a_tokens_per_minute_below_one_call_says_so_at_once(tmp_path, capsys):
+    from metaroles.cli import main
+
+    server = LimitedServer(10**9, 60.0)
+    try:
+        code = main(["run", "debate", "--llm", "openai", "--base-url", server.url, "--model", "m",
+                     "--tokens-per-minute", "1", "--out", str(tmp_path / "run"), "-q"])  # fmt: skip
+    finally:
+        server.stop()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(lines) == 1 and "tokens_per_minute=1 is less than one call" in lines[0], lines
+    assert not server.admitted

@@ -32,7 +32,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from metaroles.core.exceptions import ConfigError, MetarolesError, RunError
+from metaroles.core.exceptions import ConfigError, MetarolesError, RoleFailed, RunError, UserError
 from metaroles.core.text import REDACTED, printable, redacted
 
 if TYPE_CHECKING:
@@ -105,6 +105,8 @@ def reported(run_dir: Path | None = None, *, show_traceback: bool = False) -> It
         going_on = f"; to go on: metaroles resume {run_dir}" if run_dir is not None else ""
         raise fail(f"interrupted{going_on}", code=130) from None
     except RunError as exc:
+        if isinstance(exc, RoleFailed) and isinstance(exc.__cause__, UserError):  # a setting no call can meet
+            raise fail(f"{exc.__cause__}{then}") from None
         if show_traceback and exc.__cause__ is not None:
             err.print(escape("".join(traceback.format_exception(exc.__cause__)).rstrip()), highlight=False)
         raise fail(f"{exc}{then.replace('; then', '; to retry it') if then else ''}", code=1) from None

@@ -147,9 +147,10 @@ class ScorerProcess:
                 "sandbox, and bubblewrap is not here (Debian: apt-get install bubblewrap); if the suite is yours, "
                 "pass --trust"
             )
-        package = importlib.util.find_spec("metaroles")
-        assert package is not None and package.submodule_search_locations is not None
-        readable = [*self.confined_to, self.score_py.parent, *map(Path, package.submodule_search_locations)]
+        readable = [*self.confined_to, self.score_py.parent]
+        for name in ("metaroles", "metaroles.actions", "metaroles.environments", "metaroles.scenarios"):
+            spec = importlib.util.find_spec(name)  # the packages the scorer imports from (an editable install's too)
+            readable += [Path(p) for p in (spec.submodule_search_locations or []) if spec is not None]
         return isolation.confined_command(bwrap, argv, readable=readable, env=isolation.clean_env({"HOME": "/tmp"}))
 
     def _call(self, request: dict[str, Any]) -> dict[str, Any]:
