@@ -1,7 +1,8 @@
 """An MCP server written by hand (JSON-RPC lines on stdio) that breaks the protocol where the tests ask it to.
 
 Tools: ``ok`` (answers properly), ``broken`` (its result's ``content`` is not a list of content
-blocks), ``unfillable`` (its input schema is not a JSON schema: no model could fill it).
+blocks), ``unfillable`` (its input schema is not a JSON schema: no model could fill it); with
+``--deep``, ``deep``, whose schema is nested 10,000 levels.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def answer(request: dict) -> dict:
         return {"protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
                 "serverInfo": {"name": "raw", "version": "0"}}  # fmt: skip
     if method == "tools/list":
+        if "--deep" in sys.argv:  # a schema nested 10,000 deep: a parser's recursion gives out
+            return {"tools": [*TOOLS, {"name": "deep", "inputSchema": "DEEP"}]}
         return {"tools": TOOLS}
     if method == "tools/call" and params.get("name") == "broken":
         return {"content": "not a list of content blocks"}
@@ -32,5 +35,7 @@ if __name__ == "__main__":
     for line in sys.stdin:
         request = json.loads(line)
         if "id" in request:
-            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": answer(request)}) + "\n")
+            said = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": answer(request)})
+            deep = '{"type": "object", "properties": {"x": ' * 10_000 + "{}" + "}}" * 10_000
+            sys.stdout.write(said.replace('"DEEP"', deep) + "\n")
             sys.stdout.flush()

@@ -435,8 +435,10 @@ def test_a_bad_rubric_is_refused_by_name(tmp_path: Path) -> None:
         ('[rubric]\nllm = "test"\n', "needs \\[\\[rubric.criteria\\]\\]"),
         ('[rubric]\n[[rubric.criteria]]\nname = "x"\n', "needs a name and a question"),
         ('[rubric]\n[[rubric.criteria]]\nname = "x"\nquestion = "q"\nweight = -1\n', "weight=-1"),
+        ('[rubric]\n[[rubric.criteria]]\nname = "x"\nquestion = "q"\nweight = inf\n', "weight=inf"),
+        ('[rubric]\n[[rubric.criteria]]\nname = "x"\nquestion = "q"\nweight = nan\n', "weight=nan"),
     ):
-        folder = tiny_suite(tmp_path / str(len(said)))
+        folder = tiny_suite(tmp_path / said.replace("\\", "").replace(" ", "_"))
         (folder / "suite.toml").write_text((folder / "suite.toml").read_text() + bad)
         with pytest.raises(ConfigError, match=said):
             load_suite(folder)

@@ -317,3 +317,18 @@ async def test_an_answer_past_the_limit_is_kept_cut_with_a_note():
     huge = types.CallToolResult(content=[types.TextContent(type="text", text="x" * (3 * MAX_ANSWER))])
     kept = observed(huge, "'notes__big'").output
     assert len(kept) < MAX_ANSWER + 200 and kept.endswith(f"{2 * MAX_ANSWER:,} more characters than the {MAX_ANSWER:,} kept]")
+
+
+async def test_a_tools_list_that_cannot_be_read_names_the_server_in_one_line():
+    deep = MCPServer(name="raw", command=[sys.executable, str(Path(__file__).with_name("mcp_raw.py")), "--deep"],
+                     start_timeout=10)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"MCP server 'raw' did not list its tools in 10 s"):
+        async with MCPClient([deep]):
+            pass
+
+
+def test_a_tape_that_is_not_text_is_one_line_naming_it(tmp_path):
+    tape = tmp_path / "tools.jsonl"
+    tape.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    with pytest.raises(ConfigError, match=r"tools.jsonl' is not text \(byte 0 is not UTF-8\)"):
+        ToolTape(tape, "replay")

@@ -450,3 +450,34 @@ def test_the_page_answers_only_its_own_address_and_no_other_site_changes_anythin
     finally:
         server.stop()
     assert asked == ["Why?"]
+
+
+def test_every_open_stream_gets_every_round_before_the_page_closes_at_the_runs_end(tmp_path):
+    anyio.run(lambda: run_scenario("society", llm=TestLLM(3), options={"agents": 30, "rounds": 20},
+                                   out_dir=tmp_path / "run", run=RunOptions(seed=3)))  # fmt: skip
+    server = WatchServer(watch_app(tmp_path / "run"), bind(0)).start()
+    opened = threading.Semaphore(0)
+    seen: list[int] = []
+
+    async def watcher(client: httpx.AsyncClient) -> None:
+        rounds = 0
+        async with client.stream("GET", "/api/stream?from=0") as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("event: info"):
+                    opened.release()
+                rounds += line == "event: round"
+        seen.append(rounds)
+
+    async def watch() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client, anyio.create_task_group() as group:
+            for _ in range(100):
+                group.start_soon(watcher, client)
+            for _ in range(100):
+                await anyio.to_thread.run_sync(opened.acquire)
+            server.end()  # the run ended: the page closes
+
+    try:
+        anyio.run(watch)
+    finally:
+        server.stop()
+    assert len(seen) == 100 and set(seen) == {seen[0]} and seen[0] >= 20, seen

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 import os
 import re
 import shlex
@@ -67,11 +68,14 @@ def _unusable(schema: Any) -> str | None:
     import jsonschema
 
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
-        return f"its input schema must be a JSON object schema, not {json.dumps(schema)[:200]}"
+        return f"its input schema must be a JSON object schema, not {reprlib.repr(schema)}"
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
+        json.dumps(schema)  # what a model's request carries
     except jsonschema.SchemaError as exc:
         return f"its input schema is not a valid JSON schema ({exc.message[:200]})"
+    except RecursionError:
+        return "its input schema is nested too deeply to check or send"
     return None
 
 
@@ -230,7 +234,13 @@ class ToolTape:
                 os.truncate(self.path, whole.rfind(b"\n") + 1)  # what a kill tore goes: the next line starts clean
 
     def _load(self) -> None:
-        text = self.path.read_text(encoding="utf-8")
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"tool tape {str(self.path)!r} is not text (byte {exc.start} is not UTF-8): not a tape metaroles "
+                "wrote; record the run again"
+            ) from None
         lines = jsonl_lines(text)
         for number, line in enumerate(lines, start=1):
             try:
@@ -410,7 +420,19 @@ class MCPClient:
             return self.tape.tools(server.name)
         session = await self._start(server)
         self._sessions[server.name] = session
-        listed = await session.list_tools()
+        try:
+            with anyio.fail_after(server.start_timeout):
+                listed = await session.list_tools()
+        except TimeoutError:
+            raise ConfigError(
+                f"MCP server {server.name!r} did not list its tools in {server.start_timeout:g} s (start_timeout): "
+                "an answer that does not parse (a schema nested too deeply, say) is dropped by the MCP SDK"
+            ) from None
+        except Exception as exc:
+            raise ConfigError(
+                f"MCP server {server.name!r} answered tools/list with what cannot be read "
+                f"({type(exc).__name__}: {str(exc)[:200]}); fix the server"
+            ) from None
         tools: list[dict[str, Any]] = [
             {"name": t.name, "description": t.description or "", "input_schema": t.input_schema} for t in listed.tools
         ]

@@ -50,6 +50,10 @@ from metaroles.team.control import Injection
 
 __all__ = ["WatchServer", "bind", "watch_app", "watch_page"]
 
+SHUTDOWN_SECONDS = 10
+"""How long the streams open when the run ends have to send its last rounds before the server stops."""
+ROUNDS_KEPT = 256
+"""Rounds whose events the page keeps made, for the streams that have yet to send them."""
 POLL_SECONDS = 0.2
 """How often a stream looks for rounds the run wrote (the page shows a round within this of its end)."""
 _POLICY = (
@@ -144,8 +148,20 @@ class _Page:
     ) -> None:
         self.timeline, self.steering, self.interviewer, self.desk = timeline, steering, interviewer, desk
         self.closing = threading.Event()
-        """Set when the server stops: every stream ends."""
+        """Set when the server stops: every stream sends what the run wrote last, then ends."""
+        self._rounds: dict[int, tuple[bytes, list[str]]] = {}
         timeline.refresh()
+
+    async def round_event(self, number: int) -> tuple[bytes, list[str]]:
+        """Round ``number``'s event, and the ids of its messages whose texts came later: made once for every stream."""
+        made = self._rounds.get(number)
+        if made is None:
+            delta = await anyio.to_thread.run_sync(self.timeline.delta, number)
+            made = _sse("round", delta), [row[3] for row in delta["flow"] if row[4] is None]
+            self._rounds[number] = made
+            if len(self._rounds) > ROUNDS_KEPT:
+                del self._rounds[min(self._rounds)]
+        return made
 
     async def page(self, request: Request) -> Response:
         return Response(_asset("watch.html"), media_type="text/html", headers=_HEADERS)
@@ -308,11 +324,12 @@ async def _events(page: _Page, start: int, controller: str) -> AsyncIterator[byt
         sent, last, untold = start, dict[str, Any](), dict[int, list[str]]()
         yield _sse("info", _info(timeline, steering))
         while True:
+            closing = page.closing.is_set()  # seen before the look at the run: that look sends what it wrote last
             timeline.refresh()
             for number in [r for r in timeline.rounds if r >= sent]:
-                delta = await anyio.to_thread.run_sync(timeline.delta, number)
-                yield _sse("round", delta)
-                untold[number] = [row[3] for row in delta["flow"] if row[4] is None]
+                event, later = await page.round_event(number)
+                yield event
+                untold[number] = list(later)
                 sent = number + 1
             for number, texts in _texts_since(timeline, untold):
                 yield _sse("texts", {"round": number, "texts": texts})
@@ -321,7 +338,7 @@ async def _events(page: _Page, start: int, controller: str) -> AsyncIterator[byt
                 if name not in last or last[name] != value:
                     yield _sse(name, value)
             last = now
-            if page.closing.is_set():
+            if closing:
                 return
             await anyio.sleep(POLL_SECONDS)
     finally:
@@ -404,7 +421,7 @@ class WatchServer:
         self.url = f"http://{host}:{port}/"
         guarded = Guarded(app)  # Host and Origin checked, bodies capped (metaroles.core.guard)
         config = uvicorn.Config(
-            guarded, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+            guarded, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_SECONDS
         )
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
@@ -438,5 +455,5 @@ class WatchServer:
         """Stop serving (a page's stream never ends by itself) and wait until the server has."""
         self.end()
         if self._thread is not None:
-            self._thread.join(5)
+            self._thread.join(SHUTDOWN_SECONDS + 5)
         self.sock.close()

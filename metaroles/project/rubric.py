@@ -19,6 +19,7 @@ replayed evaluation, from the recorded trial's tape: the scores come back byte f
 from __future__ import annotations
 
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,7 @@ class Rubric:
             name, question, weight = item.get("name"), item.get("question"), item.get("weight", 1)
             if not (isinstance(name, str) and name and isinstance(question, str) and question):
                 raise ConfigError(f"{where}: a rubric criterion needs a name and a question, got {item!r}")
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
                 raise ConfigError(f"{where}: criterion {name!r} has weight={weight!r}; give a positive number")
             made.append(Criterion(name=name, question=question, weight=float(weight)))
         return cls(llm=str(spec.get("llm") or "local"), criteria=tuple(made))
