@@ -203,7 +203,7 @@ def _csv_rows(path: Path, lines: Iterator[str]) -> Iterator[tuple[int, Any]]:
     reader = csv.DictReader(lines)
     try:
         for row in reader:
-            extra = row.pop(None, None)  # type: ignore[call-overload]
+            extra = row.pop(None, None)
             if extra:
                 yield reader.line_num, f"{len(extra)} more value(s) than the header has columns"
             else:

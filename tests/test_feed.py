@@ -398,7 +398,7 @@ def test_a_persona_file_is_streamed_and_whatever_is_not_one_is_a_line_naming_it(
 
     big = tmp_path / "big.csv"
     with big.open("wb") as file:
-        file.write("bio,stance\n".encode() + b"".join(f"Person {i}.,0.{i}\n".encode() for i in range(5)))
+        file.write(b"bio,stance\n" + b"".join(f"Person {i}.,0.{i}\n".encode() for i in range(5)))
         file.truncate(10 * 1024**3)  # 10 GB: what follows the rows (zeros, never written to disk) is never read
     tracemalloc.start()
     assert [p.bio for p in read_personas(big, limit=3)] == ["Person 0.", "Person 1.", "Person 2."]

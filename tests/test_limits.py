@@ -279,7 +279,9 @@ def test_calls_move_off_an_endpoint_that_refuses_for_load_or_is_too_slow_and_the
             async with anyio.create_task_group() as group:
                 for number in range(4):
                     for i in range(5):
-                        group.start_soon(llm.complete, LLMRequest(messages=[{"role": "user", "content": f"{number}.{i}"}]))
+                        group.start_soon(
+                            llm.complete, LLMRequest(messages=[{"role": "user", "content": f"{number}.{i}"}])
+                        )
 
         anyio.run(ask)
     finally:

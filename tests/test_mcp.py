@@ -310,13 +310,16 @@ async def test_credentials_never_reach_an_error_a_manifest_or_a_tape(tmp_path):
 
 
 async def test_an_answer_past_the_limit_is_kept_cut_with_a_note():
+    from mcp import types
+
     from metaroles.agents.mcp import observed
     from metaroles.core.guard import MAX_ANSWER
-    from mcp import types
 
     huge = types.CallToolResult(content=[types.TextContent(type="text", text="x" * (3 * MAX_ANSWER))])
     kept = observed(huge, "'notes__big'").output
-    assert len(kept) < MAX_ANSWER + 200 and kept.endswith(f"{2 * MAX_ANSWER:,} more characters than the {MAX_ANSWER:,} kept]")
+    assert len(kept) < MAX_ANSWER + 200 and kept.endswith(
+        f"{2 * MAX_ANSWER:,} more characters than the {MAX_ANSWER:,} kept]"
+    )
 
 
 async def test_a_tools_list_that_cannot_be_read_names_the_server_in_one_line():

@@ -52,3 +52,19 @@ def test_the_installed_default_is_the_pinned_file() -> None:
     path = model_path()
     assert path.stat().st_size == EMBEDDED[QWEN].size and path.read_bytes()[:4] == b"GGUF"
     assert model_path() == path, "joined once, found after"
+
+
+def test_a_joined_file_of_the_right_size_is_checked_before_use_and_joined_again_if_changed(tmp_path, monkeypatch):
+    from metaroles.llm import model_files
+    from metaroles.llm.model_files import EmbeddedModel
+
+    folders = [tmp_path / "one", tmp_path / "two"]
+    chunks(folders[0] / "data", b"GGUF-wei")
+    chunks(folders[1] / "data", b"ghts-end")
+    whole = b"GGUF-weights-end"
+    model = EmbeddedModel(title="m", packages=("one", "two"), sha256=hashlib.sha256(whole).hexdigest(), size=16)
+    monkeypatch.setattr(model_files, "models_folder", lambda: tmp_path / "models")
+    joined = model_files._joined("m", model, folders)
+    assert joined.read_bytes() == whole and model_files._joined("m", model, folders) == joined
+    joined.write_bytes(b"GGUF-EVIL-WEIGHT")  # the same size, another file
+    assert model_files._joined("m", model, folders).read_bytes() == whole, "changed: checked, and joined again"

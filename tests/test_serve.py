@@ -130,7 +130,11 @@ def raw_post(base: str, head: bytes, body: bytes = b"") -> tuple[int, str]:
     host, port = base.split("//")[1].split("/")[0].split(":")
     with socket.create_connection((host, int(port)), timeout=120) as connection:
         connection.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + head + b"\r\n" + body
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%s\r\nConnection: close\r\n"
+            % (host.encode(), port.encode())
+            + head
+            + b"\r\n"
+            + body
         )
         answer = connection.makefile("rb").read().decode()
     return int(answer.split()[1]), answer.split("\r\n\r\n", 1)[1]

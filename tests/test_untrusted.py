@@ -154,7 +154,9 @@ def test_list_imports_a_scenario_file_outside_the_folder_or_a_module_only_with_t
         assert done.exit_code == 2 and "--trust" in done.output, (named, done.output)
     assert not payload.exists(), "nothing was imported"
     own = here / "mine.py"
-    own.write_text("from pydantic import BaseModel\nclass Config(BaseModel):\n    n: int = 1\ndef build(c, llm): pass\n")
+    own.write_text(
+        "from pydantic import BaseModel\nclass Config(BaseModel):\n    n: int = 1\ndef build(c, llm): pass\n"
+    )
     assert "n: int = 1" in invoke("list", "mine.py").output, "a file in the current folder is the user's own"
     assert invoke("list", str(outside), "--trust").exit_code != 0 or payload.exists()
     assert payload.exists(), "--trust imports it"

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import reprlib
 import os
 import re
+import reprlib
 import shlex
 import shutil
 import tempfile

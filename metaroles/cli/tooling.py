@@ -67,8 +67,8 @@ def run_tools(
     for text in permits:
         permissions = permissions.with_rule(*permit_rule(text))
     recorded = {"servers": [server.recorded() for server in servers], "permissions": permissions.model_dump()}
-    agents = {name: redacted(url) for name, url in remote.items()}  # credentials never reach the manifest
-    kept = ({"mcp": recorded} if servers else {}) | ({"a2a": agents} if remote else {})
+    named = {name: redacted(url) for name, url in remote.items()}  # credentials never reach the manifest
+    kept = ({"mcp": recorded} if servers else {}) | ({"a2a": named} if remote else {})
     cassette, mode = (record, "record") if record is not None else (replay, "replay")
     return remotes(servers, permissions, remote, cassette, mode, desk), kept
 

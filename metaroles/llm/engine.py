@@ -58,10 +58,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import llama_cpp
 import numpy
 
 from metaroles.core.exceptions import ConfigError, RunError
+from metaroles.llm.llama_library import llama_cpp
 
 
 @dataclass(frozen=True, slots=True)

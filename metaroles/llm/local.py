@@ -24,15 +24,14 @@ from typing import Any
 
 import anyio
 import anyio.from_thread
-import llama_cpp
 from anyio.lowlevel import current_token
-from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.ids import new_id  # llama.cpp's own call ids are random: ours follow the run
 from metaroles.core.schema import Function, ToolCall
 from metaroles.llm.engine import BatchEngine, Outcome, Sampling
 from metaroles.llm.grammar import Unsupported, schema_grammar, to_gbnf
+from metaroles.llm.llama_library import LlamaGrammar, json_schema_to_gbnf, llama_cpp
 from metaroles.llm.model_files import EMBEDDED, MODEL_NAME
 from metaroles.llm.model_files import model_path as embedded_path
 from metaroles.llm.protocol import LLMRequest, LLMResponse, Usage

