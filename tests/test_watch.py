@@ -409,13 +409,25 @@ async def _ask_into(desk: PageDesk, question: HumanQuestion, said: list[str | No
     said.append(await desk.ask(question, 60.0))
 
 
+def _controls(lines):  # type: ignore[no-untyped-def]
+    """The controls' state as a stream tells it, each time it changes."""
+    event = ""
+    for line in lines:
+        if line.startswith("event: "):
+            event = line.removeprefix("event: ")
+        elif line.startswith("data: ") and event in ("info", "control"):
+            data = orjson.loads(line.removeprefix("data: "))
+            yield data["control"] if event == "info" else data
+
+
 def test_the_runs_own_page_is_served_by_a_process_that_ends_with_the_run_even_a_killed_one(tmp_path):
     process, url, _ = start_run(tmp_path / "run")
     try:
         page_pid = int(Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()[0])
         page_exited = os.pidfd_open(page_pid)
-        with httpx.Client(base_url=url.split("#")[0], timeout=60) as client:
-            assert client.get("/api/info").json()["control"]["waiting_at"] == 0  # served by the page's process
+        with httpx.Client(base_url=url.split("#")[0], timeout=60) as client:  # served by the page's process
+            with client.stream("GET", "/api/stream?from=0") as stream:  # the run waits at its first barrier
+                assert any(control.get("waiting_at") == 0 for control in _controls(stream.iter_lines()))
         process.kill()  # no goodbye: the page's process sees its link close
         assert select.select([page_exited], [], [], 60)[0] == [page_exited]
         os.close(page_exited)
