@@ -583,3 +583,16 @@ def test_a_scenario_files_action_ids_are_the_same_by_command_and_by_import(tmp_p
     json_module = sys.modules["json"]
     assert invoke("fork", str(out), "--from-round", "1", "--out", str(tmp_path / "fork2"), "--trust").exit_code == 0
     assert sys.modules["json"] is json_module
+
+
+def test_a_scenario_whose_build_exits_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    from metaroles.cli import main as cli_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "leaving.py").write_text(
+        "import sys\nfrom pydantic import BaseModel\nclass Config(BaseModel):\n    pass\n"
+        "def build(config, llm):\n    sys.exit('bye')\n"
+    )
+    assert cli_main(["run", "leaving.py", "--llm", "test", "--out", str(tmp_path / "run"), "-q"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("model: ")]
+    assert lines == ["error: leaving.build() called sys.exit('bye'); raise an exception saying what is wrong instead"]

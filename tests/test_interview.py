@@ -99,3 +99,16 @@ def test_bad_input_to_an_interview_is_one_line_and_exit_2(run, tmp_path, capsys)
         assert main([*argv, "--out", str(tmp_path / "x")] if "--out" not in argv else argv) == 2, argv
         err = capsys.readouterr().err
         assert said in err and "Traceback" not in err
+
+
+def test_an_unreadable_checkpoint_at_the_round_asked_is_one_line_not_an_earlier_rounds_answer(tmp_path, capsys):
+    from metaroles.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["run", "debate", "--llm", "test", "--set", "turns=1", "--out", str(run_dir), "-q"]) == 0
+    (run_dir / "checkpoints" / "round-0002.json").write_bytes(b"\x00garbage")
+    capsys.readouterr()
+    code = main(["interview", str(run_dir), "--round", "2", "--role", "Alice", "--llm", "test", "What now?"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(lines) == 1 and "the checkpoint of round 2" in lines[0] and "ask at round 1" in lines[0]
+    assert main(["interview", str(run_dir), "--round", "1", "--role", "Alice", "--llm", "test", "What now?"]) == 0

@@ -84,3 +84,16 @@ def test_exporting_what_recorded_no_calls_or_is_no_run_is_one_line_and_exit_2(tm
     assert main(["export", str(tmp_path), "--format", "trajectories"]) == 2
     assert "neither a run directory nor an evaluation folder" in capsys.readouterr().err
     assert not (tmp_path / "run" / "export").exists(), "nothing written"
+
+
+def test_a_torn_last_call_is_left_out_with_a_warning_naming_it(tmp_path: Path, capsys) -> None:
+    tape = tmp_path / "calls.jsonl"
+    run = ["run", "debate", "--llm", "test", "--set", "turns=1", "--out", str(tmp_path / "run"), "--record", str(tape)]
+    assert main(run) == 0
+    whole = tape.read_text().splitlines()
+    tape.write_text("\n".join(whole[:-1]) + "\n" + whole[-1][: len(whole[-1]) // 2])  # killed mid-write
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run"), "--format", "sft", "--out", str(tmp_path / "sft.jsonl")]) == 0
+    said = capsys.readouterr().err
+    assert f"line {len(whole)} was cut short" in said and "left out of the export" in said, said
+    assert len((tmp_path / "sft.jsonl").read_text().splitlines()) == len(whole) - 1

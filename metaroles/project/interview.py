@@ -24,7 +24,7 @@ import anyio
 
 from metaroles.bus.role import Role
 from metaroles.bus.thinking import role_prefix
-from metaroles.core.exceptions import ConfigError, UnknownRoleError
+from metaroles.core.exceptions import ConfigError, RunDirCorrupt, UnknownRoleError
 from metaroles.core.files import write_atomic
 from metaroles.core.prompts import render_prompt
 from metaroles.llm.protocol import LLM, LLMRequest
@@ -104,6 +104,13 @@ async def interview_run(
     manifest = _checked(run_dir, out_dir, questions, at_round)
     team = rebuilt_team(manifest, llm, out_dir, role_llms or {})
     restored = restore_checkpoint(run_dir / CHECKPOINTS, team.env, through_round=at_round)
+    skipped = [n for n, _ in numbered(run_dir / CHECKPOINTS, "round") if restored.round < n <= at_round]
+    if skipped:  # a checkpoint is there but could not be read: its round is not what an earlier one becomes
+        raise RunDirCorrupt(
+            f"the checkpoint of round {skipped[-1]} in {str(run_dir)!r} cannot be read, so the run as it stood "
+            f"after round {at_round} is not known; ask at round {restored.round} (the last readable one up to it), "
+            "or restore the checkpoints folder"
+        )
     if restored.round < at_round:  # the rounds since its last checkpoint, again, in memory
         await team.run(at_round - restored.round)
     picked = pick_roles(list(team.env.members), roles)

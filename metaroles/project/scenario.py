@@ -67,7 +67,12 @@ def _plan(
     ``tools`` may be :class:`~metaroles.agents.remotes.Remotes`, whose A2A agents join the team.
     """
     mcp = tools.mcp if isinstance(tools, Remotes) else tools
-    plan: ScenarioPlan = module.build(config, llm, **_collaborators(module, run_dir, mcp))
+    try:
+        plan: ScenarioPlan = module.build(config, llm, **_collaborators(module, run_dir, mcp))
+    except SystemExit as exc:  # sys.exit() in a scenario's build: not the run's own exit
+        raise ConfigError(
+            f"{module.__name__}.build() called sys.exit({exc.code!r}); raise an exception saying what is wrong instead"
+        ) from None
     if not isinstance(plan, ScenarioPlan):
         raise ConfigError(
             f"{module.__name__}.build() returned {type(plan).__name__}; return "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,13 @@ def recorded_calls(run_dir: Path) -> Iterator[dict[str, Any]]:
                 entry["request"]["messages"], entry["response"]
             except (ValueError, KeyError, TypeError, RecursionError):
                 if number == text.count("\n") + 1:  # the last line, cut short by a kill
-                    return
+                    warnings.warn(
+                        f"{str(tape)!r} line {number} was cut short (the run was killed while writing it): "
+                        "that call is left out of the export",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+                    break
                 raise RunDirCorrupt(
                     f"{str(tape)!r} line {number} is not a recorded model call; record it again"
                 ) from None
