@@ -30,6 +30,7 @@ LAYERS = [
     "project",
     "flow",
     "cli",
+    "compat",
 ]
 """Bottom to top, as the import-linter contract in pyproject.toml lists them (top first)."""
 

@@ -19,6 +19,7 @@ from metaroles import (
     ActionOutput,
     AIMessage,
     ChatMemory,
+    ChatRole,
     CLIResult,
     ConfigError,
     Environment,
@@ -415,3 +416,75 @@ def test_a_team_saved_from_a_script_says_to_move_its_classes_into_a_module():
     dump["roles"][0]["cls"] = "__main__.Comedian"
     with pytest.raises(InvalidValueError, match="move the classes into a module"):
         Environment(**dump)
+
+
+# -- metaroles.compat.metagpt: MetaGPT's semantics where the native ones differ ------------------------
+
+
+def test_compat_message_role_is_metagpts_free_string_and_dumps_in_metagpts_form():
+    from metaroles.compat import metagpt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PortingNote)
+        msg = metagpt.Message("design", role="Architect", instruct_content=Made(a=1))
+    assert msg.role == "Architect" and str(msg) == "Architect: design"
+    assert msg.to_dict() == {"role": "user", "content": "design"}, "a model still gets a chat role"
+    dumped = msg.model_dump()
+    assert dumped["role"] == "Architect" and dumped["instruct_content"]["class"] == "Made"
+    assert dumped["instruct_content"]["value"] == {"a": 1} and set(dumped["instruct_content"]["mapping"]) == {"a"}
+    again = Message.model_validate(json.loads(json.dumps({**dumped, "role": "user"})))
+    assert again.instruct_content.a == 1 and type(again.instruct_content).__name__ == "Made", "read back as the model"
+    assert Message("x").role == ChatRole.USER, "the native message keeps its chat role"
+
+
+def test_compat_environment_loads_a_metagpt_dump_with_its_history_and_writes_metagpts_class_key():
+    from metaroles.compat import metagpt
+
+    env = metagpt.Environment(roles=[RoleA()])
+    dumped = env.model_dump(mode="json")
+    assert all("__module_class_name" in role and "cls" not in role for role in dumped["roles"])
+    history = Memory([Message(f"m{i}") for i in range(3)]).model_dump(mode="json")  # MetaGPT's Memory dump
+    written = {**dumped, "roles": {r["name"]: r for r in dumped["roles"]}, "history": history,
+               "member_addrs": {"Role A": ["Role A"]}, "context": {"kwargs": {}}}  # fmt: skip
+    loaded = metagpt.Environment(**json.loads(json.dumps(written)))
+    assert [m.content for m in loaded.history] == ["m0", "m1", "m2"] and type(loaded.role("RoleA")) is RoleA
+
+
+async def test_compat_team_run_swallows_a_roles_exception_serializes_and_recovers_as_metagpts_tests_do(tmp_path):
+    from metaroles.compat import metagpt
+
+    team = metagpt.Team(llm=TestLLM(), env=Environment(seed=1), storage=tmp_path / "team")
+    team.hire([Role(name="ok", actions=[ActionOK]), Role(name="fails", actions=[ActionFails], watch=[ActionOK])])
+    history = await team.run(n_round=4, idea="an idea")  # MetaGPT's run: no exception reaches the caller
+    assert [m.content for m in history] == ["an idea", "ok"]
+    again = metagpt.Team.deserialize(tmp_path / "team", llm=TestLLM())
+    assert [m.content for m in again.env.history] == ["an idea", "ok"] and list(again.env.roles) == ["ok", "fails"]
+    assert type(again.env.role("fails").actions[0]) is ActionFails
+
+
+async def test_the_idioms_a_port_meets_first_team_import_sent_from_self_and_a_list_of_messages():
+    from metaroles.compat import metagpt
+    from metaroles.team import Team as TeamFromPackage
+
+    assert TeamFromPackage is Team
+    seen: list[type] = []
+
+    class Write(metagpt.Action):
+        async def run(self, with_messages):
+            seen.append(type(with_messages))
+            with_messages.append(Message("extra"))  # a list of its own, as MetaGPT gives
+            return f"written {len(with_messages)}"
+
+    class Writer(Role):
+        async def _act(self) -> Message:
+            result = await self.rc.todo.run(self.rc.memory.get())
+            return Message(result, sent_from=self, cause_by=Write)
+
+    env = Environment()
+    env.add_role(Writer(name="writer", actions=[Write]))
+    env.publish_message(Message("go"))
+    await env.run(1)
+    (said,) = [m for m in env.history if m.sent_from == "writer"]
+    assert said.content == "written 2" and seen == [list]
+    with pytest.raises(InvalidValueError, match="must be the sending role"):
+        Message("x", sent_from=3)

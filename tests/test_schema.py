@@ -200,7 +200,7 @@ def test_enums_carry_the_seed_values():
     [
         ({"content": 5}, r"content=5 must be a string"),
         ({"id": ""}, r"id='' must be a non-empty string"),
-        ({"sent_from": 3}, r"sent_from=3 must be the sending role's name"),
+        ({"sent_from": 3}, r"sent_from=3 must be the sending role \(or its name\)"),
         ({"metadata": [1]}, r"metadata=\[1\] must be a dict"),
         ({"tool_calls": "call"}, r"tool_calls='call' must be a list of ToolCall"),
         ({"name": 1}, r"name=1 must be a string or None"),

@@ -119,7 +119,7 @@ class Message:
         instruct_content: Structured content: a pydantic instance (survives JSON with its type).
         role: Chat role: system, user, assistant or tool.
         cause_by: The Action that produced the message: a class, an instance or its id.
-        sent_from: Name of the sending role.
+        sent_from: Name of the sending role (a role, MetaGPT's ``sent_from=self``, gives its name).
         send_to: Recipients: names, Role classes or instances, ``"<all>"`` (the default).
         metadata: Free-form extra data (JSON-serialisable).
         tool_calls: Tool calls requested by an assistant message.
@@ -153,7 +153,7 @@ class Message:
         instruct_content: BaseModel | dict[str, Any] | None = None,
         role: ChatRole | str = ChatRole.USER,
         cause_by: object = None,
-        sent_from: str = "",
+        sent_from: str | Any = "",
         send_to: object = None,
         metadata: dict[str, Any] | None = None,
         tool_calls: Iterable[ToolCall | dict[str, Any]] | None = None,
@@ -177,7 +177,10 @@ class Message:
         elif not isinstance(content, str):
             raise InvalidValueError(f"content={content!r} must be a string; put structured data in instruct_content")
         if not isinstance(sent_from, str):
-            raise InvalidValueError(f"sent_from={sent_from!r} must be the sending role's name (a string)")
+            named = getattr(sent_from, "name", None)  # MetaGPT's roles write sent_from=self: the role's name
+            if not isinstance(named, str) or not hasattr(sent_from, "rc"):
+                raise InvalidValueError(f"sent_from={sent_from!r} must be the sending role (or its name)")
+            sent_from = named
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidValueError(f"metadata={metadata!r} must be a dict")
         if type(role) is str and role and role not in ROLES:
@@ -350,12 +353,12 @@ class Message:
 
     def __str__(self) -> str:
         """Render as ``sender: content``."""
-        return f"{self.sent_from or self.role.value}: {self.content or ''}"
+        return f"{self.sent_from or self._role.value}: {self.content or ''}"
 
     def __repr__(self) -> str:
         """Show the routing fields and the content."""
         return (
-            f"Message(id={self.id!r}, content={self.content!r}, role={self.role.value!r}, "
+            f"Message(id={self.id!r}, content={self.content!r}, role={self._role.value!r}, "
             f"cause_by={self.cause_by!r}, sent_from={self.sent_from!r}, send_to={sorted(self.send_to)!r})"
         )
 
@@ -370,7 +373,7 @@ class Message:
             "instruct_content": None
             if self.instruct_content is None
             else encode_instruct_content(self.instruct_content),
-            "role": self.role.value if mode == "json" else self.role,
+            "role": self._role.value if mode == "json" else self._role,
             "cause_by": self.cause_by,
             "sent_from": self.sent_from,
             "send_to": sorted(self.send_to),
@@ -458,7 +461,7 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the chat form a model API expects, omitting fields that are ``None``."""
-        message: dict[str, Any] = {"role": self.role.value}
+        message: dict[str, Any] = {"role": self._role.value}
         if self.content is not None:  # OpenManus omits an assistant's absent text
             message["content"] = self.content
         if self.tool_calls is not None:
