@@ -6,14 +6,22 @@ import pytest
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep a module's tests on one xdist worker (its module fixtures are made once), and every Ray test on one.
+    """Spread the tests over xdist's workers, keeping together those that share what is costly to make.
 
-    ``make test`` runs the suite on both cores (``-n 2 --dist loadgroup``); one local Ray cluster
-    serves every test that needs one, so those share a worker.
+    ``make test`` runs the suite on every core (``-n auto --dist loadgroup``). A test that uses a
+    module-scoped fixture (a model loaded, a run made once) stays on one worker with the rest of its
+    module, so the fixture is made once; every test that needs the one local Ray cluster shares a
+    worker; any other test goes wherever a worker is free.
     """
     for item in items:
-        group = "ray" if "ray_address" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs if info is not None else {}
+        scopes = {d.scope for chain in defs.values() for d in chain if d.baseid}  # ours, not the plugins'
+
+        if "ray_address" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+        elif scopes & {"module", "class", "package", "session"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture

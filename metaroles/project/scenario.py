@@ -67,17 +67,7 @@ def _plan(
     ``tools`` may be :class:`~metaroles.agents.remotes.Remotes`, whose A2A agents join the team.
     """
     mcp = tools.mcp if isinstance(tools, Remotes) else tools
-    try:
-        plan: ScenarioPlan = module.build(config, llm, **_collaborators(module, run_dir, mcp))
-    except SystemExit as exc:  # sys.exit() in a scenario's build: not the run's own exit
-        raise ConfigError(
-            f"{module.__name__}.build() called sys.exit({exc.code!r}); raise an exception saying what is wrong instead"
-        ) from None
-    if not isinstance(plan, ScenarioPlan):
-        raise ConfigError(
-            f"{module.__name__}.build() returned {type(plan).__name__}; return "
-            "ScenarioPlan(team=..., idea=..., send_to=..., n_round=...) (see the README's 'Write a scenario')"
-        )
+    plan = _built(module, config, llm, _collaborators(module, run_dir, mcp))
     if isinstance(tools, Remotes):
         plan.team.hire(tools.members())  # remote A2A agents join the society
     folder = getattr(config, "workspace", None)
@@ -104,6 +94,22 @@ def _plan(
         send_to=plan.send_to,
         n_round=plan.n_round if run.rounds is None else run.rounds,
     )
+
+
+def _built(module: ModuleType, config: Any, llm: LLM, collaborators: dict[str, Any]) -> ScenarioPlan:
+    """What the scenario's ``build`` makes of ``config``, checked to be a plan."""
+    try:
+        plan = module.build(config, llm, **collaborators)
+    except SystemExit as exc:  # sys.exit() in a scenario's build: not the run's own exit
+        raise ConfigError(
+            f"{module.__name__}.build() called sys.exit({exc.code!r}); raise an exception saying what is wrong instead"
+        ) from None
+    if not isinstance(plan, ScenarioPlan):
+        raise ConfigError(
+            f"{module.__name__}.build() returned {type(plan).__name__}; return "
+            "ScenarioPlan(team=..., idea=..., send_to=..., n_round=...) (see the README's 'Write a scenario')"
+        )
+    return plan
 
 
 def _collaborators(module: ModuleType, run_dir: Path | None, tools: Any) -> dict[str, Any]:
