@@ -166,3 +166,17 @@ def test_record_refuses_a_cassette_that_holds_calls(tmp_path):
     )
     assert again.exit_code == 2 and "holds recorded calls already" in again.output
     assert cassette.read_bytes() == kept, "nothing lost"
+
+
+def test_a_replay_without_a_seed_takes_the_recorded_runs_and_makes_the_same_run_directory(tmp_path):
+    from metaroles.cli import main
+    from tests.test_determinism import assert_same_bytes, contents
+
+    tape = tmp_path / "calls.jsonl"
+    common = ["run", "debate", "--set", "turns=1", "-q"]
+    assert main([*common, "--llm", "test", "--record", str(tape), "--out", str(tmp_path / "recorded")]) == 0
+    for name in ("first", "second"):
+        assert main([*common, "--replay", str(tape), "--out", str(tmp_path / name)]) == 0
+    assert_same_bytes(contents(tmp_path / "first"), contents(tmp_path / "second"))
+    state = {name: (tmp_path / name / "state.json").read_text() for name in ("recorded", "first")}
+    assert state["recorded"] == state["first"], "the replay is the recorded run: its ids too"

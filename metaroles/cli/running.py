@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -173,7 +174,7 @@ def run(
     steering = run_control(watch=watch, control=control, interventions=interventions)
     name, options, settings = _read_target(target, set_ or [])
     options, specs = split_role_llms(options)  # role.NAME.llm=MODEL: that role's own model
-    seed = seed if seed is not None else settings.get("seed")
+    seed = _run_seed(seed if seed is not None else settings.get("seed"), record, replay)
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
     given["tokens_per_minute"], given["requests_per_minute"] = tpm, rpm
@@ -274,9 +275,27 @@ def _taped_model(
     if people is not None:
         language_model = people(language_model)
         manifest["humans"] = sorted(language_model.seats or ())
-    language_model = CassetteLLM(record, mode=CassetteMode.RECORD, inner=language_model) if record else language_model
+    if record:
+        language_model = CassetteLLM(
+            record, mode=CassetteMode.RECORD, inner=language_model, run={"seed": chosen["seed"]}
+        )
     manifest["cassette"] = str(record.absolute()) if record else str(replay or "")  # resume goes on recording it
     return language_model, manifest
+
+
+def _run_seed(seed: int | None, record: Path | None, replay: Path | None) -> int | None:
+    """The run's seed: the one given; else a recording's own (drawn now, kept on the tape), else the tape's it replays.
+
+    A replay then makes the very ids the recorded run made, so its run directory is the same, byte for byte.
+    """
+    from metaroles.llm.cassette import recorded_run
+
+    if seed is not None:
+        return seed
+    if record is not None:
+        return secrets.randbelow(1 << 31)
+    recorded = recorded_run(replay) if replay is not None else {}
+    return recorded.get("seed") if isinstance(recorded.get("seed"), int) else None
 
 
 def _child_manifest(parent: dict[str, Any], backend: Any, specs: dict[str, str]) -> dict[str, Any]:

@@ -41,6 +41,20 @@ class CassetteMiss(RunError):
     """Replay found no recorded answer for a request (names role, action and hash)."""
 
 
+RUN_LINE = "run"
+"""The ``kind`` of a cassette's first line when it says what run it recorded (its seed): a replay takes it."""
+
+
+def recorded_run(path: str | Path) -> dict[str, Any]:
+    """What a cassette's first line says of the run it recorded (``{}``: nothing, or no such file)."""
+    try:
+        with Path(path).open(encoding="utf-8") as file:
+            first = json.loads(file.readline(1 << 16) or "{}")
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return first if isinstance(first, dict) and first.get("kind") == RUN_LINE else {}
+
+
 def request_key(request: LLMRequest, model: str) -> str:
     """A stable hash of what determines the answer to ``request`` from ``model``."""
     normalised = {
@@ -69,9 +83,15 @@ class CassetteLLM:
     """
 
     def __init__(
-        self, path: str | Path, *, mode: CassetteMode | str, inner: LLM | None = None, model: str | None = None
+        self,
+        path: str | Path,
+        *,
+        mode: CassetteMode | str,
+        inner: LLM | None = None,
+        model: str | None = None,
+        run: dict[str, Any] | None = None,
     ) -> None:
-        """Open the cassette: record starts it afresh, the replay modes read it now."""
+        """Open the cassette: record starts it afresh (``run``: its first line, of the run), replays read it."""
         self.path = Path(path)
         self.mode = CassetteMode(mode)
         if inner is None and self.mode is not CassetteMode.REPLAY:
@@ -86,7 +106,8 @@ class CassetteLLM:
                     f"cassette {str(self.path)!r} is a folder; name a file to record into, e.g. calls.jsonl"
                 )
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text("", encoding="utf-8")
+            header = json.dumps({"kind": RUN_LINE, **run}, sort_keys=True) + "\n" if run is not None else ""
+            self.path.write_text(header, encoding="utf-8")
         else:
             self._load()
 
@@ -109,6 +130,8 @@ class CassetteLLM:
                 continue
             try:
                 entry = json.loads(line)
+                if number == 1 and isinstance(entry, dict) and entry.get("kind") == RUN_LINE:
+                    continue  # what the cassette says of the run it recorded (recorded_run)
                 key, role, action = entry["key"], entry["role"], entry["action"]
             except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
                 if number == len(lines) and not text.endswith("\n"):  # the write a kill cut short

@@ -28,6 +28,7 @@ from typing import Any
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
 from metaroles.core.text import jsonl_lines
+from metaroles.llm.cassette import RUN_LINE
 from metaroles.project.rundir import MANIFEST, read_manifest
 from metaroles.project.sweep import read_table
 
@@ -77,6 +78,8 @@ def recorded_calls(run_dir: Path) -> Iterator[dict[str, Any]]:
                 continue
             try:
                 entry = json.loads(line)
+                if number == 1 and isinstance(entry, dict) and entry.get("kind") == RUN_LINE:
+                    continue  # the run it recorded, not a call
                 entry["request"]["messages"], entry["response"]
             except (ValueError, KeyError, TypeError, RecursionError):
                 if number == text.count("\n") + 1:  # the last line, cut short by a kill
