@@ -596,3 +596,26 @@ def test_a_scenario_whose_build_exits_is_one_line_naming_it(tmp_path, capsys, mo
     assert cli_main(["run", "leaving.py", "--llm", "test", "--out", str(tmp_path / "run"), "-q"]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("model: ")]
     assert lines == ["error: leaving.build() called sys.exit('bye'); raise an exception saying what is wrong instead"]
+
+
+async def test_each_speech_is_printed_as_its_round_ends_and_the_run_ends_with_what_the_bus_did(capsys):
+    from metaroles import FunctionLLM
+    from metaroles.cli.common import Live, Transcript, what_the_bus_did
+    from metaroles.project.scenario import run_scenario
+
+    printed_before_bob_spoke: list[str] = []
+
+    def answer(request) -> str:
+        if request.role == "Bob":
+            printed_before_bob_spoke.append(capsys.readouterr().out)
+        if request.output_schema is not None:
+            return '{"winner": "pro", "reasoning": "the clearer case for the motion", "confidence": 0.5}'
+        return f"{request.role} speaks."
+
+    live = Live(0, enabled=False, transcript=Transcript(None, wanted=None))
+    _, team = await run_scenario("debate", llm=FunctionLLM(answer), options={"turns": 1}, out_dir=None, on_progress=live)
+    assert "[Alice → Bob, Judge] Alice speaks." in printed_before_bob_spoke[0], "Alice's speech came out at once"
+    assert "Bob speaks." in capsys.readouterr().out
+    lines = what_the_bus_did(team.env.history.storage, Path("runs/x"), rounds=team.env.round)
+    assert "  Alice → Bob, Judge: 1" in lines and "  Human → <all>: 1" in lines
+    assert any("Verdict(winner='pro'" in line for line in lines) and lines[-1].startswith("next: metaroles show runs/x")

@@ -225,7 +225,8 @@ class Live:
     tokens and cost.
     """
 
-    def __init__(self, total: int, *, enabled: bool) -> None:
+    def __init__(self, total: int, *, enabled: bool, transcript: Transcript | None = None) -> None:
+        self.transcript = transcript
         self.progress = Progress(
             TextColumn("round"),
             MofNCompleteColumn(),
@@ -242,6 +243,8 @@ class Live:
     def __call__(self, team: Team) -> None:
         """Show the round just ended (its record: messages and model calls), with the run's totals."""
         env = team.env
+        if self.transcript is not None:
+            self.transcript(env.history.storage)
         record = env.round_record() if env.record is not None else None
         if record is None:
             env.keep_records(steps=False)  # from the next round on: what the round did, as the bus recorded it
@@ -285,14 +288,17 @@ def execute(
     quiet: bool,
     run_dir: Path | None = None,
     show_traceback: bool = False,
+    transcript: Transcript | None = None,
 ) -> tuple[TeamReport, Team]:
     """Run ``work(progress, stopping)`` under the progress display; errors become one line and an exit code.
+
+    ``transcript`` prints the messages as each round ends.
 
     The first Ctrl-C sets ``stopping``: the run stops at its next round barrier and writes what a
     stopped run writes (:func:`finish` then exits 130); a second one stops it at once, its last
     checkpoint whole. See :func:`reported` for the errors.
     """
-    live = Live(total, enabled=not quiet and err.is_terminal)
+    live = Live(total, enabled=not quiet and err.is_terminal, transcript=transcript)
     stopping = threading.Event()
     with (
         reported(run_dir, show_traceback=show_traceback),
@@ -334,14 +340,22 @@ def interrupts(stopping: threading.Event) -> Iterator[None]:
 
 
 def finish(
-    report: TeamReport, team: Team, run_dir: Path | None, *, quiet: bool, transcript: bool | None = None
+    report: TeamReport,
+    team: Team,
+    run_dir: Path | None,
+    *,
+    quiet: bool,
+    transcript: bool | None = None,
+    streamed: Transcript | None = None,
 ) -> None:
-    """Print the transcript (unless quiet), the report, and a summary table.
+    """Print the transcript (unless quiet, or ``streamed`` as the rounds ended), the report, and a summary table.
 
     A transcript longer than a run directory keeps (``rundir.TRANSCRIPT_LIMIT`` messages) is printed only
     when ``transcript`` asks for it (``--transcript``); else a line on stderr says how to see it.
     """
-    if not quiet:
+    if streamed is not None:
+        streamed(team.env.history.storage)  # what the last round said, if the run stopped before its end
+    elif not quiet:
         print_transcript(team.env.history.storage, run_dir, wanted=transcript)
     typer.echo(f"\n{report}")
     if report.stop_reason == "interrupted":  # StopReason.INTERRUPTED
@@ -356,6 +370,65 @@ def finish(
         table.add_row("run directory", str(run_dir))
         typer.echo(f"run directory: {run_dir}")
     err.print(table)
+    if not quiet:
+        for line in what_the_bus_did(team.env.history.storage, run_dir, rounds=team.env.round):
+            err.print(printable(line), markup=False, highlight=False, soft_wrap=True)
+
+
+FLOW_LINES = 8
+"""Who-spoke-to-whom lines the end of a run shows (the busiest first, once past this many)."""
+
+
+def what_the_bus_did(messages: Sequence[Message], run_dir: Path | None, *, rounds: int) -> list[str]:
+    """The end of a run: who spoke to whom how often, the last structured answer as the object it is, what next."""
+    flows: dict[tuple[str, tuple[str, ...]], int] = {}
+    for message in messages:
+        key = (message.sent_from or "Human", tuple(sorted(message.send_to)))
+        flows[key] = flows.get(key, 0) + 1
+    shown = list(flows.items())
+    if len(shown) > FLOW_LINES:
+        shown = sorted(shown, key=lambda item: -item[1])[:FLOW_LINES]
+    lines = ["", "what the bus did (who spoke to whom, how often):"]
+    lines += [f"  {sender} → {', '.join(to)}: {count}" for (sender, to), count in shown]
+    if len(flows) > len(shown):
+        lines.append(f"  … and {len(flows) - len(shown):,} more pairs (metaroles graph RUN_DIR)")
+    made = next((m for m in reversed(messages) if m.instruct_content is not None), None)
+    if made is not None and made.instruct_content is not None:
+        lines.append(f"{made.sent_from}'s answer as an object (instruct_content): {made.instruct_content!r}")
+    if run_dir is not None:
+        lines.append(
+            f"next: metaroles show {run_dir} · metaroles graph {run_dir} --format png · metaroles watch {run_dir} · "
+            f"metaroles interview {run_dir} --round {rounds} --role NAME 'Why?' · "
+            f"metaroles fork {run_dir} --from-round 1"
+        )
+    return lines
+
+
+class Transcript:
+    """A run's messages printed as its rounds end, a line each, up to ``rundir.TRANSCRIPT_LIMIT`` unless wanted."""
+
+    def __init__(self, run_dir: Path | None, *, wanted: bool | None) -> None:
+        self.run_dir, self.wanted = run_dir, wanted
+        self.printed = 0
+        self.stopped = False
+
+    def __call__(self, messages: Sequence[Message]) -> None:
+        """Print the messages of ``messages`` (the run's history) not printed yet."""
+        from metaroles.project import rundir
+        from metaroles.project.rundir import format_message
+
+        if self.stopped or len(messages) == self.printed:
+            return
+        if not self.wanted and len(messages) > rundir.TRANSCRIPT_LIMIT:
+            self.stopped = True
+            where = f"metaroles show {self.run_dir}" if self.run_dir is not None else "run it with --transcript"
+            said = f"the transcript goes on past {rundir.TRANSCRIPT_LIMIT:,} messages: not printed; to read it: {where}"
+            err.print(said, markup=False, highlight=False, soft_wrap=True)
+            return
+        for start in range(self.printed, len(messages), 1000):
+            chunk = messages[start : min(start + 1000, len(messages))]
+            typer.echo(printable("\n".join(format_message(m) for m in chunk)))
+        self.printed = len(messages)
 
 
 def print_transcript(messages: Sequence[Message], run_dir: Path | None, *, wanted: bool | None) -> None:

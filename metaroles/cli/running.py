@@ -16,6 +16,7 @@ from metaroles.cli.common import (
     LLM_HELP,
     TRACEBACK_HELP,
     TRUST_HELP,
+    Transcript,
     app,
     backend_from,
     execute,
@@ -217,14 +218,16 @@ def _execute_run(
 ) -> None:
     """Run ``scenario`` (its roles in ``specs`` on their own models) under the progress display, then report it."""
     role_llms = {role: resolve({"llm": spec}) for role, spec in specs.items()}
+    streamed = None if quiet else Transcript(run_dir, wanted=run.transcript)  # each speech as its round ends
     report, team = execute(
         lambda live, stopping: scenario(run=run, role_llms=role_llms, on_progress=live, stopping=stopping),
         run.rounds or 0,
         quiet=quiet,
         run_dir=run_dir,
         show_traceback=traceback,
+        transcript=streamed,
     )
-    finish(report, team, run_dir, quiet=quiet, transcript=run.transcript)
+    finish(report, team, run_dir, quiet=quiet, transcript=run.transcript, streamed=streamed)
 
 
 def _tools(
