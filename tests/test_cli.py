@@ -613,7 +613,9 @@ async def test_each_speech_is_printed_as_its_round_ends_and_the_run_ends_with_wh
         return f"{request.role} speaks."
 
     live = Live(0, enabled=False, transcript=Transcript(None, wanted=None))
-    _, team = await run_scenario("debate", llm=FunctionLLM(answer), options={"turns": 1}, out_dir=None, on_progress=live)
+    _, team = await run_scenario(
+        "debate", llm=FunctionLLM(answer), options={"turns": 1}, out_dir=None, on_progress=live
+    )
     assert "[Alice → Bob, Judge] Alice speaks." in printed_before_bob_spoke[0], "Alice's speech came out at once"
     assert "Bob speaks." in capsys.readouterr().out
     lines = what_the_bus_did(team.env.history.storage, Path("runs/x"), rounds=team.env.round)

@@ -49,7 +49,7 @@ def test_a_person_plays_a_werewolf_at_the_terminal_and_the_cassette_replays_the_
     same_run(tmp_path / "live", tmp_path / "re")
 
 
-def test_no_answer_in_time_and_an_answer_the_schema_refuses_leave_it_to_the_roles_model():
+def test_no_answer_in_time_leaves_it_to_the_roles_model_and_an_answer_not_a_choice_is_asked_again():
     choice = create_model("Choice", target=(str, ...)).model_json_schema()
     choice["properties"]["target"]["enum"] = ["Ann", "Ben"]
     desk = PageDesk()
@@ -67,12 +67,17 @@ def test_no_answer_in_time_and_an_answer_the_schema_refuses_leave_it_to_the_role
             group.start_soon(answer)
             while not desk.pending():
                 await anyio.wait_all_tasks_blocked()
-            desk.answer(desk.pending()[0].number, "Zed")  # not a living player: refused
+            desk.answer(desk.pending()[0].number, "Zed")  # not a living player: refused, and asked again
+            while not desk.pending():
+                await anyio.wait_all_tasks_blocked()
+            again = desk.pending()[0]
+            assert again.refused == "Zed" and again.fields == {"target": ["Ann", "Ben"]}
+            desk.answer(again.number, "Ben")
         return timed_out, answered[0]
 
-    timed_out, refused = anyio.run(ask)
+    timed_out, chosen = anyio.run(ask)
     default = anyio.run(TestLLM(5).complete, request).text
-    assert timed_out == default and refused == default
+    assert timed_out == default and json.loads(chosen) == {"target": "Ben"}
     other = LLMRequest(messages=[{"role": "user", "content": "Hi"}], role="Ann")
     assert anyio.run(person.complete, other).text == anyio.run(TestLLM(5).complete, other).text  # not a seat
     with pytest.raises(Exception, match="waits for no answer"):
@@ -161,7 +166,9 @@ def _answer_on_the_page(url: str) -> int:
                         event = text[7:]
                     elif text.startswith("data: ") and event == "human" and text != "data: []":
                         question = json.loads(text[6:])[0]
-                        reply = "Ben" if question["fields"] else "I suspect Ben (from the page)."
+                        listed = [v for values in question["fields"].values() for v in values]
+                        pick = "Ben" if "Ben" in listed or not listed else listed[0]  # Ben may be dead by now
+                        reply = pick if question["fields"] else "I suspect Ben (from the page)."
                         done = client.post(
                             "/api/human", headers=headers, json={"number": question["number"], "text": reply}
                         )
@@ -170,3 +177,41 @@ def _answer_on_the_page(url: str) -> int:
         except (httpx.RemoteProtocolError, httpx.ReadError):
             pass  # the run ended and took its page with it
     return answered
+
+
+def test_at_the_terminal_a_wrong_answer_is_asked_again_and_a_persons_answer_is_marked_as_a_persons(tmp_path):
+    import io
+    import os
+
+    from metaroles.llm.human import PERSON, TerminalDesk
+
+    choice = create_model("Choice", target=(str, ...)).model_json_schema()
+    choice["properties"]["target"]["enum"] = ["Ann", "Ben"]
+    read, write = os.pipe()
+    os.write(write, b"Zed\nBen\n")
+    os.close(write)  # as a pipe of typed lines ends
+    said = io.StringIO()
+    with os.fdopen(read) as answers:
+        person = HumanLLM(TestLLM(5), TerminalDesk(answers_from=answers, prompt_to=said), seats={"Cat"}, timeout=60)
+        request = LLMRequest(messages=[{"role": "user", "content": "Whom?"}], output_schema=choice, role="Cat")
+        response = anyio.run(person.complete, request)
+    assert json.loads(response.text) == {"target": "Ben"} and response.model == PERSON
+    assert "answer (target: Ann/Ben) >" in said.getvalue()
+    assert "'Zed' is not a choice (target: Ann/Ben); try again" in said.getvalue()
+
+
+def test_a_persons_answers_are_marked_in_the_cassette_ledger_and_exports(tmp_path):
+    answers = "Ben\nI suspect Ben, he is too quiet.\n" * 30
+    played = metaroles("run", *WEREWOLF, "--human", "Cat", "--record", str(tmp_path / "game.jsonl"),
+                       "--out", str(tmp_path / "live"), stdin=answers)  # fmt: skip
+    assert played.returncode == 0, played.stderr[-2000:]
+    calls = [json.loads(line) for line in (tmp_path / "game.jsonl").read_text().splitlines()[1:]]
+    cat = {call["response"]["model"] for call in calls if call["role"] == "Cat"}
+    assert "person" in cat and "person" not in {call["response"]["model"] for call in calls if call["role"] != "Cat"}
+    ledger = json.loads((tmp_path / "live" / "ledger.json").read_text())
+    assert "person" in json.dumps(ledger)
+    out = tmp_path / "sft.jsonl"
+    assert metaroles("export", str(tmp_path / "live"), "--format", "sft", "--out", str(out)).returncode == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "person" in {row["answered_by"] for row in rows if row["role"] == "Cat"}
+    assert {row["answered_by"] for row in rows if row["role"] != "Cat"} == {"model"}

@@ -104,7 +104,7 @@ def desk_asker(desk: Desk, seconds: float = ASK_SECONDS) -> Asker:
 
     async def ask(role: str, tool: str, arguments: dict[str, Any]) -> bool:
         given = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
-        prompt = f"{role} asks to call the tool {tool} with {given[:2000]}. Allow it?"
+        prompt = f"{role} asks to call the tool {tool} with {given[:2000]}. Allow it? (yes or no)"
         text = await desk.ask(HumanQuestion(next(numbers), role, "permission", prompt, fields), seconds)
         answer = None if text is None else parse_answer(text, schema)
         return answer is not None and json.loads(answer)["allow"] is True

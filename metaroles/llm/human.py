@@ -20,7 +20,7 @@ import select
 import sys
 import threading
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TextIO
 
 import anyio
@@ -34,6 +34,10 @@ HUMAN_SECONDS = 120.0
 """How long a person has to answer before the role's default answers (``HumanLLM(timeout=...)``)."""
 
 
+PERSON = "person"
+"""The model a person's answer names (in the cassette, the ledger, the events and exports): not a model's."""
+
+
 @dataclass(frozen=True)
 class HumanQuestion:
     """What a person is asked for a role: the prompt, and the fields a structured answer has."""
@@ -44,11 +48,17 @@ class HumanQuestion:
     prompt: str
     fields: dict[str, list[str]] = field(default_factory=dict)
     """Each field of a structured answer and the values it takes (empty: any text)."""
+    refused: str | None = None
+    """The person's last answer, when it was not one of the choices (they are asked again)."""
+
+    def choices(self) -> str:
+        """The answers it takes, in words (``target: Ann/Ben; save: yes/no``)."""
+        return "; ".join(f"{k}: {'/'.join(v) or 'any text'}" for k, v in self.fields.items())
 
     def as_data(self) -> dict[str, Any]:
         """The question as JSON data (what the watch page shows)."""
         return {"number": self.number, "role": self.role, "action": self.action, "prompt": self.prompt,
-                "fields": self.fields}  # fmt: skip
+                "fields": self.fields, "refused": self.refused}  # fmt: skip
 
 
 class Desk(Protocol):
@@ -73,8 +83,11 @@ class TerminalDesk:
 
     def _ask(self, question: HumanQuestion, timeout: float) -> str | None:
         with self._lock:  # one question at a time on one terminal
-            choices = "; ".join(f"{k}: {'/'.join(v) or 'any text'}" for k, v in question.fields.items())
-            self.prompt_to.write(f"\n[{question.role} — your turn] {question.prompt}\n")
+            choices = question.choices()
+            if question.refused is not None:
+                self.prompt_to.write(f"{question.refused!r} is not a choice ({choices or 'any text'}); try again\n")
+            else:
+                self.prompt_to.write(f"\n[{question.role} — your turn] {question.prompt}\n")
             self.prompt_to.write(f"answer ({choices}) > " if choices else "answer > ")
             self.prompt_to.flush()
             ready, _, _ = select.select([self.answers_from], [], [], timeout)
@@ -151,15 +164,24 @@ class HumanLLM:
         return f"HumanLLM({seats}; else {self.inner!r})"
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """The person's answer for a seat's request (else, or on no valid answer in time, the default's)."""
+        """The person's answer for a seat's request (else, or with no answer in time, the default's).
+
+        An answer that is not one of the choices is refused, saying so, and the person asked again
+        while their time lasts. A person's answer says who gave it: its model is :data:`PERSON`.
+        """
         if self.seats is not None and request.role not in self.seats:
             return await self.inner.complete(request)
         question = _question(next(self._numbers), request)
-        text = await self.desk.ask(question, self.timeout)
-        answer = None if text is None else parse_answer(text, request.output_schema)
-        if answer is None:
-            return await self.inner.complete(request)
-        return LLMResponse(text=answer, model=self.model)
+        deadline = anyio.current_time() + self.timeout
+        while (left := deadline - anyio.current_time()) > 0:
+            text = await self.desk.ask(question, left)
+            if text is None:
+                break
+            answer = parse_answer(text, request.output_schema)
+            if answer is not None:
+                return LLMResponse(text=answer, model=PERSON)
+            question = replace(question, number=next(self._numbers), refused=text)
+        return await self.inner.complete(request)
 
 
 def _question(number: int, request: LLMRequest) -> HumanQuestion:

@@ -29,6 +29,7 @@ from metaroles.core.exceptions import ConfigError, RunDirCorrupt
 from metaroles.core.files import read_text, write_atomic
 from metaroles.core.text import jsonl_lines
 from metaroles.llm.cassette import RUN_LINE
+from metaroles.llm.human import PERSON
 from metaroles.project.rundir import MANIFEST, read_manifest
 from metaroles.project.sweep import read_table
 
@@ -114,6 +115,11 @@ def _answer(response: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
+def _answered_by(response: dict[str, Any]) -> str:
+    """Who answered: ``person`` (a person at a desk, ``--human``) or ``model``: a dataset keeps them apart."""
+    return PERSON if response.get("model") == PERSON else "model"
+
+
 def _sft(trial: str, calls: list[dict[str, Any]], reward: Any, scores: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {
@@ -121,6 +127,7 @@ def _sft(trial: str, calls: list[dict[str, Any]], reward: Any, scores: dict[str,
             "role": call.get("role", ""),
             "action": call.get("action", ""),
             "messages": [*call["request"]["messages"], _answer(call["response"])],
+            "answered_by": _answered_by(call["response"]),
             "reward": reward,
             "scores": scores,
         }
@@ -132,6 +139,7 @@ def _episodes(trial: str, calls: list[dict[str, Any]], reward: Any) -> list[dict
     steps: dict[str, list[dict[str, Any]]] = {}
     for call in calls:
         step = {"action": call.get("action", ""), "messages": call["request"]["messages"]}
+        step["answered_by"] = _answered_by(call["response"])
         steps.setdefault(call.get("role", ""), []).append(step | {"answer": _answer(call["response"])})
     return [{"trial": trial, "role": role, "steps": taken, "reward": reward} for role, taken in steps.items()]
 
