@@ -718,8 +718,9 @@ def shard_by(role: Role, shards: int) -> int | None:
 def platform_metrics(roles: list[Role]) -> dict[str, Any] | None:
     """The platform's measures of the round just run, if it is among ``roles`` (a part of :func:`round_metrics`)."""
     for role in roles:
-        if isinstance(role, Platform):
-            return getattr(role, "last_metrics", None)
+        if isinstance(role, Platform):  # before its first turn: the feed as it starts (every row has every key)
+            measured = getattr(role, "last_metrics", None)
+            return measured if measured is not None else role.current_feed().metrics()
     return None
 
 

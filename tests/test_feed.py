@@ -230,7 +230,7 @@ async def test_a_users_interview_sees_its_timeline_and_its_persona(tmp_path):
     )
     assert [a.role for a in answers] == [acted] and answers[0].answer
     persona = team.env.roles[acted].persona
-    assert json.loads(answers[0].attributes)["number"] == int(acted[1:]) and persona.bio
+    assert answers[0].attributes["number"] == int(acted[1:]) and persona.bio
 
 
 # -- bad input ---------------------------------------------------------------------------------------------

@@ -55,8 +55,9 @@ class Answer:
     """One role's answer to one question."""
 
     role: str
-    attributes: str
-    """The role's own settings as JSON (its class, profile, goal and its scalar attributes)."""
+    attributes: dict[str, Any]
+    """The role as it stood at the round: its class, its scalar attributes (an agent's opinion, a player's
+    seat), its stage (``state``) and what it keeps beyond the bus (``extra``: a persona, a stance, a summary)."""
     question: str
     answer: str
     prompt_tokens: int
@@ -180,7 +181,7 @@ async def answer(
     response = await role.llm.complete(request)
     return Answer(
         role=role.name,
-        attributes=json.dumps(_attributes(role), sort_keys=True),
+        attributes=_attributes(role),
         question=question,
         answer=response.text.strip(),
         prompt_tokens=response.usage.prompt_tokens,
@@ -195,7 +196,20 @@ def _attributes(role: Role) -> dict[str, Any]:
         for key, value in vars(role).items()
         if not key.startswith("_") and isinstance(value, str | int | float | bool) and key != "name"
     }
-    return {"class": type(role).__name__, **own}
+    extra = role.extra_state() if role.keeps_extra_state else None
+    return {"class": type(role).__name__, **own, "state": role.rc.state, **({"extra": extra} if extra else {})}
+
+
+def _attributes_column(pa: Any, rows: list[dict[str, Any]]) -> Any:
+    """The roles' attributes as a struct column (a field each: ``df.attributes.str["opinion"]``).
+
+    Roles whose attributes of one name differ in type (a seat a number here, a name there) are
+    kept as JSON text instead, so nothing is lost.
+    """
+    try:
+        return pa.array(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([json.dumps(row, sort_keys=True, default=str) for row in rows])
 
 
 def _write(out_dir: Path, answers: Sequence[Answer], asked: dict[str, Any]) -> None:
@@ -204,7 +218,8 @@ def _write(out_dir: Path, answers: Sequence[Answer], asked: dict[str, Any]) -> N
     import pyarrow.parquet as pq
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = pa.table({column: [getattr(a, column) for a in answers] for column in COLUMNS})
+    table = pa.table({column: [getattr(a, column) for a in answers] for column in COLUMNS if column != "attributes"})
+    table = table.add_column(1, "attributes", _attributes_column(pa, [a.attributes for a in answers]))
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     write_atomic(out_dir / ANSWERS, sink.getvalue().to_pybytes())
