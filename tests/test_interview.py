@@ -1,7 +1,6 @@
 """Interviews and surveys on a fork at a round: the same answers in any process, the run untouched."""
 
 import hashlib
-import json
 import subprocess
 import sys
 from pathlib import Path
