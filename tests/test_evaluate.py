@@ -466,3 +466,30 @@ def test_a_scorer_from_a_suite_not_built_in_runs_in_the_sandbox_unless_trusted(t
     trusted = eval_cli(str(folder), "--llm", "test", "--trust", "--out", str(tmp_path / "trusted"))
     assert trusted.returncode == 0, trusted.stderr
     assert sorted(p.name for p in outside.iterdir()) == ["touched", "written"], "trusted, it runs as plain code"
+
+
+def test_report_figures_keep_four_significant_digits_and_never_say_minus_zero() -> None:
+    from metaroles.project.evaluate import figure
+
+    assert [figure(v) for v in (0.000123456, -0.0000001, 12.3456, 0.0, 123456.0, "0.5", "abc", 3)] == [
+        "0.0001235", "-1e-07", "12.35", "0", "1.235e+05", "0.5", "abc", 3,
+    ]  # fmt: skip
+
+
+def test_a_warning_many_trials_give_alike_is_said_once(capsys) -> None:
+    import warnings
+
+    from metaroles.cli import app, main
+
+    @app.command("warn-twice", hidden=True)
+    def warn_twice() -> None:
+        for _ in range(18):
+            warnings.warn("the same thing", UserWarning, stacklevel=1)
+        warnings.warn("another thing", UserWarning, stacklevel=1)
+
+    try:
+        assert main(["warn-twice"]) == 0
+    finally:
+        app.registered_commands = [c for c in app.registered_commands if c.name != "warn-twice"]
+    said = capsys.readouterr().err
+    assert said.count("warning: the same thing") == 1 and said.count("warning: another thing") == 1

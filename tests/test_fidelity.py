@@ -39,3 +39,17 @@ def test_eval_help_lists_every_built_in_suite() -> None:
     shown = " ".join(eval_cli("--help").stdout.split())
     for folder in (Path(load_suite("fidelity").folder).parent).iterdir():
         assert folder.name in shown, folder.name
+
+
+def test_the_report_cites_every_figure_and_the_distance_puts_each_gap_on_its_statistics_range(tmp_path: Path) -> None:
+    from metaroles.project.evaluate import report
+
+    suite = load_suite("fidelity", seeds=[0])
+    said = report(suite, [], [])
+    assert "## The human figures compared with, and their sources" in said
+    assert "ultimatum, offer_share = 0.4: Oosterbeek, Sloof & van de Kuilen (2004)" in said
+    assert "public_goods, decline = ≥ 0.0: Ledyard (1995)" in said
+    score = {}
+    exec((suite.folder / "score.py").read_text(), score)  # the built-in scorer, ours
+    assert score["_gap"](-1.0, {"low": 0.0, "span": 2.0}) == 0.5, "a fall of a whole share is half the range of -1..1"
+    assert abs(score["_gap"](0.1, {"value": 0.4}) - 0.3) < 1e-9, "a share's gap is itself"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from functools import partial
 
 import typer
 from rich.markup import escape
@@ -40,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run (1), and even a bug of ours (1). Warnings are one line too.
     """
     with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warning
+        said: set[str] = set()  # a warning many trials or roles give alike is said once
+        warnings.showwarning = partial(_one_line_warning, said=said)
         try:
             code = app(args=list(argv) if argv is not None else None, prog_name="metaroles", standalone_mode=False)
         except typer.Exit as exc:
@@ -63,5 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code if isinstance(code, int) else 0
 
 
-def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
-    err.print(f"warning: {escape(' '.join(printable(str(message)).split()))}", highlight=False, soft_wrap=True)
+def _one_line_warning(
+    message: Warning | str, category: type[Warning], *args: object, said: set[str], **kwargs: object
+) -> None:
+    text = " ".join(printable(str(message)).split())
+    if text in said:
+        return
+    said.add(text)
+    err.print(f"warning: {escape(text)}", highlight=False, soft_wrap=True)

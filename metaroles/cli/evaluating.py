@@ -131,12 +131,12 @@ def _settings(specs: list[str] | None) -> dict[str, dict[str, Any]] | None:
 
 def _print(folder: Path) -> None:
     """The summary the evaluation wrote: each metric per setting, its interval, its difference from the first."""
-    from metaroles.project.evaluate import SUMMARY
+    from metaroles.project.evaluate import SUMMARY, figure
 
     with (folder / SUMMARY).open(encoding="utf-8", newline="") as table:
         lines = list(csv.DictReader(table))
     for line in lines:
-        span = f" [{line['low']}, {line['high']}]" if line.get("low") else ""
-        diff = f"  Δ {line['diff']}" if line.get("diff") else ""
-        diff += f" [{line['diff_low']}, {line['diff_high']}]" if line.get("diff_low") else ""
-        typer.echo(f"{line['metric']:<16} {line['setting']:<16} n={line['n']:<4} {line['mean']}{span}{diff}")
+        span = f" [{figure(line['low'])}, {figure(line['high'])}]" if line.get("low") else ""
+        diff = f"  Δ {figure(line['diff'])}" if line.get("diff") else ""
+        diff += f" [{figure(line['diff_low'])}, {figure(line['diff_high'])}]" if line.get("diff_low") else ""
+        typer.echo(f"{line['metric']:<16} {line['setting']:<16} n={line['n']:<4} {figure(line['mean'])}{span}{diff}")

@@ -544,7 +544,8 @@ PROVIDERS = {
 def report(suite: Suite, rows: list[Row], lines: list[Row], *, plots: Sequence[tuple[str, str]] = ()) -> str:
     """The Markdown report: what ran on which model, each metric's scale, per setting with its interval.
 
-    Figures are printed to 3 decimals (``summary.csv`` keeps 6); then the pictures and the failed trials.
+    Figures are printed to 4 significant digits (``summary.csv`` keeps 6 decimals); then the pictures and
+    the failed trials.
     """
     done = sum(1 for row in rows if row.get("status") == "done")
     text = [
@@ -569,6 +570,7 @@ def report(suite: Suite, rows: list[Row], lines: list[Row], *, plots: Sequence[t
     for caption, file in plots:
         text += ["", f"![{caption}]({file})"]
     text += _by_task(suite, rows)
+    text += _references(suite)
     failed = [row for row in rows if row.get("status") != "done"]
     if failed:
         text += ["", "## Trials that did not finish", ""]
@@ -576,9 +578,43 @@ def report(suite: Suite, rows: list[Row], lines: list[Row], *, plots: Sequence[t
     return "\n".join(text) + "\n"
 
 
+REFERENCE = "reference.toml"
+"""A task's published figures, each with its ``source`` (a suite of human studies): the report cites them."""
+
+
+def _references(suite: Suite) -> list[str]:
+    """The figures the tasks compare with, and where each was published (a task's ``reference.toml``)."""
+    lines: list[str] = []
+    for task in suite.tasks:
+        path = task.folder / REFERENCE
+        if not path.is_file():
+            continue
+        for name, given in _toml(path).items():
+            if not isinstance(given, dict):
+                continue
+            low, high = given.get("low"), given.get("high")
+            value = given.get("value", f"≥ {low}" if high is None else f"≤ {high}" if low is None else f"{low}–{high}")
+            source = " ".join(str(given.get("source", "no source given")).split())
+            lines.append(f"- {task.name}, {name} = {value}: {source}")
+    return ["", "## The human figures compared with, and their sources", "", *lines] if lines else []
+
+
 def _num(value: Any) -> Any:
-    """A figure as the report prints it: 3 decimals at most."""
-    return round(value, 3) if isinstance(value, float) else value
+    """A figure as the report prints it (:func:`figure`)."""
+    return figure(value)
+
+
+def figure(value: Any) -> Any:
+    """A number as reports print it: 4 significant digits (0.0001234, 12.35, 1.235e+05), never ``-0``."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return value
+    if not isinstance(value, float):
+        return value
+    text = f"{value:.4g}"
+    return "0" if text in ("0", "-0") else text
 
 
 def _models_said(rows: list[Row]) -> list[str]:

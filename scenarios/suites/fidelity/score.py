@@ -4,7 +4,9 @@ Every statistic is computed over the population of the run (the experimenter's r
 line of ``metrics.jsonl``), with a bootstrap interval over its agents (``*_low``, ``*_high``: 2000
 resamples, seeded: the same every time). ``distance`` is the mean gap between the population's
 statistics and the human ones: the distance to a published point, or to the nearest end of a
-published range (0 inside it); a statistic the run cannot show (no offer below 20%) is left out.
+published range (0 inside it), each as a share of the range of values the statistic can take
+(``span`` in reference.toml), so shares and changes of shares are on one scale; a statistic the run
+cannot show (no offer below 20%) is left out.
 """
 
 from __future__ import annotations
@@ -80,8 +82,13 @@ def _bootstrap(values: Sequence[float], statistic: Callable[[Sequence[float]], f
 
 
 def _gap(value: float, figure: dict[str, Any]) -> float:
-    """How far ``value`` is from a published point, range or bound."""
+    """How far ``value`` is from a published point, range or bound, as a share of the statistic's ``span``.
+
+    ``span``: the width of the values the statistic can take (1 for a share; 2 for a change of a
+    share, -1 to 1), so that every statistic's gap is on the same 0-1 scale before they are averaged.
+    """
+    span = float(figure.get("span", 1.0))
     if "value" in figure:
-        return abs(value - float(figure["value"]))
+        return abs(value - float(figure["value"])) / span
     low, high = float(figure.get("low", -1e9)), float(figure.get("high", 1e9))
-    return max(low - value, value - high, 0.0)
+    return max(low - value, value - high, 0.0) / span
