@@ -1,5 +1,7 @@
 """Tool-calling agents driven by a ScriptedLLM: tool-choice modes, errors as observations, states."""
 
+import warnings
+
 import pytest
 from pydantic import Field
 
@@ -204,3 +206,15 @@ async def test_state_context_validates_and_an_error_stands():
     assert isinstance(coder.messages, list) and not coder.messages
     coder.messages = [Message.user_message("restored")]
     assert coder.memory.messages[0].content == "restored"
+
+
+async def test_a_run_in_which_the_model_called_no_tool_says_so_in_a_line():
+    from metaroles.agents.agent import NoToolCall
+
+    talker, _ = agent(*[{"content": "terminate"}] * 3, max_steps=3)  # "terminate" written, never called
+    with pytest.warns(NoToolCall, match=r"agent 'coder': its model '.*' called no tool in 3 step\(s\)"):
+        await talker.run("Sum the numbers.")
+    caller, _ = agent(DONE, max_steps=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoToolCall)
+        await caller.run("Stop.")

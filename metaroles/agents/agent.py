@@ -230,6 +230,10 @@ class ReActAgent(BaseAgent):
         return await self.act()
 
 
+class NoToolCall(UserWarning):
+    """An agent's model called no tool in a whole run (it answered in plain text)."""
+
+
 class ToolCallAgent(ReActAgent):
     """A ReAct agent whose actions are tool calls the model chooses.
 
@@ -292,6 +296,26 @@ class ToolCallAgent(ReActAgent):
         self.tool_calls: list[ToolCall] = []
         self.call_ids: set[str] = set()
         """The ids of the tool calls made so far (a repeated or missing id is renamed: each result is its own)."""
+
+    async def run(self, request: str | None = None) -> str:
+        """Step as :meth:`BaseAgent.run` does; a run in which the model called no tool at all is said, in a line.
+
+        A small model (the embedded default) often answers in plain text, ``terminate`` written out
+        and never called: the run then ends at ``max_steps`` having done nothing, which a
+        :class:`NoToolCall` warning says instead of leaving it to be found.
+        """
+        before = len(self.call_ids)
+        result = await super().run(request)
+        if len(self.call_ids) == before and self.current_step and self.tool_choices is not ToolChoice.NONE:
+            model = getattr(self.llm, "model", None) or type(self.llm).__name__
+            warn(
+                NoToolCall(
+                    f"agent {self.name!r}: its model {model!r} called no tool in {self.current_step} step(s), "
+                    "answering in plain text; tools need a model that calls them (README: which models call tools)"
+                ),
+                stacklevel=2,
+            )
+        return result
 
     # -- think -----------------------------------------------------------------------------------
 

@@ -175,7 +175,8 @@ def run(
     steering = run_control(watch=watch, control=control, interventions=interventions)
     name, options, settings = _read_target(target, set_ or [])
     options, specs = split_role_llms(options)  # role.NAME.llm=MODEL: that role's own model
-    seed = _run_seed(seed if seed is not None else settings.get("seed"), record, replay)
+    taped = replay or (Path(llm.removeprefix("replay:")) if llm and llm.startswith("replay:") else None)
+    seed = _run_seed(seed if seed is not None else settings.get("seed"), record, taped)
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
     given["tokens_per_minute"], given["requests_per_minute"] = tpm, rpm
