@@ -31,7 +31,7 @@ def test_a_recorded_run_exports_the_chats_the_model_saw_and_datasets_loads_them(
     )
     out = tmp_path / "sft.jsonl"
     assert main(["export", str(tmp_path / "run"), "--format", "sft", "--out", str(out)]) == 0
-    recorded = [json.loads(line) for line in tape.read_text().splitlines()]
+    recorded = [json.loads(line) for line in tape.read_text().splitlines()[1:]]  # the first: the run's seed
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == len(recorded) >= 4
     for line, call in zip(lines, recorded, strict=True):  # exactly what the model got, then what it said
@@ -96,4 +96,4 @@ def test_a_torn_last_call_is_left_out_with_a_warning_naming_it(tmp_path: Path, c
     assert main(["export", str(tmp_path / "run"), "--format", "sft", "--out", str(tmp_path / "sft.jsonl")]) == 0
     said = capsys.readouterr().err
     assert f"line {len(whole)} was cut short" in said and "left out of the export" in said, said
-    assert len((tmp_path / "sft.jsonl").read_text().splitlines()) == len(whole) - 1
+    assert len((tmp_path / "sft.jsonl").read_text().splitlines()) == len(whole) - 2, "all but the seed and the torn"
