@@ -333,8 +333,6 @@ class Message:
 
     def __eq__(self, other: object) -> bool:
         """Messages are equal when their ids are."""
-        if self is other:
-            return True
         if isinstance(other, Message):
             return self.id == other.id
         return NotImplemented
