@@ -90,14 +90,13 @@ class Verbs:
         return [arg for key, value in checked.items() for arg in ("--set", f"{key}={value}")]
 
     def recorded_scenario(self, run_dir: str) -> str:
-        """The scenario a run directory inside the root was made by ('' when its manifest does not say)."""
-        import json
+        """The scenario a run directory inside the root was made by ('' when it is no run: fork says why)."""
+        from metaroles.project.rundir import read_manifest
 
         try:
-            manifest = json.loads((Path(self.inside(run_dir, "run_dir")) / "manifest.json").read_text("utf-8"))
-        except (OSError, ValueError):
+            return str(read_manifest(Path(self.inside(run_dir, "run_dir")))["scenario"])
+        except ConfigError:
             return ""
-        return str(manifest.get("scenario", "")) if isinstance(manifest, dict) else ""
 
     def scenario(self, name: str) -> str:
         """A scenario the assistant may run: a registered name (a file or module only with ``--trust``)."""

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
@@ -353,10 +354,10 @@ def finish(
     A transcript longer than a run directory keeps (``rundir.TRANSCRIPT_LIMIT`` messages) is printed only
     when ``transcript`` asks for it (``--transcript``); else a line on stderr says how to see it.
     """
+    if streamed is None and not quiet:
+        streamed = Transcript(run_dir, wanted=transcript)  # a resume or fork: the transcript once it ended
     if streamed is not None:
-        streamed(team.env.history.storage)  # what the last round said, if the run stopped before its end
-    elif not quiet:
-        print_transcript(team.env.history.storage, run_dir, wanted=transcript)
+        streamed(team.env.history.storage)  # what is left unprinted
     typer.echo(f"\n{report}")
     if report.stop_reason == "interrupted":  # StopReason.INTERRUPTED
         going_on = f"; to go on: metaroles resume {run_dir}" if run_dir is not None else ""
@@ -381,15 +382,12 @@ FLOW_LINES = 8
 
 def what_the_bus_did(messages: Sequence[Message], run_dir: Path | None, *, rounds: int) -> list[str]:
     """The end of a run: who spoke to whom how often, the last structured answer as the object it is, what next."""
-    flows: dict[tuple[str, tuple[str, ...]], int] = {}
-    for message in messages:
-        key = (message.sent_from or "Human", tuple(sorted(message.send_to)))
-        flows[key] = flows.get(key, 0) + 1
+    flows = Counter((message.sent_from, message.send_to) for message in messages)  # recipient sets are shared
     shown = list(flows.items())
     if len(shown) > FLOW_LINES:
-        shown = sorted(shown, key=lambda item: -item[1])[:FLOW_LINES]
+        shown = flows.most_common(FLOW_LINES)
     lines = ["", "what the bus did (who spoke to whom, how often):"]
-    lines += [f"  {sender} → {', '.join(to)}: {count}" for (sender, to), count in shown]
+    lines += [f"  {sender or 'Human'} → {', '.join(sorted(to))}: {count}" for (sender, to), count in shown]
     if len(flows) > len(shown):
         lines.append(f"  … and {len(flows) - len(shown):,} more pairs (metaroles graph RUN_DIR)")
     made = next((m for m in reversed(messages) if m.instruct_content is not None), None)
@@ -429,20 +427,6 @@ class Transcript:
             chunk = messages[start : min(start + 1000, len(messages))]
             typer.echo(printable("\n".join(format_message(m) for m in chunk)))
         self.printed = len(messages)
-
-
-def print_transcript(messages: Sequence[Message], run_dir: Path | None, *, wanted: bool | None) -> None:
-    """Print ``messages`` a line each (a chunk at a time: a long run's is never one string), or say why not."""
-    from metaroles.project import rundir
-    from metaroles.project.rundir import format_message
-
-    if not wanted and len(messages) > rundir.TRANSCRIPT_LIMIT:
-        where = f"metaroles show {run_dir}" if run_dir is not None else "run it with --transcript"
-        said = f"the transcript of {len(messages):,} messages is not printed; to read it: {where}"
-        err.print(said, markup=False, highlight=False, soft_wrap=True)
-        return
-    for start in range(0, len(messages), 1000):
-        typer.echo(printable("\n".join(format_message(m) for m in messages[start : start + 1000])))
 
 
 MODEL_SETTINGS = (
