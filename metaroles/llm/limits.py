@@ -126,31 +126,40 @@ class TokenPace:
     window: float = MINUTE
     """Seconds the limit is counted over (providers count a minute; some, ten seconds)."""
     spent: list[list[float]] = field(default_factory=list)
-    """The last minute's calls: [when it started, its tokens]."""
+    """The last minute's calls: [when it started (answered, once settled), its tokens, 1 while unanswered]."""
     paused_until: float = 0.0
 
     def room(self, now: float) -> float:
-        """Tokens the last minute leaves for a call starting at ``now``."""
-        while self.spent and self.spent[0][0] + self.window <= now:  # as wait() computes it: no rounding between
-            self.spent.pop(0)
-        return self.per_minute - sum(tokens for _, tokens in self.spent)
+        """Tokens the last minute leaves for a call starting at ``now``.
+
+        A call still unanswered stays counted however long ago it started: the server admitted it
+        some time after, unknown until its answer (a loaded machine's requests arrive late).
+        """
+        while self.spent and not self.spent[0][2] and self.spent[0][0] + self.window <= now:
+            self.spent.pop(0)  # as wait() computes it: no rounding between
+        return self.per_minute - sum(tokens for when, tokens, open_ in self.spent if open_ or when + self.window > now)
 
     def wait(self, now: float, tokens: float) -> float:
-        """Seconds until a call of ``tokens`` may start (0: now); one above the limit waits for an empty minute."""
+        """Seconds until a call of ``tokens`` may start (0: now); one above the limit waits for an empty minute.
+
+        When only calls still unanswered would make the room, it looks again after a twentieth of the window.
+        """
         if now < self.paused_until:
             return self.paused_until - now
         need, room = min(tokens, self.per_minute), self.room(now)
         if room >= need:
             return 0.0
-        for started, spent in self.spent:  # the oldest leave the minute first
+        for started, spent, open_ in self.spent:  # the oldest leave the minute first
+            if open_ or started + self.window <= now:
+                continue  # unanswered: not leaving yet; or already left (room counts it out)
             room += spent
             if room >= need:
                 return started + self.window - now
-        return self.window
+        return self.window / 20 if any(open_ for _, _, open_ in self.spent) else self.window
 
-    def spend(self, now: float, tokens: float) -> list[float]:
-        """Count a call of ``tokens`` starting at ``now``; the entry :meth:`settle` corrects."""
-        entry = [now, float(tokens)]
+    def spend(self, now: float, tokens: float, *, answered: bool = False) -> list[float]:
+        """Count a call of ``tokens`` starting at ``now``; the entry :meth:`settle` corrects (``answered``: no call)."""
+        entry = [now, float(tokens), 0.0 if answered else 1.0]
         self.spent.append(entry)
         return entry
 
@@ -161,7 +170,7 @@ class TokenPace:
         its answer, and counts it from then. Never fewer than it asked for: providers charge a
         call's ``max_tokens`` when they admit it.
         """
-        entry[0], entry[1] = now, max(entry[1], float(used))
+        entry[0], entry[1], entry[2] = now, max(entry[1], float(used)), 0.0
         self.spent.sort(key=lambda spent: spent[0])  # the minute is walked oldest first
 
     def pause(self, now: float, seconds: float) -> None:
@@ -175,7 +184,7 @@ class TokenPace:
         if remaining is not None:
             unseen = self.room(now) - remaining  # the server counts more than we did (another client, its tokenizer)
             if unseen > 0:
-                self.spend(now, unseen)
+                self.spend(now, unseen, answered=True)
 
 
 class LimitedLLM:
@@ -299,15 +308,19 @@ class LimitedLLM:
             await self._wait_turn()
             called = await self._wait_room(self.requests, 1)
             counted = await self._wait_room(self.tokens, tokens_asked(request, self._answer_tokens()))
-            if self.adaptive is None:
-                response = await self.inner.complete(request)
-            else:
-                response = await self._observed(request)
-            now = anyio.current_time()
-            if counted is not None and self.tokens is not None:
-                self.tokens.settle(counted, response.usage.total_tokens, now)
-            if called is not None and self.requests is not None:
-                self.requests.settle(called, 1, now)
+            used = 0
+            try:
+                if self.adaptive is None:
+                    response = await self.inner.complete(request)
+                else:
+                    response = await self._observed(request)
+                used = response.usage.total_tokens
+            finally:  # a call that failed is settled too, as it asked: an unanswered one would hold the pace
+                now = anyio.current_time()
+                if counted is not None and self.tokens is not None:
+                    self.tokens.settle(counted, used, now)
+                if called is not None and self.requests is not None:
+                    self.requests.settle(called, 1, now)
             return response
 
     async def _observed(self, request: LLMRequest) -> LLMResponse:
