@@ -105,14 +105,15 @@ $(MCP_FILESYSTEM):
 	npm install --prefix build/node --no-audit --no-fund --silent @modelcontextprotocol/server-filesystem@2026.8.31
 
 # The suite runs on pytest-xdist workers (tests that share a module fixture stay on one worker, the Ray
-# tests share one: tests/conftest.py), the type check (about a minute) beside it; either failing fails
-# `make test`. A worker per core (measured on 2 cores: two per core took 15.5 min against 13 min).
+# tests share one: tests/conftest.py), the lint and the type check (under a minute) beside it; any of
+# them failing fails `make test`. A worker per core (measured on 2 cores: three workers gained ~10 s of
+# 10 min, four lost minutes).
 TEST_JOBS ?= auto
-test: lint need-redis need-chromium need-bwrap need-mcp-servers
+test: $(STAMP) need-redis need-chromium need-bwrap need-mcp-servers
 	@mkdir -p build
-	@$(MAKE) --no-print-directory typecheck > build/typecheck.log 2>&1 & checking=$$!; \
+	@$(MAKE) --no-print-directory lint typecheck > build/checks.log 2>&1 & checking=$$!; \
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup; tested=$$?; \
-	wait $$checking; checked=$$?; cat build/typecheck.log; \
+	wait $$checking; checked=$$?; cat build/checks.log; \
 	[ $$tested -eq 0 ] && [ $$checked -eq 0 ]
 
 # The fault suite with 100 SIGKILLs per scenario (make test runs it with 20).

@@ -63,7 +63,7 @@ def test_cli_runs_a_scenario_and_prints_the_transcript(tmp_path, capsys):
 
 def test_cli_unknown_scenario_is_a_clear_error(capsys):
     assert main(["run", "nosuch", "--no-save"]) == 2
-    known = "['assistant', 'debate', 'economic_games', 'feed', 'society', 'software_company', 'werewolf']"
+    known = "['assistant', 'debate', 'economic_games', 'feed', 'society', 'software_company', 'studies', 'werewolf']"
     assert f"no scenario named 'nosuch'; known scenarios: {known}" in capsys.readouterr().err
 
 

@@ -201,7 +201,7 @@ def _making(server: MCPServer, verbs: Verbs) -> None:
 
     @server.tool()
     async def eval(suite: str, seeds: int | None = None, llm: str = "", task: list[str] | None = None) -> str:
-        """Run a built-in suite (software, debate, werewolf, society, fidelity): its table and report."""
+        """Run a built-in suite (software, debate, werewolf, society, feed, fidelity, studies): its table and report."""
         argv = ["eval", verbs.suite(suite), "--out", verbs.inside(f"evals/{suite}", "out")]
         argv += ["--seeds", str(seeds)] if seeds is not None else []
         argv += ["--llm", verbs.model(llm)] if llm else []

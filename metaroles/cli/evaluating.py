@@ -20,8 +20,9 @@ def evaluate(
         str,
         typer.Argument(
             help="a built-in suite — software (the MetaGPT paper's table), debate, werewolf, society, feed "
-            "(recommenders compared), fidelity (human studies: ultimatum and public goods games against "
-            "published human data) — or a suite folder with a suite.toml"
+            "(recommenders compared), fidelity (ultimatum and public goods games against published human data), "
+            "studies (ten classic experiments tested as their papers did: replication, effect and its size) — or "
+            "a suite folder with a suite.toml"
         ),
     ],
     setting: Annotated[
