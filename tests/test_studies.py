@@ -79,6 +79,10 @@ def test_the_report_and_table_show_every_study(evaluated, tmp_path: Path) -> Non
     table = (out / "table.md").read_text(encoding="utf-8")
     for task in SUITE.tasks:
         assert f"| {task.name} |" in table
+    said = (out / "report.md").read_text(encoding="utf-8")
+    assert "- asian_disease, human = counts 109 of 152, 34 of 155: Tversky & Kahneman (1981)" in said
+    assert "- pd_communication, human = effect 0.46: Balliet (2010)" in said
+    assert "- trust: Senders send money although" in said and "no source given" not in said
 
 
 def test_the_human_side_is_the_papers_own_test_on_its_data() -> None:

@@ -583,20 +583,41 @@ REFERENCE = "reference.toml"
 
 
 def _references(suite: Suite) -> list[str]:
-    """The figures the tasks compare with, and where each was published (a task's ``reference.toml``)."""
+    """The figures the tasks compare with, and where each was published (a task's ``reference.toml``).
+
+    A figure is a table with a ``value``, ``low``/``high``, an ``effect``, ``counts`` or ``values``; a
+    task that states its ``hypothesis`` has it said first.
+    """
     lines: list[str] = []
     for task in suite.tasks:
         path = task.folder / REFERENCE
         if not path.is_file():
             continue
-        for name, given in _toml(path).items():
-            if not isinstance(given, dict):
-                continue
-            low, high = given.get("low"), given.get("high")
-            value = given.get("value", f"≥ {low}" if high is None else f"≤ {high}" if low is None else f"{low}–{high}")
-            source = " ".join(str(given.get("source", "no source given")).split())
-            lines.append(f"- {task.name}, {name} = {value}: {source}")
+        reference = _toml(path)
+        if isinstance(reference.get("hypothesis"), str):
+            lines.append(f"- {task.name}: {' '.join(reference['hypothesis'].split())}")
+        for name, given in reference.items():
+            if isinstance(given, dict) and given.keys() & FIGURE_KEYS:
+                source = " ".join(str(given.get("source", "no source given")).split())
+                lines.append(f"- {task.name}, {name} = {_stated(given)}: {source}")
     return ["", "## The human figures compared with, and their sources", "", *lines] if lines else []
+
+
+FIGURE_KEYS = {"value", "low", "high", "effect", "counts", "values"}
+
+
+def _stated(given: dict[str, Any]) -> str:
+    """A reference figure in a few words: its value, range, effect, counts or how many values."""
+    low, high = given.get("low"), given.get("high")
+    if "value" in given:
+        return str(given["value"])
+    if "effect" in given:
+        return f"effect {given['effect']}" + (f" [{low}, {high}]" if low is not None and high is not None else "")
+    if "counts" in given:
+        return "counts " + ", ".join(f"{k} of {n}" for k, n in given["counts"])
+    if "values" in given:
+        return f"{len(given['values'])} values"
+    return f"≥ {low}" if high is None else f"≤ {high}" if low is None else f"{low}–{high}"
 
 
 def _num(value: Any) -> Any:
