@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from typer._click.exceptions import ClickException  # typer vendors click: usage errors are its own
 
-from metaroles.cli import asking, assisting, evaluating, inspecting, running, serving, sweeping, watching
+from metaroles.cli import asking, assisting, evaluating, inspecting, populating, running, serving, sweeping, watching
 from metaroles.cli.common import app, err, say
 from metaroles.core.exceptions import MetarolesError, RunError
 from metaroles.core.text import printable
@@ -27,6 +27,7 @@ __all__ = [
     "evaluating",
     "inspecting",
     "main",
+    "populating",
     "running",
     "serving",
     "sweeping",
