@@ -223,14 +223,27 @@ def design(config: Config) -> dict[str, str]:
     return {f"Participant {i + 1}": conditions[i % len(conditions)] for i in range(total)}
 
 
-class Answer(Action):
-    """A participant's answer to its condition's question (one structured answer, bounded by it)."""
+SYSTEM = "You are taking part in a study of decisions. Answer as the person described at the end would."
+"""The same for everyone, and each one's persona last: a condition's prompts share all but their end (the
+model's prefix cache, a provider's prompt cache)."""
+
+
+class Asked(Action):
+    """An action of a participant: its persona, the question of its condition."""
 
     def __init__(self, persona: str, question: Question) -> None:
-        """Answer ``question`` as ``persona``."""
+        """Act as ``persona`` on ``question``."""
         super().__init__()
         self.persona = persona
         self.question = question
+
+    def who(self) -> str:
+        """The line that says who answers."""
+        return f"You are {self.persona}."
+
+
+class Answer(Asked):
+    """A participant's answer to its condition's question (one structured answer, bounded by it)."""
 
     async def run(self, history: Sequence[Message]) -> ActionResult:
         """Ask the model; a number past the question's bound is taken as the bound."""
@@ -239,32 +252,26 @@ class Answer(Action):
             for m in history
             if isinstance(m.instruct_content, Note) and m.sent_from != self.role_name
         ]
-        prompt = self.question.text
-        if heard:
-            prompt = f"Before deciding, your partner sent you this message: {heard[0]!r}\n{prompt}"
-        system = f"You are {self.persona}, taking part in a study of decisions. Answer as you would."
+        told = f"Before deciding, your partner sent you this message: {heard[0]!r}\n" if heard else ""
+        prompt = f"{self.question.text}\n{told}{self.who()}"
         low, _, high = self.question.answer.partition("-")
         if low == "0":
-            given = await self.aask(prompt, system_msgs=[system], output_model=Amount)
+            given = await self.aask(prompt, system_msgs=[SYSTEM], output_model=Amount)
             return Amount(amount=min(given.amount, int(high)))
         model = ThreeOptions if high == "C" else TwoOptions
-        return await self.aask(prompt, system_msgs=[system], output_model=model)
+        return await self.aask(prompt, system_msgs=[SYSTEM], output_model=model)
 
 
-class Talk(Action):
-    """A participant's one message to its partner before deciding."""
-
-    def __init__(self, persona: str, question: Question) -> None:
-        """Write to the partner as ``persona``, knowing the decision ahead (``question``)."""
-        super().__init__()
-        self.persona = persona
-        self.question = question
+class Talk(Asked):
+    """A participant's one message to its partner before deciding, knowing the decision ahead."""
 
     async def run(self, history: Sequence[Message]) -> ActionResult:
         """Ask the model for a short message."""
-        prompt = f"{self.question.text}\nBefore either of you decides, you may send your partner one short message."
-        system = f"You are {self.persona}, taking part in a study of decisions. Write as you would."
-        return await self.aask(prompt, system_msgs=[system], output_model=Note)
+        prompt = (
+            f"{self.question.text}\nBefore either of you decides, you may send your partner one short message. "
+            f"Write it.\n{self.who()}"
+        )
+        return await self.aask(prompt, system_msgs=[SYSTEM], output_model=Note)
 
 
 class Participant(Role):
