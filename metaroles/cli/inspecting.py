@@ -120,6 +120,7 @@ class ExportAs(StrEnum):
     parquet = "parquet"
     sft = "sft"
     trajectories = "trajectories"
+    panel = "panel"
 
 
 @app.command()
@@ -130,8 +131,8 @@ def export(
         typer.Option(
             "--format",
             "-f",
-            help="jsonl/parquet: the event table; sft: a line per model call (chat messages and answer); "
-            "trajectories: a line per role and run",
+            help="jsonl/parquet: the event table; panel: a row per role and round (Parquet); sft: a line per "
+            "model call (chat messages and answer); trajectories: a line per role and run",
         ),
     ] = ExportAs.jsonl,
     out: Annotated[Path | None, typer.Option(help="file to write (default: RUN_DIR/export/events.FORMAT)")] = None,
@@ -177,9 +178,18 @@ def export(
             count, where = _send_trace(run_dir, log, endpoint)
             typer.echo(f"exported {count} spans of {run_dir} to {where}")
             return
-        target = out or run_dir / "export" / f"events.{format_.value}"
+        target = out or run_dir / "export" / (
+            "panel.parquet" if format_ is ExportAs.panel else f"events.{format_.value}"
+        )
         if target.is_dir():
             raise ConfigError(f"--out {str(target)!r} is a folder; name the file to write")
+        if format_ is ExportAs.panel:
+            from metaroles.project.panel import write_panel
+
+            typer.echo(
+                f"wrote {target} ({write_panel(run_dir_at(run_dir), log, target)} rows: a role and a round each)"
+            )
+            return
         count = export_events(log, target, "parquet" if format_ is ExportAs.parquet else "jsonl")
     typer.echo(f"wrote {target} ({count} events)")
 
