@@ -77,6 +77,9 @@ class Suite:
     """A model's reading of each run against weighted criteria (``[rubric]`` in ``suite.toml``)."""
     table: list[str] = field(default_factory=list)
     """The columns of the suite's own table (``table`` in ``suite.toml``): ``table.md``, per task and overall."""
+    per_task: list[str] = field(default_factory=list)
+    """Columns of that table shown per task only (``per_task``): a figure in each task's own units, whose
+    mean over the tasks would mean nothing."""
     sandboxed: bool = False
     """Whether its ``score.py`` runs in the kernel sandbox (a suite not built in, not trusted)."""
 
@@ -131,6 +134,7 @@ def load_suite(
         score_timeout=_positive(folder, spec, "score_timeout", SCORE_TIMEOUT),
         scales={str(k): str(v) for k, v in _table(folder, spec, "scales").items()},
         table=_strings(folder, spec, "table"),
+        per_task=_strings(folder, spec, "per_task"),
         rubric=Rubric.from_spec(spec.get("rubric"), str(folder / "suite.toml")),
         sandboxed=not trust and not _built_in(folder),
     )

@@ -38,6 +38,10 @@ class Suite(Protocol):
     def table(self) -> list[str]:
         """The table's columns."""
 
+    @property
+    def per_task(self) -> list[str]:
+        """Columns shown per task only (no mean over the tasks)."""
+
 
 Row = dict[str, Any]
 TABLE_MD = "table.md"
@@ -78,7 +82,7 @@ def suite_table(suite: Suite, rows: list[Row], times: Mapping[tuple[Any, Any, An
             text.append(f"| {task.name} | {' | '.join(cells)} |")
         overall = []
         for column in columns:
-            mean, low, high = interval(_numbers(mine, column))
+            mean, low, high = interval(_numbers(mine, column) if column not in suite.per_task else [])
             overall.append(
                 ""
                 if mean is None
