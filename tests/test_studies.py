@@ -27,14 +27,14 @@ SCORE: dict[str, Any] = runpy.run_path(str(SUITE.folder / "score.py"))  # the bu
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    """The suite with one seed for each scripted population: the rows per population."""
+def evaluated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The suite with one seed for each scripted population: the rows per population, and where each ran."""
     suite = load_suite("studies", seeds=[0])
     out = tmp_path_factory.mktemp("studies")
-    return {
-        name: run_eval(suite, out / name, llm={"llm": f"scripted:{POPULATIONS / f'{name}.json'}"}, jobs=2)
-        for name in ("human_like", "random")
-    }
+    found: dict[str, Any] = {"out": out}
+    for name in ("human_like", "random"):
+        found[name] = run_eval(suite, out / name, llm={"llm": f"scripted:{POPULATIONS / f'{name}.json'}"}, jobs=2)
+    return found
 
 
 def test_ten_studies_each_state_a_hypothesis_a_test_and_cite_their_human_figures() -> None:
@@ -70,19 +70,18 @@ def test_a_human_like_population_replicates_the_studies_and_a_random_one_does_no
     assert across["ecs"] > 0.9 and across["replication_rate"] >= 0.9, across
 
 
-def test_the_report_and_table_show_every_study(evaluated, tmp_path: Path) -> None:
-    out = tmp_path / "again"
-    rows = run_eval(load_suite("studies", seeds=[0]), out, llm={"llm": f"scripted:{POPULATIONS / 'human_like.json'}"})
-    assert [r["score"] for r in rows] == [r["score"] for r in evaluated["human_like"]], (
-        "the same answers, the same scores"
-    )
+def test_the_report_and_table_show_every_study(evaluated) -> None:
+    out = evaluated["out"] / "human_like"
     table = (out / "table.md").read_text(encoding="utf-8")
     for task in SUITE.tasks:
         assert f"| {task.name} |" in table
+    assert "| **all (10 trials)** | **0.9" in table, "the overall score, and no mean of effects in their own units"
     said = (out / "report.md").read_text(encoding="utf-8")
     assert "- asian_disease, human = counts 109 of 152, 34 of 155: Tversky & Kahneman (1981)" in said
     assert "- pd_communication, human = effect 0.46: Balliet (2010)" in said
     assert "- trust: Senders send money although" in said and "no source given" not in said
+    again = run_eval(load_suite("studies", seeds=[0]), out, llm={"llm": f"scripted:{POPULATIONS / 'human_like.json'}"})
+    assert [r["score"] for r in again] == [r["score"] for r in evaluated["human_like"]], "finished trials are kept"
 
 
 def test_the_human_side_is_the_papers_own_test_on_its_data() -> None:
