@@ -9,7 +9,7 @@ VENV := .venv
 unexport PYTHONDONTWRITEBYTECODE
 
 # Prerequisites are made side by side: the pip install (one core) beside apt's and npm's; a recipe's own
-# steps stay in order.
+# steps stay in order, and the apt installs take turns (APT: apt-get update holds a lock of its own).
 MAKEFLAGS += --jobs=4
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
@@ -83,23 +83,24 @@ typecheck: $(STAMP)
 	for folder in actions environments scenarios; do cp -rs $(CURDIR)/$$folder $(TYPECHECK)/metaroles/$$folder; done
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p metaroles
 
-# apt waits (up to 10 min) for another install holding its lock, instead of failing at once.
+# apt waits (up to 10 min) for another install holding its lock, instead of failing at once; ours take turns.
 APT_WAIT := -o DPkg::Lock::Timeout=600
+APT := flock build/.apt.lock sh -c
 
 # The Redis tests start a real redis-server (Debian's package) on a free 127.0.0.1 port.
 need-redis:
 	@command -v redis-server >/dev/null 2>&1 || { echo "Installing redis-server (Debian package) for the Redis tests ..."; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq redis-server; }
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); mkdir -p build && $(APT) "$$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq redis-server"; }
 
 # The interactive flow page is tested in a real headless browser: Debian's chromium.
 need-chromium:
 	@command -v chromium >/dev/null 2>&1 || { echo "Installing chromium (Debian package) for the browser test ..."; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq chromium; }
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); mkdir -p build && $(APT) "$$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq chromium"; }
 
 # Model-written code runs in the kernel sandbox: Debian's bubblewrap.
 need-bwrap:
 	@command -v bwrap >/dev/null 2>&1 || { echo "Installing bubblewrap (Debian package) for the sandbox ..."; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq bubblewrap; }
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); mkdir -p build && $(APT) "$$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y -qq bubblewrap"; }
 
 # The MCP tests start Node's reference filesystem server (npm; a pinned version), installed once into build/node.
 MCP_FILESYSTEM := build/node/node_modules/.bin/mcp-server-filesystem
