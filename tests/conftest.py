@@ -1,5 +1,6 @@
 """Shared fixtures: tests run on asyncio through anyio's pytest plugin."""
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("ray"))
         elif scopes & {"module", "class", "package", "session"}:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def load_factor() -> float:
+    """How many times slower than on a quiet machine a test runs now: the run queue per core, at least 1.
+
+    The larger of the 1- and 5-minute load averages, so a load that has just started or just eased
+    still counts.
+    """
+    one, five, _ = os.getloadavg()
+    return max(1.0, max(one, five) / (os.cpu_count() or 1))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """The per-test timeout is a hang detector, not a speed check: it grows with the machine's load.
+
+    ``timeout`` in pyproject (or a test's own ``timeout`` mark) is the budget on a quiet machine;
+    on a laptop that runs other things at load 8 on 2 cores each test takes about four times as
+    long, and so may its budget. This wrapper runs before pytest-timeout's, which reads the mark.
+    """
+    marker = item.get_closest_marker("timeout")
+    quiet = float(marker.args[0] if marker is not None and marker.args else item.config.getini("timeout") or 0)
+    if quiet > 0:
+        item.add_marker(pytest.mark.timeout(round(quiet * load_factor())))
+    yield
 
 
 @pytest.fixture
