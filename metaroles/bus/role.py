@@ -134,6 +134,8 @@ class Role(Dumped):
         self.desc = desc if desc is not None else type(self).desc
         self.recovered = recovered
         self.is_human = bool(is_human)
+        self.frozen = False
+        """A frozen role hears (its news still enters its memory) but no longer acts: a fork's ``freeze:NAME``."""
         if isinstance(long_term, str):  # a dump's: the id its long-term memory was persisted under
             saved = {**(saved or {}), "long_term": long_term}
             long_term = None
@@ -495,7 +497,7 @@ class Role(Dumped):
         env = rc.env
         if env is not None and env.steps is not None:
             env.steps.add("observe", self.name, rc.news, rc.remembered)
-        if not observed:
+        if not observed or self.frozen:
             return None
         response = await self.react()
         rc.state, rc.todo = -1, None

@@ -19,6 +19,7 @@ import orjson
 from pydantic import ValidationError
 
 from metaroles.agents.remotes import Remotes
+from metaroles.bus.environment import Environment
 from metaroles.core.exceptions import ConfigError, UnknownRoleError
 from metaroles.core.files import write_atomic, zstandard
 from metaroles.llm.human import find_human
@@ -50,6 +51,7 @@ from metaroles.record.eventlog import TIMINGS
 from metaroles.sharding.backends import connect
 from metaroles.team.control import JOURNAL, RunControl, read_journal
 from metaroles.team.options import RunOptions, checked_log_turns
+from metaroles.team.surgery import Surgery, edit_history, from_record, operate, recorded
 from metaroles.team.team import Team, TeamReport
 
 P = ParamSpec("P")
@@ -334,12 +336,13 @@ def _rebuild(
     backend: Any = None,
     rounds: int | None = None,
     tools: Any = None,
+    surgeries: Sequence[Surgery] | None = None,
 ) -> ScenarioPlan:
-    """The run's plan again, from its manifest (and a fork's ``changes``).
+    """The run's plan again, from its manifest (and a fork's ``changes``), with its interventions made.
 
     Its length: ``rounds`` if given; else the ``--rounds`` the run was given; else what the scenario's
     config makes of it (so a fork's ``--set rounds=20`` or ``turns=5`` counts). A manifest from before
-    ``rounds`` was recorded keeps its ``n_round``.
+    ``rounds`` was recorded keeps its ``n_round``. ``surgeries``: a fork's (default: the manifest's).
     """
     module = recorded_scenario(manifest)
     config, _ = _configured(module, {**manifest["config"], **(changes or {})}, run_dir)
@@ -354,7 +357,9 @@ def _rebuild(
         log_turns=manifest.get("log_turns"),
         backend=backend,
     )
-    return _plan(module, config, llm, run, run_dir, tools)
+    plan = _plan(module, config, llm, run, run_dir, tools)
+    operate(plan.team.env, from_record(manifest.get("interventions")) if surgeries is None else surgeries)
+    return plan
 
 
 @_with_tools
@@ -462,6 +467,8 @@ async def fork_scenario(
     stopping: threading.Event | None = None,
     control: RunControl | None = None,
     tools: Any = None,
+    interventions: Sequence[Surgery] = (),
+    seed: int | None = None,
 ) -> tuple[TeamReport, Team]:
     """Branch the run in ``parent`` at ``from_round`` into ``out_dir``, with a change.
 
@@ -470,32 +477,40 @@ async def fork_scenario(
 
     ``changes`` update the scenario's config (its length too: ``rounds=20``, ``turns=5``), ``role_llms``
     give named roles another model, ``rounds`` sets the rounds in all, and ``idea`` is published at the
-    fork point. The child's manifest records its parent.
+    fork point. ``interventions`` (``metaroles.team.surgery``) change one thing each; with the
+    parent's own they are the child's, and a resume makes them again. ``seed`` reseeds the branch at
+    the fork point (its random source, its ids; the model is the caller's, seeded alike): branches of
+    one round that differ only in it are an ensemble. The child's manifest records its parent.
 
     Raises:
         ConfigError: If ``parent`` is not a run directory, has no checkpoint as late as ``from_round``,
             names an unknown role, or ``out_dir`` holds a run already.
+        UnknownRoleError: If an intervention names a role the run does not have.
     """
     record = read_manifest(parent)
     check_run_dir(parent)
     refuse_restarted(parent)
     refuse_late(parent, from_round)
     changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
-    plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds, tools=tools)
+    surgeries = [*from_record(record.get("interventions")), *interventions]
+    plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds, tools=tools, surgeries=surgeries)
     _give_models(plan.team, role_llms or {})
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
     plan.team.stopping = stopping or plan.team.stopping
     _steer(plan.team, control, out_dir)
     plan.team.on_record = metrics_recorder(recorded_scenario(record), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
+    parent_record |= _surgical(interventions, seed)
     child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
+    child |= {"interventions": recorded(surgeries)} if surgeries else {}
+    child |= {"seed": seed} if seed is not None else {}
     child |= {"n_round": plan.n_round, "rounds": rounds if rounds is not None else record.get("rounds")}
-    child |= provenance()
+    child |= provenance() | {"parent": parent_record}
     with locked(out_dir):
         refuse_a_run_in(out_dir)
         connect(backend)
         _sweep(out_dir)
-        write_manifest(out_dir, child := {**child, "parent": parent_record})
+        write_manifest(out_dir, child)
         with synced_at_end(out_dir, checked_durability(child.get("durability", "round"), sweep=True)):
             report = await _branch(plan, parent, from_round, out_dir, child)
         write_run_dir(out_dir, plan.team, report, child)
@@ -522,7 +537,20 @@ async def _branch(
         parent_events=events_file(parent),
         idea=child["parent"]["idea"],
         save_to=out_dir / STATE,
+        then=functools.partial(_at_the_fork, child["parent"]),
     )
+
+
+def _surgical(interventions: Sequence[Surgery], seed: int | None) -> dict[str, Any]:
+    """What a fork's record of its parent adds for a branch of an ensemble or a surgical fork."""
+    return {"interventions": recorded(interventions), "seed": seed} if interventions or seed is not None else {}
+
+
+def _at_the_fork(parent: dict[str, Any], env: Environment) -> None:
+    """What a branch changes once its parent's state is restored: its seed, and the messages it edits."""
+    if parent.get("seed") is not None:
+        env.reseed(parent["seed"])
+    edit_history(env, from_record(parent.get("interventions")))
 
 
 def rebuilt_team(manifest: dict[str, Any], llm: LLM, run_dir: Path, role_llms: dict[str, LLM]) -> Team:

@@ -326,12 +326,15 @@ class Team(Dumped):
         idea: str = "",
         send_to: object = "",
         save_to: str | Path | None = None,
+        then: Callable[[Environment], None] | None = None,
     ) -> TeamReport:
         """Branch a run: start from its checkpoint at ``from_round`` and go on in new folders.
 
         The parent's event log up to ``from_round`` is copied into ``events``, so the child's log
         tells the whole story. ``idea``, if given, is published at the fork point; any other change
-        (a role's model, the scenario's config) is made to this team before calling.
+        (a role's model, the scenario's config) is made to this team before calling. ``then`` is
+        given the environment once it is restored, before the branch's first round (a new seed, an
+        edit of its history).
 
         Raises:
             ConfigError: If the parent has no readable checkpoint up to ``from_round``, or
@@ -342,6 +345,8 @@ class Team(Dumped):
         )
         self._kept = None
         self.casts = []  # restored roles are not as their casts built them: they travel
+        if then is not None:
+            then(self.env)
         return await self.run(max(0, n_round - self.env.round), idea, send_to, save_to=save_to, events=events)
 
     async def _final_checkpoint(self) -> None:
