@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
+from metaroles.cli.common import LLM_HELP, TRUST_HELP, app, err, options_from, reported, run_dir_at, trusted
 from metaroles.core.text import printable
 
 
@@ -98,3 +98,59 @@ def trial_progress(quiet: bool) -> Progress:
         console=err,
         disable=quiet or not err.is_terminal,
     )
+
+
+@app.command()
+def branch(
+    run_dir: Annotated[Path, typer.Argument(help="the parent run directory")],
+    from_round: Annotated[
+        int, typer.Option("--round", min=0, help="branch from the parent's checkpoint of this round")
+    ],
+    n: Annotated[int, typer.Option("--n", help="how many branches (each on its own seed)")],
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="the first branch's seed; the others follow (default: parent's + 1)")
+    ] = None,
+    intervene: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--intervene",
+            metavar="SPEC",
+            help="a change in a second arm of branches, paired by seed: freeze:NAME, mute:A>B, model:NAME=SPEC, "
+            "persona:NAME=TEXT, rule:NAME=TEXT, edit:ID=TEXT (repeatable)",
+        ),
+    ] = None,
+    llm: Annotated[
+        str | None, typer.Option(help="the branches' model (default: the parent's, on each branch's seed)")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="ensemble directory (default: RUN-branchesK next to the run)")
+    ] = None,
+    backend: Annotated[str, typer.Option(help="'local' (processes here) or 'ray' (one Ray task per branch)")] = "local",
+    jobs: Annotated[int, typer.Option(min=1, max=1024, help="branches at once on the local backend")] = 1,
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto' or ray://host:port")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress display, no report on stdout")] = False,
+    trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
+) -> None:
+    """N branches of a run from round K on their own seeds: each outcome's distribution with intervals, and a plot."""
+    from metaroles.flow.ensemble import render_ensemble
+    from metaroles.project.branches import ENSEMBLE_MD, Ensemble, run_branches
+    from metaroles.project.rundir import read_manifest
+
+    with reported():
+        trusted(read_manifest(run_dir_at(run_dir))["scenario"], run_dir, trust=trust)
+        plan = Ensemble(run_dir, from_round, n, first_seed=seed, interventions=list(intervene or []))
+        folder = out or run_dir.parent / f"{run_dir.name}-branches{from_round}"
+        model = None if llm is None else {"llm": llm}
+        arms = 2 if intervene else 1
+        with shown_trials("branch", n * arms if n > 0 else 0, quiet=quiet) as on_trial:
+            report = run_branches(
+                plan, folder, llm=model, backend=backend, jobs=jobs, ray_address=ray_address, on_trial=on_trial
+            )
+        render_ensemble(report, folder / "ensemble.svg")
+    if not quiet:
+        typer.echo((folder / ENSEMBLE_MD).read_text(encoding="utf-8"), nl=False)
+    typer.echo(f"report: {folder / ENSEMBLE_MD} (data: ensemble.json, plot: ensemble.svg)")
+    for name in report["failed"]:
+        err.print(printable(f"failed: {name} (run the same command again to resume it)"), highlight=False)
+    if report["failed"]:
+        raise typer.Exit(1)

@@ -339,6 +339,22 @@ def refuse_late(parent: Path, from_round: int) -> None:
         )
 
 
+def refuse_unkept(parent: Path, from_round: int) -> None:
+    """Refuse branches of a round the parent kept no checkpoint of (a fork would start earlier and ask again).
+
+    Raises:
+        ConfigError: Naming the rounds the parent kept.
+    """
+    refuse_late(parent, from_round)
+    kept = sorted(n for n, _ in numbered(parent / CHECKPOINTS, "round"))
+    if from_round not in kept:
+        shown = ", ".join(map(str, kept[:20])) + (", …" if len(kept) > 20 else "")
+        raise ConfigError(
+            f"--round {from_round}: the parent kept no checkpoint of that round (it kept {shown}); "
+            "pick one of those, or run it again with --checkpoint-every 1"
+        )
+
+
 def refuse_a_run_in(out_dir: Path) -> None:
     """Refuse to write a new run into a folder that holds another run's files (or links where they go).
 

@@ -164,6 +164,8 @@ class TrialBatch:
     """Each trial's row labels; its ``RUN_KEYS`` (seed, rounds, budget) are its run options."""
     configs: list[dict[str, Any]]
     """Each trial's whole scenario configuration (checked by the caller)."""
+    forks: list[dict[str, Any]] | None = None
+    """Each trial's branch of a run (its ``run_dir``, ``from_round``, ``interventions``), when trials are branches."""
 
 
 def run_trials(
@@ -188,8 +190,8 @@ def run_trials(
     table = Table(len(names))
     spec = {"llm": "test", **(llm or {})}
     calls = [
-        (batch.scenario, str(out / n), p, c, spec, durability)
-        for n, p, c in zip(names, batch.params, batch.configs, strict=True)
+        (batch.scenario, str(out / n), p, c, spec, durability, fork)
+        for n, p, c, fork in zip(names, batch.params, batch.configs, batch.forks or [None] * len(names), strict=True)
     ]
     group = GroupSync(out, names) if durability == "sweep" else None
     with (out / TABLE).open("w", encoding="utf-8") as live:  # a line per trial as it ends; grid order at the end

@@ -38,9 +38,10 @@ from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.registry import load_scenario
 from metaroles.project.rundir import MANIFEST, read_manifest
-from metaroles.project.scenario import resume_scenario, run_scenario
+from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
 from metaroles.record.durability import restarted_since
 from metaroles.team.options import RunOptions
+from metaroles.team.surgery import parse_interventions
 
 RUN_KEYS = ("seed", "rounds", "budget")
 """Grid keys that are run options; every other key is an option of the scenario."""
@@ -59,12 +60,15 @@ def run_trial(
     options: dict[str, Any],
     llm: dict[str, Any],
     durability: str = "run",
+    fork: dict[str, Any] | None = None,
 ) -> Row:
     """Run (or resume, or skip if finished) one trial in ``run_dir``; return its row. Runs in a worker.
 
     ``params`` label the row and give the run options (``RUN_KEYS``); ``options`` is the
     scenario's whole configuration. ``llm["cassette"]``: ``"record"`` records the trial's model
     answers in its ``cassette.jsonl``; ``"replay:DIR"`` answers from ``DIR/<this trial>/cassette.jsonl``.
+    ``fork``: the trial is a branch of a run (``run_dir`` of the parent, ``from_round``,
+    ``interventions``) on its own seed, not a run from the start (``metaroles branch``).
     """
     folder = Path(run_dir)
     row: Row = {"trial": folder.name, **params}
@@ -74,7 +78,7 @@ def run_trial(
             row["status"] = "done"
         else:
             with syncs_deferred(sync=False) if durability == "sweep" else nullcontext():  # its sweep syncs it
-                anyio.run(_trial, scenario, folder, params, options, llm, durability)
+                anyio.run(_trial, scenario, folder, params, options, llm, durability, fork)
             row["status"] = "done"
     except Exception as exc:  # a trial that fails is a row that says so; the sweep goes on
         row["status"] = "failed"
@@ -91,7 +95,13 @@ def lost_row(scenario: str, run_dir: str, params: dict[str, Any], *_: Any) -> Ro
 
 
 async def _trial(
-    scenario: str, folder: Path, params: dict[str, Any], options: dict[str, Any], llm: dict[str, Any], durability: str
+    scenario: str,
+    folder: Path,
+    params: dict[str, Any],
+    options: dict[str, Any],
+    llm: dict[str, Any],
+    durability: str,
+    fork: dict[str, Any] | None,
 ) -> None:
     seed = params.get("seed", options.get("seed"))
     if restarted_since(folder):  # a power cut stopped it before it synced its files: from the start
@@ -102,23 +112,41 @@ async def _trial(
     if resuming:  # interrupted: continue from its last checkpoint
         await resume_scenario(folder, llm=model, role_llms=role_llms)
         return
+    record = {**_answered_by(llm, folder), "sweep": params}
+    record |= {**({"cassette": tape} if tape else {}), **({"role_llms": specs} if specs else {})}
+    if fork is not None:
+        await fork_scenario(
+            Path(fork["run_dir"]),
+            from_round=fork["from_round"],
+            out_dir=folder,
+            llm=model,
+            role_llms=role_llms,
+            manifest={**record, "durability": durability},
+            interventions=parse_interventions(fork.get("interventions") or ()),
+            seed=seed,
+        )
+        return
     run = RunOptions(**{k: params[k] for k in RUN_KEYS if k in params}, durability=durability)
+    await run_scenario(
+        scenario,
+        llm=model,
+        options=options,
+        out_dir=folder,
+        manifest=record,
+        run=run,
+        role_llms=role_llms,
+    )
+
+
+def _answered_by(llm: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The model a trial's manifest names: the one asked, or for a replay the one on the tape it replays."""
     record = {"llm": llm.get("llm", "test"), "model": llm.get("model"), "base_url": redacted(llm.get("base_url"))}
     cassette = str(llm.get("cassette") or "")
     if cassette.startswith("replay:"):  # the model that answered is the one on tape, not the one standing by
         recorded = read_manifest(Path(cassette.removeprefix("replay:")) / folder.name)
         record = {key: recorded.get(key) for key in ("llm", "model", "base_url")}
         record["replayed_from"] = _replayed_tape(cassette, folder)  # what `metaroles export` reads for the calls
-    given = {**({"cassette": tape} if tape else {}), **({"role_llms": specs} if specs else {})}
-    await run_scenario(
-        scenario,
-        llm=model,
-        options=options,
-        out_dir=folder,
-        manifest={**record, "sweep": params, **given},
-        run=run,
-        role_llms=role_llms,
-    )
+    return record
 
 
 def _replayed_tape(cassette: str, folder: Path) -> str:
