@@ -407,6 +407,15 @@ def fork(
         typer.Option("--set", metavar="KEY=VALUE", help="a scenario option, or role.NAME.llm=MODEL for one role"),
     ] = None,
     idea: Annotated[str, typer.Option(help="a message published to every role at the fork point")] = "",
+    intervene: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--intervene",
+            metavar="SPEC",
+            help="one change, recorded as such: freeze:NAME, mute:A>B, model:NAME=SPEC, persona:NAME=TEXT, "
+            "rule:NAME=TEXT, edit:ID=TEXT (repeatable)",
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="the new run directory (default: next to the parent)")] = None,
     backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
     shards: Annotated[int | None, typer.Option(min=1, max=4096, help="shards of a Ray run (default 2)")] = None,
@@ -424,6 +433,7 @@ def fork(
     from metaroles.project.rundir import check_run_dir, read_manifest, scenario_label
     from metaroles.project.scenario import fork_scenario
     from metaroles.project.trials import split_role_llms
+    from metaroles.team.surgery import parse_interventions
 
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
@@ -431,6 +441,9 @@ def fork(
         trusted(manifest["scenario"], run_dir, trust=trust)
         tools = resumed_tools({**manifest, "cassette": None}, desk=None, trust=trust)  # the parent's servers, live
     changes, more = split_role_llms(options_from(set_ or []))
+    with reported():
+        surgeries = parse_interventions(intervene or [])
+    more |= {s.target: s.value for s in surgeries if s.kind == "model"}  # a model swap is the role's model
     specs = {**(manifest.get("role_llms") or {}), **more}  # a fork of a fork keeps its parent's models
     role_llms = {name: resolve({"llm": spec}) for name, spec in specs.items()}
     llm = manifest_model(manifest)
@@ -452,6 +465,7 @@ def fork(
             rounds=rounds,
             stopping=stopping,
             tools=tools,
+            interventions=surgeries,
         )
 
     total = manifest["n_round"] if rounds is None else rounds

@@ -345,8 +345,9 @@ def refuse_unkept(parent: Path, from_round: int) -> None:
     Raises:
         ConfigError: Naming the rounds the parent kept.
     """
-    refuse_late(parent, from_round)
     kept = sorted(n for n, _ in numbered(parent / CHECKPOINTS, "round"))
+    if not kept:
+        refuse_late(parent, from_round)
     if from_round not in kept:
         shown = ", ".join(map(str, kept[:20])) + (", …" if len(kept) > 20 else "")
         raise ConfigError(

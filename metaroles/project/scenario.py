@@ -336,13 +336,12 @@ def _rebuild(
     backend: Any = None,
     rounds: int | None = None,
     tools: Any = None,
-    surgeries: Sequence[Surgery] | None = None,
 ) -> ScenarioPlan:
-    """The run's plan again, from its manifest (and a fork's ``changes``), with its interventions made.
+    """The run's plan again, from its manifest (and a fork's ``changes``).
 
     Its length: ``rounds`` if given; else the ``--rounds`` the run was given; else what the scenario's
     config makes of it (so a fork's ``--set rounds=20`` or ``turns=5`` counts). A manifest from before
-    ``rounds`` was recorded keeps its ``n_round``. ``surgeries``: a fork's (default: the manifest's).
+    ``rounds`` was recorded keeps its ``n_round``.
     """
     module = recorded_scenario(manifest)
     config, _ = _configured(module, {**manifest["config"], **(changes or {})}, run_dir)
@@ -357,9 +356,7 @@ def _rebuild(
         log_turns=manifest.get("log_turns"),
         backend=backend,
     )
-    plan = _plan(module, config, llm, run, run_dir, tools)
-    operate(plan.team.env, from_record(manifest.get("interventions")) if surgeries is None else surgeries)
-    return plan
+    return _plan(module, config, llm, run, run_dir, tools)
 
 
 @_with_tools
@@ -391,7 +388,7 @@ async def resume_scenario(
         manifest = read_manifest(run_dir)
         check_run_dir(run_dir)
         plan = _rebuild(manifest, llm, run_dir, backend=backend, rounds=rounds, tools=tools)
-        _give_models(plan.team, role_llms or {})
+        _give_models(plan.team, role_llms or {}, from_record(manifest.get("interventions")))
         durability = checked_durability(manifest.get("durability", "round"), sweep=True)
         connect(backend)
         finish_syncing(run_dir)
@@ -493,8 +490,8 @@ async def fork_scenario(
     refuse_late(parent, from_round)
     changes = {"workspace": None, **(changes or {})} if "workspace" in record["config"] else changes or {}
     surgeries = [*from_record(record.get("interventions")), *interventions]
-    plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds, tools=tools, surgeries=surgeries)
-    _give_models(plan.team, role_llms or {})
+    plan = _rebuild(record, llm, out_dir, changes, backend, rounds=rounds, tools=tools)
+    _give_models(plan.team, role_llms or {}, surgeries)
     plan.team.on_round, plan.team.on_progress = on_round, on_progress
     plan.team.stopping = stopping or plan.team.stopping
     _steer(plan.team, control, out_dir)
@@ -556,7 +553,7 @@ def _at_the_fork(parent: dict[str, Any], env: Environment) -> None:
 def rebuilt_team(manifest: dict[str, Any], llm: LLM, run_dir: Path, role_llms: dict[str, LLM]) -> Team:
     """The run's team again from its manifest, not yet restored: its roles as hired, named ones on their models."""
     plan = _rebuild(manifest, llm, run_dir)
-    _give_models(plan.team, role_llms)
+    _give_models(plan.team, role_llms, from_record(manifest.get("interventions")))
     return plan.team
 
 
@@ -580,16 +577,18 @@ def _steer(team: Team, control: RunControl | None, run_dir: Path | None) -> None
         team.control = control
 
 
-def _give_models(team: Team, role_llms: dict[str, LLM]) -> None:
-    """Give the named roles their own models (a fork's ``role.NAME.llm=...``).
+def _give_models(team: Team, role_llms: dict[str, LLM], surgeries: Sequence[Surgery] = ()) -> None:
+    """Give the named roles their own models (a fork's ``role.NAME.llm=...``), then make the run's interventions.
 
     Raises:
         ConfigError: If a name is not a role of the run.
+        UnknownRoleError: If an intervention names a role the run does not have.
     """
     for role_name, role_llm in role_llms.items():
         if role_name not in team.env.roles:
             raise ConfigError(f"no role named {role_name!r} in this run; roles: {sorted(team.env.roles)}")
         team.env.roles[role_name].set_llm(role_llm)
+    operate(team.env, surgeries)
 
 
 def _absolute(path: Path) -> str:

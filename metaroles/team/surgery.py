@@ -5,7 +5,8 @@
 - ``freeze:NAME`` — NAME still hears (its news enters its memory) but no longer acts.
 - ``mute:A>B`` — what A sends is no longer delivered to B (each drop is a ``dropped`` event).
 - ``model:NAME=SPEC`` — NAME asks another model (a provider spec: ``test:3``, ``local``, ``scripted:FILE``).
-- ``persona:NAME=TEXT`` — NAME is TEXT: its profile, the start of its actions' system prompt.
+- ``persona:NAME=TEXT`` — NAME is TEXT: "You are TEXT." leads the system prompt of each of its model's
+  requests, whichever action asks (actions that write their own system prompt too).
 - ``rule:NAME=TEXT`` — a scripted stand-in: each of NAME's actions answers TEXT, asking no model.
 - ``edit:ID=TEXT`` — the message ID, published before the fork point, says TEXT (wherever it is held).
 
@@ -26,6 +27,7 @@ from metaroles.bus.role import Role
 from metaroles.bus.routing import DropMessage, Intervention, Member
 from metaroles.core.exceptions import ConfigError, UnknownRoleError
 from metaroles.core.schema import ChatRole
+from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 from metaroles.messages.message import Message
 
 KINDS = ("freeze", "mute", "model", "persona", "rule", "edit")
@@ -149,8 +151,8 @@ class Muted(Intervention):
 def operate(env: Environment, surgeries: Sequence[Surgery]) -> None:
     """Make the changes a branch's roles and channels carry (freeze, mute, persona, rule) on a built team.
 
-    A model change is the role's model (given with the others'); an edit is made once, at the fork
-    (:func:`edit_history`). Call before the run is restored or started: restoring leaves these alone.
+    A model change is the role's model (given before this, with the others'); an edit is made once, at
+    the fork (:func:`edit_history`). Call before the run is restored or started: restoring leaves these alone.
 
     Raises:
         UnknownRoleError: If an intervention names no role of the run.
@@ -164,10 +166,29 @@ def operate(env: Environment, surgeries: Sequence[Surgery]) -> None:
             env.interventions.append(Muted(sender, recipient))
         elif surgery.kind == "persona":
             role = env.roles[surgery.target]
-            role.profile = surgery.value
-            role.set_actions(role.actions)  # each action's system prompt again, from the new profile
+            if role.llm is not None:  # a role that asks no model has no persona to change
+                role.set_llm(Persona(role.llm, surgery.value))
         elif surgery.kind == "rule":
             _stand_in(env.roles[surgery.target], surgery.value)
+
+
+class Persona:
+    """A role's model, told who the role is: "You are PERSONA." leads the system prompt of each request."""
+
+    def __init__(self, inner: LLM, persona: str) -> None:
+        """Wrap ``inner`` (the role's model)."""
+        self.inner, self.persona = inner, persona
+        self.model = inner.model
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Ask ``inner`` with the persona first in the system prompt."""
+        told = f"You are {self.persona}."
+        messages = list(request.messages)
+        if messages and messages[0].get("role") == "system":
+            messages[0] = {**messages[0], "content": f"{told}\n\n{messages[0].get('content') or ''}"}
+        else:
+            messages.insert(0, {"role": "system", "content": told})
+        return await self.inner.complete(request.model_copy(update={"messages": messages}))
 
 
 def _stand_in(role: Role, said: str) -> None:
