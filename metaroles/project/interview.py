@@ -27,14 +27,14 @@ from metaroles.bus.thinking import role_prefix
 from metaroles.core.exceptions import ConfigError, RunDirCorrupt, UnknownRoleError
 from metaroles.core.files import write_atomic
 from metaroles.core.prompts import render_prompt
-from metaroles.llm.protocol import LLM, LLMRequest
+from metaroles.llm.protocol import LLM, LLMRequest, extract_json
 from metaroles.messages.render import readable
 from metaroles.project.rundir import CHECKPOINTS, check_run_dir, read_manifest
 from metaroles.project.scenario import rebuilt_team
 from metaroles.record.numbering import numbered
 from metaroles.record.restore import restore_checkpoint
 
-__all__ = ["ANSWERS", "COLUMNS", "Answer", "interview_run", "pick_roles"]
+__all__ = ["ANSWERS", "COLUMNS", "Answer", "Closed", "interview_run", "pick_roles"]
 
 ANSWERS = "answers.parquet"
 COLUMNS = ("role", "attributes", "question", "answer", "prompt_tokens", "completion_tokens")
@@ -84,7 +84,7 @@ async def interview_run(
     *,
     at_round: int,
     roles: str,
-    questions: Sequence[str],
+    questions: Sequence[str | Closed],
     out_dir: Path,
     llm: LLM,
     role_llms: dict[str, LLM] | None = None,
@@ -116,15 +116,15 @@ async def interview_run(
         await team.run(at_round - restored.round)
     picked = pick_roles(list(team.env.members), roles)
     answers = await _ask_all(
-        picked, [q for q in questions if q.strip()], partial(answer, max_tokens=max_tokens, memory=memory)
+        picked, [q for q in questions if str(q).strip()], partial(answer, max_tokens=max_tokens, memory=memory)
     )
     _write(out_dir, answers, {"run_dir": run_dir, "round": at_round, "from_checkpoint": restored.round})
     return answers
 
 
-def _checked(run_dir: Path, out_dir: Path, questions: Sequence[str], at_round: int) -> dict[str, Any]:
+def _checked(run_dir: Path, out_dir: Path, questions: Sequence[str | Closed], at_round: int) -> dict[str, Any]:
     """The run's manifest, once what an interview reads and writes is checked (nothing written yet)."""
-    if not [q for q in questions if q.strip()]:
+    if not [q for q in questions if str(q).strip()]:
         raise ConfigError("no question to ask: give one (or a file of one per line)")
     if out_dir.resolve().is_relative_to(run_dir.resolve()):
         raise ConfigError(f"{out_dir} is inside the run directory; the answers go into a folder of their own")
@@ -146,13 +146,13 @@ def _refuse_late(run_dir: Path, at_round: int) -> None:
 
 
 async def _ask_all(
-    roles: Sequence[Role], questions: Sequence[str], ask_one: Callable[[Role, str], Awaitable[Answer]]
+    roles: Sequence[Role], questions: Sequence[str | Closed], ask_one: Callable[[Role, str | Closed], Awaitable[Answer]]
 ) -> list[Answer]:
     """Each role answers each question; all at once, ``IN_FLIGHT`` at a time, in a fixed order."""
     answers: list[Answer | None] = [None] * (len(roles) * len(questions))
     limit = anyio.CapacityLimiter(IN_FLIGHT)
 
-    async def ask(index: int, role: Role, question: str) -> None:
+    async def ask(index: int, role: Role, question: str | Closed) -> None:
         async with limit:
             answers[index] = await ask_one(role, question)
 
@@ -163,10 +163,30 @@ async def _ask_all(
     return [a for a in answers if a is not None]
 
 
+@dataclass(frozen=True)
+class Closed:
+    """A question with a fixed set of answers (a survey's): the model answers one of ``options``, by a schema."""
+
+    text: str
+    options: tuple[str, ...]
+
+    def __str__(self) -> str:
+        """The question as asked: its text, then its options."""
+        return f"{self.text} Answer with one of: {'; '.join(self.options)}."
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of an answer: one of the options."""
+        answer = {"type": "string", "enum": list(self.options)}
+        return {"type": "object", "properties": {"answer": answer}, "required": ["answer"]}
+
+
 async def answer(
-    role: Role, question: str, *, max_tokens: int = ANSWER_TOKENS, memory: int = MEMORY_MESSAGES
+    role: Role, question: str | Closed, *, max_tokens: int = ANSWER_TOKENS, memory: int = MEMORY_MESSAGES
 ) -> Answer:
     """``role``'s answer to ``question``: its own model, its system prompt and its newest ``memory`` messages.
+
+    A :class:`Closed` question is answered by one of its options (the model's answer follows a schema;
+    an answer that names none is empty).
 
     Raises:
         ConfigError: If the role has no model.
@@ -174,19 +194,31 @@ async def answer(
     if role.llm is None:
         raise ConfigError(f"role {role.name!r} has no model to answer with; give the run one (--llm)")
     seen = "\n".join(f"- {m.sent_from or 'someone'}: {readable(m)}" for m in role.get_memories(memory))
-    prompt = render_prompt(_PROMPT, name=role.name, memory=seen or "(nothing yet)", question=question)
+    prompt = render_prompt(_PROMPT, name=role.name, memory=seen or "(nothing yet)", question=str(question))
     system = role_prefix(role.profile, role.name, role.goal, role.constraints)
     chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    request = LLMRequest(messages=chat, max_tokens=max_tokens, temperature=0.0, role=role.name, action="Interview")
+    schema = question.schema() if isinstance(question, Closed) else None
+    request = LLMRequest(
+        messages=chat, max_tokens=max_tokens, temperature=0.0, role=role.name, action="Interview", output_schema=schema
+    )
     response = await role.llm.complete(request)
     return Answer(
         role=role.name,
         attributes=_attributes(role),
-        question=question,
-        answer=response.text.strip(),
+        question=question.text if isinstance(question, Closed) else question,
+        answer=_chosen(response.text, question) if isinstance(question, Closed) else response.text.strip(),
         prompt_tokens=response.usage.prompt_tokens,
         completion_tokens=response.usage.completion_tokens,
     )
+
+
+def _chosen(text: str, question: Closed) -> str:
+    """The option a closed question's answer names, else ``""``."""
+    try:
+        said = json.loads(extract_json(text)).get("answer")
+    except (ValueError, AttributeError):
+        return ""
+    return said if said in question.options else ""
 
 
 def _attributes(role: Role) -> dict[str, Any]:
