@@ -79,7 +79,7 @@ class Config(BaseModel):
     llm_share: float = Field(default=0.0, ge=0, le=1)
     """The share of users whose model chooses their actions (the others follow the scripted policy)."""
     personas: Annotated[str | None, NAMES_A_FILE] = None
-    """A CSV (header ``bio,stance,activity,herd``) or JSON-lines file of personas; cycled over the users."""
+    """A CSV (header ``bio,stance,activity,herd``), JSON-lines or Parquet file of personas; cycled over the users."""
     topic: str = "the city's plan to ban cars from the centre"
     seed_posts: list[SeedPost] = Field(default_factory=lambda: [SeedPost()])
     """Posts made before the first round; their cascades are tracked."""
@@ -142,12 +142,13 @@ LINE_BYTES = 64 * 1024
 
 
 def read_personas(path: Path, *, limit: int | None = None) -> list[Persona]:
-    """The personas of a CSV or JSON-lines file, every row read checked.
+    """The personas of a CSV, JSON-lines or Parquet file, every row read checked.
 
     The file is streamed: only its first ``limit`` rows are read (the users a run has; the rows are
     cycled over them, so later ones would never be used), a line at a time, each at most
-    :data:`LINE_BYTES` long, so a file of any size is read in memory bounded by the rows used. A
-    UTF-8 byte-order mark (Excel's "CSV UTF-8") is skipped.
+    :data:`LINE_BYTES` long (a Parquet file: a batch of rows at a time, only the persona's columns),
+    so a file of any size is read in memory bounded by the rows used. A UTF-8 byte-order mark
+    (Excel's "CSV UTF-8") is skipped.
 
     Raises:
         ConfigError: Naming the file, the line and what is wrong with it (nothing is run); for a
@@ -156,10 +157,15 @@ def read_personas(path: Path, *, limit: int | None = None) -> list[Persona]:
     personas: list[Persona] = []
     try:
         if not path.is_file():
-            raise ConfigError(f"personas file {str(path)!r} is not a regular file; give a CSV or JSON-lines file")
+            raise ConfigError(
+                f"personas file {str(path)!r} is not a regular file; give a CSV, JSON-lines or Parquet file"
+            )
         with path.open("rb") as file:
-            lines = _lines(path, file)
-            rows = _json_rows(lines) if path.suffix in (".jsonl", ".json") else _csv_rows(path, lines)
+            if path.suffix == ".parquet":
+                rows = _parquet_rows(path, file)
+            else:
+                lines = _lines(path, file)
+                rows = _json_rows(lines) if path.suffix in (".jsonl", ".json") else _csv_rows(path, lines)
             for line, row in rows:
                 if limit is not None and len(personas) >= limit:
                     break
@@ -210,6 +216,27 @@ def _csv_rows(path: Path, lines: Iterator[str]) -> Iterator[tuple[int, Any]]:
                 yield reader.line_num, {k: v for k, v in row.items() if v not in ("", None)}
     except csv.Error as exc:
         raise ConfigError(f"{path}:{reader.line_num}: not CSV ({exc}); {_ROW}") from None
+
+
+PARQUET_BATCH = 4096
+"""Rows of a Parquet personas file read at a time."""
+
+
+def _parquet_rows(path: Path, file: Any) -> Iterator[tuple[int, Any]]:
+    """A Parquet file's rows (the persona's columns only), a batch at a time; the row's number as its line."""
+    import pyarrow as pa  # the analysis extra: only a Parquet file needs it
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(file)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ConfigError(f"personas file {str(path)!r} is not Parquet ({exc}); {_ROW}") from None
+    columns = [name for name in Persona.model_fields if name in parquet.schema_arrow.names]
+    line = 0
+    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH, columns=columns):
+        for row in batch.to_pylist():
+            line += 1
+            yield line, {k: v for k, v in row.items() if v is not None}
 
 
 def _json_rows(lines: Iterator[str]) -> Iterator[tuple[int, Any]]:

@@ -431,3 +431,38 @@ def test_a_persona_file_is_streamed_and_whatever_is_not_one_is_a_line_naming_it(
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_parquet_personas_file_is_read_a_batch_at_a_time_and_only_its_persona_columns(tmp_path):
+    """A population's Parquet (extra columns such as age or region) gives the feed its users' first rows only."""
+    import tracemalloc
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = 300_000
+    table = pa.table(
+        {
+            "age": pa.array([20 + i % 60 for i in range(rows)]),
+            "region": pa.array(["north", "south"] * (rows // 2)),
+            "bio": pa.array([f"Person {i}, who rides the tram." for i in range(rows)]),
+            "stance": pa.array([(i % 201 - 100) / 100 for i in range(rows)]),
+            "notes": pa.array(["x" * 200] * rows),  # never read: not a persona's column
+        }
+    )
+    pq.write_table(table, tmp_path / "people.parquet", row_group_size=8192)
+    tracemalloc.start()
+    personas = read_personas(tmp_path / "people.parquet", limit=5)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert [(p.bio, p.stance) for p in personas] == [
+        (f"Person {i}, who rides the tram.", (i - 100) / 100) for i in range(5)
+    ]
+    assert peak < 16 * 1024**2, f"{peak} bytes: the file ({rows} rows) was read whole"
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"bio": ["A nurse.", "A cook."], "stance": [0.1, 3.0]}), bad)
+    with pytest.raises(ConfigError, match=r"bad.parquet:2: stance=3.0"):
+        read_personas(bad)
+    (tmp_path / "not.parquet").write_text("bio,stance\n")
+    with pytest.raises(ConfigError, match="is not Parquet"):
+        read_personas(tmp_path / "not.parquet")
