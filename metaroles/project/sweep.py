@@ -191,7 +191,7 @@ def run_trials(
     spec = {"llm": "test", **(llm or {})}
     calls = [
         (batch.scenario, str(out / n), p, c, spec, durability, fork)
-        for n, p, c, fork in zip(names, batch.params, batch.configs, batch.forks or [None] * len(names), strict=True)
+        for n, p, c, fork in zip(names, batch.params, batch.configs, _forks(batch), strict=True)
     ]
     group = GroupSync(out, names) if durability == "sweep" else None
     with (out / TABLE).open("w", encoding="utf-8") as live:  # a line per trial as it ends; grid order at the end
@@ -210,6 +210,11 @@ def run_trials(
         group.finish()
     table.write(out)
     return table.rows()
+
+
+def _forks(batch: TrialBatch) -> list[dict[str, Any] | None]:
+    """Each trial's branch of a run, or ``None`` for a trial that runs from the start."""
+    return list(batch.forks) if batch.forks is not None else [None] * len(batch.names)
 
 
 def _checked(backend: str, jobs: int, durability: str | None) -> Durability:
