@@ -433,17 +433,15 @@ def fork(
     from metaroles.project.rundir import check_run_dir, read_manifest, scenario_label
     from metaroles.project.scenario import fork_scenario
     from metaroles.project.trials import split_role_llms
-    from metaroles.team.surgery import parse_interventions
+    from metaroles.team.surgery import model_swaps, parse_interventions
 
     with reported():
         manifest = read_manifest(run_dir_at(run_dir))
         check_run_dir(run_dir)
         trusted(manifest["scenario"], run_dir, trust=trust)
         tools = resumed_tools({**manifest, "cassette": None}, desk=None, trust=trust)  # the parent's servers, live
-    changes, more = split_role_llms(options_from(set_ or []))
-    with reported():
         surgeries = parse_interventions(intervene or [])
-    more |= {s.target: s.value for s in surgeries if s.kind == "model"}  # a model swap is the role's model
+    changes, more = split_role_llms(options_from(set_ or []) | model_swaps(surgeries))  # a swap: the role's model
     specs = {**(manifest.get("role_llms") or {}), **more}  # a fork of a fork keeps its parent's models
     role_llms = {name: resolve({"llm": spec}) for name, spec in specs.items()}
     llm = manifest_model(manifest)

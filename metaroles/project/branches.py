@@ -36,7 +36,7 @@ from metaroles.project.rundir import check_run_dir, read_manifest, refuse_unkept
 from metaroles.project.scenario import rebuilt_team
 from metaroles.project.sweep import TrialBatch, run_trials
 from metaroles.project.trials import Row
-from metaroles.team.surgery import check_roles, parse_interventions, recorded
+from metaroles.team.surgery import check_roles, model_swaps, parse_interventions, recorded
 
 ENSEMBLE = "ensemble.json"
 """The report, as data."""
@@ -150,7 +150,7 @@ def run_branches(
     names = [branch_name(p) for p in params]
     fork = {"run_dir": str(plan.parent.resolve()), "from_round": plan.from_round}
     specs = {f"role.{name}.llm": spec for name, spec in (manifest.get("role_llms") or {}).items()}
-    swapped = {f"role.{s.target}.llm": s.value for s in parse_interventions(plan.interventions) if s.kind == "model"}
+    swapped = model_swaps(parse_interventions(plan.interventions))
     configs = [{**manifest["config"], **specs, **(swapped if p.get("arm") == "intervened" else {})} for p in params]
     forks = [{**fork, "interventions": plan.interventions if p.get("arm") == "intervened" else []} for p in params]
     batch = TrialBatch(manifest["scenario"], out, names, params, configs, forks=forks)

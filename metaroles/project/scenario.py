@@ -473,16 +473,13 @@ async def fork_scenario(
     point (its state holds those messages); ``control`` steers the child.
 
     ``changes`` update the scenario's config (its length too: ``rounds=20``, ``turns=5``), ``role_llms``
-    give named roles another model, ``rounds`` sets the rounds in all, and ``idea`` is published at the
-    fork point. ``interventions`` (``metaroles.team.surgery``) change one thing each; with the
-    parent's own they are the child's, and a resume makes them again. ``seed`` reseeds the branch at
-    the fork point (its random source, its ids; the model is the caller's, seeded alike): branches of
-    one round that differ only in it are an ensemble. The child's manifest records its parent.
+    give named roles another model, ``rounds`` sets the rounds in all, ``idea`` is published at the fork
+    point, ``interventions`` (``team.surgery``; with the parent's, the child's, made again on resume)
+    change one thing each, and ``seed`` reseeds the branch at the fork point (an ensemble's branch).
 
     Raises:
         ConfigError: If ``parent`` is not a run directory, has no checkpoint as late as ``from_round``,
-            names an unknown role, or ``out_dir`` holds a run already.
-        UnknownRoleError: If an intervention names a role the run does not have.
+            names an unknown role (an intervention's: UnknownRoleError), or ``out_dir`` holds a run.
     """
     record = read_manifest(parent)
     check_run_dir(parent)
@@ -497,11 +494,9 @@ async def fork_scenario(
     _steer(plan.team, control, out_dir)
     plan.team.on_record = metrics_recorder(recorded_scenario(record), out_dir)
     parent_record = {"run_dir": _absolute(parent), "from_round": from_round, "idea": idea, "changes": changes}
-    parent_record |= _surgical(interventions, seed)
-    child = {**record, "config": {**record["config"], **changes}, **(manifest or {}), **describe_llm(llm)}
-    child |= {"interventions": recorded(surgeries)} if surgeries else {}
-    child |= {"seed": seed} if seed is not None else {}
-    child |= {"n_round": plan.n_round, "rounds": rounds if rounds is not None else record.get("rounds")}
+    parent_record |= _surgical(interventions, seed, fork=True)
+    child = _forked(record, changes, {**(manifest or {}), **describe_llm(llm)}, _surgical(surgeries, seed))
+    child |= {"n_round": plan.n_round, "rounds": record.get("rounds") if rounds is None else rounds}
     child |= provenance() | {"parent": parent_record}
     with locked(out_dir):
         refuse_a_run_in(out_dir)
@@ -538,9 +533,18 @@ async def _branch(
     )
 
 
-def _surgical(interventions: Sequence[Surgery], seed: int | None) -> dict[str, Any]:
-    """What a fork's record of its parent adds for a branch of an ensemble or a surgical fork."""
-    return {"interventions": recorded(interventions), "seed": seed} if interventions or seed is not None else {}
+def _forked(
+    record: dict[str, Any], changes: dict[str, Any], given: dict[str, Any], surgical: dict[str, Any]
+) -> dict[str, Any]:
+    """A fork's manifest from its parent's: the config changed, the fork's model and settings, interventions, seed."""
+    return {**record, "config": {**record["config"], **changes}, **given, **surgical}
+
+
+def _surgical(surgeries: Sequence[Surgery], seed: int | None, *, fork: bool = False) -> dict[str, Any]:
+    """A branch's interventions and seed, as far as given (``fork``: its record of the fork, both or none)."""
+    if fork:
+        return {"interventions": recorded(surgeries), "seed": seed} if surgeries or seed is not None else {}
+    return ({"interventions": recorded(surgeries)} if surgeries else {}) | ({"seed": seed} if seed is not None else {})
 
 
 def _at_the_fork(parent: dict[str, Any], env: Environment) -> None:

@@ -224,6 +224,11 @@ def edit_history(env: Environment, surgeries: Sequence[Surgery]) -> None:
     env.load_state(state)
 
 
+def model_swaps(surgeries: Sequence[Surgery]) -> dict[str, str]:
+    """The ``model:`` interventions as the options that give a role its own model (``role.NAME.llm``)."""
+    return {f"role.{s.target}.llm": s.value for s in surgeries if s.kind == "model"}
+
+
 def recorded(surgeries: Sequence[Surgery]) -> list[str]:
     """The specs a manifest keeps."""
     return [s.spec for s in surgeries]
