@@ -31,7 +31,7 @@ from typing import Any
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic
 from metaroles.llm.settings import LLMSettings
-from metaroles.project.diff import diff_runs
+from metaroles.project.diff import first_divergence, run_messages
 from metaroles.project.rundir import check_run_dir, read_manifest, refuse_unkept
 from metaroles.project.scenario import rebuilt_team
 from metaroles.project.sweep import TrialBatch, run_trials
@@ -315,10 +315,10 @@ def agreement(rows: Sequence[Row], described: dict[str, Any], out: Path) -> list
     for row in rows:
         groups.setdefault(tuple(_label(_value(row, n)) for n in counted), []).append(row["trial"])
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
-    first = out / ordered[0][1][0] if ordered else None
+    largest = run_messages(out / ordered[0][1][0]) if len(ordered) > 1 else []
     shown = []
     for n, (key, members) in enumerate(ordered):
-        parting = diff_runs(first, out / members[0]).first_divergence_round if first is not None and n else None
+        parting = first_divergence(largest, run_messages(out / members[0])) if n else None
         shown.append({"outcomes": dict(zip(counted, key, strict=True)), "count": len(members), "branches": members,
                       "parts_from_largest_at_round": parting})  # fmt: skip
     return shown
@@ -326,7 +326,8 @@ def agreement(rows: Sequence[Row], described: dict[str, Any], out: Path) -> list
 
 def _first_parting(parent: Path, branches: Sequence[Path]) -> dict[str, int]:
     """How many branches first differ from the parent in each round (none before the fork round)."""
-    rounds = Counter(diff_runs(parent, branch).first_divergence_round for branch in branches)
+    told = run_messages(parent)
+    rounds = Counter(first_divergence(told, run_messages(branch)) for branch in branches)
     return {
         ("never" if r is None else str(r)): c
         for r, c in sorted(rounds.items(), key=lambda i: (i[0] is None, i[0] or 0))

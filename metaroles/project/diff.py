@@ -113,11 +113,27 @@ def diff_runs(a: Path, b: Path) -> RunDiff:
     left, right = run_messages(a), run_messages(b)
     events_common, event_difference = _diff_events(read_events(events_file(a)), read_events(events_file(b)))
     common = _common_prefix(left, right, _same)
-    if common == len(left) == len(right):
-        return RunDiff(None, common, [], events_common, event_difference)
     rest = list(zip_longest(left[common:], right[common:]))
-    rounds = [m.round for m in rest[0] if m is not None]
-    return RunDiff(min(rounds), common, rest, events_common, event_difference)
+    return RunDiff(_parting(left, right, common), common, rest, events_common, event_difference)
+
+
+def first_divergence(left: Sequence[RunMessage], right: Sequence[RunMessage]) -> int | None:
+    """The first round whose messages differ between two runs' messages (``None``: the same messages).
+
+    What :func:`diff_runs` reports, for callers that compare one run's messages with many others'.
+    """
+    return _parting(left, right, _common_prefix(left, right, _same))
+
+
+def _parting(left: Sequence[RunMessage], right: Sequence[RunMessage], common: int) -> int | None:
+    """The round of the first message past the ``common`` prefix, on either side (``None``: none is)."""
+    if common == len(left) == len(right):
+        return None
+    return min(
+        m.round
+        for m in (left[common] if common < len(left) else None, right[common] if common < len(right) else None)
+        if m is not None
+    )
 
 
 def _common_prefix(left: Sequence[T], right: Sequence[T], same: Callable[[T, T], bool]) -> int:
