@@ -124,7 +124,15 @@ def test_an_intervened_branch_killed_and_resumed_or_forked_again_is_the_same_bra
     parent, straight, cut, again = (tmp_path / name for name in ("parent", "straight", "cut", "again"))
     sets = [arg for key, value in OPTIONS.items() for arg in ("--set", f"{key}={value}")]
     ok("run", "society", "--llm", "test", "--seed", "5", *sets, "--checkpoint-every", "1", "--out", str(parent), "-q")
-    changes = ["freeze:a1", "mute:a2>a3", "rule:a0=0.9", "persona:a2=a farmer", "model:a3=test:77"]
+    edited = next(m for m in run_messages(parent) if m.sender == "a6" and m.round == FORK)
+    changes = [
+        "freeze:a1",
+        "mute:a2>a3",
+        "rule:a0=0.9",
+        "persona:a2=a farmer",
+        "model:a3=test:77",
+        f"edit:{edited.id}=0.0",
+    ]
     branch = ["fork", str(parent), "--from-round", str(FORK), *(f"--intervene={c}" for c in changes), "-q"]
     ok(*branch, "--out", str(straight))
     killed("point=append:events.jsonl:3", *branch, "--out", str(cut))
@@ -138,3 +146,4 @@ def test_an_intervened_branch_killed_and_resumed_or_forked_again_is_the_same_bra
         "a fork of the branch keeps its changes"
     )
     assert after_fork(straight, "a1") == [] and {m.content for m in after_fork(straight, "a0")} == {"0.9"}
+    assert {m.id: m.content for m in run_messages(cut)}[edited.id] == "0.0", "the edit made again on the re-run fork"
