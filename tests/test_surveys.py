@@ -41,6 +41,12 @@ def people_file(path: Path, rows: list[dict[str, str]]) -> Path:
     return path
 
 
+def surveyed(run: Path, survey: Path, people: Path, out: Path) -> int:
+    """``metaroles survey RUN --round 2 --questions SURVEY --compare PEOPLE --out OUT``; its exit code."""
+    asked = ["survey", str(run), "--round", "2", "--questions", str(survey)]
+    return main([*asked, "--compare", str(people), "--out", str(out)])
+
+
 def agents(question: Question, answers: list[str]) -> list[Answer]:
     return [Answer(f"a{i}", {}, question.text, a, 0, 0) for i, a in enumerate(answers)]
 
@@ -125,23 +131,7 @@ def test_a_runs_agents_answer_the_survey_by_its_options_and_are_scored_against_p
     rows = [{"trust": "You can't be too careful", "trams": ["Yes", "No"][i % 2]} for i in range(30)]
     people = people_file(tmp_path / "people.csv", rows)
     out = tmp_path / "asked"
-    assert (
-        main(
-            [
-                "survey",
-                str(run),
-                "--round",
-                "2",
-                "--questions",
-                str(survey),
-                "--compare",
-                str(people),
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert surveyed(run, survey, people, out) == 0
     import pyarrow.parquet as pq
 
     table = pq.read_table(out / "answers.parquet").to_pylist()
@@ -152,23 +142,7 @@ def test_a_runs_agents_answer_the_survey_by_its_options_and_are_scored_against_p
     assert "| trust | 12 | 30 |" in capsys.readouterr().out
 
     bad = people_file(tmp_path / "bad.csv", [{"trust": "Nobody", "trams": "Yes"}])
-    assert (
-        main(
-            [
-                "survey",
-                str(run),
-                "--round",
-                "2",
-                "--questions",
-                str(survey),
-                "--compare",
-                str(bad),
-                "--out",
-                str(tmp_path / "b"),
-            ]
-        )
-        == 2
-    )
+    assert surveyed(run, survey, bad, tmp_path / "b") == 2
     err = capsys.readouterr().err
     assert "'Nobody' is not one of its options" in err and err.count("\n") == 1
     assert not (tmp_path / "b").exists(), "refused before any model was asked"

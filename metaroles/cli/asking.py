@@ -70,7 +70,7 @@ def survey(
     if not questions.is_file():
         raise fail(f"--questions {str(questions)!r} is not a file; write one question per line")
     with reported():
-        survey_questions = _survey(questions, compare)
+        survey_questions, people = _survey(questions, compare)
     asked: list[str | Closed] = [q.closed() for q in survey_questions] if survey_questions else _lines(questions)
     answers, seconds = _ask(run_dir, at_round, roles, asked, out, llm, trust=trust)
     completion = sum(a.completion_tokens for a in answers)
@@ -78,8 +78,8 @@ def survey(
         f"{len(answers)} answers from {len({a.role for a in answers})} roles in {seconds:.1f} s "
         f"({completion / max(seconds, 1e-9):.0f} completion tokens/s)"
     )
-    if compare is not None:
-        _compared(survey_questions, answers, compare, out or _default_out(run_dir, at_round))
+    if people is not None:
+        _compared(survey_questions, answers, people, out or _default_out(run_dir, at_round))
 
 
 def _lines(questions: Path) -> list[str | Closed]:
@@ -87,30 +87,31 @@ def _lines(questions: Path) -> list[str | Closed]:
     return [q for q in asked if q]
 
 
-def _survey(questions: Path, compare: Path | None) -> list[Question]:
-    """The closed questions of a ``.toml`` survey (none for a file of lines), checked with the people's file."""
+def _survey(questions: Path, compare: Path | None) -> tuple[list[Question], dict[str, list[str]] | None]:
+    """The closed questions of a ``.toml`` survey (none for a file of lines), and the people's answers if given.
+
+    A people file that does not fit the survey is refused here, before any model is asked.
+    """
     from metaroles.core.exceptions import ConfigError
     from metaroles.project.surveys import read_people, read_survey
 
     if questions.suffix != ".toml":
         if compare is not None:
             raise ConfigError("--compare needs closed questions: pass a survey (.toml), see docs/surveys.md")
-        return []
+        return [], None
     survey_questions = read_survey(questions)
-    if compare is not None:
-        read_people(compare, survey_questions)  # a bad file is refused before any model is asked
-    return survey_questions
+    return survey_questions, read_people(compare, survey_questions) if compare is not None else None
 
 
-def _compared(questions: list[Question], answers: list[Answer], people_csv: Path, folder: Path) -> None:
+def _compared(questions: list[Question], answers: list[Answer], people: dict[str, list[str]], folder: Path) -> None:
     """Score the answers against the people's; ``comparison.json`` and ``comparison.md`` into ``folder``."""
     import json
 
     from metaroles.core.files import write_atomic
-    from metaroles.project.surveys import compare, comparison_markdown, read_people
+    from metaroles.project.surveys import compare, comparison_markdown
 
     with reported():
-        report = compare(questions, answers, read_people(people_csv, questions))
+        report = compare(questions, answers, people)
     write_atomic(folder / "comparison.json", json.dumps(report, indent=1) + "\n")
     write_atomic(folder / "comparison.md", comparison_markdown(report))
     typer.echo(comparison_markdown(report), nl=False)

@@ -514,6 +514,8 @@ def resumed_model(manifest: dict[str, Any]) -> LLM:
 
 
 TRUST_HELP = "import the scenario file or module the manifest names even if it is not yours (it is code)"
+INTERVENE_SPECS = "freeze:NAME, mute:A>B, model:NAME=SPEC, persona:NAME=TEXT, rule:NAME=TEXT, edit:ID=TEXT (repeatable)"
+"""The ``--intervene`` specs (``metaroles.team.surgery``), as ``fork`` and ``branch`` list them in their help."""
 
 
 def trusted(scenario: str, run_dir: Path | None, *, trust: bool) -> None:

@@ -13,6 +13,7 @@ import typer
 
 from metaroles.cli.common import (
     BACKEND_HELP,
+    INTERVENE_SPECS,
     LLM_HELP,
     TRACEBACK_HELP,
     TRUST_HELP,
@@ -412,8 +413,7 @@ def fork(
         typer.Option(
             "--intervene",
             metavar="SPEC",
-            help="one change, recorded as such: freeze:NAME, mute:A>B, model:NAME=SPEC, persona:NAME=TEXT, "
-            "rule:NAME=TEXT, edit:ID=TEXT (repeatable)",
+            help=f"one change, recorded as such: {INTERVENE_SPECS}",
         ),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="the new run directory (default: next to the parent)")] = None,

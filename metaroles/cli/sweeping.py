@@ -11,7 +11,17 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from metaroles.cli.common import LLM_HELP, TRUST_HELP, app, err, options_from, reported, run_dir_at, trusted
+from metaroles.cli.common import (
+    INTERVENE_SPECS,
+    LLM_HELP,
+    TRUST_HELP,
+    app,
+    err,
+    options_from,
+    reported,
+    run_dir_at,
+    trusted,
+)
 from metaroles.core.text import printable
 
 
@@ -115,8 +125,7 @@ def branch(
         typer.Option(
             "--intervene",
             metavar="SPEC",
-            help="a change in a second arm of branches, paired by seed: freeze:NAME, mute:A>B, model:NAME=SPEC, "
-            "persona:NAME=TEXT, rule:NAME=TEXT, edit:ID=TEXT (repeatable)",
+            help=f"a change in a second arm of branches, paired by seed: {INTERVENE_SPECS}",
         ),
     ] = None,
     llm: Annotated[
