@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
 
@@ -58,9 +58,16 @@ class Config(BaseModel):
     @classmethod
     def _even_and_fewer(cls, degree: int, info: ValidationInfo) -> int:
         agents = info.data.get("agents", 2)
-        if info.data.get("graph") == "small_world" and (degree % 2 or degree >= agents):
+        if info.data.get("graph") == "small_world" and (degree % 2 or (degree >= agents and degree > 2)):
             raise ValueError(f"the small world's degree must be even and below the {agents} agents, e.g. 6")
         return degree
+
+    @model_validator(mode="after")
+    def _default_degree_fits(self) -> Config:
+        """A society too small for the default degree gets the largest that fits (recorded so, and rebuilt so)."""
+        if "degree" not in self.model_fields_set:
+            self.degree = max(2, min(self.degree, self.agents - 1) // 2 * 2)
+        return self
 
     @field_validator("llm_agents")
     @classmethod
@@ -151,6 +158,8 @@ class Agent(Role):
     Its opinion is what it last said (its initial one before that): all its state is on the bus,
     so checkpoints replay it like any default role.
     """
+
+    readings = ("opinion",)
 
     def __init__(
         self,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from metaroles.cli import main
-from metaroles.project.branches import Ensemble, describe, run_branches
+from metaroles.project.branches import Ensemble, run_branches
+from metaroles.project.ensembles import describe
 from metaroles.record.eventlog import read_events
 from tests.faults.helpers import ok
 
@@ -74,7 +75,7 @@ def test_an_intervened_arm_is_paired_by_seed_and_its_effect_has_an_interval(pare
     stubborn = [f"rule:a{i}=1.0" for i in (0, 5, 10, 15)]
     plan = Ensemble(parent, 5, 12, interventions=stubborn)
     report = run_branches(plan, tmp_path / "e", jobs=2)
-    pairs = {(r["arm"], r["seed"]) for r in report["per_branch"]}
+    pairs = {(r["arm"], r["seed"]) for r in report["per_run"]}
     assert pairs == {(arm, seed) for arm in ("plain", "intervened") for seed in range(6, 18)}
     effect = report["effects"]["mean"]
     assert effect["pairs"] == 12 and effect["difference"] > 0 and effect["ci95"][0] > 0, effect

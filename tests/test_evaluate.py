@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +17,7 @@ from metaroles.project.scenario import run_scenario
 from tests.faults.helpers import killed, ok
 
 WORD_COUNT = "A module whose count_words(text) returns how many words text has."
-EVAL_FILES = ("eval.jsonl", "eval.csv", "eval.parquet", "summary.csv", "report.md")
+EVAL_FILES = ("eval.jsonl", "eval.csv", "eval.parquet", "summary.csv", "report.md", "ensemble.json", "ensemble.md")
 
 
 def answers(code: str) -> dict[str, str]:
@@ -208,6 +209,12 @@ def test_werewolf_debate_and_society_suites_give_win_rates_agreement_and_polaris
     by_motion = [[r["winner"] for r in rows if r["task"] == task] for task in ("trams", "homework")]
     expected = sum(max(w.count(x) for x in w) / 3 for w in by_motion) / 2
     assert agreement["mean"] == pytest.approx(expected) and agreement["n"] == 6
+    ensemble = json.loads((tmp_path / "debate" / "ensemble.json").read_text())  # a motion's seeds: one ensemble
+    for task, winners in zip(("trams", "homework"), by_motion, strict=True):
+        counted = ensemble["arms"][f"{task} · default"]["winner"]
+        assert {value: c["count"] for value, c in counted["values"].items()} == Counter(winners)
+        groups = ensemble["agreement"][f"{task} · default"]
+        assert [g["count"] for g in groups] == sorted(Counter(winners).values(), reverse=True)
 
     society = load_suite("society", seeds=[0], tasks=["epsilon_0_05", "epsilon_0_5"])
     rows = run_eval(society, tmp_path / "society")

@@ -213,3 +213,39 @@ def test_trials_in_threads_sharing_one_engine_write_what_trials_in_processes_wri
     assert trials.embedded_engine({"llm": "local"}) and not trials.embedded_engine({"llm": "test"})
     assert not trials.embedded_engine({"llm": "local", "cassette": "replay:/x"}), "a replay asks no engine"
     assert trials.default_jobs({"llm": "openai", "base_url": "http://x"}) == 1
+
+
+def test_each_settings_seeds_are_an_ensemble_with_intervals_the_same_in_two_processes(tmp_path: Path) -> None:
+    from collections import Counter
+    from statistics import fmean
+
+    from statsmodels.stats.proportion import proportion_confint
+
+    grid = ["--grid", "graph_seed=0..11", "--grid", "epsilon=0.1,0.3", "--set", "agents=12", "--set", "rounds=6"]
+    ok("sweep", "society", *grid, "--out", str(tmp_path / "a"), "--jobs", "2", "-q")
+    ok("sweep", "society", *grid, "--out", str(tmp_path / "b"), "-q")
+    for name in ("ensemble.json", "ensemble.md", "ensemble.svg"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    report = json.loads((tmp_path / "a" / "ensemble.json").read_text())
+    rows = read_table(tmp_path / "a")
+    assert list(report["arms"]) == ["epsilon=0.1", "epsilon=0.3"] and report["failed"] == []
+    for epsilon in (0.1, 0.3):
+        arm = f"epsilon={epsilon}"
+        clusters = [r["summary.clusters"] for r in rows if r["epsilon"] == epsilon]
+        means = [r["summary.mean"] for r in rows if r["epsilon"] == epsilon]
+        counted = report["arms"][arm]["clusters"]
+        assert counted["n"] == 12 and {int(v): c["count"] for v, c in counted["values"].items()} == Counter(clusters)
+        for value, c in counted["values"].items():  # "k of 12" with its Wilson interval
+            assert c["ci95"] == pytest.approx(proportion_confint(c["count"], 12, method="wilson"), abs=1e-6), value
+        spread = report["arms"][arm]["mean"]
+        assert spread["mean"] == pytest.approx(fmean(means), abs=1e-6)
+        assert spread["ci95"][0] <= spread["mean"] <= spread["ci95"][1] and spread["ci95"][0] < spread["ci95"][1]
+        groups = report["agreement"][arm]
+        assert sum(g["count"] for g in groups) == 12 and [g["count"] for g in groups] == sorted(
+            Counter(clusters).values(), reverse=True
+        )
+        for group in groups:  # a group agrees: its runs ended with the same count of clusters
+            ended = {r["summary.clusters"] for r in rows if r["trial"] in group["runs"]}
+            assert ended == {int(group["outcomes"]["clusters"])}
+        assert all(g["parts_from_largest_at_round"] is not None for g in groups[1:])
+    assert "epsilon=0.3" in (tmp_path / "a" / "ensemble.md").read_text()

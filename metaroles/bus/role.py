@@ -84,6 +84,9 @@ class Role(Dumped):
     goal: str = ""
     constraints: str = ""
     desc: str = ""
+    readings: ClassVar[tuple[str, ...]] = ()
+    """Properties a researcher reads of the role, computed from its state (a society agent's ``opinion``):
+    an interview's and a panel's ``attributes`` hold them beside the role's own scalar attributes."""
     _default_turn: ClassVar[bool] = True
     _own_observe: ClassVar[bool] = False
     _own_think: ClassVar[bool] = False

@@ -513,6 +513,35 @@ def resumed_model(manifest: dict[str, Any]) -> LLM:
     return CassetteLLM(cassette, mode=CassetteMode.REPLAY_OR_LIVE, inner=llm)
 
 
+OFFLINE_MODELS = ("test", "scripted", "replay")
+"""The model specs that answer without asking a model: a run made with them can be run again anywhere."""
+
+
+def answers_again(manifest: dict[str, Any]) -> tuple[LLM, dict[str, LLM]]:
+    """The run's model answers again without asking a model: its cassette replayed, or its offline models.
+
+    Raises:
+        ConfigError: If the run asked a model whose answers it did not record (naming how to record them).
+    """
+    from metaroles.llm.cassette import CassetteLLM, CassetteMode
+
+    specs = {str(name): str(spec) for name, spec in (manifest.get("role_llms") or {}).items()}
+    live = sorted(name for name, spec in specs.items() if spec.partition(":")[0] not in OFFLINE_MODELS)
+    cassette = str(manifest.get("cassette") or "")
+    if cassette and Path(cassette).is_file():
+        llm: LLM = CassetteLLM(cassette, mode=CassetteMode.REPLAY)
+    elif str(manifest.get("llm") or "").partition(":")[0] in OFFLINE_MODELS:
+        llm = manifest_model(manifest)
+    else:
+        recorded = f"its cassette {cassette!r} is not there" if cassette else "it recorded no cassette"
+        raise ConfigError(
+            f"the run asked {manifest.get('llm')!r} and {recorded}; run with --record to keep its answers"
+        )
+    if live:
+        raise ConfigError(f"role {live[0]!r} asked {specs[live[0]]!r}, whose answers no cassette keeps")
+    return llm, {name: resolve({"llm": spec}) for name, spec in specs.items()}
+
+
 TRUST_HELP = "import the scenario file or module the manifest names even if it is not yours (it is code)"
 INTERVENE_SPECS = "freeze:NAME, mute:A>B, model:NAME=SPEC, persona:NAME=TEXT, rule:NAME=TEXT, edit:ID=TEXT (repeatable)"
 """The ``--intervene`` specs (``metaroles.team.surgery``), as ``fork`` and ``branch`` list them in their help."""

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
-from metaroles.cli.sweeping import shown_trials
+from metaroles.cli.sweeping import drawn_ensemble, shown_trials
 from metaroles.core.text import printable
 
 
@@ -88,8 +88,7 @@ def evaluate(
     with reported():
         if record and replay is not None:
             raise typer.BadParameter("--record and --replay exclude each other: a replay asks no model")
-        extra = {f"without={role}": {"without": [role]} for role in without or []}
-        extra |= {pair: options_from([pair]) for pair in set_ or []}
+        extra = {f"without={r}": {"without": [r]} for r in without or []} | {p: options_from([p]) for p in set_ or []}
         seeded = range(seeds) if seeds else None
         settings = LLMSettings.from_env(os.environ, llm=llm or "test", model=model, base_url=base_url)
         check_model(settings.llm, settings)
@@ -105,9 +104,10 @@ def evaluate(
                 chosen, folder, llm=spec, backend=backend, jobs=jobs or default_jobs(spec), ray_address=ray_address,
                 record=record, replay=replay, on_trial=on_trial,
             )  # fmt: skip
+        drawn_ensemble(folder)
     _print(folder)
     failed = [row for row in rows if row.get("status") != "done"]
-    written = f"{TABLE}, {SUMMARY}, report.md" + (", table.md" if chosen.table else "")
+    written = f"{TABLE}, {SUMMARY}, report.md, ensemble.md" + (", table.md" if chosen.table else "")
     typer.echo(f"{len(rows) - len(failed)} of {total} trials done; in {folder}: {written}")
     for row in failed:
         err.print(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import warnings
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from textwrap import indent
 from typing import TYPE_CHECKING, Annotated, Any
@@ -139,6 +141,12 @@ def export(
     reward: Annotated[
         str | None, typer.Option(metavar="METRIC", help="sft/trajectories of an eval: the score that is the reward")
     ] = None,
+    trust: Annotated[
+        bool,
+        typer.Option(
+            "--trust", help="panel: run the run's scenario code again for its roles' state (a file not yours)"
+        ),
+    ] = False,
     otlp: Annotated[
         bool,
         typer.Option(
@@ -184,14 +192,30 @@ def export(
         if target.is_dir():
             raise ConfigError(f"--out {str(target)!r} is a folder; name the file to write")
         if format_ is ExportAs.panel:
-            from metaroles.project.panel import write_panel
-
-            typer.echo(
-                f"wrote {target} ({write_panel(run_dir_at(run_dir), log, target)} rows: a role and a round each)"
-            )
+            rows = _panel(run_dir_at(run_dir), log, target, trust=trust)
+            typer.echo(f"wrote {target} ({rows} rows: a role and a round each)")
             return
         count = export_events(log, target, "parquet" if format_ is ExportAs.parquet else "jsonl")
     typer.echo(f"wrote {target} ({count} events)")
+
+
+def _panel(run_dir: Path, log: Path, target: Path, *, trust: bool) -> int:
+    """Write the run's panel: with its roles' state when the run can be run again here without a model call."""
+    import anyio
+
+    from metaroles.cli.common import answers_again
+    from metaroles.project.panel import replayed_states, write_panel
+    from metaroles.project.rundir import read_manifest
+
+    manifest = read_manifest(run_dir)
+    try:
+        trusted(manifest["scenario"], run_dir, trust=trust)
+        llm, role_llms = answers_again(manifest)
+    except ConfigError as exc:
+        warnings.warn(f"the roles' state columns are left empty: {exc}", stacklevel=1)
+        return anyio.run(write_panel, run_dir, log, target)
+    states = partial(replayed_states, run_dir, llm, role_llms)
+    return anyio.run(write_panel, run_dir, log, target, lambda last: states(through=last))
 
 
 def _export_training(source: Path, form: str, out: Path | None, reward: str | None) -> None:

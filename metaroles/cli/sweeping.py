@@ -76,12 +76,24 @@ def sweep(
                 on_trial=on_trial,
                 durability=durability,
             )
+        drawn_ensemble(folder)
     failed = [row for row in rows if row["status"] != "done"]
     typer.echo(f"{len(rows) - len(failed)} of {total} trials done; table: {folder / TABLE}")
+    typer.echo(f"ensemble: {folder / 'ensemble.md'} (each setting's outcomes across seeds; plot: ensemble.svg)")
     for row in failed:
         err.print(printable(f"failed: {row['trial']}: {row.get('error', '')}"), highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def drawn_ensemble(folder: Path) -> None:
+    """Draw ``ensemble.svg`` from the ``ensemble.json`` a branch, sweep or evaluation wrote into ``folder``."""
+    import json
+
+    from metaroles.flow.ensemble import render_ensemble
+    from metaroles.project.ensembles import ENSEMBLE
+
+    render_ensemble(json.loads((folder / ENSEMBLE).read_text(encoding="utf-8")), folder / "ensemble.svg")
 
 
 @contextmanager
@@ -141,8 +153,8 @@ def branch(
     trust: Annotated[bool, typer.Option("--trust", help=TRUST_HELP)] = False,
 ) -> None:
     """N branches of a run from round K on their own seeds: each outcome's distribution with intervals, and a plot."""
-    from metaroles.flow.ensemble import render_ensemble
-    from metaroles.project.branches import ENSEMBLE_MD, Ensemble, run_branches
+    from metaroles.project.branches import Ensemble, run_branches
+    from metaroles.project.ensembles import ENSEMBLE_MD
     from metaroles.project.rundir import read_manifest
 
     with reported():
@@ -155,7 +167,7 @@ def branch(
             report = run_branches(
                 plan, folder, llm=model, backend=backend, jobs=jobs, ray_address=ray_address, on_trial=on_trial
             )
-        render_ensemble(report, folder / "ensemble.svg")
+        drawn_ensemble(folder)
     if not quiet:
         typer.echo((folder / ENSEMBLE_MD).read_text(encoding="utf-8"), nl=False)
     typer.echo(f"report: {folder / ENSEMBLE_MD} (data: ensemble.json, plot: ensemble.svg)")

@@ -1,6 +1,6 @@
-"""An ensemble's outcomes as a picture: a panel per outcome, the branches' distribution in each arm.
+"""An ensemble's outcomes as a picture: a panel per outcome, the runs' distribution in each arm.
 
-A numeric outcome is a histogram of its values across branches (one colour per arm) with each
+A numeric outcome is a histogram of its values across runs (one colour per arm) with each
 arm's mean and 95 % interval marked; an outcome counted by value is a bar per value with its
 Wilson interval. Written as SVG with fixed ids and no date, so one report always gives the same
 bytes. Imports matplotlib (extra ``graph``).
@@ -22,18 +22,22 @@ from metaroles.flow.plot import PALETTE
 
 
 def render_ensemble(report: dict[str, Any], path: Path) -> Path:
-    """Draw the report of ``metaroles branch`` (its ``ensemble.json``) into ``path`` (SVG), atomically."""
-    arms = report["arms"]
+    """Draw an ensemble's report (its ``ensemble.json``: a branch's, a sweep's, an evaluation's) into ``path`` (SVG).
+
+    Written atomically; an arm each colour (at most the palette's; a sweep of more settings shows its first ones).
+    """
+    arms = dict(list(report["arms"].items())[: len(PALETTE)])
     outcomes = list(next(iter(arms.values()), {}))
     with plt.rc_context({"svg.hashsalt": "metaroles", "svg.fonttype": "none"}):
         figure, axes = plt.subplots(1, max(1, len(outcomes)), figsize=(4 * max(1, len(outcomes)), 3), squeeze=False)
         for axis, name in zip(axes[0], outcomes, strict=False):
             described = {arm: outcomes_of[name] for arm, outcomes_of in arms.items()}
             if "mean" in next(iter(described.values())) and not _few(described):
-                _histogram(axis, name, described, report["per_branch"])
+                _histogram(axis, name, described, report["per_run"])
             else:
                 _bars(axis, name, described)
-        figure.suptitle(f"{report['branches']} branches from round {report['from_round']}", fontsize=10)
+        cut = f" (the first {len(arms)} of {len(report['arms'])} arms)" if len(arms) < len(report["arms"]) else ""
+        figure.suptitle(report["title"] + cut, fontsize=10)
         figure.tight_layout()
         data = io.BytesIO()
         figure.savefig(data, format="svg", metadata={"Date": None, "Creator": "metaroles"})
@@ -55,7 +59,7 @@ def _histogram(axis: Any, name: str, described: dict[str, dict[str, Any]], rows:
             axis.axvline(d["mean"], color=colour, linewidth=1.5)
             axis.axvspan(*d["ci95"], color=colour, alpha=0.15)
     axis.set_title(name, fontsize=9)
-    axis.set_ylabel("branches", fontsize=8)
+    axis.set_ylabel("runs", fontsize=8)
     if len(described) > 1:
         axis.legend(fontsize=7)
 
@@ -72,6 +76,6 @@ def _bars(axis: Any, name: str, described: dict[str, dict[str, Any]]) -> None:
         axis.bar(places, shares, width, yerr=[low, high], color=PALETTE[n % len(PALETTE)], label=arm, capsize=2)
     axis.set_xticks([i + width * (len(described) - 1) / 2 for i in range(len(labels))], labels, fontsize=7)
     axis.set_title(name, fontsize=9)
-    axis.set_ylabel("share of branches", fontsize=8)
+    axis.set_ylabel("share of runs", fontsize=8)
     if len(described) > 1:
         axis.legend(fontsize=7)

@@ -15,7 +15,9 @@ one is resumed). Once they have run, the scorer reads every finished run directo
 :func:`write_eval` writes ``eval.jsonl``, ``eval.csv`` and ``eval.parquet`` (a row per trial: its
 labels, status, the run's tokens and cost, the scores), ``summary.csv`` (per setting and metric:
 trials, mean and a 95 % bootstrap interval; per setting after the first, its difference from the
-first, paired by task and seed) and ``report.md``. Nothing in them comes from the clock, so
+first, paired by task and seed), ``report.md``, and ``ensemble.json``/``.md``
+(:mod:`metaroles.project.ensembles`: per task and setting, each score's distribution across the
+seeds and which runs agree). Nothing in them comes from the clock, so
 ``record=True`` (every trial's model answers on tape) followed by ``replay=DIR`` gives the same
 files, byte for byte, with no model.
 """
@@ -27,6 +29,7 @@ import re
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
 from statistics import fmean
@@ -37,6 +40,7 @@ from metaroles.core.files import write_atomic
 from metaroles.llm.model_files import MODEL_NAME, local_model_available
 from metaroles.llm.providers import resolve_llm
 from metaroles.llm.settings import LLMSettings
+from metaroles.project.ensembles import Record, grouped_markdown, grouped_report, write_ensemble
 from metaroles.project.registry import load_scenario, unregistered_module
 from metaroles.project.rubric import Rubric
 from metaroles.project.rundir import read_manifest
@@ -300,10 +304,15 @@ def trial_batch(suite: Suite, out: Path) -> TrialBatch:
     for task in suite.tasks:
         for setting, options in suite.settings.items():
             for seed in suite.seeds:
-                names.append(f"task={task.name},setting={setting},seed={seed}".replace("/", "_"))
+                names.append(trial_folder(task.name, setting, seed))
                 params.append({"task": task.name, "setting": setting, "seed": seed})
                 configs.append({**suite.options, **task.options, **options})
     return TrialBatch(suite.scenario, out, names, params, configs)
+
+
+def trial_folder(task: str, setting: str, seed: int) -> str:
+    """A trial's folder in the evaluation's: ``task=T,setting=S,seed=N`` (a ``/`` becomes ``_``)."""
+    return f"task={task},setting={setting},seed={seed}".replace("/", "_")
 
 
 def run_eval(
@@ -389,8 +398,21 @@ def write_eval(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess |
     summary_table.write(out, name=SUMMARY.removesuffix(".csv"), jsonl=False)
     drawn = plots(suite, out / "plots", rows, lines)
     write_atomic(out / "report.md", report(suite, rows, lines, plots=drawn))
+    title = f"{suite.name}: {len(rows)} trials, each task and setting over {len(suite.seeds)} seeds"
+    ensemble = grouped_report(rows, out, title=title, record=partial(_record, scores_of(rows)))
+    write_ensemble(out, ensemble, grouped_markdown)
     if suite.table:
         write_atomic(out / TABLE_MD, suite_table(suite, rows, wall_times(out)))
+
+
+def _record(metrics: list[str], row: Row) -> Record:
+    """A trial's row as an ensemble's record: its arm is its task and setting, its outcomes the scores."""
+    return {
+        "run": trial_folder(str(row["task"]), str(row["setting"]), int(row["seed"])),
+        "arm": f"{row['task']} · {row['setting']}",
+        "seed": row["seed"],
+        **{metric: row.get(metric) for metric in metrics},
+    }
 
 
 def _parquet(path: Path, rows: list[Row]) -> None:
@@ -414,9 +436,14 @@ def metrics_of(suite: Suite, rows: list[Row]) -> list[str]:
     """The metrics compared: the suite's, else every numeric score the scorer gave."""
     if suite.metrics:
         return suite.metrics
-    skip = {*LABELS, *RUN_COLUMNS, "error", "model"}
-    numeric = [k for row in rows for k, v in row.items() if k not in skip and isinstance(v, int | float)]
+    numeric = [k for row in rows for k in scores_of([row]) if isinstance(row[k], int | float)]
     return list(dict.fromkeys(numeric))
+
+
+def scores_of(rows: list[Row]) -> list[str]:
+    """Every score the scorer gave, numeric or not (a debate's ``winner``), in the order the rows name them."""
+    skip = {*LABELS, *RUN_COLUMNS, "error", "model"}
+    return list(dict.fromkeys(k for row in rows for k in row if k not in skip))
 
 
 def summary(suite: Suite, rows: list[Row], scorer: ScorerProcess | None = None) -> list[Row]:

@@ -34,7 +34,7 @@ from metaroles.project.scenario import rebuilt_team
 from metaroles.record.numbering import numbered
 from metaroles.record.restore import restore_checkpoint
 
-__all__ = ["ANSWERS", "COLUMNS", "Answer", "Closed", "interview_run", "pick_roles"]
+__all__ = ["ANSWERS", "COLUMNS", "Answer", "Closed", "attributes_of", "interview_run", "pick_roles"]
 
 ANSWERS = "answers.parquet"
 COLUMNS = ("role", "attributes", "question", "answer", "prompt_tokens", "completion_tokens")
@@ -204,7 +204,7 @@ async def answer(
     response = await role.llm.complete(request)
     return Answer(
         role=role.name,
-        attributes=_attributes(role),
+        attributes=attributes_of(role),
         question=question.text if isinstance(question, Closed) else question,
         answer=_chosen(response.text, question) if isinstance(question, Closed) else response.text.strip(),
         prompt_tokens=response.usage.prompt_tokens,
@@ -221,13 +221,14 @@ def _chosen(text: str, question: Closed) -> str:
     return said if said in question.options else ""
 
 
-def _attributes(role: Role) -> dict[str, Any]:
-    """The role's class and settings, and its own scalar attributes (an agent's opinion, a player's seat)."""
+def attributes_of(role: Role) -> dict[str, Any]:
+    """The role's class and settings, its own scalar attributes (a player's seat) and its ``readings`` (an opinion)."""
     own = {
         key: value
         for key, value in vars(role).items()
         if not key.startswith("_") and isinstance(value, str | int | float | bool) and key != "name"
     }
+    own |= {name: getattr(role, name) for name in type(role).readings}
     extra = role.extra_state() if role.keeps_extra_state else None
     return {"class": type(role).__name__, **own, "state": role.rc.state, **({"extra": extra} if extra else {})}
 

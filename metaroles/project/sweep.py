@@ -4,12 +4,15 @@
 ``SWEEP_DIR/seed=3,epsilon=0.1/`` and so on, several at once (``--jobs``: processes here, or one
 Ray task per trial), and keeps ``sweep.jsonl`` — a row per trial: its settings, status, rounds,
 messages, tokens, cost, wall time and the scenario's own ``summary(run_dir)`` — and ``sweep.csv``
-beside it. While trials run, ``sweep.jsonl`` gains each one's line as it ends (nothing is rewritten:
-a file replaced per trial cost the disk more than a trial); when the sweep ends both are written
-in grid order, atomically. Running the same
-sweep again skips finished trials and resumes interrupted ones (a trial is a run directory like
-any other: ``metaroles resume`` works on it too). A trial's row is a function of its run, so two
-sweeps of one grid — on processes or on Ray — write the same table, timings aside.
+beside it; once they have run, ``ensemble.json``/``.md`` (:mod:`metaroles.project.ensembles`): per
+setting (the grid's values but its seeds: ``seed``, ``graph_seed``, any ``*_seed``), each outcome's
+distribution across the seeds with intervals, and which runs agree.
+While trials run, ``sweep.jsonl`` gains each one's line as it ends (nothing is rewritten: a file
+replaced per trial cost the disk more than a trial); when the sweep ends both are written in grid
+order, atomically. Running the same sweep again skips finished trials and resumes interrupted
+ones (a trial is a run directory like any other: ``metaroles resume`` works on it too). A trial's
+row is a function of its run, so two sweeps of one grid — on processes or on Ray — write the same
+table, timings aside.
 
 On this machine a trial waits for the disk not even once: the sweep syncs the trials it has ended
 together, every few seconds and at its end (``durability="sweep"``, ``record.durability.GroupSync``).
@@ -27,11 +30,13 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic
+from metaroles.project.ensembles import Record, grouped_markdown, grouped_report, write_ensemble
 from metaroles.project.registry import load_scenario
 from metaroles.project.rundir import scenario_label
 from metaroles.project.scenario import checked_config
@@ -148,9 +153,26 @@ def run_sweep(
     if len(set(names)) != len(names):
         raise ConfigError("two trials of this grid would share a folder; give distinct values")
     batch = TrialBatch(scenario, out, names, every, configs)
-    return run_trials(
+    rows = run_trials(
         batch, llm=llm, backend=backend, jobs=jobs, ray_address=ray_address, on_trial=on_trial, durability=durability
     )
+    settings = len({trial_name({k: v for k, v in p.items() if not _is_seed(k)}) for p in every})
+    title = f"{scenario_label(scenario)}: {len(rows)} trials, {settings} setting{'s' if settings > 1 else ''} × seeds"
+    write_ensemble(out, grouped_report(rows, out, title=title, record=partial(_record, list(grid))), grouped_markdown)
+    return rows
+
+
+def _record(keys: list[str], row: Row) -> Record:
+    """A trial's row as an ensemble's record: its arm is its setting but the seeds (``all`` when only seeds vary)."""
+    summary = {k.removeprefix("summary."): v for k, v in row.items() if k.startswith("summary.")}
+    arm = trial_name({k: row.get(k) for k in keys if not _is_seed(k)}) or "all"
+    seeds = [row.get(k) for k in keys if _is_seed(k)]
+    return {"run": row["trial"], "arm": arm, "seed": seeds[0] if len(seeds) == 1 else seeds or None, **summary}
+
+
+def _is_seed(key: str) -> bool:
+    """Whether a grid key is a seed (``seed``, ``graph_seed``): the runs it spans are one setting's ensemble."""
+    return key == "seed" or key.endswith("_seed")
 
 
 @dataclass(frozen=True)
