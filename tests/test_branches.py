@@ -116,3 +116,27 @@ def test_a_bad_branch_request_is_one_line_and_exit_2_before_any_branch_runs(
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1, err
     assert not (tmp_path / "e").exists()
+
+
+def test_the_branches_model_is_the_parents_without_its_seed_or_a_base_url_kept_without_credentials() -> None:
+    from metaroles.project.branches import branch_model
+
+    parent = {"llm": "openai", "model": "m", "base_url": "http://me:***@127.0.0.1:9/v1", "seed": 4, "temperature": 0.5}
+    assert branch_model(parent, None) == {"llm": "openai", "model": "m", "temperature": 0.5}
+    assert branch_model({**parent, "base_url": "http://127.0.0.1:9/v1"}, None)["base_url"] == "http://127.0.0.1:9/v1"
+    assert branch_model({"llm": "test:7", "seed": 7}, None) == {"llm": "test"}
+
+
+def test_branches_as_ray_tasks_are_the_branches_made_in_processes(
+    parent: Path, ray_address: str, tmp_path: Path
+) -> None:
+    plan = Ensemble(parent, 5, 4, interventions=["freeze:a2"])
+    here = run_branches(plan, tmp_path / "here", jobs=2)
+    on_ray = run_branches(plan, tmp_path / "ray", backend="ray", ray_address=ray_address)
+    assert on_ray["failed"] == here["failed"] == [] and len(on_ray["per_run"]) == 8
+    assert (tmp_path / "ray" / "ensemble.json").read_bytes() == (tmp_path / "here" / "ensemble.json").read_bytes()
+    for record in here["per_run"]:
+        for file in RUN_FILES:
+            assert (tmp_path / "ray" / record["run"] / file).read_bytes() == (
+                tmp_path / "here" / record["run"] / file
+            ).read_bytes(), (record["run"], file)

@@ -28,6 +28,7 @@ from typing import Any
 
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic
+from metaroles.core.text import REDACTED
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.diff import first_divergence, run_messages
 from metaroles.project.ensembles import (
@@ -106,7 +107,8 @@ def checked(plan: Ensemble) -> dict[str, Any]:
 def branch_model(manifest: dict[str, Any], llm: dict[str, Any] | None) -> dict[str, Any]:
     """The settings the branches' model is made from: ``llm`` if given, else the parent's model.
 
-    A branch's seed seeds its model: ``test:N`` becomes ``test``.
+    A branch's seed seeds its model: ``test:N`` becomes ``test``. A base URL the parent recorded
+    without its credentials is left out (``OPENAI_BASE_URL`` gives it again, as on a resume).
 
     Raises:
         ConfigError: If the parent answered from a tape or a script (nothing new could answer a branch).
@@ -114,6 +116,8 @@ def branch_model(manifest: dict[str, Any], llm: dict[str, Any] | None) -> dict[s
     if llm is not None:
         return {k: v for k, v in llm.items() if k != "seed"}
     settings = {k: manifest[k] for k in LLMSettings.model_fields if manifest.get(k) is not None and k != "seed"}
+    if REDACTED in str(settings.get("base_url") or ""):  # kept without its credentials: OPENAI_BASE_URL gives it again
+        del settings["base_url"]
     spec = str(settings.get("llm", "test"))
     if spec.startswith(("replay:", "scripted:")) or manifest.get("replayed_from"):
         raise ConfigError(
