@@ -174,10 +174,10 @@ def test_what_a_client_cannot_mean_is_a_400_and_nothing_is_read_past_the_limits(
 
 
 def test_a_body_that_never_arrives_is_answered_408_at_its_deadline(monkeypatch):
-    from metaroles.llm import serving
+    from metaroles.llm import endpoint, serving
     from metaroles.llm.local import LocalLLM
 
-    monkeypatch.setattr(serving, "BODY_SECONDS", 1.0)
+    monkeypatch.setattr(endpoint, "BODY_SECONDS", 1.0)
     server = serving.ModelServer(LocalLLM(SMOLLM2, batch=1, max_tokens=2))
     with server.running():
         status, text = raw_post(server.url, b"Content-Length: 100\r\n", b'{"messages"')  # 11 of 100 bytes, then nothing

@@ -1,22 +1,27 @@
-"""``metaroles serve``: the embedded model behind an OpenAI-compatible server on this machine.
+"""``metaroles serve``, ``proxy`` and ``a2a``: servers on this machine.
+
+``serve``: the embedded model behind an OpenAI-compatible server.
 
 Calls from every client are decoded together by the continuous-batching engine, with each slot's
 prompt cache reused (``llm.serving``). A run then points at it as at any server:
 ``metaroles run society --llm openai --base-url http://127.0.0.1:8080/v1 --model smollm2``.
-Ctrl-C or SIGTERM stops it (exit 0).
+``proxy``: an OpenAI-compatible endpoint that records another server's answers for any framework, or
+answers from them with no server (``llm.proxy``). ``a2a``: one role of a scenario as an A2A agent.
+Ctrl-C or SIGTERM stops each (exit 0).
 """
 
 from __future__ import annotations
 
 import errno
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from metaroles.cli.common import LLM_HELP, app, options_from, reported, resolve
+from metaroles.cli.common import LLM_HELP, app, options_from, reported, resolve, say
 from metaroles.core.exceptions import ConfigError
 
 
@@ -62,6 +67,47 @@ def serve(
                 threading.Event().wait()
             except KeyboardInterrupt:
                 pass
+
+
+@app.command()
+def proxy(
+    to: Annotated[
+        str | None,
+        typer.Option(metavar="URL", help="the OpenAI-compatible server to record, e.g. http://127.0.0.1:8080/v1"),
+    ] = None,
+    record: Annotated[
+        Path | None, typer.Option(metavar="TAPE", help="keep every exchange with --to's server here")
+    ] = None,
+    replay: Annotated[Path | None, typer.Option(metavar="TAPE", help="answer from this tape, asking no server")] = None,
+    host: Annotated[str, typer.Option(help="interface to listen on (loopback by default)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one, printed)")] = 0,
+) -> None:
+    """An OpenAI-compatible endpoint for any framework: records a server's answers, or answers from the tape."""
+    with reported():
+        from metaroles.llm.proxy import ProxyServer, Tape, upstream_url
+
+        if (record is None) == (replay is None):
+            raise ConfigError("give --record TAPE (with --to URL) or --replay TAPE")
+        if record is not None and to is None:
+            raise ConfigError("--record needs --to URL: the server whose answers it keeps")
+        if replay is not None and to is not None:
+            raise ConfigError("--to goes with --record: a replay asks no server")
+        if to is not None:
+            upstream_url(to)  # refused before the tape is made
+        tape = Tape(record or replay or Path(), record=record is not None)
+        try:
+            server = ProxyServer(tape, upstream=to, host=host, port=port, on_miss=lambda said: say(said))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port") from None
+    doing = f"recording {to} into {record}" if record else f"replaying {replay} ({len(tape)} exchanges)"
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with server.running():
+        typer.echo(f"proxy at {server.url} ({doing}); Ctrl-C stops", nl=True)
+        sys.stdout.flush()
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
 
 
 @app.command("a2a")

@@ -24,23 +24,18 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from metaroles.core.exceptions import ConfigError, MetarolesError
-from metaroles.core.guard import MAX_BODY, host_allowed, origin_allowed
+from metaroles.llm.endpoint import EndpointHandler, EndpointServer
 from metaroles.llm.local import LocalLLM, grammar_of
 from metaroles.llm.protocol import LLMRequest, LLMResponse
-
-BODY_SECONDS = 30.0
-"""Seconds a body may take to arrive once its headers have."""
 
 
 class BadRequest(ValueError):
@@ -242,119 +237,56 @@ class ModelServer:
         )
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _HTTPServer(EndpointServer):
     model: ModelServer
-    request_queue_size = 1024  # the listen backlog: hundreds of clients connect at once
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away mid-answer is no error of the server's; anything else is printed."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: a client's connection pool is reused
+class _Handler(EndpointHandler):
     server: _HTTPServer
 
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _addressed(self) -> bool:
-        """Whether the request is addressed to this server by an address (the policy of :mod:`metaroles.core.guard`)."""
-        port = self.server.server_address[1]
-        host = self.headers.get("host")
-        if not host_allowed(host, port):
-            self._error(421, f"this server answers requests to 127.0.0.1:{port}, not to Host {host!r}",
-                        "invalid_request_error", close=True)  # fmt: skip
-            return False
-        if self.command == "POST" and not origin_allowed(self.headers.get("origin"), port):
-            self._error(403, "a request from another site's page is not answered", "invalid_request_error", close=True)
-            return False
-        return True
-
     def do_GET(self) -> None:
-        if not self._addressed():
+        if not self.addressed():
             return
         if self.path == "/metrics":
-            self._send(200, self.server.model.metrics().encode(), "text/plain; version=0.0.4")
+            self.send(200, self.server.model.metrics().encode(), "text/plain; version=0.0.4")
         elif self.path == "/health":
-            self._json(200, {"status": "ok"})
+            self.json(200, {"status": "ok"})
         elif self.path.rstrip("/") == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": self.server.model.llm.model, "object": "model"}]})
+            self.json(200, {"object": "list", "data": [{"id": self.server.model.llm.model, "object": "model"}]})
         else:
-            self._error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error")
+            self.error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error")
 
     def do_POST(self) -> None:
-        if not self._addressed():
-            return
-        length = self.headers.get("content-length") or "0"
-        if not length.isdigit():
-            self._error(400, f"Content-Length: {length!r} is not a byte count", "invalid_request_error", close=True)
-            return
-        if int(length) > MAX_BODY:
-            message = f"a body of {int(length)} bytes is over the limit of {MAX_BODY}; send a shorter prompt"
-            self._error(413, message, "invalid_request_error", close=True)
+        if not self.addressed() or (length := self.body_length()) is None:
             return
         if self.path.rstrip("/") != "/v1/chat/completions":
-            self._error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error", close=True)
+            self.error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error", close=True)
             return
         if not self.server.model.admit():  # before the body is read: a full queue costs no memory
-            self._error(429, "the engine's queue is full; retry after a second", "rate_limit_error", close=True)
+            self.error(429, "the engine's queue is full; retry after a second", "rate_limit_error", close=True)
             return
         try:
-            body = self._body(int(length))
+            body = self.body(length)
             if body is not None:
                 self._complete(body)
         finally:
             self.server.model.release()
-
-    def _body(self, length: int) -> bytes | None:
-        """The body, read within :data:`BODY_SECONDS` (a client that trickles it is answered 408)."""
-        self.connection.settimeout(BODY_SECONDS)
-        try:
-            return self.rfile.read(length)
-        except TimeoutError:
-            self._error(408, f"the body did not arrive within {BODY_SECONDS:g} s", "invalid_request_error", close=True)
-            return None
-        finally:
-            self.connection.settimeout(None)
 
     def _complete(self, raw: bytes) -> None:
         try:
             request, stream = chat_request(json.loads(raw or b"null"))
             answer = self.server.model.answer(request)
         except RecursionError:  # JSON nested deeper than Python can read
-            self._error(400, "the body's JSON is nested too deeply", "invalid_request_error")
+            self.error(400, "the body's JSON is nested too deeply", "invalid_request_error")
             return
         except (ValueError, MetarolesError) as exc:  # a bad body, or a prompt that does not fit
-            self._error(400, str(exc), "invalid_request_error")
+            self.error(400, str(exc), "invalid_request_error")
             return
         except Exception as exc:  # the engine failed this call: the server goes on
-            self._error(500, f"{type(exc).__name__}: {exc}", "server_error")
+            self.error(500, f"{type(exc).__name__}: {exc}", "server_error")
             return
         if not stream:
-            self._json(200, answer)
+            self.json(200, answer)
             return
         events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in stream_chunks(answer))
-        self._send(200, (events + "data: [DONE]\n\n").encode(), "text/event-stream")
-
-    def _error(self, status: int, message: str, kind: str, *, close: bool = False) -> None:
-        """An error body; ``close``: the request's body was not read, so the connection cannot be reused."""
-        headers = {"retry-after": "1"} if status == 429 else {}
-        if close:
-            headers["connection"] = "close"
-            self.close_connection = True
-        self._json(status, {"error": {"message": message, "type": kind}}, headers)
-
-    def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(body).encode(), "application/json", headers)
-
-    def _send(self, status: int, data: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("content-type", kind)
-        self.send_header("content-length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        self.send(200, (events + "data: [DONE]\n\n").encode(), "text/event-stream")
