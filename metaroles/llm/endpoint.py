@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,6 +28,24 @@ class EndpointServer(ThreadingHTTPServer):
 
     daemon_threads = True
     request_queue_size = 1024  # the listen backlog
+
+    @property
+    def base_url(self) -> str:
+        """The base URL a client is given (``…/v1``)."""
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @contextmanager
+    def serving(self, name: str) -> Iterator[None]:
+        """Serve in a background thread (named ``name``) until the block ends; then stop, and close the port."""
+        thread = threading.Thread(target=self.serve_forever, name=name, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            self.shutdown()
+            self.server_close()
+            thread.join()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-answer is no error of the server's; anything else is printed."""

@@ -170,20 +170,15 @@ class ProxyServer:
     @property
     def url(self) -> str:
         """The base URL a client is given (``…/v1``)."""
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}{PREFIX}"
+        return self.httpd.base_url
 
     @contextmanager
     def running(self) -> Iterator[ProxyServer]:
         """Serve in a background thread until the block ends; then stop, close the port and the tape."""
-        thread = threading.Thread(target=self.httpd.serve_forever, name="metaroles-proxy", daemon=True)
-        thread.start()
         try:
-            yield self
+            with self.httpd.serving("metaroles-proxy"):
+                yield self
         finally:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            thread.join()
             self.tape.close()
 
     def missed(self, method: str, path: str, key: str) -> str:

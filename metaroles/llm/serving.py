@@ -183,22 +183,15 @@ class ModelServer:
     @property
     def url(self) -> str:
         """The base URL a client is given (``…/v1``)."""
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return self.httpd.base_url
 
     @contextmanager
     def running(self) -> Iterator[ModelServer]:
         """Serve in a background thread until the block ends; then stop, and close the port."""
         with ExitStack() as stack:
             self.portal = stack.enter_context(start_blocking_portal())
-            thread = threading.Thread(target=self.httpd.serve_forever, name="metaroles-serve", daemon=True)
-            thread.start()
-            try:
-                yield self
-            finally:
-                self.httpd.shutdown()
-                self.httpd.server_close()
-                thread.join()
+            stack.enter_context(self.httpd.serving("metaroles-serve"))
+            yield self
 
     def admit(self) -> bool:
         """Take a request if the engine's queue has room; the caller must :meth:`release` it."""
