@@ -1,4 +1,4 @@
-"""Runs as training data: `metaroles export --format sft|trajectories`, loaded by `datasets`, the same after replay."""
+"""Runs as training data: `export --format sft|trajectories|atif`, loaded by `datasets`, the same after replay."""
 
 import json
 from pathlib import Path
@@ -52,7 +52,7 @@ def test_an_eval_exports_every_trial_with_its_reward_and_a_replay_exports_the_sa
     suite = load_suite(suite_folder(tmp_path))
     rows = run_eval(suite, tmp_path / "live", llm={"llm": "test"}, record=True)
     run_eval(suite, tmp_path / "again", llm={"llm": "test:99"}, replay=tmp_path / "live")
-    for form in ("sft", "trajectories"):
+    for form in ("sft", "trajectories", "atif"):
         for name in ("live", "again"):
             assert (
                 main(["export", str(tmp_path / name), "--format", form, "--out", str(tmp_path / f"{name}.{form}")]) == 0
@@ -97,3 +97,44 @@ def test_a_torn_last_call_is_left_out_with_a_warning_naming_it(tmp_path: Path, c
     said = capsys.readouterr().err
     assert f"line {len(whole)} was cut short" in said and "left out of the export" in said, said
     assert len((tmp_path / "sft.jsonl").read_text().splitlines()) == len(whole) - 2, "all but the seed and the torn"
+
+
+def _kept(value: object) -> object:
+    """``value`` without the keys whose value is None (what a columnar round trip adds for absent fields)."""
+    if isinstance(value, dict):
+        return {k: _kept(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_kept(v) for v in value]
+    return value
+
+
+def test_a_tool_using_run_exports_atif_trajectories_that_validate_and_come_back_from_datasets(tmp_path: Path) -> None:
+    import datasets
+    from nat.atif.trajectory import Trajectory
+
+    script = tmp_path / "script.json"
+    calls = [{"name": "weather", "arguments": {"city": "Lyon"}, "id": "call_1"},
+             {"name": "terminate", "arguments": {"status": "success"}, "id": "call_2"}]  # fmt: skip
+    script.write_text(json.dumps({"*": {"*": [{"content": "", "tool_calls": [c]} for c in calls]}}))
+    run, tape = tmp_path / "run", tmp_path / "calls.jsonl"
+    made = ["run", "assistant", "--llm", f"scripted:{script}", "--out", str(run), "--record", str(tape), "-q"]
+    assert main(made) == 0
+    out = tmp_path / "atif.jsonl"
+    assert main(["export", str(run), "--format", "atif", "--out", str(out)]) == 0
+    recorded = [json.loads(line) for line in tape.read_text().splitlines()[1:]]
+    (line,) = [json.loads(text) for text in out.read_text().splitlines()]
+    trajectory = Trajectory.model_validate(line)  # the format's own models, extra fields forbidden
+    assert trajectory.schema_version == "ATIF-v1.7" and trajectory.agent.extra == {"role": "Assistant"}
+    answers = [s for s in trajectory.steps if s.source == "agent" and not s.is_copied_context]
+    assert len(answers) == len(recorded) == 2
+    called = [(c.tool_call_id, c.function_name, c.arguments) for s in answers for c in s.tool_calls or []]
+    assert called == [("call_1", "weather", {"city": "Lyon"}), ("call_2", "terminate", {"status": "success"})]
+    (result,) = answers[0].observation.results  # type: ignore[union-attr]
+    assert result.source_call_id == "call_1" and "Unknown tool 'weather'" in str(result.content)
+    prompts = sum(c["response"]["usage"]["prompt_tokens"] for c in recorded)
+    assert trajectory.final_metrics is not None and trajectory.final_metrics.total_prompt_tokens == prompts
+    assert [s.step_id for s in trajectory.steps] == list(range(1, len(trajectory.steps) + 1))
+
+    loaded = datasets.load_dataset("json", data_files=str(out), split="train")
+    assert [_kept(row) for row in loaded] == [_kept(line)], "the same trajectory back from a dataset"
+    Trajectory.model_validate(_kept(loaded[0]))

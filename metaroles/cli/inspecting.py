@@ -122,6 +122,7 @@ class ExportAs(StrEnum):
     parquet = "parquet"
     sft = "sft"
     trajectories = "trajectories"
+    atif = "atif"
     panel = "panel"
 
 
@@ -134,7 +135,8 @@ def export(
             "--format",
             "-f",
             help="jsonl/parquet: the event table; panel: a row per role and round (Parquet); sft: a line per "
-            "model call (chat messages and answer); trajectories: a line per role and run",
+            "model call (chat messages and answer); trajectories: a line per role and run; atif: the same as "
+            "ATIF v1.7 trajectories",
         ),
     ] = ExportAs.jsonl,
     out: Annotated[Path | None, typer.Option(help="file to write (default: RUN_DIR/export/events.FORMAT)")] = None,
@@ -174,7 +176,7 @@ def export(
     from metaroles.record.export import export_events
 
     with reported():
-        if format_ in (ExportAs.sft, ExportAs.trajectories):
+        if format_ in (ExportAs.sft, ExportAs.trajectories, ExportAs.atif):
             _export_training(run_dir, format_.value, out, reward)
             return
         log = events_file(run_dir_at(run_dir))
