@@ -2,7 +2,8 @@
 
 Tools: ``add``, ``shout``, ``fail`` (an error the server reports), ``slow`` (waits until told,
 or for ``seconds``), ``secret`` (says whether its environment holds ``NOTES_TOKEN``), ``die``
-(the server's process exits mid-call), ``die_if`` (exits mid-call while a file exists). A resource
+(the server's process exits mid-call), ``die_if`` (exits mid-call while a file exists), ``traced`` (the
+trace context the call came with). A resource
 (``notes://today``) and a prompt (``greet``).
 """
 
@@ -12,7 +13,7 @@ import os
 import sys
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 
 def notes() -> MCPServer:
@@ -43,6 +44,12 @@ def notes() -> MCPServer:
     def secret() -> str:
         """Whether the server was given its token."""
         return "has a token" if os.environ.get("NOTES_TOKEN") else "no token"
+
+    @server.tool()
+    def traced(ctx: Context) -> str:
+        """The W3C trace context the call came with (its ``_meta.traceparent``), or ``none``."""
+        meta = ctx.request_context.meta or {}
+        return str(meta.get("traceparent") or "none")
 
     @server.tool()
     def die() -> str:

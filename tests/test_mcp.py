@@ -1,5 +1,6 @@
 """Tools from real MCP servers (the official SDK, stdio and streamable HTTP), recorded, replayed without them."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -118,6 +119,8 @@ async def test_an_agent_edits_files_through_nodes_filesystem_server_and_replays_
         return [m.content or "" for m in coder.messages]
 
     recorded = await task("record", [str(FILESYSTEM), str(shared)])
+    revision = next(json.loads(line) for line in (tmp_path / "fs.jsonl").read_text().splitlines() if '"tools"' in line)
+    assert revision["revision"] < "2026-07-28", "Node's server speaks an earlier revision: initialized as before"
     said = "\n".join(recorded)
     assert "a game of snakes" in said and "Access denied - path outside allowed directories" in said
     assert (shared / "plan.md").read_text() == "1. snakes"
@@ -224,7 +227,7 @@ async def test_a_servers_resources_and_prompts_are_readable_and_replay_without_i
         tools = ToolCollection(*client.tools)
         text = (await tools.execute(name="notes__read_resource", tool_input={"uri": "notes://today"})).output
         refused = await tools.execute(name="notes__read_resource", tool_input={"uri": "notes://nope"})
-        with pytest.raises(ToolError, match=r"MCP tool notes\.prompts/get: .*nosuch"):
+        with pytest.raises(ToolError, match=r"MCP tool notes\.prompts/get 'nosuch': "):
             await client.prompt("notes", "nosuch")
         return text, refused.error, await client.prompt("notes", "greet", {"name": "Ann"}), sorted(tools.tool_map)
 
@@ -335,3 +338,33 @@ def test_a_tape_that_is_not_text_is_one_line_naming_it(tmp_path):
     tape.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
     with pytest.raises(ConfigError, match=r"tools.jsonl' is not text \(byte 0 is not UTF-8\)"):
         ToolTape(tape, "replay")
+
+
+async def test_each_server_is_met_at_the_newest_revision_it_speaks_and_an_unknown_one_is_one_line(tmp_path):
+    async with MCPClient([stdio()]) as client:  # the SDK's server: 2026-07-28, no handshake
+        assert client.revisions == {"notes": "2026-07-28"}
+        assert repr(await client.call("notes", "add", {"a": 2, "b": 3})).startswith("ToolResult(output='5'")
+    raw = [sys.executable, str(Path(__file__).with_name("mcp_raw.py"))]
+    tape = tmp_path / "tools.jsonl"
+    async with MCPClient([MCPServer(name="raw", command=raw)], tape=ToolTape(tape, "record")) as client:
+        assert client.revisions == {"raw": "2025-11-25"}, "a server before it: initialized as before"
+        assert "fine" in repr(await client.call("raw", "ok", {}))
+    assert '"revision": "2025-11-25"' in tape.read_text(), "the tape says which revision answered"
+    unknown = MCPServer(name="raw", command=[*raw, "--revision", "1999-01-01"])
+    with pytest.raises(ConfigError) as refused:
+        async with MCPClient([unknown]):
+            pass
+    said = str(refused.value)
+    assert "'raw'" in said and "1999-01-01" in said and "\n" not in said
+
+
+async def test_a_call_in_a_traced_turn_carries_the_trace_to_the_server():
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("test")
+    async with MCPClient([stdio()]) as client:
+        assert "'none'" in repr(await client.call("notes", "traced", {})), "no trace, no context sent"
+        with tracer.start_as_current_span("invoke_agent Alice") as span:
+            said = repr(await client.call("notes", "traced", {}))
+    trace_id, span_id = f"{span.get_span_context().trace_id:032x}", f"{span.get_span_context().span_id:016x}"
+    assert f"00-{trace_id}-{span_id}-" in said, said  # the span the call was made in, on the server

@@ -10,10 +10,10 @@ from metaroles.agents.tool import ToolCollection
 async def test_an_assistant_lists_runs_shows_forks_diffs_evaluates_and_exports_inside_its_root(tmp_path):
     server = MCPServer(name="lab", command=[sys.executable, "-m", "metaroles", "mcp", "--root", str(tmp_path)])
     async with MCPClient([server]) as client:
+        assert client.revisions == {"lab": "2026-07-28"}, "met without a handshake, at the current revision"
         tools = ToolCollection(*client.tools)
-        assert sorted(tools.tool_map) == [f"lab__{verb}" for verb in sorted(
-            ["list_scenarios", "run", "show", "fork", "diff", "eval", "export"]
-        )]  # fmt: skip
+        assert [t.name for t in client.tools] == [f"lab__{verb}" for verb in  # a stable order: as they are made
+            ["run", "fork", "eval", "list_scenarios", "show", "diff", "export"]]  # fmt: skip
 
         async def call(verb: str, **arguments: object):
             return await tools.execute(name=f"lab__{verb}", tool_input=arguments)

@@ -31,7 +31,7 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -84,6 +84,40 @@ READ_RESOURCE = "resources/read"
 
 GET_PROMPT = "prompts/get"
 """What a prompt's fetch is called and recorded as (:meth:`MCPClient.prompt`)."""
+
+
+async def handshake(session: ClientSession) -> str:
+    """Agree on a revision with the server; the one agreed.
+
+    MCP's 2026-07-28 revision has no handshake: ``server/discover`` says what the server speaks, and
+    every request carries the revision. A server of an earlier revision does not know that method;
+    it is then initialized as before (2025-11-25 and earlier).
+
+    Raises:
+        RuntimeError: If the server speaks no revision the client does (the SDK names them).
+    """
+    from mcp.shared.exceptions import MCPError
+
+    try:
+        await session.discover()
+    except (MCPError, ValidationError):  # a server before 2026-07-28: the method is unknown to it
+        await session.initialize()
+    return str(session.protocol_version)
+
+
+def trace_context() -> dict[str, Any] | None:
+    """The current OpenTelemetry span's context as W3C headers for a request's ``_meta`` (``traceparent``).
+
+    A tool call made inside a traced turn (``metaroles run --otel``) then joins the run's trace on the
+    server's side. ``None`` without OpenTelemetry or outside a trace.
+    """
+    try:
+        from opentelemetry import propagate
+    except ImportError:
+        return None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier or None
 
 
 async def _resources(session: ClientSession, taken: set[str]) -> list[dict[str, Any]]:
@@ -381,6 +415,8 @@ class MCPClient:
         self.tape = tape
         self.tools: list[MCPTool] = []
         self._sessions: dict[str, ClientSession] = {}
+        self.revisions: dict[str, str] = {}
+        """The MCP revision each started server speaks with the client (none for a replayed one)."""
         self._stack = AsyncExitStack()
         self._logs: dict[str, Path] = {}
         self._log_dir: Path | None = None
@@ -440,7 +476,9 @@ class MCPClient:
         if capabilities is not None and capabilities.resources is not None:
             tools += await _resources(session, {str(t["name"]) for t in tools})
         if self.tape is not None:
-            self.tape.write({"kind": "tools", "server": server.name, "spec": server.recorded(), "tools": tools})
+            revision = self.revisions.get(server.name)
+            self.tape.write({"kind": "tools", "server": server.name, "spec": server.recorded(), "tools": tools}
+                            | ({"revision": revision} if revision else {}))  # fmt: skip
         return tools
 
     async def _start(self, server: MCPServer) -> ClientSession:
@@ -452,7 +490,7 @@ class MCPClient:
             streams = await stack.enter_async_context(self._transport(server, stack))
             session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
             with anyio.fail_after(server.start_timeout):
-                await session.initialize()
+                self.revisions[server.name] = await handshake(session)
         except BaseException as exc:  # a transport that failed cancels the handshake: its own error is why
             raise await self._not_started(server, stack, exc) from None
         self._stack.push_async_exit(stack)
@@ -546,13 +584,16 @@ class MCPClient:
         from mcp.shared.exceptions import MCPError
 
         spec, session = self.servers[server], self._sessions[server]
-        where = f"{server}.{tool}"
+        named = arguments.get("name") or arguments.get("uri") if tool in (READ_RESOURCE, GET_PROMPT) else None
+        where = f"{server}.{tool}" + (f" {named!r}" if named else "")  # a server's refusal may not name it
         try:
             with anyio.move_on_after(spec.timeout) as waited:
                 if tool in (READ_RESOURCE, GET_PROMPT):
                     answer = await _read(session, tool, arguments)
                 else:
-                    answer = await session.call_tool(tool, arguments)
+                    answer = await session.call_tool(
+                        tool, arguments, meta=cast("types.RequestParamsMeta", trace_context())
+                    )
             result = (
                 ToolFailure(error=f"MCP tool {where} gave no answer in {spec.timeout:g} s (timeout={spec.timeout:g})")
                 if waited.cancelled_caught
