@@ -356,15 +356,3 @@ async def test_each_server_is_met_at_the_newest_revision_it_speaks_and_an_unknow
             pass
     said = str(refused.value)
     assert "'raw'" in said and "1999-01-01" in said and "\n" not in said
-
-
-async def test_a_call_in_a_traced_turn_carries_the_trace_to_the_server():
-    from opentelemetry.sdk.trace import TracerProvider
-
-    tracer = TracerProvider().get_tracer("test")
-    async with MCPClient([stdio()]) as client:
-        assert "'none'" in repr(await client.call("notes", "traced", {})), "no trace, no context sent"
-        with tracer.start_as_current_span("invoke_agent Alice") as span:
-            said = repr(await client.call("notes", "traced", {}))
-    trace_id, span_id = f"{span.get_span_context().trace_id:032x}", f"{span.get_span_context().span_id:016x}"
-    assert f"00-{trace_id}-{span_id}-" in said, said  # the span the call was made in, on the server

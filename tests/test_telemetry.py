@@ -274,6 +274,8 @@ def test_cli_graph_from_spans_draws_what_the_event_log_draws(tmp_path, capsys):
 def points(name):
     """name -> the data points of that metric, read now (cumulative since the process set the provider)."""
     data = READER.get_metrics_data()
+    if data is None:  # nothing recorded yet in this process (this test ran first on its worker)
+        return []
     return [
         point
         for resource in data.resource_metrics
@@ -529,3 +531,36 @@ def test_export_otlp_names_a_bad_url_and_never_prints_a_password(tmp_path, capsy
     assert main(["export", str(out), "--otlp", with_password]) == 1
     captured = capsys.readouterr()
     assert "s3cret-PW" not in captured.err + captured.out and "***@" in captured.err
+
+
+async def test_mcp_and_a2a_calls_are_client_spans_of_the_conventions_and_carry_the_trace(spans, tmp_path):
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
+    from opentelemetry.semconv._incubating.attributes import mcp_attributes as mcp
+
+    from metaroles.agents.a2a import A2AAgent, RoleServer
+    from metaroles.agents.mcp import MCPClient
+    from metaroles.project.scenario import built_team
+    from tests.test_mcp import stdio
+
+    tracer = trace.get_tracer("test")
+    alice = built_team("debate", {}, TestLLM(3)).env.roles["Alice"]
+    async with MCPClient([stdio()]) as client:
+        with RoleServer(alice) as server:
+            async with A2AAgent("Alice", server.url) as agent:
+                with tracer.start_as_current_span("invoke_agent Bob") as turn:
+                    said = (await client.call("notes", "traced", {})).output
+                    answered = await agent.send("Should cities ban cars?")
+    assert answered.output and answered.error is None
+    finished = spans.get_finished_spans()
+    (called,) = [s for s in finished if s.attributes.get(mcp.MCP_METHOD_NAME) == "tools/call"]  # the MCP SDK's
+    (asked,) = [s for s in finished if s.name == "invoke_agent Alice"]  # ours, for the remote agent
+    for span in (called, asked):
+        assert span.kind is SpanKind.CLIENT and span.parent.span_id == turn.get_span_context().span_id
+    context = called.get_span_context()
+    assert said.startswith(f"00-{context.trace_id:032x}-{context.span_id:016x}-"), "the server got the call's span"
+    assert asked.attributes[genai.GEN_AI_OPERATION_NAME] == genai.GenAiOperationNameValues.INVOKE_AGENT.value
+    assert asked.attributes[genai.GEN_AI_AGENT_NAME] == "Alice" and asked.attributes["server.port"] > 0
+    (serving,) = [s for s in finished if s.name.endswith("JsonRpcDispatcher.handle_requests")]  # the A2A SDK's
+    assert serving.kind is SpanKind.SERVER and serving.parent is not None
+    assert serving.context.trace_id == asked.context.trace_id, "the agent's server continued the caller's trace"
+    assert serving.parent.span_id != turn.get_span_context().span_id, "under the request, not beside it"

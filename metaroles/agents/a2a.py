@@ -19,10 +19,12 @@ import socket
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anyio
 
 from metaroles.agents.mcp import ToolTape
+from metaroles.agents.spans import Continued, client_span, trace_context
 from metaroles.agents.tool import ToolFailure, ToolResult
 from metaroles.bus.action import Action, ActionResult, UserRequirement
 from metaroles.bus.role import Role
@@ -35,7 +37,6 @@ from metaroles.messages.message import Message
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from starlette.applications import Starlette
 
 __all__ = ["A2AAgent", "A2AAgentGone", "A2ARole", "AskAgent", "RoleServer", "role_app"]
 
@@ -103,8 +104,11 @@ def _executor(served: _Served) -> Any:
     return RoleExecutor()
 
 
-def role_app(role: Role, url: str) -> Starlette:
-    """The A2A app of ``role``, to be served at ``url``: its card at the well-known path, JSON-RPC at ``/``."""
+def role_app(role: Role, url: str) -> Continued:
+    """The A2A app of ``role``, to be served at ``url``: its card at the well-known path, JSON-RPC at ``/``.
+
+    A request is answered inside the trace it carries (:class:`~metaroles.agents.spans.Continued`).
+    """
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
     from a2a.server.tasks import InMemoryTaskStore
@@ -113,7 +117,7 @@ def role_app(role: Role, url: str) -> Starlette:
     card = _card(role, url)
     handler = DefaultRequestHandler(agent_executor=_executor(_Served(role)), task_store=InMemoryTaskStore(),
                                     agent_card=card)  # fmt: skip
-    return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")])
+    return Continued(Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]))
 
 
 class RoleServer:
@@ -175,7 +179,7 @@ class A2AAgent:
         from a2a.client import A2ACardResolver, ClientConfig, create_client
         from google.protobuf.json_format import MessageToDict
 
-        self._http = httpx.AsyncClient(timeout=self.timeout)
+        self._http = httpx.AsyncClient(timeout=self.timeout, event_hooks={"request": [_traced]})
         try:
             with anyio.fail_after(self.timeout):
                 found = await A2ACardResolver(self._http, self.url).get_agent_card()
@@ -219,8 +223,17 @@ class A2AAgent:
                                                         message_id=message_id))  # fmt: skip
         texts: list[str] = []
         failed = ""
+        where = urlsplit(self.url)
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": self.name,
+            "rpc.system": "jsonrpc",
+            "rpc.method": "SendStreamingMessage",
+            "server.address": where.hostname,
+            "server.port": where.port,
+        }
         try:
-            with anyio.fail_after(self.timeout):
+            with client_span(f"invoke_agent {self.name}", attributes), anyio.fail_after(self.timeout):
                 async for event in self._client.send_message(request):
                     failed = _read(event, texts) or failed
         except TimeoutError:
@@ -234,6 +247,11 @@ class A2AAgent:
         if failed:
             return ToolFailure(error=f"A2A agent {self.name!r}: {failed}")
         return ToolResult(output=kept_answer("\n".join(texts), source=f"A2A agent {self.name!r}"))
+
+
+async def _traced(request: Any) -> None:
+    """Give an HTTP request to an agent the current span's trace context (its ``traceparent`` header)."""
+    request.headers.update(trace_context() or {})
 
 
 def _read(event: Any, texts: list[str]) -> str:

@@ -31,7 +31,7 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -103,21 +103,6 @@ async def handshake(session: ClientSession) -> str:
     except (MCPError, ValidationError):  # a server before 2026-07-28: the method is unknown to it
         await session.initialize()
     return str(session.protocol_version)
-
-
-def trace_context() -> dict[str, Any] | None:
-    """The current OpenTelemetry span's context as W3C headers for a request's ``_meta`` (``traceparent``).
-
-    A tool call made inside a traced turn (``metaroles run --otel``) then joins the run's trace on the
-    server's side. ``None`` without OpenTelemetry or outside a trace.
-    """
-    try:
-        from opentelemetry import propagate
-    except ImportError:
-        return None
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return carrier or None
 
 
 async def _resources(session: ClientSession, taken: set[str]) -> list[dict[str, Any]]:
@@ -586,14 +571,12 @@ class MCPClient:
         spec, session = self.servers[server], self._sessions[server]
         named = arguments.get("name") or arguments.get("uri") if tool in (READ_RESOURCE, GET_PROMPT) else None
         where = f"{server}.{tool}" + (f" {named!r}" if named else "")  # a server's refusal may not name it
-        try:
+        try:  # the SDK makes the request's CLIENT span and puts its trace context in the request's _meta
             with anyio.move_on_after(spec.timeout) as waited:
                 if tool in (READ_RESOURCE, GET_PROMPT):
                     answer = await _read(session, tool, arguments)
                 else:
-                    answer = await session.call_tool(
-                        tool, arguments, meta=cast("types.RequestParamsMeta", trace_context())
-                    )
+                    answer = await session.call_tool(tool, arguments)
             result = (
                 ToolFailure(error=f"MCP tool {where} gave no answer in {spec.timeout:g} s (timeout={spec.timeout:g})")
                 if waited.cancelled_caught
