@@ -152,3 +152,26 @@ def test_an_agents_credentials_are_not_in_the_manifest(tmp_path):
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert files and not [p for p in files if b"pa55word" in p.read_bytes()]
     assert json.loads((tmp_path / "live" / "manifest.json").read_text())["a2a"]["Critic"].startswith("http://***@")
+
+
+async def test_a_served_role_answers_http_json_as_application_a2a_json_and_the_sdks_client_uses_it():
+    from a2a.client import ClientConfig, create_client
+    from a2a.types import Message, Part, Role, SendMessageRequest
+
+    alice = built_team("debate", {}, TestLLM(3)).env.roles["Alice"]
+    with RoleServer(alice) as server:
+        async with httpx.AsyncClient(base_url=server.url, headers={"A2A-Version": "1.0"}) as http:
+            card = (await http.get(CARD_PATH)).json()
+            assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == ["JSONRPC", "HTTP+JSON"]
+            message = {"messageId": "m-rest", "role": "ROLE_USER", "parts": [{"text": "Should cities ban cars?"}]}
+            sent = await http.post("/message:send", json={"message": message},
+                                   headers={"content-type": "application/a2a+json"})  # fmt: skip
+            assert sent.status_code == 200 and sent.headers["content-type"].startswith("application/a2a+json")
+            assert sent.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            rest = ClientConfig(streaming=False, httpx_client=http, supported_protocol_bindings=["HTTP+JSON"])
+            client = await create_client(server.url, rest)
+            request = SendMessageRequest(message=Message(role=Role.ROLE_USER, parts=[Part(text="And buses?")],
+                                                         message_id="m-sdk"))  # fmt: skip
+            answers = [event async for event in client.send_message(request)]
+            await client.close()
+    assert answers and answers[-1].task.artifacts[0].parts[0].text == alice.rc.memory.get()[-1].content

@@ -45,6 +45,8 @@ AGENT_SECONDS = 120.0
 
 CARD_PATH = "/.well-known/agent-card.json"
 """Where an A2A agent's card is served (the protocol's well-known path)."""
+BINDINGS = ("JSONRPC", "HTTP+JSON")
+"""The A2A 1.0 bindings a served role answers on, in the order of its preference."""
 
 
 class A2AAgentGone(RunError):
@@ -57,7 +59,9 @@ def _card(role: Role, url: str) -> Any:
     return AgentCard(
         name=role.name,
         description=f"{role.name}, {role.profile or 'a role'} of a metaroles society",
-        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
+        supported_interfaces=[  # JSON-RPC first (preferred); HTTP+JSON answers as application/a2a+json
+            AgentInterface(url=url, protocol_binding=binding, protocol_version="1.0") for binding in BINDINGS
+        ],
         version="1.0.0",
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"],
@@ -105,19 +109,22 @@ def _executor(served: _Served) -> Any:
 
 
 def role_app(role: Role, url: str) -> Continued:
-    """The A2A app of ``role``, to be served at ``url``: its card at the well-known path, JSON-RPC at ``/``.
+    """The A2A app of ``role``, to be served at ``url``: its card, JSON-RPC at ``/`` and HTTP+JSON beside it.
 
-    A request is answered inside the trace it carries (:class:`~metaroles.agents.spans.Continued`).
+    The card is at the well-known path; HTTP+JSON is ``POST /message:send``, ``/message:stream``,
+    ``GET /tasks/{id}``…, answered as ``application/a2a+json``. A request is answered inside the trace
+    it carries (:class:`~metaroles.agents.spans.Continued`).
     """
     from a2a.server.request_handlers import DefaultRequestHandler
-    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
     from a2a.server.tasks import InMemoryTaskStore
     from starlette.applications import Starlette
 
     card = _card(role, url)
     handler = DefaultRequestHandler(agent_executor=_executor(_Served(role)), task_store=InMemoryTaskStore(),
                                     agent_card=card)  # fmt: skip
-    return Continued(Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]))
+    routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]
+    return Continued(Starlette(routes=[*routes, *create_rest_routes(handler)]))
 
 
 class RoleServer:
