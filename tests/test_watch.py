@@ -493,3 +493,38 @@ def test_every_open_stream_gets_every_round_before_the_page_closes_at_the_runs_e
     finally:
         server.stop()
     assert len(seen) == 100 and set(seen) == {seen[0]} and seen[0] >= 20, seen
+
+
+def test_the_page_draws_the_scenarios_figures_over_the_rounds_as_metrics_jsonl_has_them(tmp_path):
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    run = tmp_path / "run"
+    steered_from_python(run, [])
+    written = [orjson.loads(line) for line in (run / "metrics.jsonl").read_bytes().splitlines()]
+    server = WatchServer(watch_app(run), bind(0)).start()
+    try:
+        with playwright_api.sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page()
+            page.goto(server.url)
+            page.wait_for_selector("body[data-ready=yes][data-round='7']", timeout=30_000)
+            picks = page.eval_on_selector_all("#chart-pick input", "ticks => ticks.map(t => [t.value, t.checked])")
+            numeric = sorted(k for k, v in written[-1].items() if k != "round" and isinstance(v, int | float))
+            assert [name for name, _ in picks] == numeric and sum(on for _, on in picks) == 3
+            page.check("#chart-pick input[value=mean]")
+            page.check("#chart-pick input[value=variance]")
+            for name in ("mean", "variance"):
+                drawn = page.eval_on_selector_all(
+                    f"#chart circle[data-series={name}]",
+                    "dots => dots.map(d => [Number(d.dataset.round), Number(d.dataset.value), d.textContent])",
+                )
+                assert [(r, v) for r, v, _ in drawn] == [(row["round"], row[name]) for row in written], name
+                assert all(said == f"{name}, round {r}: {v:g}" or said.endswith(f": {v}") for r, v, said in drawn)
+            assert page.get_attribute("#now-line", "data-round") == "7"
+            page.fill("#scrub", "4")
+            page.dispatch_event("#scrub", "input")
+            page.wait_for_selector("#now-line[data-round='4']", state="attached", timeout=30_000)
+            page.uncheck("#chart-pick input[value=mean]")
+            assert page.query_selector("#chart circle[data-series=mean]") is None
+            browser.close()
+    finally:
+        server.stop()

@@ -279,6 +279,14 @@ class Timeline:
                 self._metrics[row["round"]] = {k: v for k, v in row.items() if k != "round"}
         return self._metrics
 
+    def series(self) -> dict[str, Any]:
+        """The scenario's numeric figures by round: ``rounds``, and per figure its value in each (or ``None``)."""
+        by_round = self.metrics()
+        rounds = sorted(by_round)
+        names = sorted({k for row in by_round.values() for k, v in row.items() if _number(v)})
+        values = {n: [v if _number(v := by_round[r].get(n)) else None for r in rounds] for n in names}
+        return {"rounds": rounds, "series": values}
+
     def role(self, name: str, through: int, limit: int = 50) -> dict[str, Any]:
         """Role ``name`` as it stood at the end of round ``through``: its todo, news, what it said and was sent.
 
@@ -360,6 +368,10 @@ def _turn_of(
         elif kind == "observe" and news is None:
             news = list(detail)
     return seen, todo, news
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value  # not NaN
 
 
 def _by_action(actions: list[str]) -> dict[str, int]:

@@ -3,7 +3,11 @@
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
-  const state = { rounds: [], shown: null, delta: null, controller: "", token: "", follow: true, ended: false };
+  const state = { rounds: [], shown: null, delta: null, controller: "", token: "", follow: true, ended: false,
+                  series: null, picked: null, loading: false };
+  const SVG = "http://www.w3.org/2000/svg";
+  const COLOURS = ["#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7d4e9e", "#00798c", "#8d6a48", "#e07a5f"];
+  const DOTS_UP_TO = 300; // rounds with a point each (a hover shows its value); past it, lines only
   window.renderTimes = [];
   window.watchState = state;
 
@@ -85,6 +89,7 @@
     }
     select.value = chosen in delta.actions ? chosen : "";
     drawFlow();
+    drawChart();
     document.body.dataset.round = String(delta.round);
     window.renderTimes.push(performance.now() - started);
   }
@@ -118,6 +123,75 @@
     body.replaceChildren(...rows);
     const more = delta.messages - delta.flow.length;
     $("shown").textContent = `${rows.length} shown` + (more > 0 ? ` (the first ${delta.flow.length} of ${delta.messages})` : "");
+  }
+
+  function svg(tag, attributes, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value));
+    if (text !== undefined) node.textContent = String(text);
+    return node;
+  }
+
+  async function loadSeries() {
+    if (state.loading) return;
+    state.loading = true;
+    try {
+      state.series = await api("/api/series");
+    } finally {
+      state.loading = false;
+    }
+    const names = Object.keys(state.series.series);
+    if (state.picked === null) state.picked = new Set(names.slice(0, 3));
+    const box = $("chart-pick");
+    if (box.childElementCount !== names.length) {
+      box.replaceChildren(...names.map((name) => {
+        const label = el("label");
+        const tick = el("input");
+        tick.type = "checkbox";
+        tick.value = name;
+        tick.checked = state.picked.has(name);
+        tick.addEventListener("change", () => {
+          if (tick.checked) state.picked.add(name);
+          else state.picked.delete(name);
+          drawChart();
+        });
+        label.append(tick, ` ${name}`);
+        return label;
+      }));
+    }
+    drawChart();
+  }
+
+  function drawChart() {
+    const chart = $("chart");
+    chart.replaceChildren();
+    const { rounds, series } = state.series || { rounds: [], series: {} };
+    if (!rounds.length) return;
+    const first = rounds[0], span = Math.max(1, rounds[rounds.length - 1] - first);
+    const x = (round) => (40 + (560 * (round - first)) / span).toFixed(1);
+    chart.append(svg("text", { x: 40, y: 178, "font-size": 10 }, `round ${first}`));
+    chart.append(svg("text", { x: 600, y: 178, "font-size": 10, "text-anchor": "end" }, `round ${rounds[rounds.length - 1]}`));
+    [...state.picked].filter((name) => name in series).forEach((name, i) => {
+      const values = series[name], colour = COLOURS[i % COLOURS.length];
+      const present = values.filter((v) => v !== null);
+      const low = Math.min(...present), high = Math.max(...present);
+      const y = (v) => (high > low ? 150 - (130 * (v - low)) / (high - low) : 85).toFixed(1);
+      const points = rounds.map((r, k) => (values[k] === null ? null : `${x(r)},${y(values[k])}`)).filter(Boolean);
+      chart.append(svg("polyline", { points: points.join(" "), fill: "none", stroke: colour, "stroke-width": 1.5, "data-series": name }));
+      chart.append(svg("text", { x: 606, y: 20 + 12 * i, "font-size": 10, fill: colour }, `${name} ${low}–${high}`));
+      if (rounds.length > DOTS_UP_TO) return;
+      rounds.forEach((round, k) => {
+        if (values[k] === null) return;
+        const dot = svg("circle", { cx: x(round), cy: y(values[k]), r: 3, fill: colour, class: "point",
+                                    "data-series": name, "data-round": round, "data-value": values[k] });
+        dot.append(svg("title", {}, `${name}, round ${round}: ${values[k]}`));
+        chart.append(dot);
+      });
+    });
+    if (state.shown !== null && state.shown >= first) {
+      chart.append(svg("line", { id: "now-line", x1: x(state.shown), x2: x(state.shown), y1: 8, y2: 165,
+                                 stroke: "#888", "stroke-dasharray": "3 3", "data-round": state.shown }));
+    }
   }
 
   async function show(round) {
@@ -226,6 +300,7 @@
       const delta = JSON.parse(message.data);
       addRound(delta.round);
       if ($("follow").checked) render(delta);
+      loadSeries().catch(() => {}); // the new round's figures
     });
     source.addEventListener("texts", (message) => {
       const late = JSON.parse(message.data);
@@ -250,6 +325,7 @@
     setStatus(info.ended ? "replay" : "live");
     await claim(info);
     const last = info.rounds[info.rounds.length - 1];
+    await loadSeries();
     if (last !== undefined) await show(last);
     listen(last === undefined ? 0 : last + 1);
     document.body.dataset.ready = "yes";

@@ -129,6 +129,7 @@ def watch_app(
         Route("/static/{name}", page.asset),
         Route("/api/info", page.info),
         Route("/api/round/{number}", page.one_round),
+        Route("/api/series", page.series),
         Route("/api/role/{name}", page.role),
         Route("/api/stream", page.stream),
         Route("/api/control/{action}", page.act, methods=["POST"]),
@@ -185,6 +186,10 @@ class _Page:
         if number not in timeline.line_of:
             number = bisect_round(timeline.rounds, number)
         return _json(await anyio.to_thread.run_sync(timeline.delta, number))
+
+    async def series(self, request: Request) -> Response:
+        self.timeline.refresh()
+        return _json(await anyio.to_thread.run_sync(self.timeline.series))
 
     async def role(self, request: Request) -> Response:
         timeline = self.timeline
