@@ -495,11 +495,13 @@ def test_every_open_stream_gets_every_round_before_the_page_closes_at_the_runs_e
     assert len(seen) == 100 and set(seen) == {seen[0]} and seen[0] >= 20, seen
 
 
-def test_the_page_draws_the_scenarios_figures_over_the_rounds_as_metrics_jsonl_has_them(tmp_path):
+def test_the_page_draws_the_figures_over_the_rounds_and_a_roles_panel_shows_its_messages(tmp_path):
     playwright_api = pytest.importorskip("playwright.sync_api")
     run = tmp_path / "run"
-    steered_from_python(run, [])
+    long = "The council will vote on the bridge. " * 10  # past what a panel shows before "more"
+    steered_from_python(run, [Injection(name="notice", content=long, after_round=3)])
     written = [orjson.loads(line) for line in (run / "metrics.jsonl").read_bytes().splitlines()]
+    rows = {m["id"]: m for m in map(orjson.loads, (run / "checkpoints" / "messages.jsonl").read_bytes().splitlines())}
     server = WatchServer(watch_app(run), bind(0)).start()
     try:
         with playwright_api.sync_playwright() as playwright:
@@ -525,6 +527,17 @@ def test_the_page_draws_the_scenarios_figures_over_the_rounds_as_metrics_jsonl_h
             page.wait_for_selector("#now-line[data-round='4']", state="attached", timeout=30_000)
             page.uncheck("#chart-pick input[value=mean]")
             assert page.query_selector("#chart circle[data-series=mean]") is None
+            page.click("#flow .role >> text=a5 >> nth=0")  # a role's panel: what it was sent and said, as messages
+            page.wait_for_selector("#panel:not([hidden])")
+            read = "items => items.map(i => [i.title, i.querySelector('.role')?.textContent, i.innerText])"
+            news = page.eval_on_selector_all("#panel-memory li", read)
+            assert news and all(rows[i]["sent_from"] == sender for i, sender, _ in news)
+            assert all(f"{rows[i]['content'][:40]}" in shown for i, _, shown in news if len(rows[i]["content"]) < 240)
+            (cut,) = [i for i, _, _ in news if rows[i]["content"] == long]
+            summary = page.inner_text(f"#panel-memory li[title='{cut}'] summary")
+            assert summary == long[:240] + "…" and "Intervention" in page.inner_text(f"#panel-memory li[title='{cut}']")
+            page.click(f"#panel-memory li[title='{cut}'] summary")  # expanded: the whole text
+            assert long.strip() in page.inner_text(f"#panel-memory li[title='{cut}'] details")
             browser.close()
     finally:
         server.stop()

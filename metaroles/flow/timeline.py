@@ -202,7 +202,11 @@ class Timeline:
         }
 
     def texts(self, ids: list[str]) -> dict[str, str]:
-        """The text of each of ``ids`` the message table holds (yet).
+        """The text of each of ``ids`` the message table holds (yet)."""
+        return {i: said[0] for i, said in self.messages(ids).items()}
+
+    def messages(self, ids: list[str]) -> dict[str, tuple[str, str, str]]:
+        """Each of ``ids`` the message table holds (yet): its text, its sender and the action that made it.
 
         A message is found by bisection over the rows (ids rise with them), else among the last rows
         (one published between rounds — an injection, the idea — may be written after the round that
@@ -211,7 +215,7 @@ class Timeline:
         if not ids:
             return {}
         self.rows.refresh()
-        found: dict[str, str] = {}
+        found: dict[str, tuple[str, str, str]] = {}
         at = 0
         while at < len(ids):
             row = self._row_of(ids[at].encode())
@@ -222,7 +226,12 @@ class Timeline:
                 entry = orjson.loads(line)
                 if not (isinstance(entry, dict) and entry.get("id") == ids[at]):
                     break
-                found[ids[at]] = str(entry.get("content", ""))
+                said = (
+                    str(entry.get("content", "")),
+                    str(entry.get("sent_from", "")),
+                    _short(str(entry.get("cause_by", ""))),
+                )
+                found[ids[at]] = said
                 at += 1
                 if at == len(ids):
                     break
@@ -313,14 +322,15 @@ class Timeline:
                 break
         if not seen:
             raise KeyError(name)
-        texts = self.texts([*said, *sent, *(news or [])])
+        known = self.messages([*said, *sent, *(news or [])])
+        shown = lambda i: [i, *known.get(i, ("", "", ""))]  # noqa: E731  (id, text, sender, action)
         return {
             "role": name,
             "round": through,
             "todo": todo,
-            "news": [[i, texts.get(i, "")] for i in news or []],
-            "said": [[i, texts.get(i, "")] for i in said],
-            "memory": [[i, texts.get(i, "")] for i in sorted({*said, *sent})[-limit:]],
+            "news": [shown(i) for i in news or []],
+            "said": [shown(i) for i in said],
+            "memory": [shown(i) for i in sorted({*said, *sent})[-limit:]],
         }
 
 

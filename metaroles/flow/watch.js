@@ -222,8 +222,26 @@
     $("panel-role").textContent = `${panel.role} at round ${panel.round}`;
     $("panel-todo").textContent = panel.todo || "(none)";
     for (const key of ["news", "said", "memory"]) {
-      $(`panel-${key}`).replaceChildren(...panel[key].map(([id, text]) => el("li", text || id)));
+      $(`panel-${key}`).replaceChildren(...panel[key].map(said));
     }
+  }
+
+  const LONG = 240; // characters of a message shown before "more"
+
+  function said([id, text, sender, action]) {
+    const item = el("li", undefined, "said");
+    item.title = id;
+    if (sender) item.append(roleLink(sender), el("span", ` · ${action}: `, "action"));
+    if (!text) {
+      item.append(el("i", "its text comes with the run's next checkpoint"));
+    } else if (text.length <= LONG) {
+      item.append(el("span", text, "text"));
+    } else {
+      const more = el("details", undefined, "text");
+      more.append(el("summary", `${text.slice(0, LONG)}…`), el("span", text));
+      item.append(more);
+    }
+    return item;
   }
 
   function addRound(round) {
