@@ -323,7 +323,10 @@ class Timeline:
         if not seen:
             raise KeyError(name)
         known = self.messages([*said, *sent, *(news or [])])
-        shown = lambda i: [i, *known.get(i, ("", "", ""))]  # noqa: E731  (id, text, sender, action)
+
+        def shown(i: str) -> list[str]:
+            return [i, *known.get(i, ("", "", ""))]  # id, text, sender, action
+
         return {
             "role": name,
             "round": through,
