@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -32,6 +33,7 @@ from metaroles.flow.watch import WatchServer, bind, watch_app
 from metaroles.llm.human import HumanQuestion, PageDesk
 from metaroles.project.interview import interview_run
 from metaroles.project.scenario import fork_scenario, resume_scenario, run_scenario
+from metaroles.record.eventread import read_events
 from metaroles.sharding.backends import LocalBackend
 from metaroles.team.control import JOURNAL, Injection, RunControl, read_journal
 from metaroles.team.options import RunOptions
@@ -538,6 +540,21 @@ def test_the_page_draws_the_figures_over_the_rounds_and_a_roles_panel_shows_its_
             assert summary == long[:240] + "…" and "Intervention" in page.inner_text(f"#panel-memory li[title='{cut}']")
             page.click(f"#panel-memory li[title='{cut}'] summary")  # expanded: the whole text
             assert long.strip() in page.inner_text(f"#panel-memory li[title='{cut}'] details")
+            page.click("#network-box summary")  # who talks to whom, through the round shown (4)
+            page.wait_for_selector("body[data-network='4']", timeout=30_000)
+            drawn = page.eval_on_selector_all(
+                "#network line", "lines => lines.map(l => [l.dataset.from, l.dataset.to, Number(l.dataset.count)])"
+            )
+            page.click("#network circle[data-role=a7]")
+            page.wait_for_selector("#panel-role:text('a7 at round 4')")
             browser.close()
     finally:
         server.stop()
+    events = [e for e in read_events(run / "events.jsonl") if e["round"] <= 4]
+    sender = {e["message_id"]: e["role"] for e in events if e["kind"] == "publish"}
+    sent = Counter(  # the log's own count of who reached whom, rounds 0..4
+        (sender[e["message_id"]], e["role"])
+        for e in events
+        if e["kind"] == "deliver" and sender[e["message_id"]] != e["role"]
+    )
+    assert sorted(drawn) == sorted([a, b, n] for (a, b), n in sent.items())

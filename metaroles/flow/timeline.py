@@ -33,6 +33,8 @@ from metaroles.project.rundir import CHECKPOINTS, EVENTS, EVENTS_ZST, METRICS, r
 
 __all__ = ["FLOW_ROWS", "Timeline"]
 
+NETWORK_ROLES = 300
+"""The most roles the page's network view draws (the busiest: a sample of a larger society)."""
 FLOW_ROWS = 200
 """The most messages of one round whose flow a delta carries (the rest are counted)."""
 TEXT_CHARS = 280
@@ -287,6 +289,29 @@ class Timeline:
             if isinstance(row, dict) and type(row.get("round")) is int:
                 self._metrics[row["round"]] = {k: v for k, v in row.items() if k != "round"}
         return self._metrics
+
+    def network(self, through: int, most: int = NETWORK_ROLES) -> dict[str, Any]:
+        """Who sent how many messages to whom up to round ``through``, among the ``most`` most active roles.
+
+        ``nodes``: the roles drawn with the messages each sent and received; ``edges``: ``[from, to,
+        count]``; ``roles``: how many took part in all (a society past ``most`` is shown by its busiest).
+        """
+        pairs: Counter[tuple[str, str]] = Counter()
+        for number in (r for r in self.rounds if r <= through):
+            published = self.line(number).get("published") or {}
+            for sender, recipients in zip(published.get("role", ()), published.get("to", ()), strict=False):
+                pairs.update((sender, to) for to in recipients if to != sender)
+        activity: Counter[str] = Counter()
+        for (sender, to), count in pairs.items():
+            activity[sender] += count
+            activity[to] += count
+        drawn = {name for name, _ in sorted(activity.items(), key=lambda item: (-item[1], item[0]))[:most]}
+        return {
+            "round": through,
+            "roles": len(activity),
+            "nodes": sorted(drawn),
+            "edges": sorted([a, b, n] for (a, b), n in pairs.items() if a in drawn and b in drawn),
+        }
 
     def series(self) -> dict[str, Any]:
         """The scenario's numeric figures by round: ``rounds``, and per figure its value in each (or ``None``)."""

@@ -90,6 +90,7 @@
     select.value = chosen in delta.actions ? chosen : "";
     drawFlow();
     drawChart();
+    drawNetwork().catch(() => {});
     document.body.dataset.round = String(delta.round);
     window.renderTimes.push(performance.now() - started);
   }
@@ -192,6 +193,37 @@
       chart.append(svg("line", { id: "now-line", x1: x(state.shown), x2: x(state.shown), y1: 8, y2: 165,
                                  stroke: "#888", "stroke-dasharray": "3 3", "data-round": state.shown }));
     }
+  }
+
+  async function drawNetwork() {
+    if (!$("network-box").open) return;
+    const net = await api(`/api/network?round=${state.shown ?? 0}`);
+    const box = $("network");
+    box.replaceChildren();
+    const at = {};
+    net.nodes.forEach((name, i) => {
+      const angle = (2 * Math.PI * i) / Math.max(1, net.nodes.length);
+      at[name] = [240 + 200 * Math.cos(angle), 240 + 200 * Math.sin(angle)];
+    });
+    const most = Math.max(1, ...net.edges.map(([, , n]) => n));
+    for (const [from, to, count] of net.edges) {
+      const [x1, y1] = at[from], [x2, y2] = at[to];
+      const line = svg("line", { x1, y1, x2, y2, stroke: "#1b6ca8", "stroke-opacity": 0.35,
+                                 "stroke-width": (0.5 + (3 * count) / most).toFixed(2),
+                                 "data-from": from, "data-to": to, "data-count": count });
+      line.append(svg("title", {}, `${from} → ${to}: ${count}`));
+      box.append(line);
+    }
+    for (const name of net.nodes) {
+      const [cx, cy] = at[name];
+      const node = svg("circle", { cx, cy, r: 5, fill: "#d1495b", class: "node", "data-role": name });
+      node.append(svg("title", {}, name));
+      node.addEventListener("click", () => openRole(name));
+      box.append(node);
+    }
+    $("network-note").textContent = `${net.nodes.length} of ${net.roles} roles` +
+      (net.nodes.length < net.roles ? " (the busiest)" : "") + `, through round ${net.round}; click a role`;
+    document.body.dataset.network = String(net.round);
   }
 
   async function show(round) {
@@ -356,6 +388,7 @@
   });
   for (const id of ["filter-role", "filter-action", "filter-text"]) $(id).addEventListener("input", drawFlow);
   $("ask").addEventListener("click", ask);
+  $("network-box").addEventListener("toggle", () => drawNetwork().catch((error) => setStatus(error.message, true)));
   $("human-answer").addEventListener("click", answerPerson);
   $("pause").addEventListener("click", () => command("pause"));
   $("step").addEventListener("click", () => command("step"));

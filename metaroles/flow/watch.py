@@ -130,6 +130,7 @@ def watch_app(
         Route("/api/info", page.info),
         Route("/api/round/{number}", page.one_round),
         Route("/api/series", page.series),
+        Route("/api/network", page.network),
         Route("/api/role/{name}", page.role),
         Route("/api/stream", page.stream),
         Route("/api/control/{action}", page.act, methods=["POST"]),
@@ -190,6 +191,12 @@ class _Page:
     async def series(self, request: Request) -> Response:
         self.timeline.refresh()
         return _json(await anyio.to_thread.run_sync(self.timeline.series))
+
+    async def network(self, request: Request) -> Response:
+        timeline = self.timeline
+        timeline.refresh()
+        through = _int(request.query_params.get("round", str(timeline.rounds[-1] if timeline.rounds else 0)), "round")
+        return _json(await anyio.to_thread.run_sync(timeline.network, through))
 
     async def role(self, request: Request) -> Response:
         timeline = self.timeline
