@@ -558,3 +558,44 @@ def test_the_page_draws_the_figures_over_the_rounds_and_a_roles_panel_shows_its_
         if e["kind"] == "deliver" and sender[e["message_id"]] != e["role"]
     )
     assert sorted(drawn) == sorted([a, b, n] for (a, b), n in sent.items())
+
+
+def test_a_message_opens_the_conversation_it_started_as_the_log_links_it(tmp_path):
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    run = tmp_path / "debate"
+    assert main(["run", "debate", "--llm", "test", "--set", "turns=3", "--out", str(run), "-q"]) == 0
+    lines = [orjson.loads(line) for line in (run / "events.jsonl").read_bytes().splitlines()]
+    published = [
+        (line["round"], p["message_id"][i], p["role"][i], p["caused_by"][i])
+        for line in lines if (p := line.get("published"))
+        for i in range(len(p["message_id"]))
+    ]  # fmt: skip
+    opening = next(m for m in published if m[2] == "Alice")
+    thread = {opening[1]}
+    for _, message, _, causes in published:  # what it caused, and what that caused
+        if any(c in thread for c in causes):
+            thread.add(message)
+    expected = [(r, m, who) for r, m, who, _ in published if m in thread]
+    assert len(expected) > 2, "a debate answers its opening"
+    server = WatchServer(watch_app(run), bind(0)).start()
+    try:
+        with playwright_api.sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page()
+            page.goto(server.url)
+            page.wait_for_selector("body[data-ready=yes]", timeout=30_000)
+            page.fill("#scrub", str(opening[0]))
+            page.dispatch_event("#scrub", "input")
+            page.wait_for_selector(f"body[data-round='{opening[0]}']", timeout=30_000)
+            page.click("#flow tbody tr:has(.role:text-is('Alice')) .said-cell")
+            page.wait_for_selector(f"body[data-thread='{opening[1]}']", timeout=30_000)
+            shown = page.eval_on_selector_all(
+                "#thread-messages li",
+                "items => items.map(i => [Number(i.dataset.round), i.title, i.querySelector('.role').textContent])",
+            )
+            title = page.inner_text("#thread-title")
+            browser.close()
+    finally:
+        server.stop()
+    assert [tuple(row) for row in shown] == expected
+    assert title == f"the conversation from Alice's SpeakAloud of round {opening[0]}"

@@ -35,6 +35,8 @@ __all__ = ["FLOW_ROWS", "Timeline"]
 
 NETWORK_ROLES = 300
 """The most roles the page's network view draws (the busiest: a sample of a larger society)."""
+THREAD_ROWS = 200
+"""The most messages a conversation view shows (a thread that grows past them is cut)."""
 FLOW_ROWS = 200
 """The most messages of one round whose flow a delta carries (the rest are counted)."""
 TEXT_CHARS = 280
@@ -312,6 +314,34 @@ class Timeline:
             "nodes": sorted(drawn),
             "edges": sorted([a, b, n] for (a, b), n in pairs.items() if a in drawn and b in drawn),
         }
+
+    def thread(self, root: str, most: int = THREAD_ROWS) -> dict[str, Any]:
+        """Message ``root`` and what it caused, and what that caused…, in the order they were published.
+
+        ``messages``: ``[id, round, sender, action, text, caused_by]`` each (``caused_by``: the earlier
+        messages of the thread it answers); at most ``most`` of them.
+
+        Raises:
+            KeyError: If no round holds ``root``.
+        """
+        chosen: dict[str, list[Any]] = {}
+        for number in self.rounds:
+            published = self.line(number).get("published") or {}
+            causes = published.get("caused_by") or [[] for _ in published.get("message_id", ())]
+            for i, message in enumerate(published.get("message_id", ())):
+                if len(chosen) < most and (message == root or any(c in chosen for c in causes[i])):
+                    action = _short(str(published["cause_by"][i]))
+                    chosen[message] = [
+                        message,
+                        number,
+                        published["role"][i],
+                        action,
+                        [c for c in causes[i] if c in chosen],
+                    ]
+        if root not in chosen:
+            raise KeyError(root)
+        texts = self.texts(list(chosen))
+        return {"root": root, "messages": [[*row[:4], texts.get(row[0]), row[4]] for row in chosen.values()]}
 
     def series(self) -> dict[str, Any]:
         """The scenario's numeric figures by round: ``rounds``, and per figure its value in each (or ``None``)."""

@@ -103,7 +103,7 @@
     const text = $("filter-text").value.trim().toLowerCase();
     const body = $("flow").tBodies[0];
     const rows = [];
-    for (const [sender, to, act, , said] of delta.flow) {
+    for (const [sender, to, act, id, said] of delta.flow) {
       if (role && sender !== role && !to.includes(role)) continue;
       if (action && act !== action) continue;
       if (text && !(said || "").toLowerCase().includes(text)) continue;
@@ -116,8 +116,9 @@
         recipients.append(roleLink(name));
       });
       if (to.length > 8) recipients.append(` and ${to.length - 8} more`);
-      const cell = el("td", said === null ? "…" : said);
-      if (said === null) cell.title = "the text is recorded with the run's next checkpoint";
+      const cell = el("td", said === null ? "…" : said, "said-cell");
+      cell.title = said === null ? "the text is recorded with the run's next checkpoint" : "the conversation it starts";
+      cell.addEventListener("click", () => openThread(id).catch((error) => setStatus(error.message, true)));
       row.append(from, recipients, el("td", act), cell);
       rows.push(row);
     }
@@ -274,6 +275,22 @@
       item.append(more);
     }
     return item;
+  }
+
+  async function openThread(id) {
+    const thread = await api(`/api/thread/${encodeURIComponent(id)}`);
+    const [, round, sender, action] = thread.messages[0];
+    $("thread").hidden = false;
+    $("thread-title").textContent = `the conversation from ${sender}'s ${action} of round ${round}`;
+    $("thread-messages").replaceChildren(...thread.messages.map(([mid, at, from, act, text, answers]) => {
+      const bubble = said([mid, text, from, act]);
+      bubble.classList.add("bubble");
+      bubble.dataset.round = String(at);
+      bubble.dataset.answers = answers.join(",");
+      bubble.prepend(el("small", `round ${at} `));
+      return bubble;
+    }));
+    document.body.dataset.thread = id;
   }
 
   function addRound(round) {

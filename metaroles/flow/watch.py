@@ -131,6 +131,7 @@ def watch_app(
         Route("/api/round/{number}", page.one_round),
         Route("/api/series", page.series),
         Route("/api/network", page.network),
+        Route("/api/thread/{message}", page.thread),
         Route("/api/role/{name}", page.role),
         Route("/api/stream", page.stream),
         Route("/api/control/{action}", page.act, methods=["POST"]),
@@ -197,6 +198,14 @@ class _Page:
         timeline.refresh()
         through = _int(request.query_params.get("round", str(timeline.rounds[-1] if timeline.rounds else 0)), "round")
         return _json(await anyio.to_thread.run_sync(timeline.network, through))
+
+    async def thread(self, request: Request) -> Response:
+        self.timeline.refresh()
+        message = request.path_params["message"]
+        try:
+            return _json(await anyio.to_thread.run_sync(self.timeline.thread, message))
+        except KeyError:
+            return _error(404, f"no message {message!r} in the run's log")
 
     async def role(self, request: Request) -> Response:
         timeline = self.timeline
