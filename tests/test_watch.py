@@ -599,3 +599,49 @@ def test_a_message_opens_the_conversation_it_started_as_the_log_links_it(tmp_pat
         server.stop()
     assert [tuple(row) for row in shown] == expected
     assert title == f"the conversation from Alice's SpeakAloud of round {opening[0]}"
+
+
+def test_two_branches_side_by_side_name_the_round_they_part_and_unrelated_runs_say_so(tmp_path):
+    from metaroles.project.diff import first_divergence, run_messages
+
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    society = ["society", "--llm", "test", "--set", "agents=12", "--set", "rounds=6", "--seed", "3", "-q"]
+    assert main(["run", *society, "--checkpoint-every", "1", "--out", str(tmp_path / "a")]) == 0
+    fork = [
+        "fork",
+        str(tmp_path / "a"),
+        "--from-round",
+        "3",
+        "--intervene",
+        "rule:a0=1.0",
+        "--out",
+        str(tmp_path / "b"),
+    ]
+    assert main([*fork, "-q"]) == 0
+    assert main(["run", "debate", "--llm", "test", "--out", str(tmp_path / "d"), "-q"]) == 0
+    parting = first_divergence(run_messages(tmp_path / "a"), run_messages(tmp_path / "b"))
+    assert parting is not None and parting > 3
+    theirs = [orjson.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_bytes().splitlines()]
+    seen = {}
+    with playwright_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        for other in ("b", "d"):
+            server = WatchServer(watch_app(tmp_path / "a", compare=tmp_path / other), bind(0)).start()
+            try:
+                page = browser.new_page()
+                page.goto(server.url)
+                page.wait_for_selector("body[data-ready=yes][data-compared]", timeout=30_000)
+                page.check("#chart-pick input[value=mean]")
+                note, compared = page.inner_text("#compare-note"), page.get_attribute("body", "data-compared")
+                if other == "b":
+                    dashed = page.get_attribute("#chart polyline[data-run=other][data-series=mean]", "data-values")
+                    line = page.get_attribute("#parting-line", "data-round")
+                seen[other] = (note, compared)
+            finally:
+                server.stop()
+        browser.close()
+    note, compared = seen["b"]
+    assert compared == line == str(parting) and f"first differ in round {parting}" in note
+    assert orjson.loads(dashed) == [row["mean"] for row in theirs], "the other run's own figures"
+    note, compared = seen["d"]
+    assert compared == "unrelated" and "not branches of one run" in note

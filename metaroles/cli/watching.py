@@ -45,6 +45,10 @@ def watch(
     trust: Annotated[
         bool, typer.Option("--trust", help="let the page's interviews import the scenario's code")
     ] = False,
+    compare: Annotated[
+        Path | None,
+        typer.Option(metavar="OTHER", help="another run beside it: its figures, and the round they first differ"),
+    ] = None,
     listen_fd: Annotated[int | None, typer.Option(hidden=True)] = None,
     link_fd: Annotated[int | None, typer.Option(hidden=True)] = None,
 ) -> None:
@@ -59,9 +63,10 @@ def watch(
                 raise fail(f"--listen-fd and --link-fd are a run's own page's, not for use by hand ({exc})") from None
             _serve_own_page(run_dir, *sockets)
             return
-        if not run_dir.is_dir():
-            raise fail(f"no run directory at {str(run_dir)!r}")
-        server = _server(run_dir, bind_port(port), interviewer=interviewer(run_dir, trust=trust))
+        for folder in (run_dir, *([compare] if compare is not None else [])):
+            if not folder.is_dir():
+                raise fail(f"no run directory at {str(folder)!r}")
+        server = _server(run_dir, bind_port(port), interviewer=interviewer(run_dir, trust=trust), compare=compare)
         typer.echo(f"watching {run_dir} at {server.url} (Ctrl-C stops)")
         try:
             server.serve()
@@ -129,12 +134,13 @@ def _server(
     token: str = "",
     interviewer: Interviewer | str = "",
     desk: Answers | None = None,
+    compare: Path | None = None,
 ) -> WatchServer:
     from metaroles.flow.watch import WatchServer, watch_app
 
     app_ = watch_app(
         run_dir, control=control, token=token or None, starting=control is not None, interviewer=interviewer,
-        desk=desk,
+        desk=desk, compare=compare,
     )  # fmt: skip
     return WatchServer(app_, listening)
 

@@ -4,7 +4,7 @@
 (() => {
   const $ = (id) => document.getElementById(id);
   const state = { rounds: [], shown: null, delta: null, controller: "", token: "", follow: true, ended: false,
-                  series: null, picked: null, loading: false };
+                  series: null, picked: null, loading: false, other: null };
   const SVG = "http://www.w3.org/2000/svg";
   const COLOURS = ["#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7d4e9e", "#00798c", "#8d6a48", "#e07a5f"];
   const DOTS_UP_TO = 300; // rounds with a point each (a hover shows its value); past it, lines only
@@ -175,7 +175,8 @@
     chart.append(svg("text", { x: 600, y: 178, "font-size": 10, "text-anchor": "end" }, `round ${rounds[rounds.length - 1]}`));
     [...state.picked].filter((name) => name in series).forEach((name, i) => {
       const values = series[name], colour = COLOURS[i % COLOURS.length];
-      const present = values.filter((v) => v !== null);
+      const theirs = (state.other && state.other.series.series[name]) || []; // one scale for both runs
+      const present = [...values, ...theirs].filter((v) => v !== null);
       const low = Math.min(...present), high = Math.max(...present);
       const y = (v) => (high > low ? 150 - (130 * (v - low)) / (high - low) : 85).toFixed(1);
       const points = rounds.map((r, k) => (values[k] === null ? null : `${x(r)},${y(values[k])}`)).filter(Boolean);
@@ -190,6 +191,7 @@
         chart.append(dot);
       });
     });
+    drawOther(x, first);
     if (state.shown !== null && state.shown >= first) {
       chart.append(svg("line", { id: "now-line", x1: x(state.shown), x2: x(state.shown), y1: 8, y2: 165,
                                  stroke: "#888", "stroke-dasharray": "3 3", "data-round": state.shown }));
@@ -225,6 +227,38 @@
     $("network-note").textContent = `${net.nodes.length} of ${net.roles} roles` +
       (net.nodes.length < net.roles ? " (the busiest)" : "") + `, through round ${net.round}; click a role`;
     document.body.dataset.network = String(net.round);
+  }
+
+  function drawOther(x, first) {
+    const other = state.other;
+    if (!other) return;
+    const { rounds, series } = other.series;
+    [...state.picked].filter((name) => name in series).forEach((name, i) => {
+      const values = series[name], mine = state.series.series[name] || [];
+      const present = [...values, ...mine].filter((v) => v !== null);
+      const low = Math.min(...present), high = Math.max(...present);
+      const y = (v) => (high > low ? 150 - (130 * (v - low)) / (high - low) : 85).toFixed(1);
+      const points = rounds.map((r, k) => (values[k] === null || r < first ? null : `${x(r)},${y(values[k])}`));
+      $("chart").append(svg("polyline", { points: points.filter(Boolean).join(" "), fill: "none", "stroke-dasharray": "5 3",
+                                     stroke: COLOURS[i % COLOURS.length], "stroke-width": 1.5, "data-series": name,
+                                     "data-run": "other", "data-values": JSON.stringify(values) }));
+    });
+    if (other.parting !== null) {
+      $("chart").append(svg("line", { id: "parting-line", x1: x(other.parting), x2: x(other.parting), y1: 8, y2: 165,
+                                 stroke: "#d1495b", "data-round": other.parting }));
+    }
+  }
+
+  async function loadCompare() {
+    state.other = await api("/api/compare");
+    const note = $("compare-note");
+    note.hidden = false;
+    note.textContent = state.other.related
+      ? `dashed: ${state.other.run}; ` + (state.other.parting === null ? "the two runs say the same"
+        : `their messages first differ in round ${state.other.parting} (red line)`)
+      : `${state.other.run}: ${state.other.note}`;
+    document.body.dataset.compared = state.other.related ? String(state.other.parting) : "unrelated";
+    drawChart();
   }
 
   async function show(round) {
@@ -393,6 +427,7 @@
     await claim(info);
     const last = info.rounds[info.rounds.length - 1];
     await loadSeries();
+    if (info.compare) await loadCompare();
     if (last !== undefined) await show(last);
     listen(last === undefined ? 0 : last + 1);
     document.body.dataset.ready = "yes";

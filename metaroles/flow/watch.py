@@ -111,8 +111,11 @@ def watch_app(
     starting: bool = False,
     interviewer: Interviewer | str = "",
     desk: Answers | None = None,
+    compare: Path | None = None,
 ) -> Starlette:
     """The watch page's app over ``run_dir``; with ``control`` (and its ``token``), the run's controls too.
+
+    ``compare``: another run drawn beside it (its figures, and the round where the two first differ).
 
     ``starting``: the run is about to write ``run_dir`` (a run's own page, started before its manifest).
     ``interviewer`` puts a role panel's questions to the role on a fork; a text instead says why
@@ -124,6 +127,7 @@ def watch_app(
     """
     steering = Steering(control, token or secrets.token_urlsafe(16)) if control is not None else None
     page = _Page(Timeline(run_dir, starting=starting), steering, interviewer, desk)
+    page.other = Timeline(compare) if compare is not None else None
     routes = [
         Route("/", page.page),
         Route("/static/{name}", page.asset),
@@ -132,6 +136,7 @@ def watch_app(
         Route("/api/series", page.series),
         Route("/api/network", page.network),
         Route("/api/thread/{message}", page.thread),
+        Route("/api/compare", page.compare),
         Route("/api/role/{name}", page.role),
         Route("/api/stream", page.stream),
         Route("/api/control/{action}", page.act, methods=["POST"]),
@@ -152,6 +157,8 @@ class _Page:
         self.timeline, self.steering, self.interviewer, self.desk = timeline, steering, interviewer, desk
         self.closing = threading.Event()
         """Set when the server stops: every stream sends what the run wrote last, then ends."""
+        self.other: Timeline | None = None
+        """A run compared with this one (``metaroles watch RUN --compare OTHER``)."""
         self._rounds: dict[int, tuple[bytes, list[str]]] = {}
         timeline.refresh()
 
@@ -177,7 +184,7 @@ class _Page:
 
     async def info(self, request: Request) -> Response:
         self.timeline.refresh()
-        return _json(_info(self.timeline, self.steering))
+        return _json({**_info(self.timeline, self.steering), "compare": self.other is not None})
 
     async def one_round(self, request: Request) -> Response:
         timeline = self.timeline
@@ -198,6 +205,11 @@ class _Page:
         timeline.refresh()
         through = _int(request.query_params.get("round", str(timeline.rounds[-1] if timeline.rounds else 0)), "round")
         return _json(await anyio.to_thread.run_sync(timeline.network, through))
+
+    async def compare(self, request: Request) -> Response:
+        if self.other is None:
+            return _error(404, "no run is compared with this one; metaroles watch RUN --compare OTHER")
+        return _json(await anyio.to_thread.run_sync(compared, self.timeline, self.other))
 
     async def thread(self, request: Request) -> Response:
         self.timeline.refresh()
@@ -297,6 +309,31 @@ def _int(text: str, name: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 9:
         raise _Refused(400, f"{name}={text!r} is not a round number (0, 1, 2, ...)")
     return int(text)
+
+
+def compared(timeline: Timeline, other: Timeline) -> dict[str, Any]:
+    """The other run beside this one: its name and figures, and the round where their messages first differ.
+
+    Two runs that share no beginning (another scenario, or no first message alike) are said to be
+    unrelated: where they differ means nothing then.
+    """
+    from metaroles.project.diff import first_divergence, run_messages
+
+    other.refresh()
+    mine, theirs = run_messages(timeline.run_dir), run_messages(other.run_dir)
+    parting = first_divergence(mine, theirs)
+    same_start = bool(mine and theirs) and first_divergence(mine[:1], theirs[:1]) is None
+    related = timeline.manifest.get("scenario") == other.manifest.get("scenario") and same_start
+    return {
+        "run": other.run_dir.name,
+        "related": related,
+        "parting": parting if related else None,
+        "note": ""
+        if related
+        else "the runs share no beginning (another scenario, or another first message): "
+        "they are not branches of one run, so where they differ says nothing",
+        "series": other.series(),
+    }
 
 
 def _info(timeline: Timeline, steering: Steering | None) -> dict[str, Any]:
