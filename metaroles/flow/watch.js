@@ -426,9 +426,9 @@
     setStatus(info.ended ? "replay" : "live");
     await claim(info);
     const last = info.rounds[info.rounds.length - 1];
-    await loadSeries();
-    if (info.compare) await loadCompare();
+    const figures = loadSeries().then(() => (info.compare ? loadCompare() : undefined)); // beside the round
     if (last !== undefined) await show(last);
+    await figures;
     listen(last === undefined ? 0 : last + 1);
     document.body.dataset.ready = "yes";
   }
