@@ -85,7 +85,7 @@ def test_a_round_between_checkpoints_is_run_again_in_memory_to_the_same_answers(
 def test_bad_input_to_an_interview_is_one_line_and_exit_2(run, tmp_path, capsys):
     cases = [
         (["interview", str(run), "Hi?", "--round", "2", "--role", "nobody"], "no role of the run matches"),
-        (["interview", str(run), "Hi?", "--round", "99", "--role", "a1"], "past the run's last checkpoint"),
+        (["interview", str(run), "Hi?", "--round", "99", "--role", "a1"], "past the run's last logged round"),
         (["interview", str(tmp_path), "Hi?", "--round", "1", "--role", "a1"], "is not a run directory"),
         (["survey", str(run), "--round", "1", "--questions", str(tmp_path / "none.txt")], "is not a file"),
         (["interview", str(run), "Hi?", "--round", "1", "--role", "a1", "--out", str(run)], "folder of their own"),
@@ -111,3 +111,63 @@ def test_an_unreadable_checkpoint_at_the_round_asked_is_one_line_not_an_earlier_
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert code == 2 and len(lines) == 1 and "the checkpoint of round 2" in lines[0] and "ask at round 1" in lines[0]
     assert main(["interview", str(run_dir), "--round", "1", "--role", "Alice", "--llm", "test", "What now?"]) == 0
+
+
+def test_a_live_run_paused_past_its_last_checkpoint_is_asked_as_it_stands_and_as_it_ended(tmp_path):
+    import threading
+
+    from metaroles.project.scenario import run_scenario
+    from metaroles.record.eventread import logged_through
+    from metaroles.team.control import Injection, RunControl
+    from metaroles.team.options import RunOptions
+
+    run = tmp_path / "run"
+    from metaroles.bus.action import UserRequirement
+
+    said = "The bridge is closed."
+    heard = Injection(name="notice", content=said, after_round=2, cause_by=UserRequirement.action_id())
+    control = RunControl(schedule=[heard])  # in every agent's memory: asked after it, they answer with it
+    paused, asked = threading.Event(), {}
+    control.listeners.append(lambda c: c.barrier_round == 3 and c.waiting_at is None and c.pause())
+    control.listeners.append(lambda c: c.waiting_at is not None and paused.set())
+    questions = ["Where do you stand?"]
+
+    def ask_while_paused() -> None:
+        try:
+            assert paused.wait(120)
+            at = logged_through(run / "events.jsonl")
+            assert at == 4 and sorted(p.name for p in (run / "checkpoints").glob("round-*")) == ["round-0000.json"]
+            asked["paused"] = anyio.run(
+                lambda: interview_run(run, at_round=at, roles="a1,a3", questions=questions, out_dir=tmp_path / "p",
+                                      llm=TestLLM(3))
+            )  # fmt: skip
+        finally:
+            control.resume()  # asked or not, the run goes on
+
+    helper = threading.Thread(target=ask_while_paused)
+    helper.start()
+    anyio.run(lambda: run_scenario("society", llm=TestLLM(3), options={"agents": 12, "rounds": 6}, out_dir=run,
+                                   run=RunOptions(seed=3, checkpoint_every=10), control=control))  # fmt: skip
+    helper.join()
+    ended = anyio.run(
+        lambda: interview_run(run, at_round=4, roles="a1,a3", questions=questions, out_dir=tmp_path / "e",
+                              llm=TestLLM(3))
+    )  # fmt: skip
+    assert asked["paused"] == ended, "asked while paused after round 4, and after the end at round 4: the same"
+    truth = tmp_path / "every-round"  # the same run with a checkpoint of round 4 itself: nothing run again
+    anyio.run(
+        lambda: run_scenario(
+            "society",
+            llm=TestLLM(3),
+            options={"agents": 12, "rounds": 6},
+            out_dir=truth,
+            run=RunOptions(seed=3, checkpoint_every=1),
+            control=RunControl(schedule=[heard]),
+        )
+    )
+    kept = anyio.run(
+        lambda: interview_run(truth, at_round=4, roles="a1,a3", questions=questions, out_dir=tmp_path / "t",
+                              llm=TestLLM(3))
+    )  # fmt: skip
+    assert ended == kept, "the rounds run again in memory (the injection in them) are the run's own"
+    assert len(ended) == 2 and all(a.answer for a in ended)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -29,10 +31,13 @@ from metaroles.core.files import write_atomic
 from metaroles.core.prompts import render_prompt
 from metaroles.llm.protocol import LLM, LLMRequest, extract_json
 from metaroles.messages.render import readable
-from metaroles.project.rundir import CHECKPOINTS, check_run_dir, read_manifest
+from metaroles.project.rundir import CHECKPOINTS, check_run_dir, events_file, read_manifest
 from metaroles.project.scenario import rebuilt_team
+from metaroles.record.eventread import logged_through
 from metaroles.record.numbering import numbered
 from metaroles.record.restore import restore_checkpoint
+from metaroles.team.control import JOURNAL, RunControl
+from metaroles.team.team import Team
 
 __all__ = ["ANSWERS", "COLUMNS", "Answer", "Closed", "attributes_of", "interview_run", "pick_roles"]
 
@@ -113,7 +118,9 @@ async def interview_run(
             "or restore the checkpoints folder"
         )
     if restored.round < at_round:  # the rounds since its last checkpoint, again, in memory
-        await team.run(at_round - restored.round)
+        with tempfile.TemporaryDirectory(prefix="metaroles-asked-") as scratch:
+            _injected_again(team, run_dir, Path(scratch))
+            await team.run(at_round - restored.round)
     picked = pick_roles(list(team.env.members), roles)
     answers = await _ask_all(
         picked, [q for q in questions if str(q).strip()], partial(answer, max_tokens=max_tokens, memory=memory)
@@ -137,12 +144,31 @@ def _checked(run_dir: Path, out_dir: Path, questions: Sequence[str | Closed], at
 
 
 def _refuse_late(run_dir: Path, at_round: int) -> None:
-    """Refuse a round past the run's last checkpoint (or a run with none), naming the rounds there are."""
+    """Refuse a round the run has not logged whole (or a run with no checkpoint), naming the rounds there are.
+
+    A round past the last checkpoint that the log holds (a live run paused after it) is run again in
+    memory from that checkpoint, as a round between two checkpoints is.
+    """
     last = max((n for n, _ in numbered(run_dir / CHECKPOINTS, "round")), default=None)
     if last is None:
         raise ConfigError(f"{str(run_dir)!r} has no checkpoint yet; ask once it has run a round")
-    if at_round > last:
-        raise ConfigError(f"--round {at_round} is past the run's last checkpoint, round {last}; pick 0..{last}")
+    logged = max(last, logged_through(events_file(run_dir)) or 0)
+    if at_round > logged:
+        raise ConfigError(f"--round {at_round} is past the run's last logged round, {logged}; pick 0..{logged}")
+
+
+def _injected_again(team: Team, run_dir: Path, scratch: Path) -> None:
+    """What was injected after the checkpoint, published again where it landed (from a copy of the journal).
+
+    Nothing is written to the run: the copy is the one a new injection would go to.
+    """
+    journal = run_dir / JOURNAL
+    if journal.is_file():
+        copy = scratch / JOURNAL
+        shutil.copyfile(journal, copy)
+        control = RunControl()
+        control.replay(copy)
+        team.control = control
 
 
 async def _ask_all(

@@ -9,6 +9,8 @@ whichever way, and in whichever mix, the log was written.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Callable, Iterator
 from operator import itemgetter
 from pathlib import Path
@@ -402,6 +404,33 @@ def read_jsonl(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = 
         RunDirCorrupt: If a line other than the last is not valid UTF-8 JSON accepted by ``kind``.
     """
     return [(record, line) for _, record, line in _records(path, kind, warn_torn=warn_torn)]
+
+
+def logged_through(path: Path) -> int | None:
+    """The round of the log's last whole line (a round's line), read from its end; ``None`` for no round.
+
+    A line cut short by a kill is passed over: the round before it is the last the log holds whole.
+    """
+    if not path.is_file():
+        return None
+    with path.open("rb") as file:
+        end = file.seek(0, os.SEEK_END)
+        tail, at = b"", end
+        while at > 0 and tail.count(b"\n") < 2:  # the last whole line lies between the last two newlines
+            step = min(1 << 16, at)
+            at -= step
+            file.seek(at)
+            tail = file.read(step) + tail
+    lines = tail.split(b"\n")
+    whole = lines[:-1] if at == 0 else lines[1:-1]  # the piece after the last newline is cut short, or empty
+    for line in reversed(whole):
+        found = _ROUND.search(line[:256])
+        if found:
+            return int(found.group(1))
+    return None
+
+
+_ROUND = re.compile(rb'"round":\s*(\d+)')
 
 
 def publish_rounds(path: Path) -> dict[str, int]:
