@@ -294,9 +294,40 @@ def screenshots(folder: Path, out: Path) -> dict:
         replay.click("#ask")
         replay.wait_for_selector("body[data-asked=yes]")
         replay.screenshot(path=str(out / "watch-replay.png"), full_page=True)
+        drawn = views(replay, out)
         watcher.terminate()
+        drawn += compared(browser, run, folder / "fork", out)
         browser.close()
-    return {"screenshots": [str(out / "watch-live.png"), str(out / "watch-replay.png")]}
+    return {"screenshots": [str(out / "watch-live.png"), str(out / "watch-replay.png"), *drawn]}
+
+
+def views(page, out: Path) -> list[str]:
+    """The replay's figures over the rounds, who talks to whom, and a conversation, each as a picture."""
+    page.check("#chart-pick input[value=mean]")
+    page.check("#chart-pick input[value=variance]")
+    page.locator("#chart-box").screenshot(path=str(out / "watch-figures.png"))
+    page.click("#network-box summary")
+    page.wait_for_selector("body[data-network='4']")
+    page.locator("#network-box").screenshot(path=str(out / "watch-network.png"))
+    page.click("#flow tbody tr .said-cell >> nth=0")
+    page.wait_for_selector("body[data-thread]")
+    page.locator("#thread").screenshot(path=str(out / "watch-conversation.png"))
+    return [str(out / name) for name in ("watch-figures.png", "watch-network.png", "watch-conversation.png")]
+
+
+def compared(browser, run: Path, fork: Path, out: Path) -> list[str]:
+    """The run beside a fork of it from round 3 with a stubborn agent (``--compare``), as a picture."""
+    made = [sys.executable, "-m", "metaroles", "fork", str(run), "--from-round", "3", "--intervene", "rule:a0=1.0"]
+    subprocess.run([*made, "--out", str(fork), "-q"], check=True, capture_output=True)
+    watcher = subprocess.Popen([sys.executable, "-m", "metaroles", "watch", str(run), "--compare", str(fork)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(re.search(r"http://\S+/", watcher.stdout.readline()).group(0))
+    page.wait_for_selector("body[data-ready=yes][data-compared]")
+    page.check("#chart-pick input[value=mean]")
+    page.locator("#chart-box").screenshot(path=str(out / "watch-compare.png"))
+    watcher.terminate()
+    return [str(out / "watch-compare.png")]
 
 
 def main() -> None:
