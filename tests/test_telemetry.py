@@ -294,8 +294,15 @@ def totals():
     return tokens.get("input", 0), tokens.get("output", 0), calls, rounds, deliveries
 
 
+def new_totals():
+    """The current conventions' token counters and per-call histogram, read now."""
+    usage = "gen_ai.client.inference.usage."
+    spent = [sum(p.value for p in points(usage + kind)) for kind in ("input_tokens", "output_tokens")]
+    return (*spent, sum(p.count for p in points("gen_ai.client.inference.operation.output_tokens")))
+
+
 async def test_metrics_count_tokens_calls_rounds_and_deliveries(spans, tmp_path):
-    before = totals()
+    before, new_before = totals(), new_totals()
     out = tmp_path / "run"
     _, team = await run_scenario("debate", llm=TestLLM(2), options={"turns": 2}, out_dir=out, run=RunOptions(otel=True))
     after = totals()
@@ -306,6 +313,8 @@ async def test_metrics_count_tokens_calls_rounds_and_deliveries(spans, tmp_path)
     assert grown[2] == len(entries)
     assert grown[3] == team.env.round
     assert grown[4] == sum(e["kind"] == "deliver" for e in events) > 0
+    now = new_totals()
+    assert [a - b for a, b in zip(now, new_before, strict=True)] == [grown[0], grown[1], len(entries)], "new ones too"
 
 
 async def test_a_tool_calling_agent_traces_its_tool_calls_under_its_turn(spans, tmp_path, monkeypatch):

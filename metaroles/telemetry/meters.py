@@ -15,6 +15,14 @@ if TYPE_CHECKING:
 SYSTEM = "metaroles"
 """``messaging.system`` of the bus's spans; ``gen_ai.provider.name`` of the offline models."""
 _PROVIDERS = {"openai": "openai", "local": "llama_cpp"}
+USAGE = {
+    "input_tokens": "input tokens, cached ones included",
+    "output_tokens": "output tokens",
+    "cache_read.input_tokens": "input tokens read from the server's cache",
+}
+"""The token counters of the GenAI conventions (``gen_ai.client.inference.usage.*``): totals and rates."""
+PER_CALL = {"input_tokens": "input tokens of a call", "output_tokens": "output tokens of a call"}
+"""The per-call token histograms (``gen_ai.client.inference.operation.*``): percentiles."""
 
 
 def provider_name(llm: LLM) -> str:
@@ -28,7 +36,12 @@ def provider_of(llm: str) -> str:
 
 
 class Meters:
-    """The run's instruments: GenAI client token usage and operation duration, and the bus's own."""
+    """The run's instruments: GenAI client token usage and operation duration, and the bus's own.
+
+    Tokens are counted both ways during the conventions' change: the ``gen_ai.client.token.usage``
+    histogram (by ``gen_ai.token.type``) that dashboards read today, and the counters and per-call
+    histograms that replace it (``gen_ai.client.inference.usage.*``, ``…operation.*``).
+    """
 
     def __init__(self, meter: Meter | None, env: Any) -> None:
         """Make the instruments on ``meter`` (default: the global provider's ``metaroles`` meter) for ``env``'s run."""
@@ -38,6 +51,14 @@ class Meters:
 
         meter = meter if meter is not None else metrics.get_meter("metaroles")
         self.tokens = meter.create_histogram("gen_ai.client.token.usage", unit="{token}", description="tokens per call")
+        self.usage = {  # the current conventions' token counters (gen-ai-token-metrics), beside the old histogram
+            kind: meter.create_counter(f"gen_ai.client.inference.usage.{kind}", unit="{token}", description=what)
+            for kind, what in USAGE.items()
+        }
+        self.per_call = {
+            kind: meter.create_histogram(f"gen_ai.client.inference.operation.{kind}", unit="{token}", description=what)
+            for kind, what in PER_CALL.items()
+        }
         self.duration = meter.create_histogram(
             "gen_ai.client.operation.duration", unit="s", description="model call duration"
         )
@@ -57,6 +78,12 @@ class Meters:
         else:
             self.tokens.record(entry.prompt_tokens, {**attributes, "gen_ai.token.type": "input"})
             self.tokens.record(entry.completion_tokens, {**attributes, "gen_ai.token.type": "output"})
+            spent = {"input_tokens": entry.prompt_tokens, "output_tokens": entry.completion_tokens,
+                     "cache_read.input_tokens": entry.cached_tokens}  # fmt: skip
+            for kind, counter in self.usage.items():
+                counter.add(spent[kind], attributes)
+            for kind, histogram in self.per_call.items():
+                histogram.record(spent[kind], attributes)
         self.duration.record(entry.latency_s, attributes)
 
     def round_begin(self) -> None:
