@@ -645,3 +645,35 @@ def test_two_branches_side_by_side_name_the_round_they_part_and_unrelated_runs_s
     assert orjson.loads(dashed) == [row["mean"] for row in theirs], "the other run's own figures"
     note, compared = seen["d"]
     assert compared == "unrelated" and "not branches of one run" in note
+
+
+def test_a_sweeps_report_is_a_page_with_its_picture_and_nothing_else_of_the_folder_is_served(tmp_path):
+    from metaroles.flow.reports import report_app
+
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    folder = tmp_path / "sweep"
+    grid = ["--grid", "graph_seed=0..3", "--grid", "epsilon=0.1,0.3", "--set", "agents=10", "--set", "rounds=3"]
+    assert main(["sweep", "society", *grid, "--out", str(folder), "-q"]) == 0
+    server = WatchServer(report_app(folder), bind(0)).start()
+    try:
+        assert httpx.get(server.url + "file/sweep.jsonl").status_code == 404, "only the report's pictures"
+        assert httpx.get(server.url + "file/../sweep.jsonl").status_code == 404
+        with playwright_api.sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page()
+            page.goto(server.url)
+            page.wait_for_function("document.querySelector('img').complete")
+            drawn = page.evaluate("document.querySelector('img').naturalWidth")
+            shown = page.inner_text("#ensemble-md")
+            browser.close()
+    finally:
+        server.stop()
+    assert drawn > 0 and shown.strip() == (folder / "ensemble.md").read_text().strip()
+    process = subprocess.Popen([sys.executable, "-m", "metaroles", "watch", str(folder)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        url = re.search(r"http://\S+/", process.stdout.readline()).group(0)
+        assert "epsilon=0.3" in httpx.get(url).text
+    finally:
+        process.terminate()
+        process.wait(timeout=60)

@@ -66,12 +66,22 @@ def watch(
         for folder in (run_dir, *([compare] if compare is not None else [])):
             if not folder.is_dir():
                 raise fail(f"no run directory at {str(folder)!r}")
-        server = _server(run_dir, bind_port(port), interviewer=interviewer(run_dir, trust=trust), compare=compare)
+        server = _reports(run_dir, port) or _server(
+            run_dir, bind_port(port), interviewer=interviewer(run_dir, trust=trust), compare=compare
+        )
         typer.echo(f"watching {run_dir} at {server.url} (Ctrl-C stops)")
         try:
             server.serve()
         except KeyboardInterrupt:
             pass
+
+
+def _reports(folder: Path, port: int) -> WatchServer | None:
+    """The page of an ensemble's, sweep's or evaluation's reports, if ``folder`` is one (not a run)."""
+    from metaroles.flow.reports import has_reports, report_app
+    from metaroles.flow.watch import WatchServer
+
+    return WatchServer(report_app(folder), bind_port(port)) if has_reports(folder) else None
 
 
 def _serve_own_page(run_dir: Path, listening: socket.socket, link: socket.socket) -> None:
