@@ -7,7 +7,7 @@ one task and setting (``metaroles eval``). Each run is a record — its folder (
 suite's scores) — and for each arm the report gives:
 
 - each outcome's distribution across its runs: a number's mean with a t interval (scipy) and its
-  quantiles; a category's (or a few-valued integer's) counts with Wilson intervals (statsmodels):
+  quantiles; a category's (or a few-valued integer's) counts with Wilson intervals (scipy):
   "pro won 64 of 100, [54, 73] %";
 - the groups of runs that agree (the same counted outcomes), largest first, and the round where
   each group's story first parts from the largest's (:func:`~metaroles.project.diff.first_divergence`
@@ -154,14 +154,14 @@ def _spread(values: list[float]) -> dict[str, Any]:
 
 
 def _counted(values: Sequence[Any]) -> dict[str, Any]:
-    """Each value's count of the runs, its share and the share's 95 % Wilson interval."""
-    from statsmodels.stats.proportion import proportion_confint
+    """Each value's count of the runs, its share and the share's 95 % Wilson interval (scipy's binomial test)."""
+    from scipy.stats import binomtest
 
     counts = Counter(_label(v) for v in values)
     total = len(values)
     shown: dict[str, Any] = {}
     for label, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        low, high = proportion_confint(count, total, alpha=0.05, method="wilson")
+        low, high = binomtest(count, total).proportion_ci(confidence_level=0.95, method="wilson")
         shown[label] = {"count": count, "share": _r(count / total), "ci95": [_r(low), _r(high)]}
     return shown
 
