@@ -111,9 +111,10 @@ $(MCP_FILESYSTEM):
 
 # The suite runs on pytest-xdist workers (tests that share a module fixture stay on one worker, the Ray
 # tests share one: tests/conftest.py), the lint and the type check (under a minute) beside it; any of
-# them failing fails `make test`. A worker per core (measured on 2 cores: three workers gained ~10 s of
-# 10 min, four lost minutes).
-TEST_JOBS ?= auto
+# them failing fails `make test`. One worker more than the cores: a third of the suite waits on a
+# server, a browser or a model process of its own, and a worker waiting lends its core (measured on 2
+# cores, the suite of 1,176 tests: see the note of issue 75; four workers lost minutes before).
+TEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP) need-redis need-chromium need-bwrap need-mcp-servers
 	@mkdir -p build
 	@$(MAKE) --no-print-directory --output-sync=target lint typecheck > build/checks.log 2>&1 & checking=$$!; \
