@@ -7,9 +7,12 @@ import sys
 
 import httpx
 import pytest
+from a2a.types import AgentCard
+from google.protobuf import json_format
 
 from metaroles import TestLLM
 from metaroles.agents.a2a import CARD_PATH, RoleServer
+from metaroles.core.installed import version
 from metaroles.cli import main
 from metaroles.project.scenario import built_team
 from tests.test_determinism import assert_same_bytes, contents, metaroles
@@ -26,6 +29,12 @@ def test_a_served_role_has_its_card_at_the_well_known_path_answers_json_rpc_and_
     with RoleServer(alice) as server, httpx.Client(base_url=server.url, headers={"A2A-Version": "1.0"}) as http:
         card = http.get(CARD_PATH).json()
         assert card["name"] == "Alice" and card["capabilities"]["streaming"] is True
+        parsed = json_format.ParseDict(card, AgentCard())  # the SDK's own type: an unknown field is refused
+        assert parsed.version == version("metaroles") and not parsed.capabilities.push_notifications
+        assert [(k.id, k.name, list(k.output_modes)) for k in parsed.skills] == [
+            (a.action_id(), a.name, ["text/plain"]) for a in alice.actions
+        ] and [k.id for k in parsed.skills] == ["metaroles.actions.debate.SpeakAloud"]
+        assert parsed.description.startswith(f"Alice, {alice.profile} of a metaroles society")
         assert card["supportedInterfaces"][0] == {
             "url": server.url,
             "protocolBinding": "JSONRPC",

@@ -677,3 +677,113 @@ def test_a_sweeps_report_is_a_page_with_its_picture_and_nothing_else_of_the_fold
     finally:
         process.terminate()
         process.wait(timeout=60)
+
+
+def test_a_roles_panel_shows_its_persona_state_and_model_calls_and_the_readings_spread_as_the_run_held_them(tmp_path):
+    from metaroles.cli.watching import state_reader
+    from metaroles.project.panel import states_at
+
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    society = [*SOCIETY[:-3], "--set", "llm_agents=3", "-q"]  # a0..a2 ask the model
+    tape = tmp_path / "calls.jsonl"
+    assert (
+        main(["run", *society, "--record", str(tape), "--checkpoint-every", "3", "--out", str(tmp_path / "run")]) == 0
+    )
+    assert main(["run", *society, "--checkpoint-every", "1", "--out", str(tmp_path / "every")]) == 0
+    run = tmp_path / "run"
+    taped = [orjson.loads(line) for line in tape.read_bytes().splitlines()[1:]]
+    logged = [c for line in map(orjson.loads, (run / "events.jsonl").read_bytes().splitlines())
+              if line["round"] <= 4 for c in line.get("llm_calls", ()) if c["role"] == "a1"]  # fmt: skip
+    # the state at round 4 as the run checkpointed every round holds it (not run again: read back)
+    _, held = anyio.run(lambda: states_at(tmp_path / "every", 4, TestLLM(3), {}, again=False))
+    mean = next(row["mean"] for row in map(orjson.loads, (run / "metrics.jsonl").read_bytes().splitlines())
+                if row["round"] == 4)  # fmt: skip
+    server = WatchServer(watch_app(run, states=state_reader(run, trust=False)), bind(0)).start()
+    try:
+        state = httpx.get(server.url + "api/state/a1?round=4").json()  # between the checkpoints of rounds 3 and 6
+        assert (state["as_of"], state["note"]) == (4, "") and state["state"] == orjson.loads(orjson.dumps(held["a1"]))
+        calls = httpx.get(server.url + "api/role/a1?round=4").json()["calls"]
+        mine = [entry for entry in taped if entry["role"] == "a1"][: len(logged)]
+        assert calls["count"] == len(logged) > 1 and [c["tokens"] for c in calls["calls"]] == [
+            c["tokens"] for c in logged
+        ]
+        assert [c["prompt"] for c in calls["calls"]] == [e["request"]["messages"] for e in mine]
+        assert [c["answer"] for c in calls["calls"]] == [e["response"]["text"] for e in mine]
+        spread = httpx.get(server.url + "api/distribution?round=4").json()
+        opinion = spread["readings"]["opinion"]
+        assert sum(opinion["counts"]) == opinion["n"] == 30 and abs(opinion["mean"] - mean) < 1e-6
+        with playwright_api.sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page()
+            page.goto(server.url)
+            page.wait_for_selector("body[data-ready=yes]", timeout=30_000)
+            page.fill("#scrub", "4")
+            page.dispatch_event("#scrub", "input")
+            page.wait_for_selector("body[data-round='4']", timeout=30_000)
+            page.click("#dist-box summary")
+            page.wait_for_selector("body[data-distribution='4']", timeout=30_000)
+            bins = page.eval_on_selector_all("#dist rect.bin", "bars => bars.map(b => Number(b.dataset.count))")
+            page.click("#flow .role >> text=a1 >> nth=0")
+            page.wait_for_selector("body[data-state='a1@4']", timeout=30_000)
+            keys = page.eval_on_selector_all("#panel-state dt", "ts => ts.map(t => t.textContent)")
+            values = page.eval_on_selector_all("#panel-state dd", "ds => ds.map(d => d.innerText)")
+            shown = dict(zip(keys, values, strict=True))
+            persona = page.eval_on_selector_all("#panel-persona dt", "ts => ts.map(t => t.textContent)")
+            drawn = page.eval_on_selector_all("#panel-calls li", "items => items.map(i => Number(i.dataset.tokens))")
+            page.click("#panel-calls li >> nth=0 >> summary")
+            prompt = page.inner_text("#panel-calls li >> nth=0")
+            browser.close()
+    finally:
+        server.stop()
+    assert bins == opinion["counts"]
+    assert shown["memory"] == str(held["a1"]["memory"]) and shown["opinion"] == str(held["a1"]["readings"]["opinion"])
+    assert persona == ["profile"] and drawn == [c["tokens"] for c in logged]
+    assert mine[0]["request"]["messages"][1]["content"][:60] in prompt and mine[0]["response"]["text"] in prompt
+
+
+def test_the_roles_state_of_a_run_whose_answers_are_not_kept_is_its_checkpoints_and_says_so(tmp_path):
+    from starlette.testclient import TestClient
+
+    from metaroles.cli.watching import state_reader
+
+    run = tmp_path / "run"
+    assert main(["run", *SOCIETY[:-2], "--checkpoint-every", "3", "--out", str(run)]) == 0
+    manifest = orjson.loads((run / "manifest.json").read_bytes())
+    (run / "manifest.json").write_bytes(orjson.dumps({**manifest, "llm": "openai"}))  # a served model, no tape
+    app = watch_app(run, states=state_reader(run, trust=False))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        state = client.get("/api/state/a1?round=4").json()
+        assert state["as_of"] == 3 and "it recorded no cassette" in state["note"] and state["state"]["memory"] > 0
+        assert client.get("/api/state/nobody?round=4").status_code == 404
+    refused = watch_app(run, states="a role's state is read by rebuilding the run's roles: not yours")
+    with TestClient(refused, base_url="http://127.0.0.1") as client:
+        answer = client.get("/api/distribution?round=4")
+        assert answer.status_code == 403 and "not yours" in answer.json()["error"]
+
+
+def test_a_structured_answer_shows_its_fields_and_every_round_has_its_texts_between_checkpoints(tmp_path):
+    from starlette.testclient import TestClient
+
+    run = tmp_path / "company"
+    assert main(["run", "software_company", "--llm", "test", "--checkpoint-every", "50", "--out", str(run), "-q"]) == 0
+    rows = {m["id"]: m for m in map(orjson.loads, (run / "checkpoints" / "messages.jsonl").read_bytes().splitlines())}
+    app = watch_app(run)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        said = client.get("/api/role/Architect").json()["said"]
+    assert said and all(fields == rows[i]["instruct_content"]["value"] for i, _, _, _, fields in said)
+    untold = []
+    control = RunControl()  # at each barrier: every message of the rounds logged so far has its text
+    control.listeners.append(lambda c: untold.append(_untold(tmp_path / "sparse")))
+    anyio.run(lambda: run_scenario("society", llm=TestLLM(3), options={"agents": 20, "rounds": 6},
+                                   out_dir=tmp_path / "sparse", run=RunOptions(seed=3, checkpoint_every=5),
+                                   control=control))  # fmt: skip
+    assert len(untold) == 7 and untold == [0] * 7
+
+
+def _untold(run: Path) -> int:
+    from metaroles.flow.timeline import Timeline
+
+    timeline = Timeline(run)
+    timeline.refresh()
+    ids = [i for number in timeline.rounds for i in timeline.line(number)["published"]["message_id"]]
+    return len(ids) - len(timeline.messages(ids)) if ids else 0

@@ -30,6 +30,7 @@ from metaroles.bus.action import Action, ActionResult, UserRequirement
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError, RunError
 from metaroles.core.guard import Guarded, kept_answer
+from metaroles.core.installed import version
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.core.text import redacted, scrubbed
 from metaroles.messages.message import Message
@@ -54,19 +55,39 @@ class A2AAgentGone(RunError):
 
 
 def _card(role: Role, url: str) -> Any:
-    from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+    """The role's A2A 1.0 agent card: who it is, where and how it answers, and its actions as skills."""
+    from a2a.types import AgentCapabilities, AgentCard, AgentInterface
 
+    about = f"{role.name}, {role.profile or 'a role'} of a metaroles society"
     return AgentCard(
         name=role.name,
-        description=f"{role.name}, {role.profile or 'a role'} of a metaroles society",
+        description=f"{about}: {role.goal}" if role.goal else about,
         supported_interfaces=[  # JSON-RPC first (preferred); HTTP+JSON answers as application/a2a+json
             AgentInterface(url=url, protocol_binding=binding, protocol_version="1.0") for binding in BINDINGS
         ],
-        version="1.0.0",
-        capabilities=AgentCapabilities(streaming=True),
+        version=version("metaroles") or "0",
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=False),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
-        skills=[AgentSkill(id=role.name, name=role.name, description=f"talks as {role.name}", tags=["metaroles"])],
+        skills=[_skill(role, action) for action in role.actions] or [_skill(role, None)],
+    )
+
+
+def _skill(role: Role, action: Action | None) -> Any:
+    """An action of the role as an A2A skill (its id the messages' ``cause_by``; JSON out if it answers structured)."""
+    from a2a.types import AgentSkill
+
+    if action is None:
+        return AgentSkill(id=role.name, name=role.name, description=f"talks as {role.name}", tags=["metaroles"])
+    doc = (type(action).__doc__ or "").strip().partition("\n")[0]
+    structured = action.output_model is not None
+    return AgentSkill(
+        id=action.action_id(),
+        name=action.name,
+        description=action.desc or doc or f"{action.name}, as {role.name} does it",
+        tags=["metaroles", "structured" if structured else "text"],
+        input_modes=["text/plain"],
+        output_modes=["application/json" if structured else "text/plain"],
     )
 
 

@@ -30,7 +30,7 @@ from metaroles.core.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from metaroles.flow.link import Answers, Controls
-    from metaroles.flow.watch import Interviewer, WatchServer
+    from metaroles.flow.watch import Interviewer, StateReader, WatchServer
     from metaroles.llm.human import Desk, HumanLLM, PageDesk
     from metaroles.team.control import RunControl
 
@@ -67,8 +67,9 @@ def watch(
             if not folder.is_dir():
                 raise fail(f"no run directory at {str(folder)!r}")
         server = _reports(run_dir, port) or _server(
-            run_dir, bind_port(port), interviewer=interviewer(run_dir, trust=trust), compare=compare
-        )
+            run_dir, bind_port(port), interviewer=interviewer(run_dir, trust=trust), compare=compare,
+            states=state_reader(run_dir, trust=trust),
+        )  # fmt: skip
         typer.echo(f"watching {run_dir} at {server.url} (Ctrl-C stops)")
         try:
             server.serve()
@@ -90,7 +91,8 @@ def _serve_own_page(run_dir: Path, listening: socket.socket, link: socket.socket
 
     steered = RunLink(link)
     server = _server(
-        run_dir, listening, steered, steered.token, _once_it_began(run_dir), steered if steered.asks_people else None
+        run_dir, listening, steered, steered.token, _once_it_began(run_dir), steered if steered.asks_people else None,
+        states=_states_once_it_began(run_dir),
     )  # fmt: skip
     steered.follow(lost=server.end)  # the run has ended, or is gone: so is its page
     try:
@@ -109,6 +111,68 @@ def _once_it_began(run_dir: Path) -> Interviewer:
         return await asks(roles, at_round, question)
 
     return ask
+
+
+def _states_once_it_began(run_dir: Path) -> StateReader:
+    """The state reader of a run that writes its manifest after its page is up: made when first asked."""
+    made: list[StateReader] = []
+
+    async def read(at_round: int) -> dict[str, Any]:
+        if not made:
+            reader = state_reader(run_dir, trust=False)
+            if isinstance(reader, str):
+                raise ConfigError(reader)
+            made.append(reader)
+        return await made[0](at_round)
+
+    return read
+
+
+STATES_KEPT = 4
+"""Rounds whose roles' states the page keeps read (scrubbing back and forth rebuilds none of them)."""
+
+
+def state_reader(run_dir: Path, *, trust: bool) -> StateReader | str:
+    """What the page reads the roles' state with: the run rebuilt in memory with its answers; or why it cannot.
+
+    A run whose answers cannot be had again without asking a model (no cassette) is read as its
+    last checkpoint up to the round holds it, and said so.
+    """
+    import anyio
+
+    from metaroles import TestLLM
+    from metaroles.cli.common import answers_again, trusted
+    from metaroles.project.panel import states_at
+    from metaroles.project.rundir import read_manifest
+
+    try:
+        manifest = read_manifest(run_dir)
+        trusted(manifest["scenario"], run_dir, trust=trust)
+    except ConfigError as exc:
+        return f"a role's state is read by rebuilding the run's roles: {exc}"
+    try:
+        llm, role_llms, why = *answers_again(manifest), ""
+    except ConfigError as exc:
+        llm, role_llms, why = TestLLM(), {}, str(exc)  # not asked: the checkpoint's state, as it is
+    kept: dict[int, dict[str, Any]] = {}
+    lock = anyio.Lock()
+
+    async def read(at_round: int) -> dict[str, Any]:
+        async with lock:
+            if at_round not in kept:
+                as_of, roles = await states_at(run_dir, at_round, llm, role_llms, again=not why)
+                late = f"as its checkpoint of round {as_of} holds it ({why})" if why else f"it stopped at round {as_of}"
+                kept[at_round] = {
+                    "round": at_round,
+                    "as_of": as_of,
+                    "note": "" if as_of == at_round else late,
+                    "roles": roles,
+                }
+                if len(kept) > STATES_KEPT:
+                    del kept[next(iter(kept))]
+            return kept[at_round]
+
+    return read
 
 
 def interviewer(run_dir: Path, *, trust: bool) -> Interviewer | str:
@@ -145,12 +209,13 @@ def _server(
     interviewer: Interviewer | str = "",
     desk: Answers | None = None,
     compare: Path | None = None,
+    states: StateReader | str = "",
 ) -> WatchServer:
     from metaroles.flow.watch import WatchServer, watch_app
 
     app_ = watch_app(
         run_dir, control=control, token=token or None, starting=control is not None, interviewer=interviewer,
-        desk=desk, compare=compare,
+        desk=desk, compare=compare, states=states,
     )  # fmt: skip
     return WatchServer(app_, listening)
 

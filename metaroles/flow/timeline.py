@@ -4,8 +4,10 @@ A :class:`Timeline` reads a run's files — never imports anything they name —
 them or after it ended: ``events.jsonl`` (format 2: one line per round) indexed by byte offset, so
 opening a run of a million messages reads no line and jumping to a round parses one;
 ``checkpoints/messages.jsonl`` for the text of a message (its rows are in publish order, so a
-message is found by bisection on its id; a run checkpointed every N rounds writes them then, so
-until its next checkpoint a message's text is ``None``); ``metrics.jsonl`` for the scenario's figures.
+message is found by bisection on its id; a round's rows are appended as it is recorded, checkpoint or
+not — on shards while the next round runs — so until then a message's text is ``None``);
+``metrics.jsonl`` for the scenario's figures; the run's cassette, if it kept one, for the prompts and
+answers of a role's model calls.
 
 A round's :meth:`Timeline.delta` is what a watcher is sent for it: counts by action, tokens and
 cost, the interventions and errors, and the flow (who → whom, the action, the text) of at most
@@ -24,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -41,10 +43,14 @@ FLOW_ROWS = 200
 """The most messages of one round whose flow a delta carries (the rest are counted)."""
 TEXT_CHARS = 280
 """A message's text in a delta is cut to this many characters (the role panel shows it whole)."""
+CALL_ROWS = 20
+"""A role panel's newest model calls (the count says how many there were)."""
 TAIL_ROWS = 256
 """Rows looked through from the end of the message table for a message the bisection misses."""
 _HEAD = re.compile(rb'^\{"seq":(\d+),"round":(\d+),"kind":"round"')
-_ROW_ID = re.compile(rb'^\{"id":"([^"]*)"')
+_ROW_ID = re.compile(rb'^\{"id": ?"([^"]*)"')  # rows with structured answers are written with spaces
+_TAPED_ROLE = re.compile(rb'"role": ("(?:[^"\\]|\\.)*")\}$')
+"""A cassette line's role: its last key (the lines are written with sorted keys)."""
 
 
 class Lines:
@@ -106,6 +112,45 @@ def _mapped(path: Path, size: int) -> Iterator[mmap.mmap]:
         yield data
 
 
+class Said(NamedTuple):
+    """A message as the page shows it: its text, sender, the action that made it, a structured answer's fields."""
+
+    text: str
+    sender: str
+    action: str
+    fields: dict[str, Any] | None
+
+
+class Tape:
+    """A run's cassette (``--record``) read for its calls role by role, as far as it is written; data only.
+
+    A file that does not begin as a cassette does (its ``run`` line) is no tape: nothing of it is shown.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.lines = Lines(path) if path is not None else None
+        self._by_role: dict[str, list[int]] = {}
+        self._indexed = 0
+        self._valid: bool | None = None
+
+    def of(self, role: str, start: int, stop: int) -> list[dict[str, Any]]:
+        """``role``'s calls on the tape in the order they were made, ``start`` to ``stop`` (at most), parsed."""
+        lines = self.lines
+        if lines is None or not lines.path.is_file():
+            return []
+        lines.refresh()
+        if self._valid is None and lines.starts:
+            self._valid = lines.read(0, 16).startswith(b'{"kind": "run"')
+        if not self._valid:
+            return []
+        for index in range(self._indexed, len(lines.starts)):
+            match = _TAPED_ROLE.search(lines.read(index)[-200:])
+            if match is not None:
+                self._by_role.setdefault(orjson.loads(match.group(1)), []).append(index)
+        self._indexed = len(lines.starts)
+        return [orjson.loads(lines.read(index)) for index in self._by_role.get(role, [])[start:stop]]
+
+
 class Timeline:
     """A run directory's rounds, read as the run writes them (see the module).
 
@@ -119,6 +164,8 @@ class Timeline:
     def __init__(self, run_dir: Path, *, starting: bool = False) -> None:
         self.run_dir = run_dir
         self.manifest: dict[str, Any] = {}
+        self.tape = Tape(None)
+        """The run's cassette, if its manifest names one (read when a role's model calls are shown)."""
         if not starting:
             self._read_manifest()
         self.events = Lines(run_dir / EVENTS)
@@ -132,6 +179,8 @@ class Timeline:
 
     def _read_manifest(self) -> None:
         self.manifest = read_manifest(self.run_dir)
+        cassette = self.manifest.get("cassette")
+        self.tape = Tape(Path(cassette) if isinstance(cassette, str) and cassette else None)
         if self.manifest.get("events") == EVENTS_ZST:
             raise ConfigError(
                 f"{self.run_dir} keeps its log compressed ({EVENTS_ZST}); watch a run written without --zstd"
@@ -209,8 +258,8 @@ class Timeline:
         """The text of each of ``ids`` the message table holds (yet)."""
         return {i: said[0] for i, said in self.messages(ids).items()}
 
-    def messages(self, ids: list[str]) -> dict[str, tuple[str, str, str]]:
-        """Each of ``ids`` the message table holds (yet): its text, its sender and the action that made it.
+    def messages(self, ids: list[str]) -> dict[str, Said]:
+        """Each of ``ids`` the message table holds (yet): its text, sender, action and a structured answer's fields.
 
         A message is found by bisection over the rows (ids rise with them), else among the last rows
         (one published between rounds — an injection, the idea — may be written after the round that
@@ -219,7 +268,7 @@ class Timeline:
         if not ids:
             return {}
         self.rows.refresh()
-        found: dict[str, tuple[str, str, str]] = {}
+        found: dict[str, Said] = {}
         at = 0
         while at < len(ids):
             row = self._row_of(ids[at].encode())
@@ -230,12 +279,14 @@ class Timeline:
                 entry = orjson.loads(line)
                 if not (isinstance(entry, dict) and entry.get("id") == ids[at]):
                     break
-                said = (
+                structured = entry.get("instruct_content")
+                fields = structured.get("value") if isinstance(structured, dict) else None
+                found[ids[at]] = Said(
                     str(entry.get("content", "")),
                     str(entry.get("sent_from", "")),
                     _short(str(entry.get("cause_by", ""))),
+                    fields if isinstance(fields, dict) else None,
                 )
-                found[ids[at]] = said
                 at += 1
                 if at == len(ids):
                     break
@@ -379,8 +430,8 @@ class Timeline:
             raise KeyError(name)
         known = self.messages([*said, *sent, *(news or [])])
 
-        def shown(i: str) -> list[str]:
-            return [i, *known.get(i, ("", "", ""))]  # id, text, sender, action
+        def shown(i: str) -> list[Any]:
+            return [i, *known.get(i, ("", "", "", None))]  # id, text, sender, action, fields
 
         return {
             "role": name,
@@ -389,7 +440,29 @@ class Timeline:
             "news": [shown(i) for i in news or []],
             "said": [shown(i) for i in said],
             "memory": [shown(i) for i in sorted({*said, *sent})[-limit:]],
+            "calls": self.calls(name, through),
         }
+
+    def calls(self, name: str, through: int, most: int = CALL_ROWS) -> dict[str, Any]:
+        """Role ``name``'s model calls up to round ``through``: how many, and the newest ``most`` of them.
+
+        Each is its round, action, model, tokens and cost (the log's); with the run's cassette, its
+        prompt (the messages sent) and its answer too — the role's k-th call on the tape, shown only
+        if its tokens are the log's (a tape recorded over a resumed run may hold a call twice).
+        """
+        mine: list[dict[str, Any]] = []
+        for number in (r for r in self.rounds if r <= through):
+            for call in said_columns(self.events.read(self.line_of[number])).get("llm_calls") or ():
+                if isinstance(call, dict) and call.get("role") == name:
+                    mine.append({"round": number, **{k: call.get(k) for k in ("action", "model", "tokens", "cost")}})
+        first = max(len(mine) - most, 0)
+        for row, entry in zip(mine[first:], self.tape.of(name, first, len(mine)), strict=False):
+            response = entry.get("response") or {}
+            usage = response.get("usage") or {}
+            if usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0) == row["tokens"]:
+                row["prompt"] = (entry.get("request") or {}).get("messages") or []
+                row["answer"] = response.get("text") or orjson.dumps(response.get("tool_calls")).decode()
+        return {"count": len(mine), "calls": mine[first:]}
 
 
 _LISTED = re.compile(rb"\[([^\[\]]*)\]")

@@ -91,6 +91,7 @@
     drawFlow();
     drawChart();
     drawNetwork().catch(() => {});
+    drawDistribution();
     document.body.dataset.round = String(delta.round);
     window.renderTimes.push(performance.now() - started);
   }
@@ -291,24 +292,118 @@
     for (const key of ["news", "said", "memory"]) {
       $(`panel-${key}`).replaceChildren(...panel[key].map(said));
     }
+    $("panel-calls-count").textContent = panel.calls.count > panel.calls.calls.length
+      ? `the newest ${panel.calls.calls.length} of ${panel.calls.count}` : String(panel.calls.count);
+    $("panel-calls").replaceChildren(...panel.calls.calls.map(modelCall));
+    await readState(panel.role, panel.round);
+  }
+
+  async function readState(name, round) {
+    $("panel-persona").replaceChildren();
+    $("panel-state").replaceChildren();
+    $("panel-state-note").textContent = "reading its state (the run rebuilt in memory) …";
+    try {
+      const read = await api(`/api/state/${encodeURIComponent(name)}?round=${round}`);
+      if (state.panelRole !== name || state.panelRound !== round) return; // another panel was opened meanwhile
+      const { attributes, readings, ...counts } = read.state;
+      const persona = ["profile", "goal", "constraints"].filter((key) => attributes[key]);
+      $("panel-persona").replaceChildren(...fields(Object.fromEntries(persona.map((key) => [key, attributes[key]]))));
+      const rest = Object.fromEntries(Object.entries(attributes).filter(([key]) => !persona.includes(key)));
+      $("panel-state").replaceChildren(...fields({ ...counts, ...readings, ...rest }));
+      $("panel-state-note").textContent = read.note ? `as of round ${read.as_of}: ${read.note}` : "";
+    } catch (error) {
+      $("panel-state-note").textContent = `its state cannot be read here: ${error.message}`;
+    }
+    document.body.dataset.state = `${name}@${round}`;
+  }
+
+  function fields(object) {
+    return Object.entries(object).flatMap(([key, value]) => {
+      const shown = typeof value === "string" ? value : JSON.stringify(value);
+      return [el("dt", key), cut(el("dd"), shown)];
+    });
+  }
+
+  function modelCall(call) {
+    const item = el("li", undefined, "call");
+    item.dataset.round = String(call.round);
+    item.dataset.tokens = String(call.tokens);
+    item.append(el("span", `round ${call.round} · ${call.action} · ${call.model} · ${call.tokens} tokens` +
+      (call.cost ? ` · $${call.cost}` : "")));
+    if (call.prompt) {
+      const shown = el("details", undefined, "prompt");
+      shown.append(el("summary", "prompt and answer"));
+      for (const message of call.prompt) shown.append(cut(el("p", undefined, "message"), `${message.role}: ${message.content ?? ""}`));
+      shown.append(cut(el("p", undefined, "answer"), `answer: ${call.answer}`));
+      item.append(shown);
+    }
+    return item;
   }
 
   const LONG = 240; // characters of a message shown before "more"
 
-  function said([id, text, sender, action]) {
-    const item = el("li", undefined, "said");
-    item.title = id;
-    if (sender) item.append(roleLink(sender), el("span", ` · ${action}: `, "action"));
-    if (!text) {
-      item.append(el("i", "its text comes with the run's next checkpoint"));
-    } else if (text.length <= LONG) {
-      item.append(el("span", text, "text"));
+  function cut(node, text) {
+    if (text.length <= LONG) {
+      node.append(el("span", text, "text"));
     } else {
       const more = el("details", undefined, "text");
       more.append(el("summary", `${text.slice(0, LONG)}…`), el("span", text));
-      item.append(more);
+      node.append(more);
+    }
+    return node;
+  }
+
+  function said([id, text, sender, action, answered]) {
+    const item = el("li", undefined, "said");
+    item.title = id;
+    if (sender) item.append(roleLink(sender), el("span", ` · ${action}: `, "action"));
+    if (answered) {
+      item.append(el("dl", undefined, "fields"));
+      item.lastChild.append(...fields(answered));
+    } else if (!text) {
+      item.append(el("i", "its text comes when its round is recorded"));
+    } else {
+      cut(item, text);
     }
     return item;
+  }
+
+  async function drawDistribution() {
+    if (!$("dist-box").open) return;
+    const round = state.shown ?? 0;
+    const note = $("dist-note"), box = $("dist");
+    note.textContent = "reading the roles (the run rebuilt in memory) …";
+    let read;
+    try {
+      read = await api(`/api/distribution?round=${round}`);
+    } catch (error) {
+      box.replaceChildren();
+      note.textContent = `cannot read the roles here: ${error.message}`;
+      document.body.dataset.distribution = "none";
+      return;
+    }
+    if (round !== (state.shown ?? 0)) return; // scrubbed on meanwhile: that round's comes
+    box.replaceChildren();
+    const names = Object.keys(read.readings);
+    box.setAttribute("viewBox", `0 0 640 ${Math.max(1, names.length) * 110}`);
+    names.forEach((name, i) => {
+      const { edges, counts, n, mean } = read.readings[name];
+      const top = 110 * i, most = Math.max(1, ...counts), width = 560 / counts.length;
+      box.append(svg("text", { x: 40, y: top + 12, "font-size": 11 }, `${name}: ${n} roles, mean ${mean.toFixed(3)}`));
+      counts.forEach((count, k) => {
+        const height = (70 * count) / most;
+        const bar = svg("rect", { x: (40 + k * width).toFixed(1), y: (top + 90 - height).toFixed(1), width: (width - 1).toFixed(1),
+                                  height: height.toFixed(1), fill: COLOURS[i % COLOURS.length], class: "bin",
+                                  "data-reading": name, "data-count": count, "data-low": edges[k], "data-high": edges[k + 1] });
+        bar.append(svg("title", {}, `${name} ${edges[k].toPrecision(3)}–${edges[k + 1].toPrecision(3)}: ${count}`));
+        box.append(bar);
+      });
+      box.append(svg("text", { x: 40, y: top + 104, "font-size": 10 }, edges[0].toPrecision(3)));
+      box.append(svg("text", { x: 600, y: top + 104, "font-size": 10, "text-anchor": "end" }, edges[edges.length - 1].toPrecision(3)));
+    });
+    note.textContent = (names.length ? `${read.roles} roles after round ${read.round}` : "the roles declare no numeric readings") +
+      (read.note ? ` (as of round ${read.as_of}: ${read.note})` : "");
+    document.body.dataset.distribution = String(read.round);
   }
 
   async function openThread(id) {
@@ -441,6 +536,7 @@
   for (const id of ["filter-role", "filter-action", "filter-text"]) $(id).addEventListener("input", drawFlow);
   $("ask").addEventListener("click", ask);
   $("network-box").addEventListener("toggle", () => drawNetwork().catch((error) => setStatus(error.message, true)));
+  $("dist-box").addEventListener("toggle", () => drawDistribution());
   $("human-answer").addEventListener("click", answerPerson);
   $("pause").addEventListener("click", () => command("pause"));
   $("step").addEventListener("click", () => command("step"));

@@ -7,7 +7,11 @@ it follows the record — and receives each round as a Server-Sent Event carryin
 delta, never the history. Routes:
 
 - ``GET /api/info``: the run (scenario, rounds so far, whether it ended), and whether it has controls.
-- ``GET /api/round/N``: round N's delta (a replay's scrub); ``GET /api/role/NAME?round=N``: a role's panel.
+- ``GET /api/round/N``: round N's delta (a replay's scrub); ``GET /api/role/NAME?round=N``: a role's panel
+  (its messages, its model calls); ``GET /api/state/NAME?round=N``: its persona and state, the run rebuilt;
+  ``GET /api/distribution?round=N``: the roles' readings as histograms; ``GET /api/series``,
+  ``/api/network?round=N``, ``/api/thread/ID``, ``/api/compare``: figures over rounds, who talks to
+  whom, a conversation, another run beside this one.
 - ``GET /api/stream?from=N``: the deltas of round N on as the run writes them, and the controls' state.
 - ``POST /api/interview``: a role's answer to a question as it stood after a round, on a fork.
 - ``POST /api/human``: a person's answer for the role they play (``--human ROLE --watch``).
@@ -48,7 +52,7 @@ from metaroles.flow.link import STEERS, Answers, Controls, bind, steer
 from metaroles.flow.timeline import TEXT_CHARS, Timeline, bisect_round
 from metaroles.team.control import Injection
 
-__all__ = ["WatchServer", "bind", "watch_app", "watch_page"]
+__all__ = ["StateReader", "WatchServer", "bind", "histogram", "watch_app", "watch_page"]
 
 SHUTDOWN_SECONDS = 10
 """How long the streams open when the run ends have to send its last rounds before the server stops."""
@@ -101,6 +105,12 @@ class _Refused(Exception):
 
 Interviewer = Callable[[str, int, str], Awaitable[list[dict[str, Any]]]]
 """Asks ``(roles, round, question)`` of a run on a fork; the answers as rows (``project.interview``)."""
+StateReader = Callable[[int], Awaitable[dict[str, Any]]]
+"""Every role's state after a round, the run rebuilt in memory: ``round``, ``as_of`` (the round it is
+the state of: a checkpoint's when the rounds since cannot be run again), ``note`` (why not) and
+``roles`` (each its ``project.panel.role_state``)."""
+HISTOGRAM_BINS = 20
+"""The bars of a reading's distribution over the roles."""
 
 
 def watch_app(
@@ -112,10 +122,13 @@ def watch_app(
     interviewer: Interviewer | str = "",
     desk: Answers | None = None,
     compare: Path | None = None,
+    states: StateReader | str = "",
 ) -> Starlette:
     """The watch page's app over ``run_dir``; with ``control`` (and its ``token``), the run's controls too.
 
     ``compare``: another run drawn beside it (its figures, and the round where the two first differ).
+    ``states`` reads the roles' state after a round (a role panel's persona and state fields, the
+    distributions of the roles' readings); a text instead says why the page cannot (as ``interviewer``).
 
     ``starting``: the run is about to write ``run_dir`` (a run's own page, started before its manifest).
     ``interviewer`` puts a role panel's questions to the role on a fork; a text instead says why
@@ -128,6 +141,7 @@ def watch_app(
     steering = Steering(control, token or secrets.token_urlsafe(16)) if control is not None else None
     page = _Page(Timeline(run_dir, starting=starting), steering, interviewer, desk)
     page.other = Timeline(compare) if compare is not None else None
+    page.states = states
     routes = [
         Route("/", page.page),
         Route("/static/{name}", page.asset),
@@ -138,6 +152,8 @@ def watch_app(
         Route("/api/thread/{message}", page.thread),
         Route("/api/compare", page.compare),
         Route("/api/role/{name}", page.role),
+        Route("/api/state/{name}", page.state),
+        Route("/api/distribution", page.distribution),
         Route("/api/stream", page.stream),
         Route("/api/control/{action}", page.act, methods=["POST"]),
         Route("/api/interview", page.interview, methods=["POST"]),
@@ -159,6 +175,7 @@ class _Page:
         """Set when the server stops: every stream sends what the run wrote last, then ends."""
         self.other: Timeline | None = None
         """A run compared with this one (``metaroles watch RUN --compare OTHER``)."""
+        self.states: StateReader | str = ""
         self._rounds: dict[int, tuple[bytes, list[str]]] = {}
         timeline.refresh()
 
@@ -228,6 +245,44 @@ class _Page:
             return _json(await anyio.to_thread.run_sync(timeline.role, name, through))
         except KeyError:
             return _error(404, f"no role named {name!r} took part up to round {through}")
+
+    async def read_states(self, request: Request) -> dict[str, Any]:
+        """The roles' state after the round asked (the last logged by default)."""
+        if isinstance(self.states, str):
+            raise _Refused(403, self.states or "this page reads no role's state")
+        timeline = self.timeline
+        timeline.refresh()
+        if not timeline.rounds:
+            raise _Refused(404, "the run has logged no round yet")
+        asked = _int(request.query_params.get("round", str(timeline.rounds[-1])), "round")
+        try:
+            return await self.states(bisect_round(timeline.rounds, asked))
+        except (MetarolesError, ValueError) as exc:
+            raise _Refused(400, str(exc)) from exc
+
+    async def state(self, request: Request) -> Response:
+        """A role's persona, state fields and readings after a round (``GET /api/state/NAME?round=N``)."""
+        states = await self.read_states(request)
+        name = request.path_params["name"]
+        if name not in states["roles"]:
+            return _error(404, f"no role named {name!r} at round {states['round']}")
+        head = {key: states[key] for key in ("round", "as_of", "note")}
+        return Response(
+            orjson.dumps({**head, "role": name, "state": states["roles"][name]}, default=str),
+            media_type="application/json",
+            headers=_HEADERS,
+        )
+
+    async def distribution(self, request: Request) -> Response:
+        """How the roles' readings (an opinion) are spread after a round (``GET /api/distribution?round=N``)."""
+        states = await self.read_states(request)
+        values: dict[str, list[float]] = {}
+        for state in states["roles"].values():
+            for name, value in state["readings"].items():
+                if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+                    values.setdefault(name, []).append(float(value))
+        head = {key: states[key] for key in ("round", "as_of", "note")}
+        return _json({**head, "roles": len(states["roles"]), "readings": {k: histogram(v) for k, v in values.items()}})
 
     async def stream(self, request: Request) -> Response:
         start = _int(request.query_params.get("from", "0"), "from")
@@ -309,6 +364,17 @@ def _int(text: str, name: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 9:
         raise _Refused(400, f"{name}={text!r} is not a round number (0, 1, 2, ...)")
     return int(text)
+
+
+def histogram(values: list[float], bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
+    """``values`` in ``bins`` equal bars from their least to their greatest: ``edges``, ``counts``, ``n``, ``mean``."""
+    low, high = min(values), max(values)
+    width = (high - low) / bins or 1.0
+    counts = [0] * bins
+    for value in values:
+        counts[min(int((value - low) / width), bins - 1)] += 1
+    edges = [low + width * i for i in range(bins + 1)]
+    return {"edges": edges, "counts": counts, "n": len(values), "mean": sum(values) / len(values)}
 
 
 def compared(timeline: Timeline, other: Timeline) -> dict[str, Any]:

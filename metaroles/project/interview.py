@@ -39,7 +39,7 @@ from metaroles.record.restore import restore_checkpoint
 from metaroles.team.control import JOURNAL, RunControl
 from metaroles.team.team import Team
 
-__all__ = ["ANSWERS", "COLUMNS", "Answer", "Closed", "attributes_of", "interview_run", "pick_roles"]
+__all__ = ["ANSWERS", "COLUMNS", "Answer", "Closed", "attributes_of", "interview_run", "pick_roles", "stood_at"]
 
 ANSWERS = "answers.parquet"
 COLUMNS = ("role", "attributes", "question", "answer", "prompt_tokens", "completion_tokens")
@@ -107,8 +107,30 @@ async def interview_run(
             holds answers already, or no question is given.
         UnknownRoleError: If ``roles`` matches no role.
     """
-    manifest = _checked(run_dir, out_dir, questions, at_round)
-    team = rebuilt_team(manifest, llm, out_dir, role_llms or {})
+    _checked(run_dir, out_dir, questions, at_round)
+    team, restored = await stood_at(run_dir, at_round, llm, role_llms or {}, out_dir)
+    picked = pick_roles(list(team.env.members), roles)
+    answers = await _ask_all(
+        picked, [q for q in questions if str(q).strip()], partial(answer, max_tokens=max_tokens, memory=memory)
+    )
+    _write(out_dir, answers, {"run_dir": run_dir, "round": at_round, "from_checkpoint": restored})
+    return answers
+
+
+async def stood_at(
+    run_dir: Path, at_round: int, llm: LLM, role_llms: dict[str, LLM], scratch: Path, *, again: bool = True
+) -> tuple[Team, int]:
+    """The run's roles as they stood after ``at_round``, and the round of the checkpoint they were restored from.
+
+    From the last checkpoint up to ``at_round`` the rounds since are run again in memory with ``llm``
+    (the run's own model, or its answers), with what was injected meanwhile; ``again=False`` leaves
+    them as the checkpoint holds them. What the roles write goes to ``scratch``; the run is only read.
+
+    Raises:
+        ConfigError: If the run has no checkpoint up to ``at_round``.
+        RunDirCorrupt: If a checkpoint between that one and ``at_round`` cannot be read.
+    """
+    team = rebuilt_team(read_manifest(run_dir), llm, scratch, role_llms)
     restored = restore_checkpoint(run_dir / CHECKPOINTS, team.env, through_round=at_round)
     skipped = [n for n, _ in numbered(run_dir / CHECKPOINTS, "round") if restored.round < n <= at_round]
     if skipped:  # a checkpoint is there but could not be read: its round is not what an earlier one becomes
@@ -117,20 +139,15 @@ async def interview_run(
             f"after round {at_round} is not known; ask at round {restored.round} (the last readable one up to it), "
             "or restore the checkpoints folder"
         )
-    if restored.round < at_round:  # the rounds since its last checkpoint, again, in memory
-        with tempfile.TemporaryDirectory(prefix="metaroles-asked-") as scratch:
-            _injected_again(team, run_dir, Path(scratch))
+    if again and restored.round < at_round:  # the rounds since its last checkpoint, again, in memory
+        with tempfile.TemporaryDirectory(prefix="metaroles-asked-") as journal:
+            _injected_again(team, run_dir, Path(journal))
             await team.run(at_round - restored.round)
-    picked = pick_roles(list(team.env.members), roles)
-    answers = await _ask_all(
-        picked, [q for q in questions if str(q).strip()], partial(answer, max_tokens=max_tokens, memory=memory)
-    )
-    _write(out_dir, answers, {"run_dir": run_dir, "round": at_round, "from_checkpoint": restored.round})
-    return answers
+    return team, restored.round
 
 
-def _checked(run_dir: Path, out_dir: Path, questions: Sequence[str | Closed], at_round: int) -> dict[str, Any]:
-    """The run's manifest, once what an interview reads and writes is checked (nothing written yet)."""
+def _checked(run_dir: Path, out_dir: Path, questions: Sequence[str | Closed], at_round: int) -> None:
+    """Check what an interview reads and writes (nothing written yet)."""
     if not [q for q in questions if str(q).strip()]:
         raise ConfigError("no question to ask: give one (or a file of one per line)")
     if out_dir.resolve().is_relative_to(run_dir.resolve()):
@@ -138,9 +155,7 @@ def _checked(run_dir: Path, out_dir: Path, questions: Sequence[str | Closed], at
     if (out_dir / ANSWERS).exists():
         raise ConfigError(f"{out_dir / ANSWERS} exists already; pass another --out")
     check_run_dir(run_dir)
-    manifest = read_manifest(run_dir)
     _refuse_late(run_dir, at_round)
-    return manifest
 
 
 def _refuse_late(run_dir: Path, at_round: int) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import ConfigError
 from metaroles.llm.protocol import LLM
-from metaroles.project.interview import attributes_of
+from metaroles.project.interview import attributes_of, stood_at
 from metaroles.project.metrics import read_metrics
 from metaroles.project.rundir import CHECKPOINTS, read_manifest
 from metaroles.project.scenario import rebuilt_team
@@ -204,6 +204,14 @@ async def replayed_states(run_dir: Path, llm: LLM, role_llms: dict[str, LLM], *,
 
 def state_of(role: Role) -> dict[str, Any]:
     """A role's :data:`STATE` columns and its ``attributes`` (as JSON), as it stands now."""
+    state = role_state(role)
+    del state["readings"]
+    state["attributes"] = json.dumps(state["attributes"], ensure_ascii=False, sort_keys=True, default=str)
+    return state
+
+
+def role_state(role: Role) -> dict[str, Any]:
+    """A role's :data:`STATE`, its ``attributes`` (:func:`~metaroles.project.interview.attributes_of`), ``readings``."""
     rc = role.rc
     return {
         "stage": rc.state,
@@ -211,8 +219,25 @@ def state_of(role: Role) -> dict[str, Any]:
         "buffer": len(rc.msg_buffer.peek_all()),
         "news": len(rc.news),
         "working_memory": len(rc.working_so_far.storage),
-        "attributes": json.dumps(attributes_of(role), ensure_ascii=False, sort_keys=True, default=str),
+        "attributes": attributes_of(role),
+        "readings": {name: getattr(role, name) for name in type(role).readings},
     }
+
+
+async def states_at(
+    run_dir: Path, at_round: int, llm: LLM, role_llms: dict[str, LLM], *, again: bool = True
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """Every role's :func:`role_state` after ``at_round`` (``again=False``: at the checkpoint up to it), and that round.
+
+    ``llm`` and ``role_llms`` answer the rounds since the checkpoint again, as :func:`replayed_states`
+    needs them to. The run directory is only read.
+
+    Raises:
+        ConfigError: If the run has no checkpoint up to ``at_round``.
+    """
+    with tempfile.TemporaryDirectory(prefix="metaroles-state-") as scratch:
+        team, restored = await stood_at(run_dir, at_round, llm, role_llms, Path(scratch), again=again)
+        return (team.env.round if again else restored), {role.name: role_state(role) for role in team.env.members}
 
 
 class _Ahead:
