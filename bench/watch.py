@@ -258,7 +258,8 @@ def screenshots(folder: Path, out: Path) -> dict:
     """The live view (30 agents paused after round 2, a message injected) and the replay view (a role's panel)."""
     out.mkdir(parents=True, exist_ok=True)
     run = folder / "shown"
-    command = society(30, 6, run, "--control", "--checkpoint-every", "1")
+    command = society(30, 6, run, "--control", "--checkpoint-every", "1", "--set", "llm_agents=3", "--record",
+                      str(folder / "calls.jsonl"))  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = next(m.group(0) for line in process.stderr if (m := re.search(r"http://\S+#token=\S+", line)))
     with sync_playwright() as playwright:
@@ -288,8 +289,8 @@ def screenshots(folder: Path, out: Path) -> dict:
         replay.fill("#scrub", "4")
         replay.dispatch_event("#scrub", "input")
         replay.wait_for_selector("body[data-round='4']")
-        replay.click("#flow .role >> text=a7 >> nth=0")
-        replay.wait_for_selector("#panel:not([hidden])")
+        replay.click("#flow .role >> text=a1 >> nth=0")
+        replay.wait_for_selector("body[data-state='a1@4']")
         replay.fill("#ask-question", "What changed your mind?")
         replay.click("#ask")
         replay.wait_for_selector("body[data-asked=yes]")
@@ -302,17 +303,28 @@ def screenshots(folder: Path, out: Path) -> dict:
 
 
 def views(page, out: Path) -> list[str]:
-    """The replay's figures over the rounds, who talks to whom, and a conversation, each as a picture."""
+    """The replay's figures over the rounds, who talks to whom, a conversation, a role's panel, the spread."""
     page.check("#chart-pick input[value=mean]")
     page.check("#chart-pick input[value=variance]")
     page.locator("#chart-box").screenshot(path=str(out / "watch-figures.png"))
     page.click("#network-box summary")
     page.wait_for_selector("body[data-network='4']")
     page.locator("#network-box").screenshot(path=str(out / "watch-network.png"))
+    page.click("#dist-box summary")
+    page.wait_for_selector("body[data-distribution='4']")
+    page.locator("#dist-box").screenshot(path=str(out / "watch-distribution.png"))
+    page.locator("#panel").screenshot(path=str(out / "watch-panel.png"))
     page.click("#flow tbody tr .said-cell >> nth=0")
     page.wait_for_selector("body[data-thread]")
     page.locator("#thread").screenshot(path=str(out / "watch-conversation.png"))
-    return [str(out / name) for name in ("watch-figures.png", "watch-network.png", "watch-conversation.png")]
+    names = (
+        "watch-figures.png",
+        "watch-network.png",
+        "watch-conversation.png",
+        "watch-panel.png",
+        "watch-distribution.png",
+    )
+    return [str(out / name) for name in names]
 
 
 def compared(browser, run: Path, fork: Path, out: Path) -> list[str]:

@@ -12,8 +12,8 @@ from google.protobuf import json_format
 
 from metaroles import TestLLM
 from metaroles.agents.a2a import CARD_PATH, RoleServer
-from metaroles.core.installed import version
 from metaroles.cli import main
+from metaroles.core.installed import version
 from metaroles.project.scenario import built_team
 from tests.test_determinism import assert_same_bytes, contents, metaroles
 from tests.test_mcp import _free_port

@@ -221,12 +221,24 @@ def test_each_settings_seeds_are_an_ensemble_with_intervals_the_same_in_two_proc
 
     from statsmodels.stats.proportion import proportion_confint
 
+    from metaroles.flow.ensemble import over_rounds
+
     grid = ["--grid", "graph_seed=0..7", "--grid", "epsilon=0.1,0.3", "--set", "agents=12", "--set", "rounds=6"]
     ok("sweep", "society", *grid, "--out", str(tmp_path / "a"), "--jobs", "2", "-q")
     ok("sweep", "society", *grid, "--out", str(tmp_path / "b"), "-q")
-    for name in ("ensemble.json", "ensemble.md", "ensemble.svg"):
+    for name in ("ensemble.json", "ensemble.md", "ensemble.svg", "rounds.svg"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     report = json.loads((tmp_path / "a" / "ensemble.json").read_text())
+    side_by_side = over_rounds(report, tmp_path / "a")  # the settings over the rounds: each arm's mean of its runs
+    for epsilon in (0.1, 0.3):
+        runs = [tmp_path / "a" / f"graph_seed={seed},epsilon={epsilon}" / "metrics.jsonl" for seed in range(8)]
+        lines = [[json.loads(line) for line in run.read_text().splitlines()] for run in runs]
+        expected = [fmean(run[k]["variance"] for run in lines) for k in range(len(lines[0]))]
+        assert side_by_side["figures"]["variance"][f"epsilon={epsilon}"] == pytest.approx(expected, abs=1e-12)
+    parting = side_by_side["parting"]
+    arms = side_by_side["figures"]["mean"].values()
+    assert parting is not None and len({tuple(a[: side_by_side["rounds"].index(parting)]) for a in arms}) == 1
+    assert b"they part at round " + str(parting).encode() in (tmp_path / "a" / "rounds.svg").read_bytes()
     rows = read_table(tmp_path / "a")
     assert list(report["arms"]) == ["epsilon=0.1", "epsilon=0.3"] and report["failed"] == []
     for epsilon in (0.1, 0.3):

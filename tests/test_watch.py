@@ -657,6 +657,7 @@ def test_a_sweeps_report_is_a_page_with_its_picture_and_nothing_else_of_the_fold
     server = WatchServer(report_app(folder), bind(0)).start()
     try:
         assert httpx.get(server.url + "file/sweep.jsonl").status_code == 404, "only the report's pictures"
+        assert httpx.get(server.url + "file/rounds.svg").content == (folder / "rounds.svg").read_bytes()
         assert httpx.get(server.url + "file/../sweep.jsonl").status_code == 404
         with playwright_api.sync_playwright() as playwright:
             browser = launch(playwright)

@@ -79,7 +79,8 @@ def sweep(
         drawn_ensemble(folder)
     failed = [row for row in rows if row["status"] != "done"]
     typer.echo(f"{len(rows) - len(failed)} of {total} trials done; table: {folder / TABLE}")
-    typer.echo(f"ensemble: {folder / 'ensemble.md'} (each setting's outcomes across seeds; plot: ensemble.svg)")
+    plots = "plots: ensemble.svg, rounds.svg"
+    typer.echo(f"ensemble: {folder / 'ensemble.md'} (each setting's outcomes across seeds; {plots})")
     for row in failed:
         err.print(printable(f"failed: {row['trial']}: {row.get('error', '')}"), highlight=False)
     if failed:
@@ -87,13 +88,15 @@ def sweep(
 
 
 def drawn_ensemble(folder: Path) -> None:
-    """Draw ``ensemble.svg`` from the ``ensemble.json`` a branch, sweep or evaluation wrote into ``folder``."""
+    """Draw ``ensemble.svg`` and ``rounds.svg`` from the ``ensemble.json`` a branch, sweep or evaluation wrote."""
     import json
 
-    from metaroles.flow.ensemble import render_ensemble
+    from metaroles.flow.ensemble import render_ensemble, render_rounds
     from metaroles.project.ensembles import ENSEMBLE
 
-    render_ensemble(json.loads((folder / ENSEMBLE).read_text(encoding="utf-8")), folder / "ensemble.svg")
+    report = json.loads((folder / ENSEMBLE).read_text(encoding="utf-8"))
+    render_ensemble(report, folder / "ensemble.svg")
+    render_rounds(report, folder, folder / "rounds.svg")
 
 
 @contextmanager
@@ -170,7 +173,7 @@ def branch(
         drawn_ensemble(folder)
     if not quiet:
         typer.echo((folder / ENSEMBLE_MD).read_text(encoding="utf-8"), nl=False)
-    typer.echo(f"report: {folder / ENSEMBLE_MD} (data: ensemble.json, plot: ensemble.svg)")
+    typer.echo(f"report: {folder / ENSEMBLE_MD} (data: ensemble.json, plots: ensemble.svg, rounds.svg)")
     for name in report["failed"]:
         err.print(printable(f"failed: {name} (run the same command again to resume it)"), highlight=False)
     if report["failed"]:

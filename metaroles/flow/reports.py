@@ -1,7 +1,8 @@
 """An ensemble's, a sweep's or an evaluation's report as a page (``metaroles watch FOLDER``).
 
 The folder's reports as they were written — ``ensemble.md``, an evaluation's ``report.md`` and
-``table.md`` — shown as text, with their pictures (``ensemble.svg``, the evaluation's ``plots/``).
+``table.md`` — shown as text, with their pictures (``ensemble.svg``; ``rounds.svg``, the settings side
+by side over the rounds; the evaluation's ``plots/``).
 Only those files are served, each by its name; nothing in the folder runs, and its text is put into
 the page escaped.
 """
@@ -43,7 +44,8 @@ def report_app(folder: Path) -> Starlette:
     if not has_reports(folder):
         raise ConfigError(f"{str(folder)!r} holds no report ({', '.join(TEXTS)}); run metaroles branch, sweep or eval")
     pictures = sorted(
-        str(p.relative_to(folder)) for p in [folder / "ensemble.svg", *sorted((folder / "plots").glob("*.png"))]
+        str(p.relative_to(folder))
+        for p in [folder / "ensemble.svg", folder / "rounds.svg", *sorted((folder / "plots").glob("*.png"))]
         if p.is_file()
     )  # fmt: skip
 
