@@ -137,6 +137,7 @@ class CheckpointWriter(MessageRows):
         self._blind = True
         self._index: dict[str, int] = {}
         self._unsynced = False  # rows appended since the last checkpoint, not yet fsynced
+        self._files: dict[Path, None] = {}  # files of rounds without a checkpoint file, for the next one to sync
         self._targets: dict[int, _Target] = {}
         """Per recipients (a round record's places, by ``id``): places here and expectations, until a checkpoint."""
         self._rng: tuple[object, str] | None = None
@@ -270,10 +271,15 @@ class CheckpointWriter(MessageRows):
         self.write_rows()
         rows = [self.folder / MESSAGES] if self._unsynced else []
         path = round_file(self.folder, env.round)
-        write_atomic(path, "{" + ",".join(parts) + "}\n", after=[*after, *rows], sync_name=self.each_name)
-        self._unsynced, self._names_unsynced = False, not self.each_name
+        files = [*dict.fromkeys([*self._files, *after]), *rows]
+        write_atomic(path, "{" + ",".join(parts) + "}\n", after=files, sync_name=self.each_name)
+        self._unsynced, self._names_unsynced, self._files = False, not self.each_name, {}
         self.round = env.round
         return path
+
+    def hold(self, files: Sequence[Path]) -> None:
+        """Files a round without a checkpoint file wrote unsynced: the next checkpoint makes them durable first."""
+        self._files.update(dict.fromkeys(files))
 
     def sync_names(self, *, by: list[Path] | None = None) -> None:
         """Sync the folder once, so round files are found by name after a power cut; or add it to ``by`` (to sync)."""

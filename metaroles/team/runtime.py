@@ -1,17 +1,21 @@
 """Where a Team's rounds run, behind one protocol: this process, or shards (:class:`Runtime`).
 
-A Team speaks to its runtime and never asks which one it has: it runs a round, asks whether
-anyone is left with something to do, has the round's metric parts measured, checkpoints, and hands
-over the rest of recording a round (:meth:`Runtime.then`). :class:`OneProcess` runs the rounds on
-the Environment itself; :class:`Sharded` on a sharded run's driver (``sharding.driver``), where
-recording round N while the shards run round N+1, checkpoint parts written by the shards and
-the history taken in late are its own business. :func:`runtime_for` picks one from the backend.
+A Team speaks to its runtime and never asks which one it has, in six words: it runs a round
+(:meth:`Runtime.run_round`), asks whether anyone is left with something to do (``is_idle``) or was
+lost (``stranded``), has what needs the roles where they are read (:meth:`Runtime.measure`: metric
+parts, checkpoint parts — a :class:`Measured`), hands over the round's commit
+(:meth:`Runtime.commit`: a ``record.commit.RoundCommit``) and ends (``close``). :class:`OneProcess`
+runs the rounds on the Environment itself; :class:`Sharded` on a sharded run's driver
+(``sharding.driver``), where committing round N while the shards run round N+1, checkpoint parts
+written by the shards and the history taken in late are its own business. :func:`runtime_for` picks
+one from the backend.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,21 +30,51 @@ from metaroles.sharding.cast import Cast
 from metaroles.sharding.driver import RemoteRole, ShardedRun
 from metaroles.sharding.session import sharded
 
-__all__ = ["OneProcess", "Runtime", "Sharded", "runtime_for"]
-
-Commit = Callable[[Sequence[Path]], object]
-"""Writes the round's checkpoint file once the files given are durable (:meth:`Runtime.prepare_checkpoint`'s)."""
+__all__ = ["Measured", "OneProcess", "Runtime", "Sharded", "runtime_for"]
 
 Part = Callable[[list[Role]], Any]
 """A function of some of the run's roles whose results a round metric combines (``Team.metric_parts``)."""
 
 
+def _nothing() -> None:
+    """Nothing to take in: the history is whole as each round ends."""
+
+
+@dataclass
+class Measured:
+    """What a runtime read of the round just run where the roles are: metric parts, and how to checkpoint the round."""
+
+    parts: dict[Part, list[Any]]
+    checkpoint: Callable[[Sequence[Path]], object] | None = None
+    """Writes the round's checkpoint once the files given are durable (a round not due: the writer takes it in)."""
+    take_in: Callable[[], None] = _nothing
+    """Makes the history whole up to the round (on shards its messages may still be where they were published)."""
+    here: list[Role] | None = None
+    """The roles, if they are all in this process (any function of them can be read now)."""
+
+    def gathered(self, fn: Part) -> list[Any]:
+        """``fn`` of the run's roles: one part per place they run in.
+
+        Raises:
+            RunError: If the roles are on shards and ``fn`` was not measured (not in ``Team.metric_parts``).
+        """
+        parts = self.parts.get(fn)
+        if parts is not None:
+            return parts
+        if self.here is not None:
+            return [fn(self.here)]
+        raise RunError(
+            f"{getattr(fn, '__name__', fn)!r} reads roles that live on shards; add it to Team.metric_parts "
+            "(a scenario: METRIC_PARTS) so each shard computes its part"
+        )
+
+
+Meanwhile = Callable[[Measured], None]
+"""The round's records, run where a runtime can while its shards work, given what was measured."""
+
+
 class Runtime(Protocol):
     """The rounds of a Team's run, wherever they run (see the module)."""
-
-    env: Environment
-    stay: bool
-    """Leave the roles where they ran when the run ends (its last checkpoint holds them all)."""
 
     @property
     def is_idle(self) -> bool:
@@ -56,36 +90,27 @@ class Runtime(Protocol):
         """Run the next round: every role with news takes its turn, then what they published is delivered."""
         ...
 
-    def gathered(self, fn: Part) -> list[Any]:
-        """``fn`` of the run's roles, one part per place they run in (:meth:`measure` made the parts)."""
+    async def measure(
+        self,
+        fns: list[Part],
+        writer: CheckpointWriter | None = None,
+        *,
+        due: bool = False,
+        meanwhile: Meanwhile | None = None,
+    ) -> Measured:
+        """Read the round just run where the roles are: each of ``fns``, and (``due``) the round's checkpoint parts.
+
+        ``meanwhile(measured)`` (the round's records: ``RoundCommit.record``) may run while shards write their
+        parts, given the parts measured; the commit runs the records otherwise.
+        """
         ...
 
-    async def measure(self, fns: list[Part]) -> None:
-        """Compute each of ``fns`` of the roles where they are, for :meth:`gathered` (the round just run)."""
+    def commit(self, commit: Callable[[], None], *, overlap: bool) -> None:
+        """Run ``commit`` (a round's ``record.commit.RoundCommit``): now, or while the next round runs."""
         ...
 
-    def catch_up(self) -> None:
-        """Make the history whole up to the round just run (its messages may still be where they were published)."""
-        ...
-
-    async def prepare_checkpoint(self, writer: CheckpointWriter, meanwhile: Callable[[], None]) -> Commit:
-        """Get the round's checkpoint ready (``meanwhile()`` runs as it does); what writes its file, last."""
-        ...
-
-    async def final_checkpoint(self, writer: CheckpointWriter, after: Sequence[Path]) -> None:
-        """Write the checkpoint of the round the run stopped at, once the files ``after`` are durable."""
-        ...
-
-    def note(self, writer: CheckpointWriter) -> None:
-        """Let ``writer`` take in a round that gets no checkpoint file (the next one is a delta over it)."""
-        ...
-
-    def then(self, record: Callable[[], None], *, now: bool) -> None:
-        """Run ``record`` (the rest of recording the round): at once if ``now``, else when this runtime may."""
-        ...
-
-    def recorded(self) -> None:
-        """Run what :meth:`then` left for later, now (the run is about to stop)."""
+    def close(self) -> None:
+        """The rounds are over: what a commit left for later runs now (a last checkpoint may still be measured)."""
         ...
 
 
@@ -95,7 +120,6 @@ class OneProcess:
     def __init__(self, env: Environment) -> None:
         """Run ``env``'s rounds."""
         self.env = env
-        self.stay = False
 
     @property
     def is_idle(self) -> bool:
@@ -111,37 +135,32 @@ class OneProcess:
         """Run the Environment's next round."""
         await self.env.run_round()
 
-    def gathered(self, fn: Part) -> list[Any]:
-        """One part: ``fn`` of every role."""
-        return [fn(list(self.env.roles.values()))]
-
-    async def measure(self, fns: list[Part]) -> None:
-        """Nothing to do ahead: :meth:`gathered` reads the roles here."""
-
-    def catch_up(self) -> None:
-        """Nothing to do: the history is whole as each round ends."""
-
-    async def prepare_checkpoint(self, writer: CheckpointWriter, meanwhile: Callable[[], None]) -> Commit:
-        """``meanwhile()``; the file is the writer's of the whole environment."""
-        meanwhile()
-        return partial(self._write, writer)
+    async def measure(
+        self,
+        fns: list[Part],
+        writer: CheckpointWriter | None = None,
+        *,
+        due: bool = False,
+        meanwhile: Meanwhile | None = None,
+    ) -> Measured:
+        """Nothing to read ahead (any function of the roles is read when asked); the writer's file of the whole bus."""
+        checkpoint: Callable[[Sequence[Path]], object] | None = None
+        if writer is not None:
+            checkpoint = partial(self._write, writer) if due else partial(self._note, writer)
+        return Measured({}, checkpoint, here=list(self.env.roles.values()))
 
     def _write(self, writer: CheckpointWriter, after: Sequence[Path]) -> None:
         writer.write(self.env, after=after)
 
-    async def final_checkpoint(self, writer: CheckpointWriter, after: Sequence[Path]) -> None:
-        """The whole environment's checkpoint."""
-        writer.write(self.env, after=after)
+    def _note(self, writer: CheckpointWriter, after: Sequence[Path]) -> None:
+        writer.hold(after)
+        writer.note(self.env)  # its turns and deliveries, which the next delta replays
 
-    def note(self, writer: CheckpointWriter) -> None:
-        """Its turns and deliveries, which the next delta replays."""
-        writer.note(self.env)
+    def commit(self, commit: Callable[[], None], *, overlap: bool) -> None:
+        """``commit()`` at once: nothing runs meanwhile."""
+        commit()
 
-    def then(self, record: Callable[[], None], *, now: bool) -> None:
-        """``record()`` at once: nothing runs meanwhile."""
-        record()
-
-    def recorded(self) -> None:
+    def close(self) -> None:
         """Nothing is left for later."""
 
 
@@ -154,16 +173,6 @@ class Sharded:
         self.env = run.env
         self.failed = False
         """Whether the run ended by an error (roles still on shards are then stranded)."""
-        self._parts: dict[Part, list[Any]] = {}
-
-    @property
-    def stay(self) -> bool:
-        """Leave the roles on their shards when the run ends (its last checkpoint holds them all)."""
-        return self.run.stay
-
-    @stay.setter
-    def stay(self, value: bool) -> None:
-        self.run.stay = value
 
     @property
     def is_idle(self) -> bool:
@@ -176,53 +185,51 @@ class Sharded:
         return self.run.broken or (self.failed and any(isinstance(r, RemoteRole) for r in self.env.members))
 
     async def run_round(self) -> None:
-        """One call per shard; recording the round before runs while they work."""
+        """One call per shard; the commit of the round before runs while they work."""
         await self.run.run_round()
 
-    def gathered(self, fn: Part) -> list[Any]:
-        """The parts the shards (and this process) measured.
+    async def measure(
+        self,
+        fns: list[Part],
+        writer: CheckpointWriter | None = None,
+        *,
+        due: bool = False,
+        meanwhile: Meanwhile | None = None,
+    ) -> Measured:
+        """Each shard computes its parts (one call; the history taken in meanwhile), then writes its checkpoint part.
 
-        Raises:
-            RunError: If ``fn`` was not measured (it is not in ``Team.metric_parts``).
+        The checkpoint's own file, naming the parts, is the driver's, written last by the commit.
         """
-        parts = self._parts.get(fn)
-        if parts is None:
-            raise RunError(
-                f"{getattr(fn, '__name__', fn)!r} reads roles that live on shards; add it to Team.metric_parts "
-                "(a scenario: METRIC_PARTS) so each shard computes its part"
-            )
-        return parts
+        run = self.run
+        run.take_later()()  # a commit left for later is done first (the run's end): a reader wants what it wrote
+        parts = await run.measure(fns, run.catch_up) if fns else {}  # the history taken in as the shards work
+        measured = Measured(parts, take_in=run.catch_up)
+        if writer is not None and due:
+            records = partial(self._meanwhile, measured, meanwhile)
+            names = await run.checkpoint(writer.folder, records)  # the round recorded while the shards write
+            measured.checkpoint = partial(writer.write_driver, self.env, run.pinned, names)
+        elif writer is not None:
+            measured.checkpoint = partial(self._note, writer)
+        return measured
 
-    async def measure(self, fns: list[Part]) -> None:
-        """Each shard computes its parts (one call); the history is taken in meanwhile."""
-        self._parts = await self.run.measure(fns, self.run.catch_up)
-
-    def catch_up(self) -> None:
-        """Take in the rounds' outboxes still on the shards (a reader wants the history)."""
+    def _meanwhile(self, measured: Measured, meanwhile: Meanwhile | None) -> None:
         self.run.catch_up()
+        if meanwhile is not None:
+            meanwhile(measured)
 
-    async def prepare_checkpoint(self, writer: CheckpointWriter, meanwhile: Callable[[], None]) -> Commit:
-        """Each shard writes its part (``meanwhile()`` as they do); this process's file, naming them, comes last."""
-        parts = await self.run.checkpoint(writer.folder, meanwhile)
-        return partial(writer.write_driver, self.env, self.run.pinned, parts)
+    def _note(self, writer: CheckpointWriter, after: Sequence[Path]) -> None:
+        writer.hold(after)
+        writer.note_history(self.env)  # the history's new rows (the shards keep their roles' turns)
 
-    async def final_checkpoint(self, writer: CheckpointWriter, after: Sequence[Path]) -> None:
-        """The shards' parts, then this process's file."""
-        writer.write_driver(self.env, self.run.pinned, await self.run.checkpoint(writer.folder), after)
-
-    def note(self, writer: CheckpointWriter) -> None:
-        """The history's new rows (the shards keep their roles' turns)."""
-        writer.note_history(self.env)
-
-    def then(self, record: Callable[[], None], *, now: bool) -> None:
-        """``record()`` at once if ``now``, else while the shards run the next round (or as the run ends)."""
-        if now:
-            record()
+    def commit(self, commit: Callable[[], None], *, overlap: bool) -> None:
+        """``commit()`` at once, or (``overlap``) while the shards run the next round (or as the run ends)."""
+        if overlap:
+            self.run.later = commit
         else:
-            self.run.later = record
+            commit()
 
-    def recorded(self) -> None:
-        """Run the recording left for the next round, now."""
+    def close(self) -> None:
+        """Run the commit left for the next round, now."""
         self.run.take_later()()
 
 
@@ -236,13 +243,15 @@ async def runtime_for(
     keep: bool = True,
     log: EventLog | None = None,
     read_between: bool = True,
+    stay: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[Runtime]:
     """The runtime ``backend`` says (``None``: this process) for ``env``'s rounds inside the block.
 
     On shards the roles move when the block starts and come back (or stay: :attr:`Runtime.stay`) when
     it ends; ``casts``, ``keep`` and ``shard_by`` say how (``sharding.session.sharded``). ``log``: what
     the shards send for the event log; ``read_between``: someone reads the history between rounds (a log,
-    a checkpoint, a hook), else it is taken in as the run closes.
+    a checkpoint, a hook), else it is taken in as the run closes; ``stay()``, asked as the block ends without
+    an error: leave the roles where they ran (the run's last checkpoint holds them all).
     """
     if backend is None:
         yield OneProcess(env)
@@ -258,6 +267,7 @@ async def runtime_for(
                 yield runtime
             finally:
                 run.take_later()()  # the round before a failure was complete: its recording too
+            run.stay = stay()
     except BaseException:
         if runtime is not None:
             runtime.failed = True

@@ -23,6 +23,7 @@ from metaroles.llm.protocol import LLM
 from metaroles.messages.message import Message
 from metaroles.record import workspace
 from metaroles.record.checkpoint import CheckpointWriter, fresh_writer
+from metaroles.record.commit import Called, Logged, Recorder, RoundCommit
 from metaroles.record.eventlog import EventLog
 from metaroles.record.final_state import refers_to_checkpoint, save_state
 from metaroles.sharding.backends import Backend, ShardBy
@@ -32,7 +33,7 @@ from metaroles.team.continuing import forked, resumed
 from metaroles.team.control import RunControl
 from metaroles.team.options import LogTurns, checked_log_turns
 from metaroles.team.report import StopReason, TeamReport
-from metaroles.team.runtime import Commit, OneProcess, Runtime, runtime_for
+from metaroles.team.runtime import Measured, OneProcess, Runtime, runtime_for
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
 
@@ -81,6 +82,15 @@ class Team(Dumped):
         stopping: Set it (from any thread, or a signal handler) to stop the run at the next round
             barrier, cleanly (:meth:`stop`).
         control: Steers the run at its round barriers (pause, step, inject: ``team.control``), if set.
+        on_round: Called after each round is logged and checkpointed (and after the idea), before the next;
+            it may publish.
+        on_progress: Called after every round is recorded, only to look (on shards, maybe while the next
+            round runs).
+        on_record: Called after a round's events are logged, before its checkpoint; only records (as
+            ``on_progress``).
+        recorders: More of what records each round (``record.commit.Recorder``: one class, one entry here),
+            after the log and ``on_record``, before the checkpoint, which makes the files they return
+            durable before its own.
 
     As MetaGPT's Team, it dumps (:meth:`model_dump`) and saves (:meth:`serialize`) as data, and
     ``Team(**dump)`` / :meth:`deserialize` rebuild it mid-run: the next rounds go on as if it never stopped.
@@ -113,14 +123,13 @@ class Team(Dumped):
         self._checked_entries, self._unpriced = 0, set[str]()
         self._checkpoints: CheckpointWriter | None = None
         self._log: EventLog | None = None
+        self._measured: Measured | None = None
         self.last_round: int | None = None
         """The round the current run stops at, at the latest (for progress displays)."""
         self.on_round: Callable[[Team], None] | None = None
-        """Called after each round is logged and checkpointed (and after the idea), before the next; it may publish."""
         self.on_progress: Callable[[Team], None] | None = None
-        """Called after every round is recorded, only to look (on shards, maybe while the next round runs)."""
         self.on_record: Callable[[Team], None] | None = None
-        """Called after a round's events are logged, before its checkpoint; only records (as ``on_progress``)."""
+        self.recorders: list[Recorder] = []
         self._failed = self._stranded = self._idea_due = self._cut = False
         self.stopping = threading.Event()
         self.workspace: Path | None = None
@@ -221,7 +230,8 @@ class Team(Dumped):
         Raises:
             RunError: If the run is sharded and ``fn`` is not in :attr:`metric_parts`.
         """
-        return self.runtime.gathered(fn)
+        measured = self._measured if self._runtime is not None else None
+        return (measured or Measured({}, here=list(self.env.roles.values()))).gathered(fn)
 
     @property
     def runtime(self) -> Runtime:
@@ -353,62 +363,54 @@ class Team(Dumped):
         """Checkpoint where the run stopped (unless that round was checkpointed), so resume starts there."""
         writer = self._checkpoints
         if writer is not None and writer.round != self.env.round and not (self._failed or self._stranded or self._cut):
-            after = self._log.unsynced() if self._log is not None else []  # the log's lines, synced first
             self._keep_files(writer)
-            await self.runtime.final_checkpoint(writer, after)  # on shards: before the roles come back
+            measured = await self.runtime.measure([], writer, due=True)  # on shards: before the roles come back
+            if measured.checkpoint is not None:
+                measured.checkpoint(self._log.unsynced() if self._log is not None else [])  # the log's lines first
 
     def _keep_files(self, writer: CheckpointWriter) -> None:
         if self.workspace is not None:
             self._kept = workspace.keep(self.workspace, writer.folder, self.env.round, self._kept)
 
     async def _checkpoint(self) -> None:
-        """Commit the round: its events, then its record (metrics), then the checkpoint, last.
+        """Commit the round (``record.commit.RoundCommit``): its events, its metrics, then its checkpoint, last.
 
-        What needs the roles where they run (metric parts, checkpoint parts) is done now — on shards, the
-        history taken in while they measure, the log and metrics while they write — and the rest when the
-        runtime may (on shards, while they run the next round), in the same order, unless :attr:`on_round`
-        is set (it publishes to the next round).
+        What needs the roles where they run (metric parts, checkpoint parts) is read now; the commit runs
+        when the runtime may (on shards, while they run the next round), unless :attr:`on_round` or a
+        control is set (they publish to the next round, at its barrier).
         """
-        runtime, writer, commit = self.runtime, self._checkpoints, None
+        runtime, writer = self.runtime, self._checkpoints
         due = writer is not None and (self.env.round % self.checkpoint_every == 0 or writer.round is None)
-        logged: list[bool] = []  # whether the round's events and metrics are recorded (once)
+        recorders: list[Recorder] = [] if self._log is None else [Logged(self._log, sync=writer is None)]
+        if self.on_record is not None:
+            recorders.append(Called(partial(self.on_record, self)))
+        reports = [partial(self.on_progress, self)] if self.on_progress is not None else []
+        commit = RoundCommit([*recorders, *self.recorders], then=reports)
+        fns = self.metric_parts if self.on_record is not None else []
         try:
-            if self.on_record is not None:
-                await runtime.measure(self.metric_parts)
             if writer is not None and due:
                 self._keep_files(writer)  # as the round left them: the next one may change them
-                commit = await runtime.prepare_checkpoint(writer, partial(self._log_round, logged))
+            self._measured = measured = await runtime.measure(
+                fns, writer, due=due, meanwhile=partial(self._early, commit)
+            )
         except BaseException:
             self._failed = True  # a round not wholly committed (a full disk): no checkpoint may claim it
             raise
-        # what on_round publishes, or a control injects, reaches the next round's roles: it runs now
-        runtime.then(partial(self._record, commit, logged), now=self.on_round is not None or self.control is not None)
+        commit.checkpoint, commit.take_in = measured.checkpoint, measured.take_in
+        runtime.commit(partial(self._commit, commit), overlap=self.on_round is None and self.control is None)
 
-    def _log_round(self, logged: list[bool], sync: bool = False) -> None:
-        """Log the round's events (``sync``: on the disk now, else with its checkpoint), metrics; unless ``logged``."""
-        if logged:
-            return
-        logged.append(True)
-        self.runtime.catch_up()  # the round's messages, if still where they were published
-        if self._log is not None:
-            self._log.round_done(sync=sync)
-        if self.on_record is not None:
-            self.on_record(self)
+    def _early(self, commit: RoundCommit, measured: Measured) -> None:
+        """Record the round as the runtime can, before its checkpoint is ready (on shards: while they write parts)."""
+        self._measured = measured
+        commit.record()
 
-    def _record(self, commit: Commit | None, logged: list[bool]) -> None:
-        """Log the round and its metrics (unless ``logged``), then write its checkpoint (``commit``: one is due)."""
+    def _commit(self, commit: RoundCommit) -> None:
+        """Run the round's commit, then :attr:`on_round` (it may publish to the next round)."""
         try:
-            self._log_round(logged, sync=self._checkpoints is None)  # else the next checkpoint syncs it (after)
-            after = self._log.unsynced() if self._log is not None and commit is not None else []  # synced by it
-            if commit is not None:  # last, the round's file completes it
-                commit(after)
-            elif self._checkpoints is not None:
-                self.runtime.note(self._checkpoints)
+            commit()
         except BaseException:
             self._failed = True
             raise
-        if self.on_progress is not None:
-            self.on_progress(self)
         if self.on_round is not None:
             self.on_round(self)
 
@@ -419,15 +421,14 @@ class Team(Dumped):
         reads = self._log is not None or self._checkpoints is not None or hooks is not None
         opened = runtime_for(
             self.env, backend, shard_by=self.shard_by, casts=self.casts, keep=self.bring_back, log=self._log,
-            read_between=reads,
+            read_between=reads, stay=lambda: not self.bring_back and refers_to_checkpoint(self.env, self._checkpoints),
         )  # fmt: skip
         try:
             async with self.env.session(), opened as runtime:
                 self._runtime = runtime
                 done = await self._rounds(n_round)
-                runtime.recorded()
+                runtime.close()
                 await self._final_checkpoint()
-                runtime.stay = not self.bring_back and refers_to_checkpoint(self.env, self._checkpoints)
                 return done
         finally:
             self._stranded = self.runtime.stranded
