@@ -455,3 +455,33 @@ def test_routing_remembers_each_roles_own_set_of_recipients_even_past_its_usual_
     ]
     again = [env._book.route(s) for s in sets]
     assert all(a is b for a, b in zip(first, again, strict=True))  # remembered, not merged again
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    addresses=st.lists(st.sets(st.sampled_from(["a", "b", "c", "d", "team"]), max_size=3), min_size=1, max_size=8),
+    send_to=st.sets(st.sampled_from(["a", "b", "c", "d", "team", "<all>", "nobody"]), min_size=1, max_size=3),
+    shards=st.integers(min_value=1, max_value=3),
+)
+def test_roles_shards_and_explanations_follow_one_rule_of_who_a_message_reaches(addresses, send_to, shards):
+    from metaroles.sharding.worker import targets
+
+    env = Environment()
+    roles = [Role(name=f"r{i}") for i in range(len(addresses))]
+    env.add_roles(roles)
+    for role, extra in zip(roles, addresses, strict=True):
+        role.set_addresses({role.name, *extra})
+    message = Message("hello", send_to=send_to)
+    routed = [role.name for role in env.route(message.send_to)]
+    explained = [role.name for role in roles if env.explain_route(message, role).delivered]
+    expected = [r.name for r in roles if "<all>" in send_to or send_to & r.addresses]  # the rule, as the docs say
+    assert routed == explained == expected
+    shard_of = {role.name: i % shards for i, role in enumerate(roles)}
+    where: dict[str, set[int]] = {}
+    for role in roles:
+        for address in role.addresses:
+            where.setdefault(address, set()).add(shard_of[role.name])
+    index = ({a: tuple(sorted(s)) for a, s in where.items()}, tuple(range(shards)))
+    assert set(targets(message.send_to, index)) == (
+        set(range(shards)) if "<all>" in send_to else {shard_of[n] for n in routed}
+    )

@@ -8,9 +8,10 @@ the role's observation keeps it as news.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from warnings import warn
 
 from pydantic import BaseModel
@@ -19,6 +20,8 @@ from metaroles.bus.role import Role
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.memory import news_of
 from metaroles.messages.message import Message
+
+T = TypeVar("T")
 
 
 class UnheardWatchWarning(UserWarning):
@@ -183,6 +186,26 @@ env_index: Callable[[Member], int] = attrgetter("place")
 """A role's place in its Environment (the order of delivery); C-level: a round sorts its ready roles by it."""
 
 
+def reach(
+    send_to: AbstractSet[str],
+    index: Mapping[str, Collection[T]],
+    everyone: Collection[T],
+    merge: Callable[[AbstractSet[str]], Collection[T]],
+) -> Collection[T]:
+    """Who a message sent to ``send_to`` reaches: the bus's one rule of delivery (roles, shards, explanations use it).
+
+    A broadcast (``<all>`` among its addresses) reaches ``everyone``; any other message whoever ``index``
+    files under one of its addresses — the one address's own entries, or ``merge(send_to)`` of several
+    (the caller merges its way: roles in place order, remembered; shards as a set).
+    """
+    if MESSAGE_ROUTE_TO_ALL in send_to:
+        return everyone
+    if len(send_to) == 1:
+        for address in send_to:
+            return index.get(address, ())
+    return merge(send_to)
+
+
 class AddressBook:
     """The roles of an Environment in registration order, indexed by address.
 
@@ -264,13 +287,13 @@ class AddressBook:
         return places
 
     def route(self, send_to: frozenset[str]) -> Sequence[Member]:
-        """The roles ``send_to`` reaches, in registration order."""
-        if MESSAGE_ROUTE_TO_ALL in send_to:
-            return self.members
-        if len(send_to) == 1:
-            for address in send_to:
-                return self._index.get(address, ())
-        merged = self._merged.get(send_to)
+        """The roles ``send_to`` reaches (:func:`reach`), in registration order."""
+        return reach(send_to, self._index, self.members, self._merge)  # type: ignore[return-value]
+
+    def _merge(self, send_to: AbstractSet[str]) -> list[Member]:
+        """The roles of several addresses in place order, merged once and remembered."""
+        key = send_to if isinstance(send_to, frozenset) else frozenset(send_to)
+        merged = self._merged.get(key)
         if merged is None:
             found: dict[int, Member] = {}
             for address in send_to:
@@ -278,19 +301,21 @@ class AddressBook:
                     found[role.place] = role
             if len(self._merged) >= max(self.CACHED, 2 * len(self.members)):
                 self._merged.clear()
-            merged = self._merged[send_to] = [found[i] for i in sorted(found)]
+            merged = self._merged[key] = [found[i] for i in sorted(found)]
         return merged
 
 
 def explain_route(message: Message, target: Role) -> RouteExplanation:
-    """Say which rule delivers ``message`` to ``target`` (or not) and whether it becomes news."""
-    send_to = message.send_to
-    if MESSAGE_ROUTE_TO_ALL in send_to:
-        delivered, reasons = True, ["delivered: send_to contains '<all>', a broadcast to every role"]
-    elif matched := sorted(send_to & target.addresses):
-        delivered, reasons = True, [f"delivered: send_to {sorted(send_to)} names the role's address(es) {matched}"]
+    """Say which rule delivers ``message`` to ``target`` (or not: :func:`reach` decides) and whether it becomes news."""
+    send_to, mine = message.send_to, (target,)
+    filed = dict.fromkeys(target.addresses, mine)
+    delivered = bool(reach(send_to, filed, mine, lambda several: mine if several & target.addresses else ()))
+    if delivered and MESSAGE_ROUTE_TO_ALL in send_to:
+        reasons = ["delivered: send_to contains '<all>', a broadcast to every role"]
+    elif delivered:
+        matched = sorted(send_to & target.addresses)
+        reasons = [f"delivered: send_to {sorted(send_to)} names the role's address(es) {matched}"]
     else:
-        delivered = False
         addresses = sorted(target.addresses)
         reasons = [f"not delivered: send_to {sorted(send_to)} meets none of the role's addresses {addresses}"]
     admitted = False

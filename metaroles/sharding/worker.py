@@ -16,7 +16,7 @@ from __future__ import annotations
 import pickle
 import time
 from array import array
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Collection, Coroutine, Iterable, Sequence
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,8 @@ from typing import Any
 from metaroles.bus.environment import Environment, Round
 from metaroles.bus.record import Steps
 from metaroles.bus.role import Role
+from metaroles.bus.routing import reach
 from metaroles.core.heap import paused_gc
-from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.message import Message, share_recipients
 from metaroles.record.checkpoint import CheckpointWriter
 from metaroles.record.parts import part_writer
@@ -58,15 +58,10 @@ _MAX_REMEMBERED = 1 << 18
 """Sets of recipients whose shards a shard remembers at most (then it starts afresh)."""
 
 
-def targets(send_to: frozenset[str] | set[str], addresses: Addresses) -> tuple[int, ...] | set[int]:
-    """The shards (``DRIVER`` included) with a recipient of a message sent to ``send_to``."""
+def targets(send_to: frozenset[str] | set[str], addresses: Addresses) -> Collection[int]:
+    """The shards (``DRIVER`` included) with a recipient of a message sent to ``send_to`` (the bus's :func:`reach`)."""
     where, everyone = addresses
-    if MESSAGE_ROUTE_TO_ALL in send_to:
-        return everyone
-    if len(send_to) == 1:
-        for address in send_to:
-            return where.get(address, ())
-    return {shard for address in send_to for shard in where.get(address, ())}
+    return reach(send_to, where, everyone, lambda several: {shard for a in several for shard in where.get(a, ())})
 
 
 _MESSAGE, _SEND_TO = itemgetter(1), attrgetter("send_to")
