@@ -32,8 +32,9 @@ from metaroles.sharding.session import sharded
 
 __all__ = ["Measured", "OneProcess", "Runtime", "Sharded", "runtime_for"]
 
-Part = Callable[[list[Role]], Any]
-"""A function of some of the run's roles whose results a round metric combines (``Team.metric_parts``)."""
+RoleMetric = Callable[[list[Role]], Any]
+"""A role's metric: a function of some of the run's roles, measured where they run, whose parts a round metric
+combines (``Team.metric_parts``)."""
 
 
 def _nothing() -> None:
@@ -44,7 +45,7 @@ def _nothing() -> None:
 class Measured:
     """What a runtime read of the round just run where the roles are: metric parts, and how to checkpoint the round."""
 
-    parts: dict[Part, list[Any]]
+    parts: dict[RoleMetric, list[Any]]
     checkpoint: Callable[[Sequence[Path]], object] | None = None
     """Writes the round's checkpoint once the files given are durable (a round not due: the writer takes it in)."""
     take_in: Callable[[], None] = _nothing
@@ -52,7 +53,7 @@ class Measured:
     here: list[Role] | None = None
     """The roles, if they are all in this process (any function of them can be read now)."""
 
-    def gathered(self, fn: Part) -> list[Any]:
+    def gathered(self, fn: RoleMetric) -> list[Any]:
         """``fn`` of the run's roles: one part per place they run in.
 
         Raises:
@@ -92,7 +93,7 @@ class Runtime(Protocol):
 
     async def measure(
         self,
-        fns: list[Part],
+        fns: list[RoleMetric],
         writer: CheckpointWriter | None = None,
         *,
         due: bool = False,
@@ -137,7 +138,7 @@ class OneProcess:
 
     async def measure(
         self,
-        fns: list[Part],
+        fns: list[RoleMetric],
         writer: CheckpointWriter | None = None,
         *,
         due: bool = False,
@@ -190,7 +191,7 @@ class Sharded:
 
     async def measure(
         self,
-        fns: list[Part],
+        fns: list[RoleMetric],
         writer: CheckpointWriter | None = None,
         *,
         due: bool = False,
