@@ -230,3 +230,11 @@ def test_the_users_environment_shows_the_users_api_and_the_runtime_holds_the_plu
     assert {"swap_roles", "adopt_roles", "rebuild_ready", "add_late"} <= set(dir(Controls))
     assert {"run_turns", "take_published", "add_published", "deliver_published"} <= set(dir(Round))
     assert isinstance(Environment().controls, Controls)
+
+
+def test_docs_architecture_names_every_module() -> None:
+    """``docs/architecture.md`` is the map: every module of the package is named there, in its layer."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    modules = sorted(p for p in (ROOT / "metaroles").rglob("*.py") if p.stem not in ("__init__", "__main__"))
+    unnamed = [str(p.relative_to(ROOT)) for p in modules if f"`{p.stem}`" not in doc and f"`{p.stem} " not in doc]
+    assert unnamed == [], "name them in docs/architecture.md (its 'Every module' section)"
