@@ -217,7 +217,7 @@ def test_the_users_environment_shows_the_users_api_and_the_runtime_holds_the_plu
     import inspect
 
     from metaroles import Environment
-    from metaroles.bus.delivery import Controls
+    from metaroles.bus.delivery import BusDrive
     from metaroles.bus.environment import Round
 
     public = {name for name in dir(Environment()) if not name.startswith("_")}
@@ -227,9 +227,9 @@ def test_the_users_environment_shows_the_users_api_and_the_runtime_holds_the_plu
     assert "late" not in inspect.signature(Environment.add_to_history).parameters
     users = {"add_role", "add_roles", "get_role", "get_roles", "role_names", "publish_message", "run", "history"}
     assert users <= public, "MetaGPT's API stays"
-    assert {"swap_roles", "adopt_roles", "rebuild_ready", "add_late"} <= set(dir(Controls))
+    assert {"swap_roles", "adopt_roles", "rebuild_ready", "add_late"} <= set(dir(BusDrive))
     assert {"run_turns", "take_published", "add_published", "deliver_published"} <= set(dir(Round))
-    assert isinstance(Environment().controls, Controls)
+    assert isinstance(Environment().drive, BusDrive)
 
 
 def test_docs_architecture_names_every_module() -> None:

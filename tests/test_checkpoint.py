@@ -47,8 +47,8 @@ def restored(folder, roles: int, **kwargs) -> Environment:
 def same_state(env: Environment, folder) -> None:
     again = restored(folder, len(env.roles))
     assert again.state_dict().model_dump_json() == env.state_dict().model_dump_json()
-    waiting = sorted(r.name for r in env.controls.readiness.ready if not r.rc.msg_buffer.empty())
-    assert sorted(r.name for r in again.controls.readiness.ready) == waiting, "the same roles are ready to observe"
+    waiting = sorted(r.name for r in env.drive.readiness.ready if not r.rc.msg_buffer.empty())
+    assert sorted(r.name for r in again.drive.readiness.ready) == waiting, "the same roles are ready to observe"
     assert checkpoint_history(folder) == env.history.storage
 
 

@@ -82,7 +82,7 @@ class Bus:
         """What the running round published, as ``(rank, message)``: one list for the bus's life (rounds empty it)."""
         self._in_round = False
         self._undelivered: list[Message] = []
-        self._controls = Controls(self, self._book, self._readiness)
+        self._drive = BusDrive(self, self._book, self._readiness)
 
     def role_ids(self, index: int) -> IdScope | None:
         """Where the ``index``-th role's ids come from (an Environment's run scope; none on a bare bus)."""
@@ -182,9 +182,9 @@ class Bus:
         return len(self._readiness.ready)
 
     @property
-    def controls(self) -> Controls:
-        """What a runtime drives this bus with besides the user's API (:class:`Controls`); not for roles."""
-        return self._controls
+    def drive(self) -> BusDrive:
+        """What a runtime drives this bus with besides the user's API (:class:`BusDrive`); not for roles."""
+        return self._drive
 
     def route(self, send_to: frozenset[str]) -> Sequence[Role]:
         """The roles a message sent to ``send_to`` reaches, in place order (the index's own list: not to be changed).
@@ -278,7 +278,7 @@ class Bus:
         ``None``: delivered elsewhere with this address book (a sharded round's shards routed them):
         the record's recipients are the ones it routes to now, so no reader of the record routes again.
         """
-        self._controls.into_history(messages, recipients, self.record)
+        self._drive.into_history(messages, recipients, self.record)
 
     def publish_message(self, message: Message) -> bool:
         """Publish ``message``: delivered at the end of the current round, or now between rounds; ``True``.
@@ -439,8 +439,10 @@ class Readiness:
         return ready
 
 
-class Controls:
-    """What a runtime drives a bus with besides the user's API (``Bus.controls``); a role or a scenario never needs it.
+class BusDrive:
+    """What a runtime drives a bus with besides the user's API (``Bus.drive``); a role or a scenario never needs it.
+
+    Not to be confused with ``team.control.RunControl``, which steers a run at its barriers (pause, step, inject).
 
     A sharded run (``sharding``) puts stand-ins where the roles it ships to shards were, and the
     roles back when they return; a shard hosts its part of the roles at their places; a driver takes
@@ -451,7 +453,7 @@ class Controls:
     __slots__ = ("book", "bus", "readiness")
 
     def __init__(self, bus: Bus, book: AddressBook, readiness: Readiness) -> None:
-        """The controls of ``bus``, whose address book and readiness they share."""
+        """What drives ``bus``: its address book and readiness, shared."""
         self.bus, self.book, self.readiness = bus, book, readiness
 
     def swap_roles(self, stand_ins: Mapping[int, Member]) -> None:

@@ -59,7 +59,7 @@ def _restored(folder: Path, env: Environment, through_round: int | None) -> Rest
                 f"{path}: the checkpoint names what this run does not have ({type(exc).__name__}: {exc}); "
                 "restore the checkpoints folder, or fork from an earlier round (metaroles fork DIR --from-round N)"
             ) from None
-    env.controls.rebuild_ready()
+    env.drive.rebuild_ready()
     return Restored(
         round=chain[-1][1]["round"],
         path=chain[-1][0],

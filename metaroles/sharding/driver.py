@@ -161,7 +161,7 @@ class ShardedRun:
         self.ready = await self.shards.load(pickled(), addresses=(self.where, self._everyone))
         self._moved = False
         with paused_gc():
-            env.controls.swap_roles(stand_ins)
+            env.drive.swap_roles(stand_ins)
         self._pinned = [(r, r.addresses) for r, p in zip(env.members, self.places, strict=True) if p is None]
         dropped = len(stand_ins) > len(self.kept)  # garbage cycles now, for a full pass; else nothing to find
         self._settle = partial(env.settle_heap, full=True) if dropped else env.keep_heap
@@ -455,6 +455,6 @@ class ShardedRun:
             async for shard, piece in self.shards.pieces([reply.pieces for reply in released]):
                 back.update((role.place, role) for role in readers[shard].load(piece))
             await self.shards.close()
-            env.controls.swap_roles(back)
-            env.controls.rebuild_ready()
+            env.drive.swap_roles(back)
+            env.drive.rebuild_ready()
             env.keep_heap()  # the roles are back to stay: no young pass over every object they brought

@@ -76,7 +76,7 @@ def take_in(env: Environment, merged: list[Flagged], *, late: bool = False) -> N
         merged.sort(key=itemgetter(0))
         messages = list(map(_MESSAGE, merged))  # the round at once, as one process's delivery
         if late:
-            env.controls.add_late(messages)
+            env.drive.add_late(messages)
         else:
             env.add_to_history(messages)
         if not any(map(_FLAG, merged)):

@@ -162,7 +162,7 @@ class ShardHost:
                 role = role.build(env)
                 seated[role.place] = fingerprint(role)
             roles.append(role)
-        env.controls.adopt_roles(roles, total=self.total)
+        env.drive.adopt_roles(roles, total=self.total)
         shared: dict[int, Any] = {}
         for role in roles:
             for llm in (role.llm, *(action.llm for action in role.actions)):
