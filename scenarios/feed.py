@@ -35,7 +35,7 @@ from metaroles.environments.feed import KINDS, RECOMMENDERS, Feed, Recommender, 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
-from metaroles.bus.budget import ContextBudget, ContextItem, ContextWindow
+from metaroles.bus.context_budget import ContextBudget, ContextItem, ContextWindow
 from metaroles.core.exceptions import ConfigError, RunError
 from metaroles.core.files import NAMES_A_FILE
 
@@ -91,7 +91,7 @@ class Config(BaseModel):
     """Seed of the follower graph and of generated personas."""
     context_tokens: int = Field(default=600, ge=0)
     """What a model-backed user's prompt carries of its past, in tokens (recent verbatim, older summarised,
-    memories recalled: ``metaroles.bus.budget``); 0: all of it, growing with the run."""
+    memories recalled: ``metaroles.bus.context_budget``); 0: all of it, growing with the run."""
 
     @field_validator("personas")
     @classmethod
@@ -546,7 +546,7 @@ def remembered(message: Message, round: int) -> ContextItem | None:
 class ModelAgent(Agent):
     """A user whose model chooses, shown what it remembers of the feed within its context budget.
 
-    Its window (``metaroles.bus.budget``: recent items verbatim, older ones summarised, memories
+    Its window (``metaroles.bus.context_budget``: recent items verbatim, older ones summarised, memories
     recalled) is made when first used and saved with it.
     """
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from metaroles import TestLLM
 from metaroles.bus.action import Action
-from metaroles.bus.budget import ContextBudget, ContextItem, ContextWindow, Recollection
+from metaroles.bus.context_budget import ContextBudget, ContextItem, ContextWindow, Recollection
 from metaroles.llm.ledger import CostLedger
 from metaroles.llm.protocol import estimate_tokens
 from metaroles.project.scenario import resume_scenario, run_scenario
