@@ -57,6 +57,15 @@ def launch(playwright):
     )
 
 
+def opened(playwright, url: str, ready: str = "body[data-ready=yes]"):  # type: ignore[no-untyped-def]
+    """Debian's chromium on the page at ``url``, once ``ready`` holds: the browser and the page."""
+    browser = launch(playwright)
+    page = browser.new_page()
+    page.goto(url)
+    page.wait_for_selector(ready, timeout=30_000)
+    return browser, page
+
+
 def digest(folder: Path, names=SAME) -> dict[str, str]:
     found = {}
     for name in names:
@@ -235,10 +244,7 @@ def test_a_replay_scrubs_to_a_round_and_a_role_panel_asks_on_a_fork(tmp_path):
     server = WatchServer(watch_app(run, interviewer=interviewer(run, trust=False)), bind(0)).start()
     try:
         with playwright_api.sync_playwright() as playwright:
-            browser = launch(playwright)
-            page = browser.new_page()
-            page.goto(server.url)
-            page.wait_for_selector("body[data-ready=yes][data-round='7']", timeout=30_000)  # the last round
+            browser, page = opened(playwright, server.url, "body[data-ready=yes][data-round='7']")  # the last round
             page.fill("#scrub", "4")  # the slider's fifth stop: round 4
             page.dispatch_event("#scrub", "input")
             page.wait_for_selector("body[data-round='4']", timeout=30_000)
@@ -507,10 +513,7 @@ def test_the_page_draws_the_figures_over_the_rounds_and_a_roles_panel_shows_its_
     server = WatchServer(watch_app(run), bind(0)).start()
     try:
         with playwright_api.sync_playwright() as playwright:
-            browser = launch(playwright)
-            page = browser.new_page()
-            page.goto(server.url)
-            page.wait_for_selector("body[data-ready=yes][data-round='7']", timeout=30_000)
+            browser, page = opened(playwright, server.url, "body[data-ready=yes][data-round='7']")
             picks = page.eval_on_selector_all("#chart-pick input", "ticks => ticks.map(t => [t.value, t.checked])")
             numeric = sorted(k for k, v in written[-1].items() if k != "round" and isinstance(v, int | float))
             assert [name for name, _ in picks] == numeric and sum(on for _, on in picks) == 3
@@ -580,10 +583,7 @@ def test_a_message_opens_the_conversation_it_started_as_the_log_links_it(tmp_pat
     server = WatchServer(watch_app(run), bind(0)).start()
     try:
         with playwright_api.sync_playwright() as playwright:
-            browser = launch(playwright)
-            page = browser.new_page()
-            page.goto(server.url)
-            page.wait_for_selector("body[data-ready=yes]", timeout=30_000)
+            browser, page = opened(playwright, server.url, "body[data-ready=yes]")
             page.fill("#scrub", str(opening[0]))
             page.dispatch_event("#scrub", "input")
             page.wait_for_selector(f"body[data-round='{opening[0]}']", timeout=30_000)
@@ -714,10 +714,7 @@ def test_a_roles_panel_shows_its_persona_state_and_model_calls_and_the_readings_
         opinion = spread["readings"]["opinion"]
         assert sum(opinion["counts"]) == opinion["n"] == 30 and abs(opinion["mean"] - mean) < 1e-6
         with playwright_api.sync_playwright() as playwright:
-            browser = launch(playwright)
-            page = browser.new_page()
-            page.goto(server.url)
-            page.wait_for_selector("body[data-ready=yes]", timeout=30_000)
+            browser, page = opened(playwright, server.url, "body[data-ready=yes]")
             page.fill("#scrub", "4")
             page.dispatch_event("#scrub", "input")
             page.wait_for_selector("body[data-round='4']", timeout=30_000)

@@ -79,14 +79,15 @@ class Lines:
             self.end = position
         return len(self.starts)
 
-    def read(self, index: int, limit: int | None = None) -> bytes:
-        """Line ``index`` (without its newline); its first ``limit`` bytes, if given."""
+    def read(self, index: int, limit: int | None = None, *, last: bool = False) -> bytes:
+        """Line ``index`` (without its newline); its first ``limit`` bytes, if given (``last``: its last ones)."""
         start = self.starts[index]
         stop = self.starts[index + 1] if index + 1 < len(self.starts) else self.end
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY)  # kept: a page reads many rows of one file
         length = stop - start - 1  # an indexed line ends with its newline
-        return os.pread(self._fd, min(length, limit or length), start)
+        size = min(length, limit or length)
+        return os.pread(self._fd, size, start + length - size if last else start)
 
     def read_many(self, index: int, count: int) -> list[bytes]:
         """Lines ``index`` to ``index + count`` (as far as there are), read at once."""
@@ -144,7 +145,7 @@ class Tape:
         if not self._valid:
             return []
         for index in range(self._indexed, len(lines.starts)):
-            match = _TAPED_ROLE.search(lines.read(index)[-200:])
+            match = _TAPED_ROLE.search(lines.read(index, 200, last=True))  # the role, not the prompt
             if match is not None:
                 self._by_role.setdefault(orjson.loads(match.group(1)), []).append(index)
         self._indexed = len(lines.starts)
