@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, cast
 from warnings import warn
 
-from metaroles.bus.record import EnvEvent, RoundRecord, Steps
+from metaroles.bus.record import EnvEvent, RoundRecord, Steps, caused_by
 from metaroles.bus.role import Role
 from metaroles.bus.routing import (
     AddressBook,
@@ -272,13 +272,19 @@ class Bus:
         steps = None if record.steps is None else Steps()
         self.record, self.steps = RoundRecord(steps, len(self.ledger.entries), len(self.events)), steps
 
-    def add_to_history(self, messages: Sequence[Message], recipients: Sequence[Sequence[Member]] | None = None) -> None:
+    def add_to_history(
+        self,
+        messages: Sequence[Message],
+        recipients: Sequence[Sequence[Member]] | None = None,
+        causes: Sequence[list[str] | None] | None = None,
+    ) -> None:
         """Put ``messages`` into the history and the round's record (``recipients``: as delivery found them).
 
         ``None``: delivered elsewhere with this address book (a sharded round's shards routed them):
         the record's recipients are the ones it routes to now, so no reader of the record routes again.
+        ``causes``: each message's ``caused_by`` as its sender's shard gave it (``None``: its sender is here).
         """
-        self._drive.into_history(messages, recipients, self.record)
+        self._drive.into_history(messages, recipients, self.record, causes)
 
     def publish_message(self, message: Message) -> bool:
         """Publish ``message``: delivered at the end of the current round, or now between rounds; ``True``.
@@ -327,22 +333,22 @@ class Bus:
         sender = self.roles.get(message.sent_from)
         return self._book.total if sender is None else sender.place
 
-    def _deliver(self, messages: Sequence[Message]) -> None:
-        """Route each of ``messages``, in order, into the buffers of its recipients."""
+    def _deliver(self, messages: Sequence[Message], causes: Sequence[list[str] | None] | None = None) -> None:
+        """Route each of ``messages``, in order, into the buffers of its recipients (``causes``: see add_to_history)."""
         if self.interventions:
-            for message in messages:
-                self._deliver_intercepted(message)
+            for at, message in enumerate(messages):
+                self._deliver_intercepted(message, None if causes is None else causes[at])
             return
         route = self._book.route
         recipients = [route(message.send_to) for message in messages]
-        self.add_to_history(messages, recipients)  # one call for the round's messages, not one per message
+        self.add_to_history(messages, recipients, causes)  # one call for the round's messages, not one per message
         if not all(recipients):
             for message, roles in zip(messages, recipients, strict=True):
                 if not roles:
                     self.dead_letter(message)
         self.push_all(messages, recipients)
 
-    def _deliver_intercepted(self, message: Message) -> None:
+    def _deliver_intercepted(self, message: Message, causes: list[str] | None = None) -> None:
         for hook in self.interventions:
             result = hook.on_publish(message, sender=message.sent_from)
             if result is DropMessage:
@@ -350,7 +356,7 @@ class Bus:
                 return
             message = _checked(result, hook)
         recipients = self._book.route(message.send_to)
-        self.add_to_history([message], [recipients])
+        self.add_to_history([message], [recipients], [causes])
         if not recipients:
             self.dead_letter(message)
         for role in recipients:
@@ -495,40 +501,60 @@ class BusDrive:
             if not role.rc.msg_buffer.empty():
                 readiness.mark(role)
 
-    def add_late(self, messages: Sequence[Message]) -> None:
+    def add_late(self, messages: Sequence[Message], causes: Sequence[list[str] | None]) -> None:
         """Put ``messages`` into the history and the record that closed last (a round taken in behind the next one).
 
         Delivered elsewhere with this address book: as ``Bus.add_to_history`` with no recipients.
         """
         bus = self.bus
-        self.into_history(messages, None, bus.recorded if bus.recorded is not None else bus.record)
+        self.into_history(messages, None, bus.recorded if bus.recorded is not None else bus.record, causes)
 
     def into_history(
-        self, messages: Sequence[Message], recipients: Sequence[Sequence[Member]] | None, record: RoundRecord | None
+        self,
+        messages: Sequence[Message],
+        recipients: Sequence[Sequence[Member]] | None,
+        record: RoundRecord | None,
+        causes: Sequence[list[str] | None] | None = None,
     ) -> None:
-        """Put ``messages`` into the history and ``record``, with each sender's news as delivery finds it.
+        """Put ``messages`` into the history and ``record``, each with its ``caused_by``.
 
         ``recipients``: as delivery found them; ``None``: the ones this address book routes to now.
+        ``causes``: each message's ``caused_by`` as its shard's outbox carried it; ``None`` (all, or one):
+        its sender is here, and its news says (``bus.record.caused_by``).
         """
         bus = self.bus
         new = bus.history.remember_new(messages)
         if record is None:
             return
         book = self.book
+        if len(new) < len(messages):  # the history had some already: the record keeps what it gained
+            kept = set(map(id, new))
+            if recipients is not None:
+                recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
+            if causes is not None:
+                causes = [given for message, given in zip(messages, causes, strict=True) if id(message) in kept]
         if recipients is None:
             route = book.route
             recipients = [route(message.send_to) for message in new]
-        elif len(new) < len(messages):  # the history had some already: the record keeps what it gained
-            kept = set(map(id, new))
-            recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
-        roles, causes = bus.roles, dict[str, list[str]]()
-        for message in new:  # a sender's messages share one list: a turn that fans out costs its news once
-            sender = message.sent_from
-            if sender not in causes:
-                causes[sender] = [n.id for n in roles[sender].rc.news] if sender in roles else []
-            record.caused_by.append(causes[sender])
+        record.caused_by += _causes(new, causes, bus.roles)
         record.published += new
         record.recipients += map(book.places, recipients)
+
+
+def _causes(
+    messages: Sequence[Message], given: Sequence[list[str] | None] | None, roles: Mapping[str, Role]
+) -> list[list[str]]:
+    """Each message's ``caused_by``: ``given``, else its sender's news here (a sender's fan-out costs it once)."""
+    out, senders = [], dict[str, list[str]]()
+    for at, message in enumerate(messages):
+        known = None if given is None else given[at]
+        if known is None:
+            sender = message.sent_from
+            known = senders.get(sender)
+            if known is None:
+                known = senders[sender] = caused_by(roles[sender]) if sender in roles else []
+        out.append(known)
+    return out
 
 
 def _checked(result: object, hook: Intervention) -> Message:

@@ -27,6 +27,14 @@ Recipients = tuple[int, ...]
 """A message's recipients as a round record holds them: their places, in place order (never changed once made)."""
 
 
+def caused_by(sender: Any) -> list[str]:
+    """What the messages ``sender``'s turn publishes were caused by: the ids of the news it observed.
+
+    A round record's ``caused_by``, taken where the sender is (its shard's outbox carries it to the driver).
+    """
+    return [message.id for message in sender.rc.news]
+
+
 def names_of(recipients: Recipients, members: Sequence[Any]) -> list[str]:
     """The names of the members at the places ``recipients``."""
     return [members[place].name for place in recipients]

@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from operator import attrgetter
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 from warnings import warn
 
 from pydantic import BaseModel
@@ -137,16 +137,11 @@ class Buffer(Protocol):
 
 
 class MemberContext(Protocol):
-    """The part of a member's context the bus reads: its buffer, and what its last turn observed."""
+    """The part of a member's context the bus reads: its buffer."""
 
     @property
     def msg_buffer(self) -> Buffer:
         """Where its deliveries go."""
-        ...
-
-    @property
-    def news(self) -> Sequence[Any]:
-        """What its last turn observed (a stand-in: as its shard reported it)."""
         ...
 
 

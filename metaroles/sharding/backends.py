@@ -120,7 +120,7 @@ class _Answered:
             reply = None if request is None else await host.answer(request, self.broadcasts, request.delivery.crossed)
             if type(reply) is RoundDone:
                 result = reply.result
-                result.sealed, result.outbox, result.news = partial(_given, (result.outbox, result.news)), [], {}
+                result.sealed, result.outbox = partial(_given, result.outbox), []
                 reply = RoundDone(result, [pickle.dumps(part, 5) if part else None for part in reply.outgoing])
             replies.append(reply)
         return replies

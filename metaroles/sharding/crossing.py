@@ -18,9 +18,10 @@ from metaroles.core.exceptions import RunError
 from metaroles.messages.fields import ROLE_VALUES
 from metaroles.messages.message import Message, plain_messages, unpickled
 from metaroles.record.replayable import plain
+from metaroles.sharding.shardset import OutboxEntry
 
-Outbox = list[tuple[int, Message, int]]
-"""``(rank, message, flag)`` in delivery order (``sharding.worker``)."""
+Outbox = list[OutboxEntry]
+"""``(rank, message, flag, caused_by)`` in delivery order (``sharding.shardset.OutboxEntry``)."""
 
 _NO_EXTRAS = (None, None, None, None, None)
 """What a message with only the routing fields has past them (metadata, tool calls, ...: ``Message.__reduce__``)."""
@@ -42,9 +43,17 @@ class OutboxWriter:
         tos: list[int] = []
         ids, contents, roles, causes, senders = [], [], [], [], []
         whole: dict[int, Message] = {}
-        for rank, message, flag in outbox:
+        said: list[int] = []
+        lists: dict[int, int] = {}  # each caused_by list once (a sender's messages share theirs), by id
+        distinct: list[list[str]] = []
+        for rank, message, flag, caused_by in outbox:
             ranks.append(rank)
             flags.append(flag)
+            number = lists.get(id(caused_by))
+            if number is None:
+                number = lists[id(caused_by)] = len(distinct)
+                distinct.append(caused_by)
+            said.append(number)
             if type(message) is not Message or not plain(message):
                 whole[len(tos)] = message
                 tos.append(-1)
@@ -60,7 +69,8 @@ class OutboxWriter:
             causes.append(message.cause_by)
             senders.append(message.sent_from)
         self._batches += 1
-        return self._batches, new, ranks, flags, tos, ids, contents, roles, causes, senders, whole
+        columns = (self._batches, new, ranks, flags, tos, ids, contents, roles, causes, senders, whole)
+        return (*columns, said, distinct)
 
 
 class OutboxReader:
@@ -82,7 +92,7 @@ class OutboxReader:
         Raises:
             RunError: If a batch is read out of order (its sets of recipients would be misnumbered).
         """
-        batch, new, ranks, flags, tos, ids, contents, roles, causes, senders, whole = columns
+        batch, new, ranks, flags, tos, ids, contents, roles, causes, senders, whole, said, distinct = columns
         if batch != self._batches + 1:
             raise RunError(f"outbox {batch} of a shard arrived after {self._batches}: the batches are read in order")
         self._batches = batch
@@ -92,14 +102,14 @@ class OutboxReader:
         if not whole:  # routing fields alone (the usual case): built a column at a time
             recipients = list(map(sets.__getitem__, tos))
             messages = plain_messages(Message, (ids, contents, roles, causes, senders, recipients))
-            return list(zip(ranks, messages, flags, strict=True))
+            return list(zip(ranks, messages, flags, map(distinct.__getitem__, said), strict=True))
         fields = iter(zip(ids, contents, roles, causes, senders, strict=True))
         out: Outbox = []
-        for position, (rank, flag, to) in enumerate(zip(ranks, flags, tos, strict=True)):
+        for position, (rank, flag, to, number) in enumerate(zip(ranks, flags, tos, said, strict=True)):
             if to < 0:
-                out.append((rank, whole[position], flag))
+                out.append((rank, whole[position], flag, distinct[number]))
                 continue
             id_, content, role, cause_by, sent_from = next(fields)
             message = unpickled(Message, id_, content, None, role, cause_by, sent_from, sets[to], *_NO_EXTRAS)
-            out.append((rank, message, flag))
+            out.append((rank, message, flag, distinct[number]))
         return out

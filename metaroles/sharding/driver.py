@@ -43,6 +43,7 @@ from metaroles.sharding.shardset import (
     Entry,
     Measure,
     Measured,
+    OutboxEntry,
     Release,
     Released,
     RoundDone,
@@ -111,10 +112,10 @@ class ShardedRun:
         """Whether the address map changed since the shards last had it."""
         self._sets: dict[frozenset[str], frozenset[str]] = {}
         self.broken = False
-        self.heard: dict[str, list[str]] = {}
-        """Each remote sender of the last round: the ids of the news it had, as JSON (the log's ``caused_by``)."""
-        self.news = self.steps = True
-        """Whether shards send each sender's news (the log's ``caused_by``); and their turn steps (its turn events)."""
+        self.spoke: set[str] = set()
+        """The remote roles that published with news in the last round taken in (their stand-ins' ``is_idle``)."""
+        self.causes = self.steps = True
+        """Whether shards send each message's ``caused_by`` (the log's); and their turn steps (its turn events)."""
         self.where: dict[str, tuple[int, ...]] = {}
         """Address → the shards whose roles receive on it (``DRIVER`` for the driver's own roles)."""
         self._pinned: list[tuple[Role, frozenset[str]]] = []
@@ -147,7 +148,7 @@ class ShardedRun:
             for role, place in zip(list(env.members), self.places, strict=True):
                 if place is not None:
                     parts[place].append(seat(role) or role)
-                    stand_ins[role.place] = RemoteRole(role, place, self.inboxes[place], self.heard)
+                    stand_ins[role.place] = RemoteRole(role, place, self.inboxes[place], self.spoke)
         history = env.history.keyed
         pickler = getattr(self.shards, "pickler", pickle.Pickler)  # Ray's shards carry cloudpickle's
 
@@ -268,8 +269,8 @@ class ShardedRun:
         busy = [d if (d or self.ready[n] or self.held[n]) else None for n, d in enumerate(deliveries)]
         self.held = [0] * len(deliveries)
         steps = env.steps is not None and self.steps  # a checkpoint's steps are of no use here: shards write parts
-        news, outbox, number = steps or self.news, self._reads_rounds, env.round + 1
-        requests = [None if d is None else RunRound(d, number, steps, news, outbox) for d in busy]
+        causes, outbox, number = steps or self.causes, self._reads_rounds, env.round + 1
+        requests = [None if d is None else RunRound(d, number, steps, causes, outbox) for d in busy]
         try:
             return self.shards.send(requests, broadcasts)
         except Exception as exc:
@@ -310,19 +311,20 @@ class ShardedRun:
             self._as_routed(this, results)
             return
         self.catch_up(force=True)  # the rounds before this one go first
-        self._hear(results)
+        self.spoke.clear()
         for stepped in results:  # the shards' routing may be stale: the driver routes it all, as it would alone
             if stepped is not None:
-                this.add_published((rank, message) for rank, message, _ in stepped.result.outbox)
+                outbox = self._outbox_of(stepped)
+                this.add_published((rank, message, causes) for rank, message, _, causes in outbox)
         if env.interventions:
             this.deliver_published()  # hooks decide per recipient: the bus routes to stand-ins one by one
         else:
-            route_all(env, this.take_published(), self.inboxes, (self.where, self._everyone))
+            route_all(env, this, self.inboxes, (self.where, self._everyone))
 
     def _as_routed(self, this: Round, results: list[RoundDone | None]) -> None:
         """The round as the shards routed it: what each shard holds and sends, then the history (maybe behind)."""
         own, self.ranked = own_messages(this.take_published(), (self.where, self._everyone), self.shards.count)
-        flagged = any(flag for _, _, flag in own)
+        flagged = any(flag for _, _, flag, _ in own)
         for source, stepped in enumerate(results):
             if stepped is not None:
                 flagged = flagged or stepped.result.flagged > 0
@@ -350,10 +352,9 @@ class ShardedRun:
         self.env.settle_heap()  # the garbage so far goes first: what comes in below lives on, and no pass walks it
         with paused_gc():
             for number, (merged, results) in enumerate(unmerged, 1):
-                self._hear(results)
+                self.spoke.clear()
                 for stepped in (s for s in results if s is not None):
-                    interned(stepped.result.outbox, self._sets)
-                    merged += stepped.result.outbox
+                    merged += self._outbox_of(stepped)
                 take_in(self.env, merged, late=backlog.late or number < len(unmerged))
         self.env.keep_heap()
 
@@ -363,19 +364,15 @@ class ShardedRun:
         return not self.backlog.lazy or self.env.record is not None
 
     def record_for(self, log: EventLog | None) -> None:
-        """Have the shards send what ``log`` writes (``None``: nothing): senders' news, and turn steps if it logs them.
+        """Have the shards send what ``log`` writes (``None``: nothing): ``caused_by``, and turn steps if logged."""
+        self.causes, self.steps = log is not None, log is not None and log.turns
 
-        A remote sender's news (:attr:`heard`) is its stand-in's, so the round record's ``caused_by`` holds it.
-        """
-        self.news, self.steps = log is not None, log is not None and log.turns
-
-    def _hear(self, results: list[RoundDone | None]) -> None:
-        """Take in the shards' outboxes and each sender's news of the last round (:attr:`heard`)."""
-        heard = self.heard
-        heard.clear()
-        for stepped in results:
-            if stepped is not None:
-                heard.update(stepped.result.open().news)
+    def _outbox_of(self, stepped: RoundDone) -> list[OutboxEntry]:
+        """A shard's outbox of the round, taken in: its sets of recipients shared, its senders with news noted."""
+        outbox = stepped.result.open().outbox
+        interned(outbox, self._sets)
+        self.spoke.update(message.sent_from for _, message, _, causes in outbox if causes)
+        return outbox
 
     def _merge(self, results: list[RoundDone | None], failures: list[tuple[Any, Exception]]) -> bool:
         """Take in the shards' results (ledger, failures, steps, news, addresses); whether an address changed."""
@@ -440,7 +437,7 @@ class ShardedRun:
         env, kept, self.kept = self.env, self.kept, {}
         if not self.broken:
             self.catch_up(force=True)
-        self.heard.clear()  # the roles' own news speaks for them from now on (the log's caused_by)
+        self.spoke.clear()
         if self.broken or self.stay:
             await self.shards.close()
             return

@@ -12,17 +12,17 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from metaroles.bus.environment import Environment
+from metaroles.bus.environment import Environment, Round
 from metaroles.core.heap import paused_gc
 from metaroles.messages.message import Message
 from metaroles.sharding.shardset import Addresses, Entry
 from metaroles.sharding.standins import RemoteRole
 from metaroles.sharding.worker import DEAD, DRIVER, PINNED, targets
 
-Flagged = tuple[int, Message, int]
-"""An outbox entry: ``(rank, message, flag)`` (flags: ``DEAD``, ``PINNED``)."""
+Flagged = tuple[int, Message, int, list[str] | None]
+"""An outbox entry (``sharding.shardset.OutboxEntry``), or the driver's own (``caused_by`` ``None``: sent here)."""
 
-_MESSAGE, _FLAG = itemgetter(1), itemgetter(2)
+_MESSAGE, _FLAG, _CAUSES = itemgetter(1), itemgetter(2), itemgetter(3)
 
 
 @dataclass(slots=True)
@@ -63,7 +63,7 @@ def own_messages(
                 flag = PINNED
             else:
                 ranked[shard].append((rank, message))
-        own.append((rank, message, flag))
+        own.append((rank, message, flag, None))
     return own, ranked
 
 
@@ -75,30 +75,29 @@ def take_in(env: Environment, merged: list[Flagged], *, late: bool = False) -> N
     with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
         merged.sort(key=itemgetter(0))
         messages = list(map(_MESSAGE, merged))  # the round at once, as one process's delivery
+        causes = list(map(_CAUSES, merged))
         if late:
-            env.drive.add_late(messages)
+            env.drive.add_late(messages, causes)
         else:
-            env.add_to_history(messages)
+            env.add_to_history(messages, causes=causes)
         if not any(map(_FLAG, merged)):
             return
-        for _, message, flag in merged:
+        for _, message, flag, _ in merged:
             if flag == DEAD:
                 env.dead_letter(message)
             elif flag == PINNED:
                 to_pinned(env, message)
 
 
-def route_all(
-    env: Environment, pending: list[tuple[int, Message]], inboxes: list[list[Entry]], addresses: Addresses
-) -> None:
-    """Deliver the round's messages (``pending``, ranked) as the bus does, routing to shards, not to each stand-in.
+def route_all(env: Environment, this: Round, inboxes: list[list[Entry]], addresses: Addresses) -> None:
+    """Deliver the round ``this`` published as the bus does, routing to shards, not to each stand-in.
 
     A message goes once into the inbox of every shard that has a recipient (the shard's own
     index finds which of its roles); the driver's own roles get theirs here. The cost is per
     address, not per recipient.
     """
-    for _, message in pending:
-        env.add_to_history([message])
+    for _, message in this.take_published():
+        env.add_to_history([message], causes=[this.caused_by(message)])
         shards = targets(message.send_to, addresses)
         if not shards:
             env.dead_letter(message)

@@ -145,11 +145,11 @@ def _pickler() -> Any:
     return quick(cloudpickle.Pickler)
 
 
-def _opened(ray: Any, ref: Any, reader: OutboxReader) -> tuple[Any, dict[str, list[str]]]:
-    """The outbox and news behind ``ref`` (ready: its call has answered), read by the shard's ``reader``."""
-    columns, news = _unpacked(ray.get(ref))
+def _opened(ray: Any, ref: Any, reader: OutboxReader) -> Any:
+    """The outbox behind ``ref`` (ready: its call has answered), read by the shard's ``reader``."""
+    columns = _unpacked(ray.get(ref))
     with paused_gc():
-        return reader.outbox(columns), news
+        return reader.outbox(columns)
 
 
 def _unpacked(data: bytes) -> Any:
@@ -174,7 +174,7 @@ class _Actor:
             total=total, concurrency=concurrency, shards=shards, number=number, key=key, pickler=pickler
         )
         self.outboxes = OutboxWriter()
-        self.kept: list[tuple[Any, dict[str, list[str]]]] = []
+        self.kept: list[Any] = []
 
     async def load(self, blob: bytes, addresses: bytes) -> int:
         with paused_gc():
@@ -196,18 +196,18 @@ class _Actor:
         result = reply.result
         heavy: bytes | None = None
         if asked.outbox:  # apart from the result: the driver takes it in when it needs it
-            heavy = _packed((self.outboxes.columns(result.outbox), result.news))
+            heavy = _packed(self.outboxes.columns(result.outbox))
         else:  # kept here until the driver asks (kept_outboxes): a round it does not read costs nothing more
-            self.kept.append((result.outbox, result.news))
-        result.outbox, result.news = [], {}
+            self.kept.append(result.outbox)
+        result.outbox = []
         packed = (_packed(result), heavy, *(_packed(part) if part else None for part in reply.outgoing))
         gc.freeze()  # what the roles now remember stays: later collections skip it
         return packed
 
     async def kept_outboxes(self) -> bytes:
-        """The outboxes (and news) of the rounds whose results went without them, in round order, as columns."""
+        """The outboxes of the rounds whose results went without them, in round order, as columns."""
         kept, self.kept = self.kept, []
-        return _packed([(self.outboxes.columns(outbox), news) for outbox, news in kept])
+        return _packed([self.outboxes.columns(outbox) for outbox in kept])
 
     async def release_more(self, number: int) -> bytes:
         with paused_gc():
@@ -274,7 +274,7 @@ class RayShards:
     def send(self, requests: Sequence[Request | None], broadcasts: list[Message]) -> _InFlight:
         """One ``answer`` call per shard with a request, all in flight at once (broadcasts stored once for all).
 
-        A round's reply comes as several objects: its result; its outbox and news (the driver takes
+        A round's reply comes as several objects: its result; its outbox (the driver takes
         them in when it needs them: ``RoundResult.open``; without ``outbox``, the shard keeps them until
         then); and its parts for the other shards, of which the driver keeps only the handles and
         passes them to the next call of the shard they are for.
@@ -300,15 +300,15 @@ class RayShards:
             result.sealed = functools.partial(self._next_kept, shard)
         return RoundDone(result, [ref if n else None for ref, n in zip(refs[2:], result.crossing, strict=True)])
 
-    def _next_kept(self, shard: int) -> tuple[Any, dict[str, list[str]]]:
+    def _next_kept(self, shard: int) -> Any:
         """The next outbox ``shard`` kept (``kept_outboxes``: all it holds, fetched when the last is used up)."""
         queue = self.kept[shard]
         if not queue:
             queue.extend(_unpacked(self.ray.get(self.actors[shard].kept_outboxes.remote())))
             self.calls += 1
-        columns, news = queue.popleft()
+        columns = queue.popleft()
         with paused_gc():
-            return self.readers[shard].outbox(columns), news
+            return self.readers[shard].outbox(columns)
 
     async def pieces(self, counts: list[int]) -> AsyncIterator[tuple[int, bytes]]:
         """The rest of each shard's released roles: every shard's second piece, then their thirds... (asked at once)."""

@@ -27,8 +27,18 @@ Addresses = tuple[dict[str, tuple[int, ...]], tuple[int, ...]]
 """The address map (address → the shards whose roles receive on it) and every shard that hosts a role."""
 
 
+OutboxEntry = tuple[int, Message, int, list[str]]
+"""What a shard's round published, one message each: ``(rank, message, flag, caused_by)``.
+
+The rank is its sender's place (the delivery order); flags ``DEAD`` (it reaches no role) and ``PINNED`` (it
+reaches a role on the driver, ``sharding.worker``); ``caused_by`` the ids of the news its sender's turn
+observed (``[]`` unless the driver asked: ``RunRound.causes``). A part crossing to another shard leaves both
+last fields empty.
+"""
+
+
 class Seen:
-    """A message known by its id only: what a remote role's turn observed (its steps, its stand-in's news)."""
+    """A message known by its id only: what a remote role's turn observed (its steps, made portable)."""
 
     __slots__ = ("id",)
 
@@ -62,15 +72,13 @@ class Delivery:
 class RoundResult:
     """What a shard returns for a round."""
 
-    outbox: list[tuple[int, Message, int]]
-    """What its roles published, ``(rank, message, flag)`` in delivery order (flags: ``DEAD``, ``PINNED``)."""
+    outbox: list[OutboxEntry]
+    """What its roles published, in delivery order (:data:`OutboxEntry`)."""
     steps: Steps | None = None
     """Its roles' turn steps (``bus.record``), made portable, when the driver's log wants them."""
     ledger: list[LedgerEntry] = field(default_factory=list)
     failures: list[tuple[int, str, str, str]] = field(default_factory=list)
     """``(place, exception type, str, repr)`` of each turn that raised."""
-    news: dict[str, list[str]] = field(default_factory=dict)
-    """The news ids of each role that published, as the event log writes them (its ``caused_by``)."""
     ready: int = 0
     """Roles with buffered messages after the round (before its deliveries)."""
     held: int = 0
@@ -83,13 +91,13 @@ class RoundResult:
     """How long the shard worked on the round (delivering and running turns), for diagnostics."""
     flagged: int = 0
     """Entries of the outbox with a flag (dead letters, deliveries to roles on the driver)."""
-    sealed: Callable[[], tuple[list[tuple[int, Message, int]], dict[str, list[str]]]] | None = None
-    """When the outbox and news travel apart (on Ray): how to get them, once the driver needs them."""
+    sealed: Callable[[], list[OutboxEntry]] | None = None
+    """When the outbox travels apart (on Ray): how to get it, once the driver needs it."""
 
     def open(self) -> RoundResult:
-        """Take in the outbox and news if they travelled apart (``sealed``); this result."""
+        """Take in the outbox if it travelled apart (``sealed``); this result."""
         if self.sealed is not None:
-            self.outbox, self.news = self.sealed()
+            self.outbox = self.sealed()
             self.sealed = None
         return self
 
@@ -136,8 +144,8 @@ class RunRound:
     round: int
     steps: bool = False
     """Send the turn steps (the driver's log writes them)."""
-    news: bool = False
-    """Send each sender's news (the round record's ``caused_by``)."""
+    causes: bool = False
+    """Give each outbox entry its sender's ``caused_by`` (the news its turn observed; else ``[]``)."""
     outbox: bool = True
     """Send the outbox with the result; else the shard keeps it until the driver takes it in
     (:meth:`RoundResult.open`), so a round nobody reads costs nothing more."""

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container
 
 from metaroles.bus.environment import Environment
 from metaroles.bus.role import Role
 from metaroles.core.exceptions import RunError
 from metaroles.messages.message import Message
-from metaroles.sharding.shardset import Entry, Seen
+from metaroles.sharding.shardset import Entry
 
 
 class _Forward:
@@ -30,40 +30,34 @@ class _Forward:
 
 
 class _RemoteContext:
-    __slots__ = ("heard", "memory", "msg_buffer", "name", "watch")
+    __slots__ = ("memory", "msg_buffer", "watch")
 
-    def __init__(self, inbox: list[Entry], watch: frozenset[str], name: str, heard: Mapping[str, list[str]]) -> None:
+    def __init__(self, inbox: list[Entry], watch: frozenset[str]) -> None:
         self.memory = None  # on the shard
         self.msg_buffer = _Forward(inbox)
         self.watch = watch
-        self.name, self.heard = name, heard
-
-    @property
-    def news(self) -> list[Seen]:
-        """What the role's last turn observed, by id, as its shard reported it (``ShardedRun.heard``)."""
-        return [Seen(message_id) for message_id in self.heard.get(self.name, ())]
 
 
 class RemoteRole:
     """The driver's stand-in for a role that runs on a shard: its name, addresses and place."""
 
-    __slots__ = ("_heard", "addresses", "name", "place", "profile", "rc", "shard")
+    __slots__ = ("_spoke", "addresses", "name", "place", "profile", "rc", "shard")
 
-    def __init__(self, role: Role, shard: int, inbox: list[Entry], heard: Mapping[str, list[str]]) -> None:
-        """Stand in for ``role``, whose deliveries go to ``inbox``; ``heard``: the news of the last round's senders."""
-        self._heard = heard
+    def __init__(self, role: Role, shard: int, inbox: list[Entry], spoke: Container[str]) -> None:
+        """Stand in for ``role``, whose deliveries go to ``inbox``; ``spoke``: who published with news last round."""
+        self._spoke = spoke
         self.name = role.name
         self.profile = role.profile
         self.addresses = role.addresses
         self.place = role.place
         """The role's place in its Environment (as :attr:`Role.place`)."""
         self.shard = shard
-        self.rc = _RemoteContext(inbox, frozenset(role.rc.watch), role.name, heard)
+        self.rc = _RemoteContext(inbox, frozenset(role.rc.watch))
 
     @property
     def is_idle(self) -> bool:
-        """Whether the role did not speak in the last round (what the driver can tell of a remote role)."""
-        return not self._heard.get(self.name)
+        """Whether the role did not publish with news in the last round (what the driver can tell of a remote role)."""
+        return self.name not in self._spoke
 
     def put_message(self, message: Message) -> None:
         """Deliver ``message`` to this role alone (an intervention decided it per recipient)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from metaroles.bus.environment import Environment, Round
-from metaroles.bus.record import Steps
+from metaroles.bus.record import Steps, caused_by
 from metaroles.bus.role import Role
 from metaroles.bus.routing import reach
 from metaroles.core.heap import paused_gc
@@ -37,6 +37,7 @@ from metaroles.sharding.shardset import (
     Entry,
     Measure,
     Measured,
+    OutboxEntry,
     Release,
     Released,
     Reply,
@@ -178,7 +179,7 @@ class ShardHost:
             self.addresses = delivery.addresses
             self._targets = {}
         held, self.held = self.held, []
-        crossed: dict[int, list[tuple[int, Message, int]]] = {}
+        crossed: dict[int, list[OutboxEntry]] = {}
         for source, part in zip(delivery.sources, parts, strict=True):
             crossed.setdefault(source, []).extend(self._crossed(source, part))
         if delivery.ranked is not None:  # else the driver routed the round: what was held or crossed is dropped
@@ -189,7 +190,7 @@ class ShardHost:
             self.deliver([entry[1] for entry in flush], ())
         self.deliver(delivery.inbox, broadcasts)
 
-    def _crossed(self, source: int, part: bytes) -> list[tuple[int, Message, int]]:
+    def _crossed(self, source: int, part: bytes) -> list[OutboxEntry]:
         """The part of ``source``'s outbox for this shard (read even when dropped: the numbering of its sets)."""
         with paused_gc():
             crossed = self._in[source].outbox(pickle.loads(part))
@@ -259,21 +260,25 @@ class ShardHost:
         if request.steps:
             assert env.recorded is not None and env.recorded.steps is not None
             result.steps = _portable(env.recorded.steps)  # the shard's part of the round's record
-        if request.news:
-            result.news = self._news(outbox)
         return RoundDone(result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)])
 
     def route_published(
-        self, pending: list[tuple[int, Message]]
-    ) -> tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int]:
+        self, pending: list[tuple[int, Message]], *, causes: bool = False
+    ) -> tuple[list[OutboxEntry], list[list[OutboxEntry]], int]:
         """The round's outbox (``pending``, in delivery order), flagged; what stays here is held, the rest by shard.
 
-        Also returns how many entries are flagged (the driver merges a round without any behind the next).
+        ``causes``: each entry carries its sender's ``caused_by`` (else ``[]``). Also returns how many
+        entries are flagged (the driver merges a round without any behind the next).
         """
         addresses, number, held, known, historic = self.addresses, self.number, self.held, self._targets, self.known
-        crossing: list[list[tuple[int, Message, int]]] = [[] for _ in range(self.shards)]
-        outbox, flagged = [], 0
+        crossing: list[list[OutboxEntry]] = [[] for _ in range(self.shards)]
+        outbox: list[OutboxEntry] = []
+        flagged, roles, said, none = 0, self.env.roles, dict[str, list[str]](), list[str]()
         for rank, message in pending:
+            cause = said.get(message.sent_from) if causes else none  # one list per sender: a fan-out costs it once
+            if cause is None:
+                sender = roles.get(message.sent_from)
+                cause = said[message.sent_from] = none if sender is None else caused_by(sender)
             historic[message.id] = message  # the driver's history will hold it
             flag = 0
             shards = known.get(message.send_to)
@@ -289,18 +294,10 @@ class ShardHost:
                 elif shard == DRIVER:
                     flag = PINNED
                 else:
-                    crossing[shard].append((rank, message, 0))
-            outbox.append((rank, message, flag))
+                    crossing[shard].append((rank, message, 0, none))
+            outbox.append((rank, message, flag, cause))
             flagged += flag != 0
         return outbox, crossing, flagged
-
-    def _news(self, outbox: list[tuple[int, Message, int]]) -> dict[str, list[str]]:
-        roles, news = self.env.roles, {}
-        for _, message, _ in outbox:
-            sender = roles.get(message.sent_from)
-            if sender is not None and sender.name not in news:
-                news[sender.name] = [m.id for m in sender.rc.news]
-        return news
 
     def release_more(self, number: int) -> bytes:
         """Piece ``number`` (the first is 0) of the roles a :class:`Release` gives back.
@@ -329,8 +326,8 @@ class _ShardRound:
     cut_short_ends = False  # a shard lost mid-round: the driver stops the run at its last checkpoint
 
     def __init__(self, host: ShardHost, request: RunRound) -> None:
-        self.host, self.steps, self.number = host, request.steps, request.round
-        self.routed: tuple[list[tuple[int, Message, int]], list[list[tuple[int, Message, int]]], int] = ([], [], 0)
+        self.host, self.steps, self.number, self.causes = host, request.steps, request.round, request.causes
+        self.routed: tuple[list[OutboxEntry], list[list[OutboxEntry]], int] = ([], [], 0)
         self.calls: list[Any] = []
         self.failures: list[tuple[Role, Exception]] = []
 
@@ -345,7 +342,7 @@ class _ShardRound:
         entries, spent = self.host.env.ledger.entries, this.spent[0]
         self.calls, self.failures = entries[spent:], this.failures
         del entries[spent:]  # the driver's ledger holds them (before the record closes: it starts after them)
-        self.routed = self.host.route_published(this.take_published())
+        self.routed = self.host.route_published(this.take_published(), causes=self.causes)
 
 
 def _portable(steps: Steps) -> Steps:
