@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, cast
 from warnings import warn
 
-from metaroles.bus.record import EnvEvent, RoundRecord, Steps, caused_by
+from metaroles.bus.record import NOTHING_SAID, EnvEvent, RoundRecord, Said, Steps, said_by
 from metaroles.bus.role import Role
 from metaroles.bus.routing import (
     AddressBook,
@@ -276,15 +276,15 @@ class Bus:
         self,
         messages: Sequence[Message],
         recipients: Sequence[Sequence[Member]] | None = None,
-        causes: Sequence[list[str] | None] | None = None,
+        said: Sequence[Said | None] | None = None,
     ) -> None:
         """Put ``messages`` into the history and the round's record (``recipients``: as delivery found them).
 
         ``None``: delivered elsewhere with this address book (a sharded round's shards routed them):
         the record's recipients are the ones it routes to now, so no reader of the record routes again.
-        ``causes``: each message's ``caused_by`` as its sender's shard gave it (``None``: its sender is here).
+        ``said``: what each message's sender said of it on its shard (``bus.record.SAID``; ``None``: it is here).
         """
-        self._drive.into_history(messages, recipients, self.record, causes)
+        self._drive.into_history(messages, recipients, self.record, said)
 
     def publish_message(self, message: Message) -> bool:
         """Publish ``message``: delivered at the end of the current round, or now between rounds; ``True``.
@@ -333,22 +333,22 @@ class Bus:
         sender = self.roles.get(message.sent_from)
         return self._book.total if sender is None else sender.place
 
-    def _deliver(self, messages: Sequence[Message], causes: Sequence[list[str] | None] | None = None) -> None:
-        """Route each of ``messages``, in order, into the buffers of its recipients (``causes``: see add_to_history)."""
+    def _deliver(self, messages: Sequence[Message], said: Sequence[Said | None] | None = None) -> None:
+        """Route each of ``messages``, in order, into the buffers of its recipients (``said``: see add_to_history)."""
         if self.interventions:
             for at, message in enumerate(messages):
-                self._deliver_intercepted(message, None if causes is None else causes[at])
+                self._deliver_intercepted(message, None if said is None else said[at])
             return
         route = self._book.route
         recipients = [route(message.send_to) for message in messages]
-        self.add_to_history(messages, recipients, causes)  # one call for the round's messages, not one per message
+        self.add_to_history(messages, recipients, said)  # one call for the round's messages, not one per message
         if not all(recipients):
             for message, roles in zip(messages, recipients, strict=True):
                 if not roles:
                     self.dead_letter(message)
         self.push_all(messages, recipients)
 
-    def _deliver_intercepted(self, message: Message, causes: list[str] | None = None) -> None:
+    def _deliver_intercepted(self, message: Message, said: Said | None = None) -> None:
         for hook in self.interventions:
             result = hook.on_publish(message, sender=message.sent_from)
             if result is DropMessage:
@@ -356,7 +356,7 @@ class Bus:
                 return
             message = _checked(result, hook)
         recipients = self._book.route(message.send_to)
-        self.add_to_history([message], [recipients], [causes])
+        self.add_to_history([message], [recipients], [said])
         if not recipients:
             self.dead_letter(message)
         for role in recipients:
@@ -501,26 +501,26 @@ class BusDrive:
             if not role.rc.msg_buffer.empty():
                 readiness.mark(role)
 
-    def add_late(self, messages: Sequence[Message], causes: Sequence[list[str] | None]) -> None:
+    def add_late(self, messages: Sequence[Message], said: Sequence[Said | None]) -> None:
         """Put ``messages`` into the history and the record that closed last (a round taken in behind the next one).
 
         Delivered elsewhere with this address book: as ``Bus.add_to_history`` with no recipients.
         """
         bus = self.bus
-        self.into_history(messages, None, bus.recorded if bus.recorded is not None else bus.record, causes)
+        self.into_history(messages, None, bus.recorded if bus.recorded is not None else bus.record, said)
 
     def into_history(
         self,
         messages: Sequence[Message],
         recipients: Sequence[Sequence[Member]] | None,
         record: RoundRecord | None,
-        causes: Sequence[list[str] | None] | None = None,
+        said: Sequence[Said | None] | None = None,
     ) -> None:
-        """Put ``messages`` into the history and ``record``, each with its ``caused_by``.
+        """Put ``messages`` into the history and ``record``, each with what its sender said of it.
 
         ``recipients``: as delivery found them; ``None``: the ones this address book routes to now.
-        ``causes``: each message's ``caused_by`` as its shard's outbox carried it; ``None`` (all, or one):
-        its sender is here, and its news says (``bus.record.caused_by``).
+        ``said``: as each message's shard's outbox carried it; ``None`` (all, or one): its sender is here
+        (``bus.record.said_by``).
         """
         bus = self.bus
         new = bus.history.remember_new(messages)
@@ -531,28 +531,26 @@ class BusDrive:
             kept = set(map(id, new))
             if recipients is not None:
                 recipients = [to for message, to in zip(messages, recipients, strict=True) if id(message) in kept]
-            if causes is not None:
-                causes = [given for message, given in zip(messages, causes, strict=True) if id(message) in kept]
+            if said is not None:
+                said = [given for message, given in zip(messages, said, strict=True) if id(message) in kept]
         if recipients is None:
             route = book.route
             recipients = [route(message.send_to) for message in new]
-        record.caused_by += _causes(new, causes, bus.roles)
+        record.said += _said(new, said, bus.roles)
         record.published += new
         record.recipients += map(book.places, recipients)
 
 
-def _causes(
-    messages: Sequence[Message], given: Sequence[list[str] | None] | None, roles: Mapping[str, Role]
-) -> list[list[str]]:
-    """Each message's ``caused_by``: ``given``, else its sender's news here (a sender's fan-out costs it once)."""
-    out, senders = [], dict[str, list[str]]()
+def _said(messages: Sequence[Message], given: Sequence[Said | None] | None, roles: Mapping[str, Role]) -> list[Said]:
+    """What each message's sender said of it: ``given``, else its sender here says (a fan-out costs it once)."""
+    out, senders = [], dict[str, Said]()
     for at, message in enumerate(messages):
         known = None if given is None else given[at]
         if known is None:
             sender = message.sent_from
             known = senders.get(sender)
             if known is None:
-                known = senders[sender] = caused_by(roles[sender]) if sender in roles else []
+                known = senders[sender] = said_by(roles[sender]) if sender in roles else NOTHING_SAID
         out.append(known)
     return out
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from metaroles.bus.action import UserRequirement
 from metaroles.bus.delivery import Bus
+from metaroles.bus.record import Said
 from metaroles.bus.role import Role
 from metaroles.bus.rounds import TurnObserver, WorkerPool, run_roles, take_turn
 from metaroles.bus.routing import Intervention, env_index
@@ -54,7 +55,7 @@ class Round:
     :meth:`add_published` for what was published elsewhere).
     """
 
-    __slots__ = ("_causes", "_deliver", "_pending", "_run", "failures", "number", "ready", "spent")
+    __slots__ = ("_deliver", "_pending", "_run", "_said", "failures", "number", "ready", "spent")
 
     def __init__(
         self,
@@ -64,7 +65,7 @@ class Round:
         *,
         run: Callable[[Round], Coroutine[Any, Any, None]],
         pending: list[tuple[int, Message]],
-        deliver: Callable[[Sequence[Message], Sequence[list[str] | None] | None], None],
+        deliver: Callable[[Sequence[Message], Sequence[Said | None] | None], None],
     ) -> None:
         """Round ``number``: ``run`` runs its turns, ``deliver`` delivers, ``pending`` is the bus's published list."""
         self.number = number
@@ -75,8 +76,8 @@ class Round:
         self.failures: list[tuple[Role, Exception]] = []
         """The roles whose turn raised, with what (in role order once the round is ordered)."""
         self._run, self._pending, self._deliver = run, pending, deliver
-        self._causes: dict[int, list[str]] = {}
-        """The ``caused_by`` of messages published elsewhere (by ``id``), as their shards' outboxes carried it."""
+        self._said: dict[int, Said] = {}
+        """What was said of messages published elsewhere (by ``id``), as their shards' outboxes carried it."""
 
     def fail(self, role: Role, exc: Exception) -> None:
         """Note that ``role``'s turn raised ``exc``."""
@@ -95,22 +96,22 @@ class Round:
         self._pending.clear()
         return pending
 
-    def add_published(self, published: Iterable[tuple[int, Message, list[str]]]) -> None:
-        """Add messages published elsewhere this round (a shard's) to its delivery: ``(rank, message, caused_by)``."""
-        pending, causes = self._pending, self._causes
-        for rank, message, caused_by in published:
+    def add_published(self, published: Iterable[tuple[int, Message, Said]]) -> None:
+        """Add messages published elsewhere this round (a shard's) to its delivery: ``(rank, message, said)``."""
+        pending, said = self._pending, self._said
+        for rank, message, what in published:
             pending.append((rank, message))
-            causes[id(message)] = caused_by
+            said[id(message)] = what
 
-    def caused_by(self, message: Message) -> list[str] | None:
-        """The ``caused_by`` of a message published elsewhere (:meth:`add_published`); ``None``: published here."""
-        return self._causes.get(id(message))
+    def said_of(self, message: Message) -> Said | None:
+        """What was said of a message published elsewhere (:meth:`add_published`); ``None``: published here."""
+        return self._said.get(id(message))
 
     def deliver_published(self) -> None:
         """Deliver what was published during the round: the history, then the recipients' buffers."""
         messages = [message for _, message in self.take_published()]
-        causes = self._causes
-        self._deliver(messages, [causes.get(id(message)) for message in messages] if causes else None)
+        said = self._said
+        self._deliver(messages, [said.get(id(message)) for message in messages] if said else None)
 
 
 class RoundWay(Protocol):

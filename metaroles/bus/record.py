@@ -27,12 +27,22 @@ Recipients = tuple[int, ...]
 """A message's recipients as a round record holds them: their places, in place order (never changed once made)."""
 
 
-def caused_by(sender: Any) -> list[str]:
-    """What the messages ``sender``'s turn publishes were caused by: the ids of the news it observed.
+Said = tuple[Any, ...]
+"""What a message's sender says of it as it publishes it: a value per column of :data:`SAID`."""
 
-    A round record's ``caused_by``, taken where the sender is (its shard's outbox carries it to the driver).
-    """
-    return [message.id for message in sender.rc.news]
+SAID = ("caused_by",)
+"""The round record's columns that only a message's sender knows, taken where it is (:func:`said_by`): ``caused_by``,
+the ids of the news its turn observed. A shard's outbox carries them to the driver, the event log writes each in
+its ``published`` columns (after ``send_to``) and its readers put it on the ``publish`` event. A new one is a name
+here and its value in :func:`said_by`."""
+
+NOTHING_SAID: Said = ([],)
+"""What is said of a message no role here published (or when nobody asked: ``RunRound.said``)."""
+
+
+def said_by(sender: Any) -> Said:
+    """What ``sender``'s turn says of each message it publishes (:data:`SAID`); one tuple shared by them all."""
+    return ([message.id for message in sender.rc.news],)
 
 
 def names_of(recipients: Recipients, members: Sequence[Any]) -> list[str]:
@@ -114,8 +124,9 @@ class RoundRecord:
     recipients: list[Recipients] = field(default_factory=list)
     """Each published message's recipients as delivery found them: their places, in place order (a sharded
     round's as the driver's address book routes them, the one its shards delivered with)."""
-    caused_by: list[list[str]] = field(default_factory=list)
-    """Each published message's cause: the ids of the news its sender's turn observed (``[]``: no turn's)."""
+    said: list[Said] = field(default_factory=list)
+    """What each published message's sender said of it (:data:`SAID`: ``caused_by``, the ids of the news its turn
+    observed, ``[]`` if no turn's); the messages of one turn share one tuple."""
     model_calls: list[LedgerEntry] = field(default_factory=list)
     """The model calls, with their usage (taken from the ledger when the record closes)."""
     events: list[EnvEvent] = field(default_factory=list)

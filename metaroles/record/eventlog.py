@@ -36,7 +36,7 @@ from typing import Any, Literal
 import orjson
 
 from metaroles.bus.environment import Environment
-from metaroles.bus.record import EnvEvent, Recipients, RoundRecord, Steps, names_of
+from metaroles.bus.record import NOTHING_SAID, SAID, EnvEvent, Recipients, RoundRecord, Said, Steps, names_of, said_by
 from metaroles.core.files import append_durably, append_text, create_durably
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
@@ -167,7 +167,7 @@ class EventLog:
         events: list[EnvEvent] = []
         for record in records or ():  # the rounds' records (and what happened between): all, as it happened
             steps = record.steps if self.turns and record.steps else None
-            line.part(steps, record.published, record.caused_by, *self._addressed(record.published, record.recipients))
+            line.part(steps, record.published, record.said, *self._addressed(record.published, record.recipients))
             if steps is not None:
                 line.tokens(steps, record.model_calls)
             calls += record.model_calls
@@ -175,9 +175,9 @@ class EventLog:
         if records is None:  # records not kept any more (many rounds between two calls): what the bus kept since
             env = self.env
             published = env.history.get(len(env.history) - self._history) if len(env.history) > self._history else []
-            caused_by = [self._news_of(m.sent_from) for m in published]
+            said = [self._said_by(m.sent_from) for m in published]
             delivered = [env.places(m) for m in published]  # as the address book routes them now
-            line.part(None, published, caused_by, *self._addressed(published, delivered))
+            line.part(None, published, said, *self._addressed(published, delivered))
             calls, events = env.ledger.entries[self._ledger :], env.events[self._events :]
         return calls, events
 
@@ -202,10 +202,10 @@ class EventLog:
         ]
         return send_to, to
 
-    def _news_of(self, name: str) -> list[str]:
-        """The ids of the news of the role ``name`` in this process (``[]`` if it is not here)."""
+    def _said_by(self, name: str) -> Said:
+        """What the role ``name`` in this process says of what it published (``NOTHING_SAID`` if it is not here)."""
         sender = self.env.roles.get(name)
-        return [m.id for m in sender.rc.news] if sender is not None else []
+        return said_by(sender) if sender is not None else NOTHING_SAID
 
     def _addresses(self, send_to: frozenset[str]) -> list[str]:
         """``send_to`` sorted, kept for the next message sent there."""
@@ -235,13 +235,16 @@ def _round_times(seq: int, round_no: int, records: list[RoundRecord] | None) -> 
     return f'{{"seq":{seq},"round":{round_no},"start_ns":{started},"end_ns":{ended}}}\n'
 
 
+_CAUSED_BY = SAID.index("caused_by")
+"""The column of ``SAID`` written with :data:`SAME_CAUSES`."""
+
+
 class _Line:
     """A round line's columns, filled part by part (a part: some turns' steps, then some messages)."""
 
     __slots__ = (
         "_last",
         "cause_by",
-        "caused_by",
         "completion_tokens",
         "details",
         "kinds",
@@ -249,6 +252,7 @@ class _Line:
         "parts",
         "prompt_tokens",
         "roles",
+        "said",
         "send_to",
         "senders",
         "to",
@@ -264,7 +268,8 @@ class _Line:
         self.message_ids: list[str] = []
         self.cause_by: list[str] = []
         self.send_to: list[list[str]] = []
-        self.caused_by: list[list[str]] = []
+        self.said: list[list[Any]] = [[] for _ in SAID]
+        """A column per name of ``bus.record.SAID`` (``caused_by`` first)."""
         self._last: tuple[str, list[str]] | None = None
         """The sender and causes of the last message added (the next may be written as the same)."""
         self.to: list[list[str]] = []
@@ -276,7 +281,7 @@ class _Line:
         self,
         steps: Steps | None,
         messages: Sequence[Message],
-        caused_by: list[list[str]],
+        said: Sequence[Said],
         send_to: list[list[str]],
         to: list[list[str]],
     ) -> None:
@@ -298,7 +303,8 @@ class _Line:
             ]
         if not count and not messages:
             return
-        self.caused_by += self._causes(messages, caused_by)
+        for column, values in zip(self.said, zip(*said, strict=True) if said else [() for _ in SAID], strict=True):
+            column += self._causes(messages, values) if column is self.said[_CAUSED_BY] else values
         self.senders += [m.sent_from for m in messages]
         self.message_ids += [m.id for m in messages]
         self.cause_by += [m.cause_by for m in messages]
@@ -311,7 +317,7 @@ class _Line:
         else:
             parts.append([count, len(messages)])
 
-    def _causes(self, messages: Sequence[Message], caused_by: list[list[str]]) -> list[list[str]]:
+    def _causes(self, messages: Sequence[Message], caused_by: Sequence[list[str]]) -> list[list[str]]:
         """``caused_by`` as written: :data:`SAME_CAUSES` for the causes of the same sender's message before."""
         written = []
         for message, causes in zip(messages, caused_by, strict=True):
@@ -353,7 +359,7 @@ class _Line:
             "message_id": self.message_ids,
             "cause_by": self.cause_by,
             "send_to": self.send_to,
-            "caused_by": self.caused_by,
+            **dict(zip(SAID, self.said, strict=True)),
             "to": self.to,
         }
         if len(self.parts) > 1:

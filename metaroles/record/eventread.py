@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from warnings import warn
 
+from metaroles.bus.record import SAID
 from metaroles.core.exceptions import RunDirCorrupt
 from metaroles.core.files import iter_lines, write_atomic
 
@@ -146,6 +147,7 @@ def spelled(line: Event) -> list[Event]:
     out: list[Event] = [{"seq": seq, "round": round_no, "kind": "round_start"}]
     steps, said = line.get("steps") or _NO_STEPS, _causes_spelled(line.get("published") or _NO_MESSAGES)
     parts = line.get("parts") or [[len(steps["kind"]), len(said["message_id"])]]
+    told = [name for name in SAID if name in said]  # caused_by, and a sender's newer columns
     step = message = 0
     tokens = steps.get("prompt_tokens"), steps.get("completion_tokens")  # absent before the column was written
     for count, messages in parts:
@@ -156,24 +158,20 @@ def spelled(line: Event) -> list[Event]:
             if kind == "observe" and tokens[0] is not None and tokens[1] is not None:  # the turn's model tokens
                 out[-1] |= {"prompt_tokens": tokens[0][at], "completion_tokens": tokens[1][at]}
         step += count
-        columns = (said[k][message : message + messages] for k in _MESSAGE_COLUMNS)
-        for role, message_id, cause_by, send_to, caused_by, to in zip(*columns, strict=True):
+        columns = (said[k][message : message + messages] for k in _PUBLISH_COLUMNS)
+        for at, (role, message_id, cause_by, send_to, to) in enumerate(zip(*columns, strict=True), message):
             seq += 1
             out.append({"seq": seq, "round": round_no, "kind": "publish", "role": role, "message_id": message_id})
-            out[-1] |= {"cause_by": cause_by, "send_to": send_to, "caused_by": caused_by}
+            out[-1] |= {"cause_by": cause_by, "send_to": send_to} | {name: said[name][at] for name in told}
             out.extend(
                 {"seq": seq + n, "round": round_no, "kind": "deliver", "role": name, "message_id": message_id}
                 for n, name in enumerate(to, start=1)
             )
             seq += len(to)
         message += messages
-    for call in line.get("llm_calls", ()):
-        seq += 1
-        out.append({"seq": seq, "round": round_no, "kind": "llm_call", **call})
-    for event in line.get("events", ()):
-        seq += 1
-        out.append({"seq": seq, "round": round_no, **event})
-    out.append({"seq": seq + 1, "round": round_no, "kind": "round_end"})
+    tail = [{"kind": "llm_call", **call} for call in line.get("llm_calls", ())] + list(line.get("events", ()))
+    out += [{"seq": seq + n, "round": round_no, **event} for n, event in enumerate(tail, start=1)]
+    out.append({"seq": seq + len(tail) + 1, "round": round_no, "kind": "round_end"})
     return out
 
 
@@ -192,6 +190,8 @@ SAME_CAUSES = ["^"]
 """A publish's ``caused_by`` as written when it is the one of the message before it, from the same sender."""
 _MESSAGE_COLUMNS = ("role", "message_id", "cause_by", "send_to", "caused_by", "to")
 """A round line's columns of the messages published (``published``), in the order of a publish event's fields."""
+_PUBLISH_COLUMNS = ("role", "message_id", "cause_by", "send_to", "to")
+"""The columns a publish event and its deliveries are made of, besides what its sender said (``bus.record.SAID``)."""
 _NO_STEPS: dict[str, list[Any]] = {"kind": [], "role": [], "detail": []}
 _NO_MESSAGES: dict[str, list[Any]] = {key: [] for key in _MESSAGE_COLUMNS}
 
@@ -284,6 +284,8 @@ def _round_line(value: dict[str, Any]) -> bool:
 def _round_columns(steps: Any, said: Any) -> bool:
     """Whether a round line's step and message columns hold what :func:`spelled` reads, one length each."""
     if not (_columns(steps, ("kind", "role", "detail")) and _columns(said, _MESSAGE_COLUMNS)):
+        return False
+    if not _columns(said, (*_MESSAGE_COLUMNS, *(name for name in SAID if name in said))):  # a sender's newer columns
         return False
     if not (_names(steps["kind"]) and _names(steps["role"]) and all(map(_names, steps["detail"]))):
         return False

@@ -21,7 +21,7 @@ from metaroles.record.replayable import plain
 from metaroles.sharding.shardset import OutboxEntry
 
 Outbox = list[OutboxEntry]
-"""``(rank, message, flag, caused_by)`` in delivery order (``sharding.shardset.OutboxEntry``)."""
+"""``(rank, message, flag, said)`` in delivery order (``sharding.shardset.OutboxEntry``)."""
 
 _NO_EXTRAS = (None, None, None, None, None)
 """What a message with only the routing fields has past them (metadata, tool calls, ...: ``Message.__reduce__``)."""
@@ -44,15 +44,15 @@ class OutboxWriter:
         ids, contents, roles, causes, senders = [], [], [], [], []
         whole: dict[int, Message] = {}
         said: list[int] = []
-        lists: dict[int, int] = {}  # each caused_by list once (a sender's messages share theirs), by id
-        distinct: list[list[str]] = []
-        for rank, message, flag, caused_by in outbox:
+        told: dict[int, int] = {}  # what each sender said once (its messages share it), by id
+        distinct: list[Any] = []
+        for rank, message, flag, what in outbox:
             ranks.append(rank)
             flags.append(flag)
-            number = lists.get(id(caused_by))
+            number = told.get(id(what))
             if number is None:
-                number = lists[id(caused_by)] = len(distinct)
-                distinct.append(caused_by)
+                number = told[id(what)] = len(distinct)
+                distinct.append(what)
             said.append(number)
             if type(message) is not Message or not plain(message):
                 whole[len(tos)] = message

@@ -114,8 +114,8 @@ class ShardedRun:
         self.broken = False
         self.spoke: set[str] = set()
         """The remote roles that published with news in the last round taken in (their stand-ins' ``is_idle``)."""
-        self.causes = self.steps = True
-        """Whether shards send each message's ``caused_by`` (the log's); and their turn steps (its turn events)."""
+        self.said = self.steps = True
+        """Whether shards send what each sender said of its messages (the log's ``caused_by``); and their turn steps."""
         self.where: dict[str, tuple[int, ...]] = {}
         """Address → the shards whose roles receive on it (``DRIVER`` for the driver's own roles)."""
         self._pinned: list[tuple[Role, frozenset[str]]] = []
@@ -269,8 +269,8 @@ class ShardedRun:
         busy = [d if (d or self.ready[n] or self.held[n]) else None for n, d in enumerate(deliveries)]
         self.held = [0] * len(deliveries)
         steps = env.steps is not None and self.steps  # a checkpoint's steps are of no use here: shards write parts
-        causes, outbox, number = steps or self.causes, self._reads_rounds, env.round + 1
-        requests = [None if d is None else RunRound(d, number, steps, causes, outbox) for d in busy]
+        said, outbox, number = steps or self.said, self._reads_rounds, env.round + 1
+        requests = [None if d is None else RunRound(d, number, steps, said, outbox) for d in busy]
         try:
             return self.shards.send(requests, broadcasts)
         except Exception as exc:
@@ -315,7 +315,7 @@ class ShardedRun:
         for stepped in results:  # the shards' routing may be stale: the driver routes it all, as it would alone
             if stepped is not None:
                 outbox = self._outbox_of(stepped)
-                this.add_published((rank, message, causes) for rank, message, _, causes in outbox)
+                this.add_published((rank, message, said) for rank, message, _, said in outbox)
         if env.interventions:
             this.deliver_published()  # hooks decide per recipient: the bus routes to stand-ins one by one
         else:
@@ -364,14 +364,14 @@ class ShardedRun:
         return not self.backlog.lazy or self.env.record is not None
 
     def record_for(self, log: EventLog | None) -> None:
-        """Have the shards send what ``log`` writes (``None``: nothing): ``caused_by``, and turn steps if logged."""
-        self.causes, self.steps = log is not None, log is not None and log.turns
+        """Have the shards send what ``log`` writes (``None``: nothing): what senders said, and turn steps if logged."""
+        self.said, self.steps = log is not None, log is not None and log.turns
 
     def _outbox_of(self, stepped: RoundDone) -> list[OutboxEntry]:
         """A shard's outbox of the round, taken in: its sets of recipients shared, its senders with news noted."""
         outbox = stepped.result.open().outbox
         interned(outbox, self._sets)
-        self.spoke.update(message.sent_from for _, message, _, causes in outbox if causes)
+        self.spoke.update(message.sent_from for _, message, _, said in outbox if said[0])  # with news: caused_by
         return outbox
 
     def _merge(self, results: list[RoundDone | None], failures: list[tuple[Any, Exception]]) -> bool:

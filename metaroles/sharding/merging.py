@@ -13,16 +13,17 @@ from operator import itemgetter
 from typing import Any
 
 from metaroles.bus.environment import Environment, Round
+from metaroles.bus.record import Said
 from metaroles.core.heap import paused_gc
 from metaroles.messages.message import Message
 from metaroles.sharding.shardset import Addresses, Entry
 from metaroles.sharding.standins import RemoteRole
 from metaroles.sharding.worker import DEAD, DRIVER, PINNED, targets
 
-Flagged = tuple[int, Message, int, list[str] | None]
-"""An outbox entry (``sharding.shardset.OutboxEntry``), or the driver's own (``caused_by`` ``None``: sent here)."""
+Flagged = tuple[int, Message, int, Said | None]
+"""An outbox entry (``sharding.shardset.OutboxEntry``), or the driver's own (``said`` ``None``: its sender is here)."""
 
-_MESSAGE, _FLAG, _CAUSES = itemgetter(1), itemgetter(2), itemgetter(3)
+_MESSAGE, _FLAG, _SAID = itemgetter(1), itemgetter(2), itemgetter(3)
 
 
 @dataclass(slots=True)
@@ -75,11 +76,11 @@ def take_in(env: Environment, merged: list[Flagged], *, late: bool = False) -> N
     with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
         merged.sort(key=itemgetter(0))
         messages = list(map(_MESSAGE, merged))  # the round at once, as one process's delivery
-        causes = list(map(_CAUSES, merged))
+        said = list(map(_SAID, merged))
         if late:
-            env.drive.add_late(messages, causes)
+            env.drive.add_late(messages, said)
         else:
-            env.add_to_history(messages, causes=causes)
+            env.add_to_history(messages, said=said)
         if not any(map(_FLAG, merged)):
             return
         for _, message, flag, _ in merged:
@@ -97,7 +98,7 @@ def route_all(env: Environment, this: Round, inboxes: list[list[Entry]], address
     address, not per recipient.
     """
     for _, message in this.take_published():
-        env.add_to_history([message], causes=[this.caused_by(message)])
+        env.add_to_history([message], said=[this.said_of(message)])
         shards = targets(message.send_to, addresses)
         if not shards:
             env.dead_letter(message)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from metaroles.bus.record import Steps
+from metaroles.bus.record import Said, Steps
 from metaroles.bus.role import Role
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.llm.ledger import LedgerEntry
@@ -27,13 +27,13 @@ Addresses = tuple[dict[str, tuple[int, ...]], tuple[int, ...]]
 """The address map (address → the shards whose roles receive on it) and every shard that hosts a role."""
 
 
-OutboxEntry = tuple[int, Message, int, list[str]]
-"""What a shard's round published, one message each: ``(rank, message, flag, caused_by)``.
+OutboxEntry = tuple[int, Message, int, Said]
+"""What a shard's round published, one message each: ``(rank, message, flag, said)``.
 
 The rank is its sender's place (the delivery order); flags ``DEAD`` (it reaches no role) and ``PINNED`` (it
-reaches a role on the driver, ``sharding.worker``); ``caused_by`` the ids of the news its sender's turn
-observed (``[]`` unless the driver asked: ``RunRound.causes``). A part crossing to another shard leaves both
-last fields empty.
+reaches a role on the driver, ``sharding.worker``); ``said`` what its sender said of it (``bus.record.SAID``:
+its ``caused_by``; ``NOTHING_SAID`` unless the driver asked, ``RunRound.said``). A part crossing to another
+shard has neither.
 """
 
 
@@ -144,8 +144,8 @@ class RunRound:
     round: int
     steps: bool = False
     """Send the turn steps (the driver's log writes them)."""
-    causes: bool = False
-    """Give each outbox entry its sender's ``caused_by`` (the news its turn observed; else ``[]``)."""
+    said: bool = False
+    """Give each outbox entry what its sender said of it (``bus.record.SAID``; else ``NOTHING_SAID``)."""
     outbox: bool = True
     """Send the outbox with the result; else the shard keeps it until the driver takes it in
     (:meth:`RoundResult.open`), so a round nobody reads costs nothing more."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from metaroles.bus.environment import Environment, Round
-from metaroles.bus.record import Steps, caused_by
+from metaroles.bus.record import NOTHING_SAID, Said, Steps, said_by
 from metaroles.bus.role import Role
 from metaroles.bus.routing import reach
 from metaroles.core.heap import paused_gc
@@ -263,22 +263,22 @@ class ShardHost:
         return RoundDone(result, [self._out[n].columns(part) if part else None for n, part in enumerate(crossing)])
 
     def route_published(
-        self, pending: list[tuple[int, Message]], *, causes: bool = False
+        self, pending: list[tuple[int, Message]], *, said: bool = False
     ) -> tuple[list[OutboxEntry], list[list[OutboxEntry]], int]:
         """The round's outbox (``pending``, in delivery order), flagged; what stays here is held, the rest by shard.
 
-        ``causes``: each entry carries its sender's ``caused_by`` (else ``[]``). Also returns how many
+        ``said``: each entry carries what its sender said of it (``bus.record.said_by``). Also returns how many
         entries are flagged (the driver merges a round without any behind the next).
         """
         addresses, number, held, known, historic = self.addresses, self.number, self.held, self._targets, self.known
         crossing: list[list[OutboxEntry]] = [[] for _ in range(self.shards)]
         outbox: list[OutboxEntry] = []
-        flagged, roles, said, none = 0, self.env.roles, dict[str, list[str]](), list[str]()
+        flagged, roles, senders = 0, self.env.roles, dict[str, Said]()
         for rank, message in pending:
-            cause = said.get(message.sent_from) if causes else none  # one list per sender: a fan-out costs it once
-            if cause is None:
+            what = senders.get(message.sent_from) if said else NOTHING_SAID  # once per sender: a fan-out costs it once
+            if what is None:
                 sender = roles.get(message.sent_from)
-                cause = said[message.sent_from] = none if sender is None else caused_by(sender)
+                what = senders[message.sent_from] = NOTHING_SAID if sender is None else said_by(sender)
             historic[message.id] = message  # the driver's history will hold it
             flag = 0
             shards = known.get(message.send_to)
@@ -294,8 +294,8 @@ class ShardHost:
                 elif shard == DRIVER:
                     flag = PINNED
                 else:
-                    crossing[shard].append((rank, message, 0, none))
-            outbox.append((rank, message, flag, cause))
+                    crossing[shard].append((rank, message, 0, NOTHING_SAID))
+            outbox.append((rank, message, flag, what))
             flagged += flag != 0
         return outbox, crossing, flagged
 
@@ -326,7 +326,7 @@ class _ShardRound:
     cut_short_ends = False  # a shard lost mid-round: the driver stops the run at its last checkpoint
 
     def __init__(self, host: ShardHost, request: RunRound) -> None:
-        self.host, self.steps, self.number, self.causes = host, request.steps, request.round, request.causes
+        self.host, self.steps, self.number, self.said = host, request.steps, request.round, request.said
         self.routed: tuple[list[OutboxEntry], list[list[OutboxEntry]], int] = ([], [], 0)
         self.calls: list[Any] = []
         self.failures: list[tuple[Role, Exception]] = []
@@ -342,7 +342,7 @@ class _ShardRound:
         entries, spent = self.host.env.ledger.entries, this.spent[0]
         self.calls, self.failures = entries[spent:], this.failures
         del entries[spent:]  # the driver's ledger holds them (before the record closes: it starts after them)
-        self.routed = self.host.route_published(this.take_published(), causes=self.causes)
+        self.routed = self.host.route_published(this.take_published(), said=self.said)
 
 
 def _portable(steps: Steps) -> Steps:
