@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from metaroles import TestLLM
+from metaroles import Action, Environment, Message, Role, TestLLM, UserRequirement
+from metaroles.bus.delivery import KEPT_RECORDS
 from metaroles.core.files import append_text
 from metaroles.project.scenario import built_team
 from metaroles.record.commit import RoundCommit
+from metaroles.record.eventlog import EventLog, read_events
 from metaroles.sharding.backends import LocalBackend
 from metaroles.team.runtime import Runtime
 from metaroles.team.team import Team
@@ -79,3 +82,76 @@ def test_a_runtime_is_six_words_and_a_commit_records_once() -> None:
     commit.record()  # as a runtime may, while its shards write their parts
     commit()
     assert calls == ["taken in", "recorded", f"checkpoint {[Path('a')]}", "reported"]
+
+
+class Said(Action):
+    """What a relay says: the news it heard, passed on."""
+
+
+def relays(count: int) -> Environment:
+    """``count`` roles in a ring, each passing on what it heard to the next (every role speaks every round)."""
+    env = Environment(seed=5)
+    names = [f"r{i}" for i in range(count)]
+    for i, name in enumerate(names):
+        watch, to = [Said, UserRequirement], names[(i + 1) % count]
+        env.add_role(Role(name=name, actions=[Said], watch=watch, send_to=to, llm=TestLLM()))
+    return env
+
+
+async def test_a_reader_that_waits_many_rounds_misses_none_and_the_log_holds_every_one(tmp_path: Path) -> None:
+    """A reader of the round records gets every record however long it waits (the bus keeps them for it); the
+    log written once after 3 × KEPT_RECORDS rounds holds every message with the recipients delivery found."""
+    env = relays(4)
+    log = EventLog(tmp_path / "events.jsonl", env, turns=True)
+    watcher = env.record_reader(steps=False)
+    env.publish_message(Message("go", send_to={"r0"}))
+    rounds = 3 * KEPT_RECORDS
+    await env.run(rounds)
+    taken = watcher.take()
+    assert [record.round for record in taken] == list(range(1, rounds + 1)), "each round's record, in order"
+    assert [m.id for record in taken for m in record.published] == [m.id for m in env.history]  # "go" in the first
+    log.round_done()
+    published = [e for e in read_events(tmp_path / "events.jsonl") if e["kind"] == "publish"]
+    delivered = [e for e in read_events(tmp_path / "events.jsonl") if e["kind"] == "deliver"]
+    assert [e["message_id"] for e in published] == [m.id for m in env.history]
+    assert len(delivered) == len(env.history), "one recipient each: the ring"
+    observed = [e for e in read_events(tmp_path / "events.jsonl") if e["kind"] == "observe"]
+    assert len(observed) == rounds, "every turn, none lost to a fallback that knows no turns"
+    assert watcher.take() == [] and len(env._closed) <= KEPT_RECORDS + 1, "read by every reader: let go"
+
+
+async def test_a_round_taken_in_behind_the_next_reaches_its_readers_whole_and_only_then() -> None:
+    """A round whose messages come into the history later (a sharded driver's, ``RoundWay.behind``) closes held:
+    no reader gets it until ``add_late`` completes it; then its record holds its messages with what was said."""
+    env = relays(3)
+    reader = env.record_reader(steps=False)
+    env.publish_message(Message("go", send_to={"r0", "r1", "r2"}))
+    assert [len(r.published) for r in reader.take()] == [1]
+
+    class Later:
+        number, cut_short_ends, behind = None, True, True
+
+        def __init__(self) -> None:
+            self.published: list[Message] = []
+
+        def begin(self) -> None:
+            pass
+
+        async def turns(self, this: Any) -> None:
+            await this.run_turns()
+
+        def deliver(self, this: Any) -> None:
+            self.published = [message for _, message in this.take_published()]
+
+    later = Later()
+    await env.run_round(later)
+    assert len(later.published) == 3
+    assert reader.take() == [], "held: its messages are not in yet"
+    env.publish_message(Message("between", send_to={"r0"}))  # what closes after it waits too
+    assert reader.take() == []
+    said = [([f"news-of-{m.sent_from}"],) for m in later.published]
+    env.drive.add_late(later.published, said)
+    first, between = reader.take()
+    assert (first.round, [m.id for m in first.published]) == (1, [m.id for m in later.published])
+    assert first.said == said and first.recipients == [(1,), (2,), (0,)]
+    assert [m.content for m in between.published] == ["between"]

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, cast
 from warnings import warn
+from weakref import WeakSet
 
 from metaroles.bus.record import NOTHING_SAID, EnvEvent, RoundRecord, Said, Steps, said_by
 from metaroles.bus.role import Role
@@ -41,7 +42,7 @@ from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
 
 KEPT_RECORDS = 8
-"""How many closed round records the bus keeps for readers (:meth:`Bus.records_since`)."""
+"""How many closed round records the bus keeps at least (its readers, :class:`RecordReader`, may keep more)."""
 
 
 class Bus:
@@ -67,7 +68,10 @@ class Bus:
         self.recorded: RoundRecord | None = None
         """The last record closed: the round that just ended (see :meth:`round_record`)."""
         self._records = 0
-        self._closed: deque[RoundRecord] = deque(maxlen=KEPT_RECORDS)
+        self._closed: deque[RoundRecord] = deque()
+        self._readers: WeakSet[RecordReader] = WeakSet()
+        self._held: deque[RoundRecord] = deque()
+        """Closed records whose round's messages are still being taken in (a sharded round behind the next)."""
         self.roles: dict[str, Role] = {}
         self.history = Memory()
         self.dead_letters: list[Message] = []
@@ -245,21 +249,41 @@ class Bus:
         assert self.recorded is not None
         return self.recorded
 
-    def records_since(self, number: int) -> list[RoundRecord] | None:
-        """The records closed after record ``number``, oldest first (:meth:`round_record` closes what is open).
+    def record_reader(self, *, steps: bool = True, from_start: bool = False) -> RecordReader:
+        """Keep round records (:meth:`keep_records`) and read each one closed from now on, in order, none missed.
 
-        ``None`` if one of them is no longer kept (a reader that let more than a few rounds pass).
+        What is open now, if anything, closes first and is not read; ``from_start``: it is, with the
+        records kept before (a checkpoint writer's first note), unless some are gone (then none:
+        :attr:`RecordReader.missed`).
         """
+        self.keep_records(steps=steps)
+        reader = RecordReader(self, 0 if from_start else self.round_record().number)
+        if from_start and self._closed and self._closed[0].number > 1:
+            reader.missed, reader.read = True, self.round_record().number
+        self._readers.add(reader)
+        return reader
+
+    def _records_after(self, reader: RecordReader) -> list[RoundRecord]:
+        """The records closed after ``reader``'s last, oldest first, up to the first held one (see RecordReader)."""
         last = self.round_record().number
-        if last - number > len(self._closed):
-            return None
-        return list(self._closed)[len(self._closed) - (last - number) :] if last > number else []
+        until = self._held[0].number - 1 if self._held else last
+        taken = [record for record in self._closed if reader.read < record.number <= until]
+        reader.read = max(reader.read, until)
+        oldest = min(each.read for each in self._readers)
+        closed = self._closed
+        while len(closed) > KEPT_RECORDS and closed[0].number <= oldest:  # every reader has read it
+            closed.popleft()
+        return taken
 
     def _grew(self, record: RoundRecord) -> bool:
         return len(self.ledger.entries) > record.ledger_from or len(self.events) > record.events_from
 
-    def _close_record(self) -> None:
-        """Close the open record (the round's: called as the round ends) and open the next one."""
+    def _close_record(self, *, held: bool = False) -> None:
+        """Close the open record (the round's: called as the round ends) and open the next one.
+
+        ``held``: the round's messages are still to be taken in (``BusDrive.add_late`` completes it):
+        no reader gets it, nor what closes after it, until then.
+        """
         record = self.record
         if record is None:
             return
@@ -269,6 +293,11 @@ class Bus:
         record.round, record.number, record.ended_ns = self.round, self._records, time.time_ns()
         self.recorded = record
         self._closed.append(record)
+        if held:
+            self._held.append(record)
+        elif not self._readers:  # nobody reads them: the last few, for whoever asks (round_record)
+            while len(self._closed) > KEPT_RECORDS:
+                self._closed.popleft()
         steps = None if record.steps is None else Steps()
         self.record, self.steps = RoundRecord(steps, len(self.ledger.entries), len(self.events)), steps
 
@@ -445,6 +474,29 @@ class Readiness:
         return ready
 
 
+class RecordReader:
+    """One reader of a bus's round records (:meth:`Bus.record_reader`: the event log, a checkpoint writer, tracing).
+
+    :meth:`take` gives each record closed since the last take, in order; the bus keeps a record until
+    every reader has taken it, so none is missed however long a reader waits. A record whose round's
+    messages are still being taken in (a sharded round behind the next) waits, and those after it too.
+    """
+
+    __slots__ = ("__weakref__", "_bus", "missed", "read")
+
+    def __init__(self, bus: Bus, read: int) -> None:
+        """Read ``bus``'s records after the ``read``-th."""
+        self._bus = bus
+        self.read = read
+        """The number of the last record taken."""
+        self.missed = False
+        """Whether records closed before it began were wanted (``from_start``) but gone: it reads what closes next."""
+
+    def take(self) -> list[RoundRecord]:
+        """The records closed since the last take, oldest first (what is open closes as its own: ``round_record``)."""
+        return self._bus._records_after(self)
+
+
 class BusDrive:
     """What a runtime drives a bus with besides the user's API (``Bus.drive``); a role or a scenario never needs it.
 
@@ -502,12 +554,13 @@ class BusDrive:
                 readiness.mark(role)
 
     def add_late(self, messages: Sequence[Message], said: Sequence[Said | None]) -> None:
-        """Put ``messages`` into the history and the record that closed last (a round taken in behind the next one).
+        """Put a round's ``messages`` into the history and its record, held until now; readers get it from now.
 
-        Delivered elsewhere with this address book: as ``Bus.add_to_history`` with no recipients.
+        A round taken in behind the next one (``Environment.run_round`` with a way that is ``behind``),
+        delivered elsewhere with this address book: as ``Bus.add_to_history`` with no recipients.
         """
-        bus = self.bus
-        self.into_history(messages, None, bus.recorded if bus.recorded is not None else bus.record, said)
+        held = self.bus._held
+        self.into_history(messages, None, held.popleft() if held else None, said)
 
     def into_history(
         self,

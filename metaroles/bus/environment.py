@@ -135,6 +135,14 @@ class RoundWay(Protocol):
         In one process, yes (the run can go on from it); across shards, no (the run stops at its last checkpoint).
         """
 
+    @property
+    def behind(self) -> bool:
+        """Whether, once delivered, the round's messages are still to be taken into the history.
+
+        A sharded driver takes them in while the shards run the next round; the round's record is held
+        until then (``BusDrive.add_late``).
+        """
+
     def begin(self) -> None:
         """Before the round begins (a sharded driver: send the shards their round; record the last meanwhile)."""
 
@@ -151,6 +159,7 @@ class _Here:
     __slots__ = ("env",)
     number = None
     cut_short_ends = True
+    behind = False
 
     def __init__(self, env: Environment) -> None:
         self.env = env
@@ -333,7 +342,7 @@ class Environment(Bus, Dumped):
             if ran or going.cut_short_ends:
                 self._order_round(this)
                 going.deliver(this)
-                self._end_round(this)
+                self._end_round(this, held=going.behind)
         self._raise_round_errors(this)
 
     def _begin_round(self, number: int | None = None) -> Round:
@@ -407,9 +416,9 @@ class Environment(Bus, Dumped):
             )
             self.ledger.recount(spent)
 
-    def _end_round(self, this: Round) -> None:
-        """The round is over and delivered: close its record, tell the observer, settle the heap."""
-        self._close_record()
+    def _end_round(self, this: Round, *, held: bool = False) -> None:
+        """The round is over and delivered: close its record (``held``: ``RoundWay.behind``); observer; heap."""
+        self._close_record(held=held)
         if self.observer is not None:
             self.observer.round_end(self, this.failures)
         self.settle_heap()

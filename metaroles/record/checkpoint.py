@@ -29,6 +29,7 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import NamedTuple
 
+from metaroles.bus.delivery import RecordReader
 from metaroles.bus.environment import Environment
 from metaroles.bus.record import Recipients, RoundRecord, Steps, names_of
 from metaroles.bus.role import Role
@@ -132,8 +133,8 @@ class CheckpointWriter(MessageRows):
         self._ops: list[int] = []
         self._deliveries: list[int] = []
         self._noted_history = 0
-        self._read = 0
-        """The number of the last round record taken in (``bus.record``)."""
+        self._records: RecordReader | None = None
+        """The bus's round records, as this writer takes them in (``bus.record``), from its first note."""
         self._blind = True
         self._index: dict[str, int] = {}
         self._unsynced = False  # rows appended since the last checkpoint, not yet fsynced
@@ -171,8 +172,7 @@ class CheckpointWriter(MessageRows):
             self._pending_rows.clear()
             self._full_round = None
             return
-        env.keep_records()  # as the first write of the run did
-        self._read = env.round_record().number
+        self._records = env.record_reader()  # as the first note of the run did
         self._noted_history = len(env.history)
         self._full_round, self._deltas = restored.full_round, restored.deltas
         self._blind = False
@@ -180,15 +180,13 @@ class CheckpointWriter(MessageRows):
     def note(self, env: Environment) -> None:
         """Take in the round that just ran (its turns and deliveries); idempotent: :meth:`write` calls it too."""
         self._role_index(env)
-        if env.record is None or env.record.steps is None:
-            env.keep_records()  # from now on; this round's turns are unknown: the next delta lists roles
-            self._blind = True
-        records = env.records_since(self._read)
-        if records is None:
-            self._blind = True  # rounds were not noted: the next delta lists roles
+        if self._records is None:  # the records kept so far, if their turns were, and every one from now on
+            self._blind = self._blind or env.record is None or env.record.steps is None
+            self._records = env.record_reader(from_start=True)
+            self._blind = self._blind or self._records.missed
         if env.interventions:
             self._blind = True  # a hook may have changed or dropped a delivery: replay would differ
-        for record in records or ():
+        for record in self._records.take():
             if record.steps is None:
                 self._blind = True  # its turns were not kept
             elif record.steps:
@@ -196,8 +194,7 @@ class CheckpointWriter(MessageRows):
                     self._ops += (2, len(self._deliveries))
                 self._note_turns(record.steps)
             self._note_deliveries(env, record)
-        self._note_deliveries(env, None)  # what the records do not hold (records not kept, or kept too late)
-        self._read = env.round_record().number
+        self._note_deliveries(env, None)  # what the records do not hold (kept from the first note on)
         self.write_rows()
 
     def write_rows(self) -> None:

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import orjson
 
 from metaroles.bus.environment import Environment
-from metaroles.bus.record import NOTHING_SAID, SAID, EnvEvent, Recipients, RoundRecord, Said, Steps, names_of, said_by
+from metaroles.bus.record import SAID, EnvEvent, Recipients, RoundRecord, Said, Steps, names_of
 from metaroles.core.files import append_durably, append_text, create_durably
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.messages.message import Message
@@ -115,17 +115,7 @@ class EventLog:
         self._to: dict[int, tuple[Recipients, list[str]]] = {}
         """The names of each set of recipients met (by the object: the record's places, routing's lists)."""
         self._unsynced = False  # lines appended without waiting for the disk (round_done(sync=False))
-        recording = env.record is not None
-        env.keep_records(steps=self.turns)
-        self._read = env.round_record().number if recording else 0  # a record already there: rounds before this log
-        self._mark()
-
-    def _mark(self) -> None:
-        """Where the history, ledger and events stand: what a missed record's round is read from instead."""
-        env = self.env
-        self._history = len(env.history)
-        self._ledger = len(env.ledger.entries)
-        self._events = len(env.events)
+        self._records = env.record_reader(steps=self.turns)  # what was published before is no part of this log
 
     def round_done(self, *, sync: bool = True) -> None:
         """Append the line of the round that just ended (or of what happened between rounds).
@@ -135,9 +125,8 @@ class EventLog:
         """
         env = self.env
         line = _Line(self.turns)
-        records = env.records_since(self._read)
+        records = self._records.take()
         calls, events = self._take(line, records)
-        self._read = env.recorded.number if env.recorded is not None else 0
         seq = self.seq + 1
         first_call = seq + len(line.kinds) + len(line.message_ids) + sum(map(len, line.to)) + 1
         self.seq = end = first_call + len(calls) + len(events)
@@ -159,26 +148,18 @@ class EventLog:
             ]
         self._append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE), sync)
         append_text(self.timings, "".join(timings))  # wall-clock figures, no part of the run: no wait for the disk
-        self._mark()
 
-    def _take(self, line: _Line, records: list[RoundRecord] | None) -> tuple[list[LedgerEntry], list[EnvEvent]]:
-        """Put the turns and messages of ``records`` (``None``: since the last call, from the bus) on ``line``."""
+    def _take(self, line: _Line, records: list[RoundRecord]) -> tuple[list[LedgerEntry], list[EnvEvent]]:
+        """Put the turns and messages of ``records`` on ``line``; their model calls and events."""
         calls: list[LedgerEntry] = []
         events: list[EnvEvent] = []
-        for record in records or ():  # the rounds' records (and what happened between): all, as it happened
+        for record in records:  # the rounds' records (and what happened between): all, as it happened
             steps = record.steps if self.turns and record.steps else None
             line.part(steps, record.published, record.said, *self._addressed(record.published, record.recipients))
             if steps is not None:
                 line.tokens(steps, record.model_calls)
             calls += record.model_calls
             events += record.events
-        if records is None:  # records not kept any more (many rounds between two calls): what the bus kept since
-            env = self.env
-            published = env.history.get(len(env.history) - self._history) if len(env.history) > self._history else []
-            said = [self._said_by(m.sent_from) for m in published]
-            delivered = [env.places(m) for m in published]  # as the address book routes them now
-            line.part(None, published, said, *self._addressed(published, delivered))
-            calls, events = env.ledger.entries[self._ledger :], env.events[self._events :]
         return calls, events
 
     def _addressed(
@@ -201,11 +182,6 @@ class EventLog:
             known[1] if (known := names.get(id(r))) is not None and known[0] is r else self._names(r) for r in delivered
         ]
         return send_to, to
-
-    def _said_by(self, name: str) -> Said:
-        """What the role ``name`` in this process says of what it published (``NOTHING_SAID`` if it is not here)."""
-        sender = self.env.roles.get(name)
-        return said_by(sender) if sender is not None else NOTHING_SAID
 
     def _addresses(self, send_to: frozenset[str]) -> list[str]:
         """``send_to`` sorted, kept for the next message sent there."""

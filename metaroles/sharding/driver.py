@@ -254,6 +254,11 @@ class ShardedRun:
         with paused_gc():  # a round's worth of records, no cycles: collections would walk the whole history
             going.moved = self._merge(going.results, this.failures)
 
+    @property
+    def behind(self) -> bool:
+        """Whether the round just delivered is still to be taken into the history (:meth:`catch_up`)."""
+        return bool(self.backlog.rounds)
+
     def deliver(self, this: Round) -> None:
         """Deliver the round: left to the shards' routing, or the driver's (see :meth:`_route_round`)."""
         with paused_gc():

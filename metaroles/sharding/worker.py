@@ -324,6 +324,7 @@ class _ShardRound:
     """
 
     cut_short_ends = False  # a shard lost mid-round: the driver stops the run at its last checkpoint
+    behind = False
 
     def __init__(self, host: ShardHost, request: RunRound) -> None:
         self.host, self.steps, self.number, self.said = host, request.steps, request.round, request.said

@@ -106,8 +106,7 @@ class Telemetry:
         self._tools: dict[str, Span] = {}  # call id -> its open execute_tool span
         self._deliveries = 0  # the deliveries the records held since the last round ended (the metric's)
         self._turns: list[tuple[str, Any, int, int, list[Message]]] = []  # name, context, start, end, news
-        env.keep_records(steps=False)  # what was delivered to whom: the round's record
-        self._read = env.round_record().number  # what was published before is no part of this trace
+        self._records = env.record_reader(steps=False)  # what was delivered to whom; what came before is not traced
         self._root: Span | None = None
         self._round: Span | None = None
         self._ctx: Any = None
@@ -229,15 +228,13 @@ class Telemetry:
         ``turns``: each sender's turn's context and end. Each span says to whom delivery gave it (the
         record's recipients).
         """
-        env, sent = self.env, self._sent
-        records = env.records_since(self._read)
+        sent = self._sent
         delivered = [
             (message, recipients)
-            for record in (records if records is not None else [env.round_record()])
+            for record in self._records.take()
             for message, recipients in zip(record.published, record.recipients, strict=True)
             if message.id not in sent
         ]
-        self._read = env.round_record().number
         outside = self._trace.set_span_in_context(parent) if delivered and parent is not None else None
         for message, recipients in delivered:
             turn = turns.get(message.sent_from) if turns else None
