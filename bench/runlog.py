@@ -88,14 +88,14 @@ class RoundBatches:
     def __init__(self, path: Path, env: Environment) -> None:
         import orjson
 
-        self.dumps, self.env, self.read = orjson.dumps, env, 0
+        self.dumps, self.env = orjson.dumps, env
         self.file = path.open("ab")
-        env.keep_records()
+        self.records = env.record_reader()
 
     def write(self) -> None:
         """Append the records closed since the last call, a line each, then wait for the disk."""
         members = self.env.members
-        for record in self.env.records_since(self.read) or ():
+        for record in self.records.take():
             steps, said = record.steps, record.published
             assert steps is not None
             details = [_detail(kind, detail) for kind, detail in zip(steps.kind, steps.detail, strict=True)]
@@ -110,7 +110,6 @@ class RoundBatches:
                 "to": [names_of(rs, members) for rs in record.recipients],
             }
             self.file.write(self.dumps(line) + b"\n")
-            self.read = record.number
         self.file.flush()
         os.fsync(self.file.fileno())
 

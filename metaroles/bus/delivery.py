@@ -596,14 +596,18 @@ class BusDrive:
 
 def _said(messages: Sequence[Message], given: Sequence[Said | None] | None, roles: Mapping[str, Role]) -> list[Said]:
     """What each message's sender said of it: ``given``, else its sender here says (a fan-out costs it once)."""
-    out, senders = [], dict[str, Said]()
-    for at, message in enumerate(messages):
-        known = None if given is None else given[at]
+    senders = dict[str, Said]()
+    if given is None:  # every sender is here (one process)
+        for sender in {message.sent_from: None for message in messages}:
+            senders[sender] = said_by(roles[sender]) if sender in roles else NOTHING_SAID
+        return [senders[message.sent_from] for message in messages]
+    out = []
+    for message, known in zip(messages, given, strict=True):
         if known is None:
             sender = message.sent_from
-            known = senders.get(sender)
-            if known is None:
-                known = senders[sender] = said_by(roles[sender]) if sender in roles else NOTHING_SAID
+            if sender not in senders:
+                senders[sender] = said_by(roles[sender]) if sender in roles else NOTHING_SAID
+            known = senders[sender]
         out.append(known)
     return out
 
