@@ -710,8 +710,12 @@ class Platform(Role):
     async def _act(self) -> Message | None:
         """Apply the news, send this round's timelines, and note the round (to itself)."""
         feed = self.current_feed()
+        seen: dict[int, Shown] = {}  # a post as it stands this round, one object for every timeline that shows it
         for user, posts in self.play(feed, self.rc.news, live=True):
-            shown = [Shown.model_validate(feed.posts[n], from_attributes=True) for n in posts]
+            for n in posts:
+                if n not in seen:
+                    seen[n] = Shown.model_validate(feed.posts[n], from_attributes=True)
+            shown = [seen[n] for n in posts]
             timeline = Timeline(round=self.turns, posts=shown)
             content = " ".join(f"#{p.id}" for p in shown) or "(empty)"
             self.publish_message(Message(content, instruct_content=timeline, cause_by=Recommend, send_to={f"u{user}"}))
