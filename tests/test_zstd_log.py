@@ -154,3 +154,28 @@ def test_pieces_are_appended_as_their_joined_text(tmp_path_factory, lines, piece
     finally:
         files._PIECES = before
     assert files.read_text(path) == "first\n" + "".join(lines) * 2
+
+
+@given(st.lists(st.text(max_size=8), max_size=30), st.integers(1, 4), st.booleans())
+def test_a_file_written_atomically_from_pieces_made_as_it_goes_is_their_joined_text(
+    tmp_path_factory, pieces, chunk, compressed
+):
+    """A large checkpoint is written from pieces made while it is written (an iterator, never joined whole):
+    the file is the text they make, compressed or not, and a piece made late sees what the earlier ones did."""
+    from metaroles.core import files
+
+    path = tmp_path_factory.mktemp("atomic") / ("state.json.zst" if compressed else "state.json")
+    made: list[str] = []
+
+    def as_it_goes():
+        for piece in pieces:
+            made.append(piece)
+            yield piece
+        yield f"|{len(made)}"  # asked last: all the others were made (and written) before it
+
+    before, files._PIECES = files._PIECES, chunk
+    try:
+        files.write_atomic(path, as_it_goes())
+    finally:
+        files._PIECES = before
+    assert files.read_text(path) == "".join(pieces) + f"|{len(pieces)}"

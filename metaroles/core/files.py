@@ -21,9 +21,10 @@ import contextlib
 import io
 import os
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any
 
@@ -208,17 +209,18 @@ def sync_dir(folder: Path) -> None:
 
 def write_atomic(
     path: Path,
-    text: str | bytes,
+    text: str | bytes | Iterable[str],
     *,
     after: Sequence[Path] = (),
     durable: bool = True,
     sync_name: bool = True,
     beneath: Path | None = None,
 ) -> Path:
-    """Replace ``path`` with ``text`` (UTF-8) or bytes: temp file, fsync, rename, fsync of the directory.
+    """Replace ``path`` with ``text`` (UTF-8; its pieces, made as written: ``_write``): temp file, fsync, rename.
 
-    A ``.zst`` file gets them compressed, as one frame. ``after``: files appended to without waiting
-    for the disk (:func:`append_text`) that must be durable before ``path`` is replaced; they are synced,
+    The directory is synced too. A ``.zst`` file gets them compressed, as one frame. ``after``: files
+    appended to without waiting for the disk (:func:`append_text`) that must be durable before ``path``
+    is replaced; they are synced,
     in order, once the new text is written, so a journaling file system commits them all at once.
     ``durable=False``: no waiting for the disk at all (a view rebuilt from other files): readers still
     see the old text or the new, never a mix. ``sync_name=False``: the text is on the disk before the
@@ -239,7 +241,7 @@ def write_atomic(
         tmp, fd = _temp_file(folder, path.name)
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(encoded(path, text))
+                _write(handle, path, text)
                 handle.flush()
                 if (after or durable) and not deferred:
                     sync_together(after, handle.fileno() if durable else None)
@@ -360,17 +362,19 @@ def append_durably(path: Path, text: str | bytes | Sequence[str]) -> None:
             os.fsync(handle.fileno())
 
 
-def _write(handle: IO[bytes], path: Path, text: str | bytes | Sequence[str]) -> None:
+def _write(handle: IO[bytes], path: Path, text: str | bytes | Iterable[str]) -> None:
     """Write ``text`` (bytes as they are); pieces are joined and encoded a chunk at a time, never all at once.
 
-    A large round's lines are tens of megabytes: one string of them all, then its bytes, cost more
-    than writing them (fresh pages each round) and raise the peak memory by both.
+    A large round's lines are tens of megabytes, a million roles' checkpoint hundreds: one string of
+    them all, then its bytes, cost more than writing them (fresh pages each round) and raise the peak
+    memory by both. Pieces may be made as they are written (an iterator).
     """
     if isinstance(text, str | bytes) or path.suffix == ZSTD:
         handle.write(encoded(path, text if isinstance(text, str | bytes) else "".join(text)))
         return
-    for at in range(0, len(text), _PIECES):
-        handle.write("".join(text[at : at + _PIECES]).encode("utf-8"))
+    pieces = iter(text)
+    while chunk := list(islice(pieces, _PIECES)):
+        handle.write("".join(chunk).encode("utf-8"))
 
 
 _PIECES = 2048

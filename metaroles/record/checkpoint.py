@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 from collections import namedtuple
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -164,7 +164,7 @@ class CheckpointWriter(MessageRows):
         held = len(self._held)
         self._role_index(env)
         self._env_parts(env, self._pending_rows, full=True)
-        self._role_entries(env, self._pending_rows, replayed=False)
+        list(self._role_entries(env, self._pending_rows, replayed=False))  # the marks it makes
         if self._pending_rows:  # a message the table lacks: then no delta could refer to it, start afresh
             for message in self._held[held:]:
                 del self._rows[id(message)]
@@ -214,9 +214,8 @@ class CheckpointWriter(MessageRows):
         if not full and not self._blind:
             parts.append(f'"ops":{numbers_json(self._ops)}')
         roles = self._role_entries(env, new_rows, replayed=not (full or self._blind))
-        parts.append('"roles":{' + ",".join(roles) + "}")
         self._blind = False
-        return self._finish(env, parts, after)
+        return self._finish(env, parts, after, roles=roles)
 
     def note_history(self, env: Environment) -> None:
         """Give the messages the history grew by since the last note their rows (a sharded round not written).
@@ -260,19 +259,36 @@ class CheckpointWriter(MessageRows):
         kind = '"full"' if full else f'"delta","after":{self.round}'  # a delta names the checkpoint it follows
         return full, [f'"version":{version},"round":{env.round},"kind":{kind}']
 
-    def _finish(self, env: Environment, parts: list[str], after: Sequence[Path] = ()) -> Path:
-        """Write the round file once ``after`` (the round's event log) and the message rows are durable: complete."""
-        parts.append(f'"rows":{len(self._held)}')
+    def _finish(
+        self, env: Environment, parts: list[str], after: Sequence[Path] = (), *, roles: Iterator[str] | None = None
+    ) -> Path:
+        """Write the round file once ``after`` (the round's event log) and the message rows are durable: complete.
+
+        ``roles``: the role entries, made and written piece by piece after ``parts`` (a million roles'
+        entries are hundreds of megabytes: never held at once, let alone joined into the whole file);
+        the rows they add to the message table are appended after them, before the table is synced.
+        """
         self._ops.clear()
         self._deliveries.clear()
-        self.write_rows()
-        rows = [self.folder / MESSAGES] if self._unsynced else []
         path = round_file(self.folder, env.round)
+        if roles is None:
+            rows_part = f'"rows":{len(self._held)}'
+            self.write_rows()
+            rows = [self.folder / MESSAGES] if self._unsynced else []
+            text: str | Iterator[str] = "{" + ",".join([*parts, rows_part]) + "}\n"
+        else:
+            rows = [self.folder / MESSAGES]
+            text = _pieces("{" + ",".join(parts) + ',"roles":{', roles, self._rows_written)
         files = [*dict.fromkeys([*self._files, *after]), *rows]
-        write_atomic(path, "{" + ",".join(parts) + "}\n", after=files, sync_name=self.each_name)
+        write_atomic(path, text, after=files, sync_name=self.each_name)
         self._unsynced, self._names_unsynced, self._files = False, not self.each_name, {}
         self.round = env.round
         return path
+
+    def _rows_written(self) -> str:
+        """The round file's end once its role entries are written: their new rows appended, then counted."""
+        self.write_rows()
+        return f'}},"rows":{len(self._held)}}}\n'
 
     def hold(self, files: Sequence[Path]) -> None:
         """Files a round without a checkpoint file wrote unsynced: the next checkpoint makes them durable first."""
@@ -394,12 +410,13 @@ class CheckpointWriter(MessageRows):
         self._expect.clear()
         self._targets = {}
 
-    def _role_entries(self, env: Environment, new_rows: list[str], *, replayed: bool) -> list[str]:
-        """Entries for the roles a replay of ``ops`` and ``deliveries`` would not rebuild exactly.
+    def _role_entries(self, env: Environment, new_rows: list[str], *, replayed: bool) -> Iterator[str]:
+        """Entries for the roles a replay of ``ops`` and ``deliveries`` would not rebuild exactly, as written.
 
+        Made one by one as the file is written: a million roles' entries are never held at once.
         Expectations are renewed in place: the recipients' lists (:meth:`_target`) hold them across rounds.
         """
-        entries, expect, changed = [], self._expect, False
+        expect, changed = self._expect, False
         for role in env.roles.values():
             expected = expect.get(role.name)
             if replayed and expected is not None and replays(role, expected):
@@ -408,7 +425,7 @@ class CheckpointWriter(MessageRows):
                 self._roles.pop(role.name, None)  # its mark predates the replayed rounds: write it whole
             entry = self._role_entry(role, new_rows)
             if entry:
-                entries.append(entry)
+                yield entry
             if self.replay and replayable(role):
                 if expected is None:
                     expect[role.name], changed = Expected().take(role), True
@@ -418,7 +435,6 @@ class CheckpointWriter(MessageRows):
                 changed = True
         if changed:
             self._targets = {}
-        return entries
 
     def _role_entry(self, role: Role, new_rows: list[str]) -> str:
         """The role's JSON entry (``"name":{...}``) if it changed since the last checkpoint, else ``""``.
@@ -469,6 +485,14 @@ class CheckpointWriter(MessageRows):
         if mark is None or mark.watch != watch or mark.addresses is not addresses:
             parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
         return parts, watched
+
+
+def _pieces(head: str, entries: Iterator[str], tail: Callable[[], str]) -> Iterator[str]:
+    """``head``, the ``entries`` comma-separated, then ``tail()``, asked after them."""
+    yield head
+    for at, entry in enumerate(entries):
+        yield "," + entry if at else entry
+    yield tail()
 
 
 def fresh_writer(folder: Path) -> CheckpointWriter:
