@@ -86,7 +86,7 @@ class Bus:
         """What the running round published, as ``(rank, message)``: one list for the bus's life (rounds empty it)."""
         self._in_round = False
         self._undelivered: list[Message] = []
-        self._drive = BusDrive(self, self._book, self._readiness)
+        self._drive = BusDrive(self, self._book, self._readiness, self._held)
 
     def role_ids(self, index: int) -> IdScope | None:
         """Where the ``index``-th role's ids come from (an Environment's run scope; none on a bare bus)."""
@@ -263,7 +263,7 @@ class Bus:
         self._readers.add(reader)
         return reader
 
-    def _records_after(self, reader: RecordReader) -> list[RoundRecord]:
+    def records_after(self, reader: RecordReader) -> list[RoundRecord]:
         """The records closed after ``reader``'s last, oldest first, up to the first held one (see RecordReader)."""
         last = self.round_record().number
         until = self._held[0].number - 1 if self._held else last
@@ -494,7 +494,7 @@ class RecordReader:
 
     def take(self) -> list[RoundRecord]:
         """The records closed since the last take, oldest first (what is open closes as its own: ``round_record``)."""
-        return self._bus._records_after(self)
+        return self._bus.records_after(self)
 
 
 class BusDrive:
@@ -508,11 +508,13 @@ class BusDrive:
     a runtime does during a round it does through the round it is handed (``bus.environment.Round``).
     """
 
-    __slots__ = ("book", "bus", "readiness")
+    __slots__ = ("book", "bus", "held", "readiness")
 
-    def __init__(self, bus: Bus, book: AddressBook, readiness: Readiness) -> None:
+    def __init__(self, bus: Bus, book: AddressBook, readiness: Readiness, held: deque[RoundRecord]) -> None:
         """What drives ``bus``: its address book and readiness, shared."""
         self.bus, self.book, self.readiness = bus, book, readiness
+        self.held = held
+        """The bus's records held until their rounds are taken in (``add_late`` completes the oldest)."""
 
     def swap_roles(self, stand_ins: Mapping[int, Member]) -> None:
         """Put ``stand_ins`` (by place) where roles were, keeping every place; the address index is rebuilt.
@@ -559,7 +561,7 @@ class BusDrive:
         A round taken in behind the next one (``Environment.run_round`` with a way that is ``behind``),
         delivered elsewhere with this address book: as ``Bus.add_to_history`` with no recipients.
         """
-        held = self.bus._held
+        held = self.held
         self.into_history(messages, None, held.popleft() if held else None, said)
 
     def into_history(
