@@ -1,6 +1,7 @@
 """The feed at scale, and OASIS's spread and herd-effect experiments offline.
 
-    python bench/feed.py scale [--agents 1000000] [--rounds 10] [--activation 0.025] [--shards 2]
+    python bench/feed.py scale [--users 1000000] [--rounds 10] [--activation 0.025] [--shards 2]
+    python bench/feed.py scale --users 10000000 --shards 0          # ten million users, one process
     python bench/feed.py idle [--agents 200000]
     python bench/feed.py spread [--agents 10000] [--rounds 30] [--seeds 3]
 
@@ -9,10 +10,11 @@ Prints JSON.
 ``scale``: ``metaroles run feed`` as a user types it (its run directory written), once in one process
 and once on ``--shards`` Ray shards; every activated user asks the test model (``llm_share=1``). Wall
 time, CPU (user + system) and the peak resident memory of each process (``VmHWM`` of the command
-and of every process under it: the Ray shards are), sampled until it ends.
+and of every process under it: the Ray shards are), sampled until it ends. ``--shards 0``: one process only.
 
-``idle``: the memory of a user that has not acted (built by its cast, joined to the environment):
-the process's resident memory with ``--agents`` users hired, less without, over their number.
+``idle``: the memory of a user that has not acted, hired as the feed hires its users (a cast with
+``names``: not built until something reaches it): the process's resident memory with ``--agents``
+users hired, less without, over their number; and of a user once built (each one reached).
 
 ``spread``: 10,000 scripted users (no model), OASIS's two setups at once: a post by the most
 followed user, whose cascade (size, depth, breadth, users reached) is reported round by round; and
@@ -119,10 +121,10 @@ def scale(agents: int, rounds: int, activation: float, shards: int) -> dict[str,
     sets = ["--set", f"agents={agents}", "--set", f"activation={activation}", "--set", "llm_share=1"]
     report: dict[str, Any] = {"agents": agents, "rounds": rounds, "activation": activation, "load": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as folder:
-        for label, extra in (
-            ("one_process", []),
-            (f"ray_{shards}_shards", ["--backend", "ray", "--shards", str(shards)]),
-        ):
+        runs: list[tuple[str, list[str]]] = [("one_process", [])]
+        if shards:
+            runs.append((f"ray_{shards}_shards", ["--backend", "ray", "--shards", str(shards)]))
+        for label, extra in runs:
             out = Path(folder) / label
             args = [
                 "run",
@@ -157,7 +159,7 @@ def _rss_kib() -> int:
 
 
 def idle(agents: int) -> dict[str, Any]:
-    """Bytes per idle user, built by its cast and joined to the environment."""
+    """Bytes per idle user hired as the feed hires them (a cast with names: built when touched), then per user built."""
     import gc
 
     from metaroles.scenarios.feed import Agents, Config, Personas
@@ -168,10 +170,18 @@ def idle(agents: int) -> dict[str, Any]:
     gc.collect()
     before = _rss_kib()
     team = Team(llm=TestLLM())
-    team.hire(Cast(agents, Agents(config, Personas(config))))
+    team.hire(Cast(agents, Agents(config, Personas(config)), names="u{}"))
     gc.collect()
-    after = _rss_kib()
-    return {"agents": len(team.env.members), "idle_agent_bytes": round((after - before) * 1024 / agents)}
+    hired = _rss_kib()
+    for _ in team.env.members:  # each one reached: built where it is
+        pass
+    gc.collect()
+    built = _rss_kib()
+    return {
+        "agents": len(team.env.members),
+        "idle_agent_bytes": round((hired - before) * 1024 / agents),
+        "built_agent_bytes": round((built - before) * 1024 / agents),
+    }
 
 
 SPREAD_POST = "Breaking: the council votes on the car ban tonight. Share if you care."
@@ -212,10 +222,10 @@ async def spread(agents: int, rounds: int, seed: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["scale", "idle", "spread"])
-    parser.add_argument("--agents", type=int)
+    parser.add_argument("--agents", "--users", type=int, dest="agents", help="users (scale: 1,000,000; idle: 200,000)")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--activation", type=float, default=0.025)
-    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--shards", type=int, default=2, help="scale: Ray shards of the second run (0: none)")
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
     if args.what == "scale":

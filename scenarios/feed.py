@@ -735,7 +735,7 @@ def build(config: Config, llm: LLM, *, recommender: Recommender | None = None) -
     personas = Personas(config)
     team = Team(llm=llm)
     team.hire([Platform(config, personas, recommender)])
-    team.hire(Cast(config.agents, Agents(config, personas)))
+    team.hire(Cast(config.agents, Agents(config, personas), names="u{}"))
     return ScenarioPlan(team=team, idea=f"Open the feed on {config.topic}.", send_to=PLATFORM, n_round=config.rounds)
 
 
@@ -746,7 +746,7 @@ def shard_by(role: Role, shards: int) -> int | None:
     return 0
 
 
-def platform_metrics(roles: list[Role]) -> dict[str, Any] | None:
+def platform_metrics(roles: Sequence[Role]) -> dict[str, Any] | None:
     """The platform's measures of the round just run, if it is among ``roles`` (a part of :func:`round_metrics`)."""
     for role in roles:
         if isinstance(role, Platform):  # before its first turn: the feed as it starts (every row has every key)

@@ -267,7 +267,7 @@ def shard_by(role: Role, shards: int) -> int | None:
     return role.place % shards
 
 
-def opinions(roles: list[Role]) -> dict[str, Any]:
+def opinions(roles: Sequence[Role]) -> dict[str, Any]:
     """The opinions of the agents among ``roles`` and their cluster gap (a part of :func:`round_metrics`)."""
     agents = [role for role in roles if isinstance(role, Agent)]
     return {

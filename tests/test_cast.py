@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metaroles import Action, ActionResult, Cast, Environment, Message, Role, Team, TestLLM
-from metaroles.core.exceptions import InvalidValueError, RunError
+from metaroles.core.exceptions import DuplicateRoleError, InvalidValueError, RunError
 from metaroles.sharding.backends import LocalBackend
 
 BUILT: list[int] = []
@@ -182,3 +184,87 @@ def test_a_bad_cast_is_refused_naming_the_value() -> None:
     team = Team()
     with pytest.raises(InvalidValueError, match=r"build\(0\) returned 'm0'"):
         team.hire(Cast(1, lambda i: f"m{i}"))  # type: ignore[arg-type,return-value]
+
+
+# -- a cast with names: roles built when something first reaches them ---------------------------------
+
+
+def named_team(count: int, backend: object = None, *, names: str | None = "m{}", **ring: bool) -> Team:
+    team = Team(env=Environment(seed=3), llm=TestLLM(), backend=backend)  # type: ignore[arg-type]
+    team.hire(Cast(count, Ring(count, **ring), names=names))
+    return team
+
+
+async def test_a_cast_with_names_builds_a_role_only_when_reached_and_runs_as_the_eager_cast() -> None:
+    BUILT.clear()
+    lazy = named_team(6)
+    roles = lazy.env.roles
+    assert BUILT == [] and len(roles) == 6 and "m5" in roles and "m6" not in roles and "x" not in roles
+    assert list(roles) == [f"m{i}" for i in range(6)] and lazy.env.name_at(4) == "m4" and BUILT == []
+    eager = named_team(6, names=None)
+    BUILT.clear()
+    for t in (lazy, eager):
+        await t.run(n_round=3, idea="go", send_to="m0")
+    assert sorted(BUILT) == [0, 1, 2, 3]  # m0 by the idea, then each by the message that reached it
+    assert [role.name for role in lazy.env.built_roles()] == ["m0", "m1", "m2", "m3"]
+    assert transcript(lazy) == transcript(eager) and len(transcript(lazy)) == 4
+    assert roles["m5"].place == 5 and sorted(BUILT) == [0, 1, 2, 3, 5]  # looked up: built at its place
+    assert lazy.env.state_dict().model_dump() == eager.env.state_dict().model_dump()  # the rest built as read
+    assert list(roles) == [f"m{i}" for i in range(6)]  # built out of order, named in place order
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("send"), st.integers(0, 7)),
+            st.tuples(st.just("look"), st.integers(0, 7)),
+            st.tuples(st.just("place"), st.integers(0, 7)),
+            st.tuples(st.just("round"), st.just(0)),
+            st.tuples(st.just("everyone"), st.just(0)),
+        ),
+        max_size=12,
+    )
+)
+async def test_whatever_reaches_a_named_cast_in_whatever_order_the_bus_is_the_eager_ones(ops) -> None:
+    lazy, eager = named_team(8), named_team(8, names=None)
+    for t in (lazy, eager):
+        async with t.env.session():
+            for kind, i in ops:
+                if kind in ("send", "everyone"):
+                    to = {f"m{i}"} if kind == "send" else {f"{Role.__module__}.Role"}  # a name; the class: all
+                    with t.env.id_scope():
+                        message = Message(f"to {sorted(to)}", sent_from="Human", send_to=to)
+                    t.env.publish_message(message)
+                elif kind == "look":
+                    assert t.env.roles[f"m{i}"].name == f"m{i}"
+                elif kind == "place":
+                    assert t.env.members[i].place == i
+                else:
+                    await t.env.run_round()
+    built = {role.name for role in lazy.env.built_roles()}
+    reached = {f"m{i}" for kind, i in ops if kind in ("send", "look", "place")}
+    assert built >= reached and (len(built) == 8 or not any(kind == "everyone" for kind, _ in ops))
+    assert transcript(lazy) == transcript(eager)
+    assert lazy.env.state_dict().model_dump() == eager.env.state_dict().model_dump()
+
+
+def test_a_named_cast_that_cannot_be_is_refused_naming_the_value() -> None:
+    team = Team()
+    with pytest.raises(InvalidValueError, match=r"names='m'.*one '\{\}'"):
+        team.hire(Cast(2, Ring(2), names="m"))
+    with pytest.raises(InvalidValueError, match=r"names='m\{\}\{x\}'"):
+        team.hire(Cast(2, Ring(2), names="m{}{x}"))
+    team.hire([Role(name="m1")])
+    with pytest.raises(DuplicateRoleError, match=r"'m1'.*names='m\{\}'"):
+        team.hire(Cast(2, Ring(2), names="m{}"))
+    other = named_team(3)
+    with pytest.raises(DuplicateRoleError, match="'m2'"):
+        other.hire([Role(name="m2")])
+    assert len(other.env.roles) == 3 and other.env.roles["m2"].name == "m2"
+
+
+async def test_a_named_cast_whose_role_is_named_otherwise_stops_the_run_saying_so() -> None:
+    team = named_team(3, renumber=True)  # build(i) names its role by how many it made: not m{i}
+    with pytest.raises(RunError, match=r"build\(2\) made 'm1'.*names say 'm2'"):
+        await team.run(n_round=2, idea="go", send_to="m2")

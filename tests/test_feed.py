@@ -28,6 +28,7 @@ from metaroles import FunctionLLM, TestLLM
 from metaroles.core.exceptions import ConfigError
 from metaroles.project.interview import interview_run
 from metaroles.project.scenario import resume_scenario, run_scenario
+from metaroles.record.final_state import referenced_checkpoint
 from metaroles.team.options import RunOptions
 from tests.faults.helpers import contents
 from tests.limited_server import LimitedServer
@@ -215,6 +216,30 @@ def test_the_same_seed_in_two_processes_writes_the_same_feed(tmp_path):
     run(tmp_path / "a", "1")
     run(tmp_path / "b", "2")
     assert contents(tmp_path / "a") == contents(tmp_path / "b")
+
+
+def test_a_feed_of_100000_users_is_the_same_in_two_processes_and_resumed_after_a_cut(tmp_path):
+    """Users are built when first reached (a cast with names): which ones, and when, never shows in the run."""
+    options = {"agents": 100_000, "activation": 0.025, "llm_share": 1}
+    sets = [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
+
+    def cli(hash_seed: str, *args: str) -> None:
+        base = [sys.executable, "-m", "metaroles", *args, "-q"]
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run(base, capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    for out, hash_seed in (("a", "1"), ("b", "2")):
+        run = ["run", "feed", "--llm", "test", "--seed", "4", *sets, "--rounds", "4", "--checkpoint-every", "2"]
+        cli(hash_seed, *run, "--out", str(tmp_path / out))
+    straight = contents(tmp_path / "a")
+    assert contents(tmp_path / "b") == straight
+    first = json.loads((tmp_path / "a" / "checkpoints" / "round-0000.json").read_text())
+    assert len(first["roles"]) < 100  # the platform and the users the first round reached, not 100,000
+    assert referenced_checkpoint(tmp_path / "a" / "state.json") is not None  # writing all would build them all
+    (tmp_path / "b" / "checkpoints" / "round-0004.json").unlink()  # cut after round 2
+    cli("3", "resume", str(tmp_path / "b"))
+    assert contents(tmp_path / "b") == straight
 
 
 async def test_a_users_interview_sees_its_timeline_and_its_persona(tmp_path):

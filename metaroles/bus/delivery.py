@@ -12,11 +12,12 @@ from __future__ import annotations
 import difflib
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Literal, cast
 from warnings import warn
 from weakref import WeakSet
 
+from metaroles.bus.population import Placed, Population, Roster, unbuilt
 from metaroles.bus.record import NOTHING_SAID, EnvEvent, RoundRecord, Said, Steps, said_by
 from metaroles.bus.role import Role
 from metaroles.bus.routing import (
@@ -37,6 +38,7 @@ from metaroles.core.exceptions import (
     UnknownRoleError,
 )
 from metaroles.core.ids import SCOPE, IdScope
+from metaroles.core.surface import class_path
 from metaroles.llm.ledger import CostLedger
 from metaroles.messages.memory import Memory
 from metaroles.messages.message import Message
@@ -72,13 +74,15 @@ class Bus:
         self._readers: WeakSet[RecordReader] = WeakSet()
         self._held: deque[RoundRecord] = deque()
         """Closed records whose round's messages are still being taken in (a sharded round behind the next)."""
-        self.roles: dict[str, Role] = {}
         self.history = Memory()
         self.dead_letters: list[Message] = []
         self.events: list[EnvEvent] = []
         self.round = 0
         self._book = AddressBook()
         self._members = self._book.members
+        self.roles = self._book.roster = Roster(self._members, self._build)
+        """Name → role, in place order (a population's role is built when it is looked up: ``bus.population``)."""
+        self._book.build = self._build
         self.watches = WatchCheck()
         """The roles' bare watches and actions, noted as they join (the session warns of a watch none produces)."""
         self._readiness = Readiness()
@@ -114,6 +118,55 @@ class Bus:
         if not role.rc.msg_buffer.empty():
             self.mark_ready(role)
 
+    def add_cast(self, count: int, build: Callable[[int], Role], names: str) -> None:
+        """Hold ``count`` places for roles built when first touched: the ``i``-th is ``build(i)``, named by ``names``.
+
+        Reaching a place builds its role (a message to its name, ``roles[name]``, ``members[place]``):
+        the same role, at the same place with the same ids, as ``add_role(build(i))`` in order would
+        have made (``bus.population``). The role must be named so and receive on its name and its class.
+
+        Raises:
+            DuplicateRoleError: If a role already here has one of those names.
+            InvalidValueError: If ``names`` is not a pattern with one ``{}``.
+        """
+        population = Population(len(self._members), count, build, names)
+        taken = next((name for name in self.roles.built if population.index(name) is not None), None)
+        if taken is not None:
+            raise DuplicateRoleError(
+                f"a role named {taken!r} is already in this environment, and names={names!r} names one of the cast "
+                "so too; give the cast another pattern"
+            )
+        self.roles.populations.append(population)
+        self._readiness.flags.extend(bytes(count))
+        self._book.add_population(population)
+
+    def _build(self, place: int) -> Role:
+        """Build the role at a population's ``place`` (see :meth:`add_cast`) and register it there.
+
+        Raises:
+            RunError: If the cast built something else than a role of that name on its name and class.
+        """
+        population = cast(Population, self._members[place])
+        index = place - population.start
+        role = population.build(index)
+        name = population.name(index)
+        if not isinstance(role, Role) or role.name != name or role.addresses != {name, class_path(type(role))}:
+            got = f"{role.name!r} on {sorted(role.addresses)}" if isinstance(role, Role) else repr(role)
+            raise RunError(
+                f"Cast build({index}) made {got}, but the cast's names say {name!r} on its name and class; a cast "
+                "with names= must build its i-th role so named, receiving on those only (or hire it without names=)"
+            )
+        role.attach(self, place, ids=self.role_ids(place))
+        self.roles[name] = role
+        population.unbuilt -= 1
+        self._book.built(role)
+        self.watches.join(role)
+        if not self._book.unbuilt:  # all built: the names in place order again, as a dict
+            self.roles.refill({member.name: cast(Role, member) for member in self._members})
+        if not role.rc.msg_buffer.empty():
+            self.mark_ready(role)
+        return role
+
     def add_roles(self, roles: Iterable[Role]) -> None:
         """Register each of ``roles`` in order."""
         for role in roles:
@@ -124,7 +177,7 @@ class Bus:
 
         :meth:`role` raises instead.
         """
-        found = self.roles.get(name)
+        found: Role | None = self.roles.get(name)
         if found is None:
             found = next((role for role in self.roles.values() if role.profile == name), None)
         return found
@@ -176,9 +229,26 @@ class Bus:
 
         While a sharded run holds roles on its shards, their places hold the driver's stand-ins
         (:class:`~metaroles.bus.routing.Member`: name, addresses, place, buffer), typed as the roles
-        they stand for: a user's code between runs meets the roles themselves.
+        they stand for: a user's code between runs meets the roles themselves. While a population's
+        roles are not all built (:meth:`add_cast`), a view that builds each as it is reached.
         """
+        if self._book.unbuilt:
+            return Placed(self._members, self._build)
         return cast("list[Role]", self._members)
+
+    def name_at(self, place: int) -> str:
+        """The name of the role at ``place``, built or not."""
+        member = self._members[place]
+        if unbuilt(member):
+            population = cast(Population, member)
+            return population.name(place - population.start)
+        return member.name
+
+    def built_roles(self) -> Iterator[Role]:
+        """The roles that exist, in place order: every one but a population's not reached yet (see :meth:`add_cast`)."""
+        if not self._book.unbuilt:
+            return iter(cast("list[Role]", self._members))
+        return (cast(Role, member) for member in self._members if not unbuilt(member))
 
     @property
     def ready_count(self) -> int:
@@ -523,13 +593,14 @@ class BusDrive:
         back when they return (``sharding.driver``); a stand-in carries ``name``, ``addresses`` and
         ``place`` like the role it stands for.
         """
+        list(self.bus.members)  # a population's roles built: each place holds its role or its stand-in
         members, readiness = list(self.book.members), self.readiness
         for index, stand_in in stand_ins.items():
             members[index] = stand_in
             readiness.flags[index] = 0  # ready here once marked (rebuild_ready, a delivery), whatever it was elsewhere
         readiness.ready = [role for role in readiness.ready if role.place not in stand_ins]
         self.book.refill(members)
-        self.bus.roles = {member.name: cast(Role, member) for member in members}  # as Bus.members says
+        self.bus.roles.refill({member.name: cast(Role, member) for member in members})  # as Bus.members says
 
     def adopt_roles(self, roles: Iterable[Role], *, total: int) -> None:
         """Host ``roles`` that keep their places (``place``) in a bus of ``total`` roles (a shard's part).
@@ -551,7 +622,7 @@ class BusDrive:
         """Recompute which roles have buffered messages to observe (after their buffers were restored)."""
         readiness = self.readiness
         readiness.take_all()
-        for role in self.book.members:
+        for role in self.bus.built_roles():  # one not built yet holds nothing
             if not role.rc.msg_buffer.empty():
                 readiness.mark(role)
 

@@ -265,8 +265,8 @@ class Environment(Bus, Dumped):
         """Make the run's ids from ``key`` (a shard takes its run's; a resumed run its saved one)."""
         self.id_key = key
         self._ids = IdScope(key, 0)
-        for index, role in enumerate(self.members):
-            role.ids = IdScope(key, index + 1, self._clock)
+        for role in self.built_roles():  # one a population builds later takes its ids then (role_ids)
+            role.ids = IdScope(key, role.place + 1, self._clock)
 
     @property
     def clock(self) -> Clock:

@@ -14,7 +14,7 @@ the round that follows, unless a reader asks for the record first (``Bus.round_r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,9 +45,9 @@ def said_by(sender: Any) -> Said:
     return ([message.id for message in sender.rc.news],)
 
 
-def names_of(recipients: Recipients, members: Sequence[Any]) -> list[str]:
-    """The names of the members at the places ``recipients``."""
-    return [members[place].name for place in recipients]
+def names_of(recipients: Recipients, name_at: Callable[[int], str]) -> list[str]:
+    """The names of the roles at the places ``recipients`` (``name_at``: a bus's ``name_at``)."""
+    return [name_at(place) for place in recipients]
 
 
 class EnvEvent(BaseModel):

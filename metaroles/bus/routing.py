@@ -7,15 +7,18 @@ the role's observation keeps it as news.
 
 from __future__ import annotations
 
+import bisect
 import difflib
+import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from operator import attrgetter
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 from warnings import warn
 
 from pydantic import BaseModel
 
+from metaroles.bus.population import Population, Roster, unbuilt
 from metaroles.bus.role import Role
 from metaroles.core.schema import MESSAGE_ROUTE_TO_ALL
 from metaroles.messages.memory import news_of
@@ -224,11 +227,29 @@ class AddressBook:
         """The places of each list :meth:`route` gave (by ``id``), while the book stays as it is."""
         self.total = 0
         """How many places the whole bus has: the rank of what no role of it publishes (a shard's book holds a part)."""
+        self.unbuilt = 0
+        """How many places hold a population's role not built yet (``bus.population``)."""
+        self.roster: Roster | None = None
+        """The names of the populations' places (set by the bus that hires one)."""
+        self.build: Callable[[int], Member] = _no_population
+        """Builds the role at a population's place and registers it (the bus's)."""
 
     def add(self, role: Member) -> None:
         """Register ``role`` (already attached at its index) under its addresses."""
         self.members.append(role)
         self.total = max(self.total, len(self.members))
+        self._index_role(role)
+
+    def add_population(self, population: Population) -> None:
+        """Hold ``population``'s places (each entry is the population itself until its role is built)."""
+        self.members.extend(itertools.repeat(cast(Member, population), population.count))
+        self.total = max(self.total, len(self.members))
+        self.unbuilt += population.count
+
+    def built(self, role: Member) -> None:
+        """``role`` was built at its population's place: it holds the place and is filed under its addresses."""
+        self.members[role.place] = role
+        self.unbuilt -= 1
         self._index_role(role)
 
     def refill(self, members: Iterable[Member]) -> None:
@@ -245,9 +266,10 @@ class AddressBook:
         self._filed[id(role)] = role.addresses
         for address in role.addresses:
             bucket = self._index.setdefault(address, [])
-            bucket.append(role)
-            if len(bucket) > 1 and bucket[-2].place > role.place:
-                bucket.sort(key=env_index)
+            if bucket and bucket[-1].place > role.place:  # a population's role built late: into its place
+                bisect.insort(bucket, role, key=env_index)
+            else:
+                bucket.append(role)
 
     def reindex(self, role: Member) -> None:
         """Re-read ``role``'s addresses (after they changed); unchanged, it costs nothing (a restore re-reads each)."""
@@ -282,8 +304,29 @@ class AddressBook:
         return places
 
     def route(self, send_to: frozenset[str]) -> Sequence[Member]:
-        """The roles ``send_to`` reaches (:func:`reach`), in registration order."""
+        """The roles ``send_to`` reaches (:func:`reach`), in registration order; a population's are built first."""
+        if self.unbuilt:
+            self._build_reached(send_to)
         return reach(send_to, self._index, self.members, self._merge)  # type: ignore[return-value]
+
+    def _build_reached(self, send_to: AbstractSet[str]) -> None:
+        """Build the populations' roles ``send_to`` may reach: the one a name names; all for another address.
+
+        A role a population builds receives on its name and its class's address (a dotted path, as
+        no pattern name is), so an address that is neither a population's name nor dotted reaches none.
+        """
+        roster, members = self.roster, self.members
+        assert roster is not None
+        for address in send_to:
+            place = roster.place_of(address)
+            if place is not None:
+                if unbuilt(members[place]):
+                    self.build(place)
+            elif address == MESSAGE_ROUTE_TO_ALL or "." in address:
+                for place in range(len(members)):
+                    if unbuilt(members[place]):
+                        self.build(place)
+                return
 
     def _merge(self, send_to: AbstractSet[str]) -> list[Member]:
         """The roles of several addresses in place order, merged once and remembered."""
@@ -298,6 +341,10 @@ class AddressBook:
                 self._merged.clear()
             merged = self._merged[key] = [found[i] for i in sorted(found)]
         return merged
+
+
+def _no_population(place: int) -> Member:
+    raise AssertionError(f"place {place} holds a population, but no bus builds its roles")
 
 
 def explain_route(message: Message, target: Role) -> RouteExplanation:

@@ -90,6 +90,21 @@ class _Target(NamedTuple):
     expected: list[Expected]
 
 
+class _Places(dict[str, int]):
+    """A role's place by name, looked up once (the roles named in ops and deliveries, not every role)."""
+
+    __slots__ = ("roles",)
+
+    def __init__(self, roles: Mapping[str, Role]) -> None:
+        """Places of ``roles`` (an environment's, by name)."""
+        super().__init__()
+        self.roles = roles
+
+    def __missing__(self, name: str) -> int:
+        place = self[name] = self.roles[name].place
+        return place
+
+
 _EnvMark = namedtuple("_EnvMark", "history edits dead_letters events ledger", defaults=(-1, 0, 0, 0, 0))
 """The environment at the previous checkpoint: the lengths (and the history's edits) a delta starts from."""
 
@@ -136,7 +151,7 @@ class CheckpointWriter(MessageRows):
         self._records: RecordReader | None = None
         """The bus's round records, as this writer takes them in (``bus.record``), from its first note."""
         self._blind = True
-        self._index: dict[str, int] = {}
+        self._index = _Places({})
         self._unsynced = False  # rows appended since the last checkpoint, not yet fsynced
         self._files: dict[Path, None] = {}  # files of rounds without a checkpoint file, for the next one to sync
         self._targets: dict[int, _Target] = {}
@@ -305,9 +320,9 @@ class CheckpointWriter(MessageRows):
 
     # -- what the bus did -----------------------------------------------------------------------
 
-    def _role_index(self, env: Environment) -> dict[str, int]:
-        if len(self._index) != len(env.roles):
-            self._index, self._targets = {name: i for i, name in enumerate(env.roles)}, {}
+    def _role_index(self, env: Environment) -> _Places:
+        if self._index.roles is not env.roles:
+            self._index, self._targets = _Places(env.roles), {}
         return self._index
 
     def _note_turns(self, steps: Steps) -> None:
@@ -353,26 +368,41 @@ class CheckpointWriter(MessageRows):
             out += (self._new_row(message, self._pending_rows) if row is None else row, len(recipients))
             known = targets.get(id(recipients))
             if known is None or known.recipients is not recipients:
-                known = self._target(recipients, env.members)
+                known = self._target(recipients, env.name_at)
             out += known.places
             for expected in known.expected:  # the buffer a replay gives each replayable recipient
                 expected.buffered += 1
                 expected.last = message
         self._noted_history += len(messages)
 
-    def _target(self, recipients: Recipients, members: Sequence[Role]) -> _Target:
+    def _target(self, recipients: Recipients, name_at: Callable[[int], str]) -> _Target:
         """The places of ``recipients`` (a round record's) here and the replayable ones' expectations.
 
         Kept per object (the record's places: one per set of addresses while the address book stays).
         """
         if len(self._targets) >= 1 << 18:
             self._targets.clear()
-        index, expect = self._index, self._expect
-        names = names_of(recipients, members)
+        index = self._index
+        names = names_of(recipients, name_at)
         places = [index[name] for name in names]
-        expected = [e for e in map(expect.get, names) if e is not None]
+        expected = [e for e in map(self._expected, names) if e is not None]
         known = self._targets[id(recipients)] = _Target(recipients, places, expected)
         return known
+
+    def _expected(self, name: str) -> Expected | None:
+        """What the writer expects of the role ``name``; a replayable one new since the last checkpoint: as built.
+
+        A role with neither an expectation nor a mark did not exist at the last checkpoint (a
+        population built it since: ``Bus.add_cast``); a restore builds it as its cast does, so the
+        ops replayed from then on give it what they give a new role (else its entry is written).
+        """
+        expected = self._expect.get(name)
+        if expected is None and self.replay and name not in self._roles and self._full_round is not None:
+            role = self._index.roles[name]
+            if replayable(role):
+                rc = role.rc
+                expected = self._expect[name] = Expected(news=rc.news, watching=len(rc.watch), addresses=role.addresses)
+        return expected
 
     # -- the environment -------------------------------------------------------------------------
 
@@ -417,7 +447,7 @@ class CheckpointWriter(MessageRows):
         Expectations are renewed in place: the recipients' lists (:meth:`_target`) hold them across rounds.
         """
         expect, changed = self._expect, False
-        for role in env.roles.values():
+        for role in env.built_roles():  # one a population has not built is as its cast builds it: no entry
             expected = expect.get(role.name)
             if replayed and expected is not None and replays(role, expected):
                 continue

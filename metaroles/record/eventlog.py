@@ -190,7 +190,7 @@ class EventLog:
 
     def _names(self, recipients: Recipients) -> list[str]:
         """The names of ``recipients`` (places, or roles), kept by the object (one per set of addresses)."""
-        names = names_of(recipients, self.env.members)
+        names = names_of(recipients, self.env.name_at)
         self._to[id(recipients)] = (recipients, names)
         return names
 

@@ -1,6 +1,6 @@
 """The final ``state.json`` of a run: the whole state, or for a large run a reference to its last checkpoint.
 
-A run of more than :data:`STATE_LIMIT` messages has just written a checkpoint of its last round,
+A run of more than :data:`STATE_LIMIT` messages or roles has just written a checkpoint of its last round,
 which holds everything ``state.json`` would (and :func:`~metaroles.record.restore.restore_checkpoint`
 rebuilds the environment from it), so its ``state.json`` names that checkpoint instead of writing
 hundreds of megabytes again::
@@ -24,12 +24,17 @@ from metaroles.record.checkpoint import CheckpointWriter
 from metaroles.record.numbering import round_file
 
 STATE_LIMIT = 10_000
-"""A run of more messages than this refers to its last checkpoint from ``state.json``."""
+"""A run of more messages, or more roles, than this refers to its last checkpoint from ``state.json``."""
 
 
 def refers_to_checkpoint(env: Environment, checkpoints: CheckpointWriter | None) -> bool:
-    """Whether ``state.json`` names the checkpoint ``checkpoints`` just wrote (a large run) instead of all."""
-    return checkpoints is not None and checkpoints.round == env.round and len(env.history) > STATE_LIMIT
+    """Whether ``state.json`` names the checkpoint ``checkpoints`` just wrote (a large run) instead of all.
+
+    Large: more than :data:`STATE_LIMIT` messages, or roles (a population's not built yet among them:
+    writing them all would build each one).
+    """
+    large = len(env.history) > STATE_LIMIT or len(env.roles) > STATE_LIMIT
+    return checkpoints is not None and checkpoints.round == env.round and large
 
 
 def save_state(env: Environment, path: Path, checkpoints: CheckpointWriter | None, *, whole: bool = False) -> Path:

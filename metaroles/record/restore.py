@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from warnings import warn
@@ -290,7 +290,7 @@ def _snapshot(record: dict[str, Any], rows: list[Message]) -> EnvironmentState:
 
 def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> None:
     """Apply one delta to the live environment: turns, deliveries, then the roles' entries."""
-    roles = list(env.roles.values())
+    roles = env.members  # a population's role is built as an op or a delivery reaches it, fresh
     ops, i = record.get("ops", []), 0
     deliveries, delivered = record.get("deliveries", []), 0
     while i < len(ops):
@@ -320,7 +320,9 @@ def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> No
         _apply_entry(env.roles[name], entry, rows)
 
 
-def _deliver(env: Environment, roles: list[Role], rows: list[Message], deliveries: list[int], i: int, end: int) -> int:
+def _deliver(
+    env: Environment, roles: Sequence[Role], rows: list[Message], deliveries: list[int], i: int, end: int
+) -> int:
     """Replay ``deliveries[i:end]`` (row, count, then the count recipients' places, per message); return ``end``."""
     while i < end:
         message, count = rows[deliveries[i]], deliveries[i + 1]

@@ -29,7 +29,7 @@ def _given(value: Any) -> Any:
     return value
 
 
-def each_of(fns: Sequence[Callable[[list[Role]], Any]], roles: list[Role]) -> list[Any]:
+def each_of(fns: Sequence[Callable[[Sequence[Role]], Any]], roles: list[Role]) -> list[Any]:
     """Every one of ``fns`` of ``roles`` (a shard computes a round's metric parts in one call)."""
     return [fn(roles) for fn in fns]
 

@@ -7,6 +7,9 @@ the new role what it received so far (a :class:`Seat` carries the index, the mod
 messages). A shard then holds roles as compact as freshly built ones, and the driver ships a recipe
 instead of a hundred thousand objects.
 
+With ``names``, the cast's roles are built in one process only when something first reaches them
+(``Bus.add_cast``): a role no message reached costs the bus nothing.
+
 ``build`` must make the same role wherever it runs: a function of ``i`` and of what it was made
 with (a module-level function, a ``functools.partial`` or a picklable object), not of a clock or of
 the process. A shard checks that the role it built has the name and addresses of the one it stands
@@ -35,6 +38,10 @@ class Cast:
 
     count: int
     build: Callable[[int], Role]
+    names: str | None = None
+    """The roles' names as a pattern, ``"u{}"``: the ``i``-th is named ``names.format(i)`` and receives on its
+    name and its class. Given, a role is built when first touched, not when hired (``bus.population``):
+    a million users cost nothing until they act. ``None``: each is built as it is hired."""
 
     def __post_init__(self) -> None:
         """Check the arguments, naming what is wrong."""

@@ -18,7 +18,7 @@ roles' part of a checkpoint (``record.parts``), and a run resumes on any number 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -383,7 +383,7 @@ class ShardedRun:
         """Take in the shards' results (ledger, failures, steps, news, addresses); whether an address changed."""
         env = self.env
         members, steps, moved = env.members, env.steps, False
-        roles: dict[str, Any] = env.roles
+        roles: Mapping[str, Any] = env.roles
         for shard, stepped in enumerate(results):
             if stepped is None:
                 continue
@@ -423,7 +423,7 @@ class ShardedRun:
         return [role for role, _ in self._pinned]
 
     async def measure(
-        self, fns: list[Callable[[list[Role]], Any]], meanwhile: Callable[[], None] = _nothing
+        self, fns: list[Callable[[Sequence[Role]], Any]], meanwhile: Callable[[], None] = _nothing
     ) -> dict[Any, Any]:
         """Each of ``fns`` of each shard's roles (one call; ``meanwhile()`` as they work), then of the driver's."""
         if not fns:

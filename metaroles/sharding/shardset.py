@@ -165,7 +165,7 @@ class Measure:
     """Deliver, then ``fn`` of the shard's roles in place order (reply: :class:`Measured`)."""
 
     delivery: Delivery
-    fn: Callable[[list[Role]], Any]
+    fn: Callable[[Sequence[Role]], Any]
 
 
 @dataclass(slots=True)

@@ -74,7 +74,7 @@ def check_home(env: Environment) -> None:
     Raises:
         RunError: Naming what to do: continue from the run's checkpoints with a new team.
     """
-    away = [role.name for role in env.members if isinstance(role, RemoteRole)]
+    away = [role.name for role in env.built_roles() if isinstance(role, RemoteRole)]
     if away:
         raise RunError(
             f"{len(away)} roles of this environment (e.g. {away[0]!r}) stayed on shards when its last run ended; "

@@ -32,7 +32,7 @@ from metaroles.sharding.session import sharded
 
 __all__ = ["Measured", "OneProcess", "Runtime", "Sharded", "runtime_for"]
 
-RoleMetric = Callable[[list[Role]], Any]
+RoleMetric = Callable[[Sequence[Role]], Any]
 """A role's metric: a function of some of the run's roles, measured where they run, whose parts a round metric
 combines (``Team.metric_parts``)."""
 
@@ -50,8 +50,9 @@ class Measured:
     """Writes the round's checkpoint once the files given are durable (a round not due: the writer takes it in)."""
     take_in: Callable[[], None] = _nothing
     """Makes the history whole up to the round (on shards its messages may still be where they were published)."""
-    here: list[Role] | None = None
-    """The roles, if they are all in this process (any function of them can be read now)."""
+    here: Sequence[Role] | None = None
+    """The roles, if they are all in this process (any function of them can be read now; a population's are
+    built as the function reaches them: ``Bus.add_cast``)."""
 
     def gathered(self, fn: RoleMetric) -> list[Any]:
         """``fn`` of the run's roles: one part per place they run in.
@@ -68,6 +69,12 @@ class Measured:
             f"{getattr(fn, '__name__', fn)!r} reads roles that live on shards; add it to Team.metric_parts "
             "(a scenario: METRIC_PARTS) so each shard computes its part"
         )
+
+
+def roles_here(env: Environment) -> Sequence[Role]:
+    """``env``'s roles in place order, for a function of them: a copy, or the view that builds a population's."""
+    roles = env.members
+    return list(roles) if isinstance(roles, list) else roles
 
 
 Meanwhile = Callable[[Measured], None]
@@ -148,7 +155,7 @@ class OneProcess:
         checkpoint: Callable[[Sequence[Path]], object] | None = None
         if writer is not None:
             checkpoint = partial(self._write, writer) if due else partial(self._note, writer)
-        return Measured({}, checkpoint, here=list(self.env.roles.values()))
+        return Measured({}, checkpoint, here=roles_here(self.env))
 
     def _write(self, writer: CheckpointWriter, after: Sequence[Path]) -> None:
         writer.write(self.env, after=after)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from metaroles.team.continuing import forked, resumed
 from metaroles.team.control import RunControl
 from metaroles.team.options import LogTurns, checked_log_turns
 from metaroles.team.report import StopReason, TeamReport
-from metaroles.team.runtime import Measured, OneProcess, Runtime, runtime_for
+from metaroles.team.runtime import Measured, OneProcess, Runtime, roles_here, runtime_for
 
 __all__ = ["HUMAN", "StopReason", "Team", "TeamReport"]
 
@@ -48,6 +48,17 @@ def seat_person(role: Role) -> None:
         warn(f"{role.name} is_human=True, but its model asks no person: give it a HumanLLM (--human)", stacklevel=3)
     elif human.seats is not None:
         human.seats.add(role.name)
+
+
+def _hired(cast: Cast, llm: LLM | None, index: int) -> Role:
+    """The ``index``-th role of ``cast``, as :meth:`Team.hire` gives it: the team's model if it has none, seated."""
+    role = cast.build(index)
+    if isinstance(role, Role):
+        if role.llm is None and llm is not None:
+            role.set_llm(llm)
+        if role.is_human:
+            seat_person(role)
+    return role
 
 
 def _with_llm(env: Environment, llm: LLM | None) -> Environment:
@@ -138,7 +149,7 @@ class Team(Dumped):
         self.backend = backend
         self.shard_by: ShardBy | None = None
         """Which shard a role runs on, when the backend does not say (a scenario's ``shard_by``)."""
-        self.metric_parts: list[Callable[[list[Role]], Any]] = []
+        self.metric_parts: list[Callable[[Sequence[Role]], Any]] = []
         """Functions of a list of roles that round metrics combine (:meth:`gathered`); on shards, run where they are."""
         self._runtime: Runtime | None = None
         """Where the current run's rounds run (``None`` between runs: this process)."""
@@ -189,6 +200,9 @@ class Team(Dumped):
         """
         if isinstance(roles, Cast):
             self.casts.append((len(self.env.members), roles))
+            if roles.names is not None:
+                self.env.add_cast(roles.count, partial(_hired, roles, self.llm), roles.names)
+                return
             roles = roles.roles()
         with paused_gc():  # new objects, no garbage: collections would walk every role built so far
             for role in roles:
@@ -221,7 +235,7 @@ class Team(Dumped):
         self.env.publish_message(message)
         return message
 
-    def gathered(self, fn: Callable[[list[Role]], Any]) -> list[Any]:
+    def gathered(self, fn: Callable[[Sequence[Role]], Any]) -> list[Any]:
         """``fn`` of the run's roles: one part per shard (and the driver's) on shards, else one of all roles.
 
         Round metrics that combine these parts are the same on one process and on many (on shards:
@@ -231,7 +245,7 @@ class Team(Dumped):
             RunError: If the run is sharded and ``fn`` is not in :attr:`metric_parts`.
         """
         measured = self._measured if self._runtime is not None else None
-        return (measured or Measured({}, here=list(self.env.roles.values()))).gathered(fn)
+        return (measured or Measured({}, here=roles_here(self.env))).gathered(fn)
 
     @property
     def runtime(self) -> Runtime:

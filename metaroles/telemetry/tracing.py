@@ -281,7 +281,7 @@ class Telemetry:
         known = self._recipients.get(id(recipients))
         if known is not None and known[0] is recipients:
             return known[1]
-        names = names_of(recipients, self.env.members)
+        names = names_of(recipients, self.env.name_at)
         self._recipients[id(recipients)] = (recipients, names)
         return names
 
