@@ -5,7 +5,7 @@ SDK's server), ``--calls`` times each way, the ways interleaved in ``--rounds`` 
 ``mcp.ClientSession.call_tool`` and the framework's call as an agent makes it
 (``ToolCollection.execute``: the arguments checked against the tool's schema, the timeout, the
 result made an observation). ``ratio`` is the framework's median time per call over the bare
-client's; ``recorded_ratio`` is the same with every call written to a ``ToolTape`` (appended to the
+client's; ``recorded_ratio`` is the same with every call written to a ``ToolCassette`` (appended to the
 disk and flushed, as a recording run does). Each way has its own server process.
 
 Run: ``python bench/tools.py`` (needs the ``tools`` extra: ``make test`` installs it).
@@ -27,7 +27,7 @@ import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from metaroles.agents.mcp import MCPClient, MCPServer, ToolTape
+from metaroles.agents.mcp import MCPClient, MCPServer, ToolCassette
 from metaroles.agents.tool import ToolCollection
 
 SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "mcp_notes.py")]
@@ -49,11 +49,11 @@ async def bare(calls: int, quiet: TextIO) -> list[float]:
     return times
 
 
-async def framework(calls: int, tape: Path | None) -> list[float]:
+async def framework(calls: int, cassette: Path | None) -> list[float]:
     """Seconds per call as an agent makes it through metaroles (optionally recorded)."""
     times = []
-    recording = ToolTape(tape, "record") if tape is not None else None
-    async with MCPClient([MCPServer(name="notes", command=SERVER)], tape=recording) as client:
+    recording = ToolCassette(cassette, "record") if cassette is not None else None
+    async with MCPClient([MCPServer(name="notes", command=SERVER)], cassette=recording) as client:
         tools = ToolCollection(*client.tools)
         for n in range(calls):
             tool, arguments = CALLS[n % len(CALLS)]

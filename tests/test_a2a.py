@@ -92,17 +92,17 @@ def test_an_agent_card_at_a_dead_url_is_one_line_naming_the_agent_and_nothing_is
 
 async def test_an_agent_that_stops_answering_is_a_run_error_and_the_tape_keeps_only_what_it_said(tmp_path):
     from metaroles.agents.a2a import A2AAgent, A2AAgentGone
-    from metaroles.agents.mcp import ToolTape
+    from metaroles.agents.mcp import ToolCassette
 
     alice = built_team("debate", {}, TestLLM(3)).env.roles["Alice"]
     server = RoleServer(alice)
-    tape = ToolTape(tmp_path / "tools.jsonl", "record")
-    async with A2AAgent("Alice", server.url, tape=tape) as agent:
+    cassette = ToolCassette(tmp_path / "tools.jsonl", "record")
+    async with A2AAgent("Alice", server.url, cassette=cassette) as agent:
         assert (await agent.send("Cars?")).output
         server.stop()
         with pytest.raises(A2AAgentGone, match=r"A2A agent 'Alice' at http://127\.0\.0\.1:\d+ stopped answering"):
             await agent.send("Still there?")
-    async with A2AAgent("Alice", "http://127.0.0.1:9", tape=ToolTape(tape.path, "replay")) as agent:
+    async with A2AAgent("Alice", "http://127.0.0.1:9", cassette=ToolCassette(cassette.path, "replay")) as agent:
         assert (await agent.send("Cars?")).output, "what was answered before replays"
         missed = await agent.send("Still there?")
     assert "was not called with" in missed.error, "what never got an answer is not made up"
@@ -129,7 +129,7 @@ def test_a_served_role_refuses_bodies_past_the_limit_and_other_hosts(tmp_path):
 async def test_a_remote_answer_past_the_limit_is_kept_cut_and_credentials_stay_off_disk(tmp_path):
     from metaroles import Action, Role
     from metaroles.agents.a2a import A2AAgent
-    from metaroles.agents.mcp import ToolTape
+    from metaroles.agents.mcp import ToolCassette
     from metaroles.core.guard import MAX_ANSWER
 
     class Flood(Action):
@@ -138,8 +138,8 @@ async def test_a_remote_answer_past_the_limit_is_kept_cut_and_credentials_stay_o
 
     with RoleServer(Role(name="Flooder", actions=[Flood])) as server:
         url = server.url.replace("http://", "http://user:pa55word@")
-        tape = ToolTape(tmp_path / "tools.jsonl", "record")
-        async with A2AAgent("Flooder", url, tape=tape) as agent:
+        cassette = ToolCassette(tmp_path / "tools.jsonl", "record")
+        async with A2AAgent("Flooder", url, cassette=cassette) as agent:
             answer = (await agent.send("Say a lot.")).output
     assert MAX_ANSWER < len(answer) < MAX_ANSWER + 200 and "answer cut" in answer
     written = (tmp_path / "tools.jsonl").read_text()

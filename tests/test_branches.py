@@ -52,8 +52,8 @@ def test_a_hundred_branches_from_round_5_share_the_prefix_free_and_report_the_sa
             assert (one / name / file).read_bytes() == (two / name / file).read_bytes(), (name, file)
 
     n_round = json.loads((parent / "manifest.json").read_text())["n_round"]
-    tapes = [len((one / b / "cassette.jsonl").read_text().splitlines()) for b in branches]
-    assert tapes == [4 * (n_round - 5)] * 100, "each branch asked the model only in its own rounds, 6 on"
+    cassettes = [len((one / b / "cassette.jsonl").read_text().splitlines()) for b in branches]
+    assert cassettes == [4 * (n_round - 5)] * 100, "each branch asked the model only in its own rounds, 6 on"
     prefix = [e for e in read_events(parent / "events.jsonl") if e["round"] <= 5]
     strip = lambda events: [{k: v for k, v in e.items() if k != "latency_s"} for e in events]  # noqa: E731
     branch_log = read_events(one / "b042" / "events.jsonl")

@@ -172,11 +172,11 @@ def test_a_replay_without_a_seed_takes_the_recorded_runs_and_makes_the_same_run_
     from metaroles.cli import main
     from tests.test_determinism import assert_same_bytes, contents
 
-    tape = tmp_path / "calls.jsonl"
+    cassette = tmp_path / "calls.jsonl"
     common = ["run", "debate", "--set", "turns=1", "-q"]
-    assert main([*common, "--llm", "test", "--record", str(tape), "--out", str(tmp_path / "recorded")]) == 0
+    assert main([*common, "--llm", "test", "--record", str(cassette), "--out", str(tmp_path / "recorded")]) == 0
     for name in ("first", "second"):
-        assert main([*common, "--replay", str(tape), "--out", str(tmp_path / name)]) == 0
+        assert main([*common, "--replay", str(cassette), "--out", str(tmp_path / name)]) == 0
     assert_same_bytes(contents(tmp_path / "first"), contents(tmp_path / "second"))
     state = {name: (tmp_path / name / "state.json").read_text() for name in ("recorded", "first")}
     assert state["recorded"] == state["first"], "the replay is the recorded run: its ids too"

@@ -1,7 +1,7 @@
 """The determinism contract: one seed and the same model answers give the same run directory, byte for byte.
 
 Every run here happens in a process of its own, each with another ``PYTHONHASHSEED``: two straight
-runs; a fork that changes nothing; a run of the embedded model on tape, replayed. Runs SIGKILLed at
+runs; a fork that changes nothing; a run of the embedded model on cassette, replayed. Runs SIGKILLed at
 random moments and resumed by another process are in ``tests/faults/test_kill_loop.py``. Only
 ``manifest.json`` (timestamps, versions, the folder's name) and ``timings.jsonl`` (latencies) may differ.
 """
@@ -112,7 +112,7 @@ def test_diff_names_the_first_event_that_differs(tmp_path, straight):
 
 
 @pytest.mark.skipif(not local_model_available(), reason="the embedded model is not installed (make demo installs it)")
-def test_the_embedded_model_on_tape_replays_to_the_same_bytes(tmp_path):
+def test_the_embedded_model_on_a_cassette_replays_to_the_same_bytes(tmp_path):
     cassette = tmp_path / "debate.jsonl"
     common = ["--seed", str(SEED), "--set", "turns=1", "-q"]
     metaroles(

@@ -426,12 +426,12 @@ def test_a_rubric_rates_each_run_by_weighted_criteria_recorded_and_replayed(tmp_
     suite = load_suite(folder)
     rows = run_eval(suite, tmp_path / "live", llm={"llm": "test"}, record=True)
     assert (rows[0]["rubric.argues"], rows[0]["rubric.fair"], rows[0]["rubric"]) == (0.8, 0.2, 0.65)
-    tape = tmp_path / "live" / "task=one,setting=default,seed=0" / "rubric.jsonl"
-    asked = [json.loads(line) for line in tape.read_text().splitlines()]
+    cassette = tmp_path / "live" / "task=one,setting=default,seed=0" / "rubric.jsonl"
+    asked = [json.loads(line) for line in cassette.read_text().splitlines()]
     assert [a["action"] for a in asked] == ["argues", "fair"]
     assert "Does each side argue the motion?" in asked[0]["request"]["messages"][-1]["content"]
     assert "Alice" in asked[0]["request"]["messages"][-1]["content"], "the rater reads the transcript"
-    rater.unlink()  # no rater any more: the replay answers from the recorded trial's tape
+    rater.unlink()  # no rater any more: the replay answers from the recorded trial's cassette
     run_eval(suite, tmp_path / "again", llm={"llm": "test:9"}, replay=tmp_path / "live")
     for name in EVAL_FILES:
         assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "live" / name).read_bytes(), name

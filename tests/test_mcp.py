@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from metaroles import ScriptedLLM
 from metaroles.agents.agent import ToolCallAgent
-from metaroles.agents.mcp import MCPClient, MCPServer, MCPServerGone, MCPWarning, ToolTape
+from metaroles.agents.mcp import MCPClient, MCPServer, MCPServerGone, MCPWarning, ToolCassette
 from metaroles.agents.permissions import Permissions
 from metaroles.agents.tool import Terminate, ToolCollection, ToolFailure, ToolResult
 from metaroles.core.exceptions import ConfigError, ToolError
@@ -39,19 +39,19 @@ async def results(client: MCPClient) -> list[str]:
 
 
 async def test_a_stdio_servers_tools_are_called_and_replay_answers_them_with_no_server(tmp_path):
-    tape = tmp_path / "tools.jsonl"
+    cassette = tmp_path / "tools.jsonl"
     server = stdio(env={"NOTES_TOKEN": "s3cr3t-token"})
-    async with MCPClient([server], tape=ToolTape(tape, "record")) as client:
+    async with MCPClient([server], cassette=ToolCassette(cassette, "record")) as client:
         assert {t.name for t in client.tools} >= {"notes__add", "notes__shout", "notes__fail", "notes__slow"}
         live = await results(client)
     assert live[0].startswith("ToolResult(output='5'") and "'STORM'" in live[1]
     assert "ToolFailure" in live[2] and "MCP tool notes.fail" in live[2]
     assert "ToolFailure" in live[3] and "argument 'a'='two' must be of JSON type integer" in live[3]
     assert "'has a token'" in live[4]  # the server had its secret ...
-    assert b"s3cr3t-token" not in tape.read_bytes()  # ... and the tape never did
+    assert b"s3cr3t-token" not in cassette.read_bytes()  # ... and the cassette never did
     assert "s3cr3t-token" not in str(server.recorded()), "nor what a run's manifest keeps of the server"
     gone = MCPServer(name="notes", command=["/nonexistent/notes-server"])  # replay starts no server
-    async with MCPClient([gone], tape=ToolTape(tape, "replay")) as client:
+    async with MCPClient([gone], cassette=ToolCassette(cassette, "replay")) as client:
         assert await results(client) == live
 
 
@@ -82,7 +82,7 @@ async def test_an_agent_does_its_task_with_a_servers_tools_and_replays_it_withou
     ]}}  # fmt: skip
 
     async def task(mode: str, server: MCPServer) -> list[tuple[str, str]]:
-        async with MCPClient([server], tape=ToolTape(tmp_path / "tools.jsonl", mode)) as client:
+        async with MCPClient([server], cassette=ToolCassette(tmp_path / "tools.jsonl", mode)) as client:
             coder = ToolCallAgent(name="coder", llm=ScriptedLLM(script), tools=[*client.tools, Terminate()])
             await coder.run("What is 20 + 22?")
         return [(str(m.role), m.content or "") for m in coder.messages]
@@ -112,8 +112,8 @@ async def test_an_agent_edits_files_through_nodes_filesystem_server_and_replays_
     ]}}  # fmt: skip
 
     async def task(mode: str, command: list[str]) -> list[str]:
-        tape = ToolTape(tmp_path / "fs.jsonl", mode)
-        async with MCPClient([MCPServer(name="fs", command=command)], tape=tape) as client:
+        cassette = ToolCassette(tmp_path / "fs.jsonl", mode)
+        async with MCPClient([MCPServer(name="fs", command=command)], cassette=cassette) as client:
             coder = ToolCallAgent(name="coder", llm=ScriptedLLM(script), tools=[*client.tools, Terminate()])
             await coder.run("Plan the game in plan.md.")
         return [m.content or "" for m in coder.messages]
@@ -145,7 +145,9 @@ async def test_servers_that_cannot_start_or_die_mid_run_are_one_line_naming_them
         with pytest.raises(MCPServerGone, match=r"MCP server 'notes' stopped answering"):
             await tools.execute(name="notes__die", tool_input={})
     with pytest.raises(ConfigError, match="holds no tools of MCP server 'other'"):
-        async with MCPClient([MCPServer(name="other", command=["x"])], tape=ToolTape(_tape(tmp_path), "replay")):
+        async with MCPClient(
+            [MCPServer(name="other", command=["x"])], cassette=ToolCassette(_cassette_of(tmp_path), "replay")
+        ):
             pass
     with pytest.raises(ValueError, match=r"needs a command \(stdio\) or a url"):
         MCPServer(name="nothing")
@@ -158,7 +160,7 @@ def _free_port() -> int:
     return port
 
 
-def _tape(folder: Path) -> Path:
+def _cassette_of(folder: Path) -> Path:
     path = folder / "empty-tools.jsonl"
     path.write_text("")
     return path
@@ -206,19 +208,21 @@ async def test_permissions_allow_ask_and_deny_per_role_and_the_answers_replay_wi
         made += [judge.execute(name="notes__add", tool_input={"a": 1, "b": 2})]
         return [repr(await call) for call in made]
 
-    tape = tmp_path / "tools.jsonl"
-    async with MCPClient([stdio()], tape=ToolTape(tape, "record"), permissions=permissions, ask=policy) as client:
+    cassette = tmp_path / "tools.jsonl"
+    async with MCPClient(
+        [stdio()], cassette=ToolCassette(cassette, "record"), permissions=permissions, ask=policy
+    ) as client:
         live = await calls(client)
     assert asked == [("coder", "notes__add", {"a": 1, "b": 2}), ("coder", "notes__add", {"a": 50, "b": 2})]
     assert "output='3'" in live[0] and "coder may not call notes__add: asked, and not allowed" in live[1]
     assert "'X'" in live[2] and "judge may not call notes__add: denied by the run's permissions" in live[3]
-    async with MCPClient([stdio()], tape=ToolTape(tape, "replay"), permissions=permissions) as client:
-        assert await calls(client) == live  # nobody asked: the decisions are on the tape
+    async with MCPClient([stdio()], cassette=ToolCassette(cassette, "replay"), permissions=permissions) as client:
+        assert await calls(client) == live  # nobody asked: the decisions are on the cassette
     assert len(asked) == 2
 
 
 async def test_a_servers_resources_and_prompts_are_readable_and_replay_without_it(tmp_path):
-    tape = tmp_path / "tools.jsonl"
+    cassette = tmp_path / "tools.jsonl"
 
     async def read(client: MCPClient) -> tuple[str, str, str, list[str]]:
         reader = next(t for t in client.tools if t.name == "notes__read_resource")
@@ -231,11 +235,13 @@ async def test_a_servers_resources_and_prompts_are_readable_and_replay_without_i
             await client.prompt("notes", "nosuch")
         return text, refused.error, await client.prompt("notes", "greet", {"name": "Ann"}), sorted(tools.tool_map)
 
-    async with MCPClient([stdio()], tape=ToolTape(tape, "record")) as client:
+    async with MCPClient([stdio()], cassette=ToolCassette(cassette, "record")) as client:
         live = await read(client)
     assert live[0] == "buy milk" and "argument 'uri'='notes://nope' must be one of ['notes://today']" in live[1]
     assert live[2] == "user: Say hello to Ann."
-    async with MCPClient([MCPServer(name="notes", command=["/nonexistent"])], tape=ToolTape(tape, "replay")) as client:
+    async with MCPClient(
+        [MCPServer(name="notes", command=["/nonexistent"])], cassette=ToolCassette(cassette, "replay")
+    ) as client:
         assert await read(client) == live
 
 
@@ -254,13 +260,13 @@ calls = st.lists(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(made=calls)
-def test_a_tape_answers_every_recorded_call_with_its_own_result_in_order_and_nothing_else(tmp_path_factory, made):
-    path = tmp_path_factory.mktemp("tape") / "tools.jsonl"
-    recording = ToolTape(path, "record")
+def test_a_cassette_answers_every_recorded_call_with_its_own_result_in_order_and_nothing_else(tmp_path_factory, made):
+    path = tmp_path_factory.mktemp("cassette") / "tools.jsonl"
+    recording = ToolCassette(path, "record")
     for server, tool, arguments, role, failed, text in made:
         result = ToolFailure(error=text or "x") if failed else ToolResult(output=text)
         recording.wrote_call(server, tool, arguments, result, role)
-    replaying = ToolTape(path, "replay")
+    replaying = ToolCassette(path, "replay")
     for server, tool, arguments, role, failed, text in made:
         answer = replaying.answer(server, tool, arguments, role)
         assert (answer.error, answer.output) == ((text or "x", None) if failed else (None, text))
@@ -290,7 +296,7 @@ async def test_a_person_on_the_watch_page_allows_or_refuses_a_call_and_silence_i
     assert await desk_asker(PageDesk(), seconds=0.01)("coder", "notes__add", {}) is False
 
 
-async def test_credentials_never_reach_an_error_a_manifest_or_a_tape(tmp_path):
+async def test_credentials_never_reach_an_error_a_manifest_or_a_cassette_of(tmp_path):
     token = "s3cr3t-token-value"
     crashing = MCPServer(name="notes", command=[*NOTES, "--crash"], env={"NOTES_TOKEN": token})
     with pytest.raises(ConfigError) as refused:
@@ -302,8 +308,8 @@ async def test_credentials_never_reach_an_error_a_manifest_or_a_tape(tmp_path):
     served = OverHTTP()
     try:
         url = served.url.replace("http://", "http://user:pa55word@")
-        tape = ToolTape(tmp_path / "tools.jsonl", "record")
-        async with MCPClient([MCPServer(name="notes", url=url)], tape=tape) as client:
+        cassette = ToolCassette(tmp_path / "tools.jsonl", "record")
+        async with MCPClient([MCPServer(name="notes", url=url)], cassette=cassette) as client:
             assert (await ToolCollection(*client.tools).execute(name="notes__add", tool_input={"a": 1, "b": 2})).output
     finally:
         served.stop()
@@ -333,11 +339,11 @@ async def test_a_tools_list_that_cannot_be_read_names_the_server_in_one_line():
             pass
 
 
-def test_a_tape_that_is_not_text_is_one_line_naming_it(tmp_path):
-    tape = tmp_path / "tools.jsonl"
-    tape.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+def test_a_cassette_that_is_not_text_is_one_line_naming_it(tmp_path):
+    cassette = tmp_path / "tools.jsonl"
+    cassette.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
     with pytest.raises(ConfigError, match=r"tools.jsonl' is not text \(byte 0 is not UTF-8\)"):
-        ToolTape(tape, "replay")
+        ToolCassette(cassette, "replay")
 
 
 async def test_each_server_is_met_at_the_newest_revision_it_speaks_and_an_unknown_one_is_one_line(tmp_path):
@@ -345,14 +351,34 @@ async def test_each_server_is_met_at_the_newest_revision_it_speaks_and_an_unknow
         assert client.revisions == {"notes": "2026-07-28"}
         assert repr(await client.call("notes", "add", {"a": 2, "b": 3})).startswith("ToolResult(output='5'")
     raw = [sys.executable, str(Path(__file__).with_name("mcp_raw.py"))]
-    tape = tmp_path / "tools.jsonl"
-    async with MCPClient([MCPServer(name="raw", command=raw)], tape=ToolTape(tape, "record")) as client:
+    cassette = tmp_path / "tools.jsonl"
+    async with MCPClient([MCPServer(name="raw", command=raw)], cassette=ToolCassette(cassette, "record")) as client:
         assert client.revisions == {"raw": "2025-11-25"}, "a server before it: initialized as before"
         assert "fine" in repr(await client.call("raw", "ok", {}))
-    assert '"revision": "2025-11-25"' in tape.read_text(), "the tape says which revision answered"
+    assert '"revision": "2025-11-25"' in cassette.read_text(), "the cassette says which revision answered"
     unknown = MCPServer(name="raw", command=[*raw, "--revision", "1999-01-01"])
     with pytest.raises(ConfigError) as refused:
         async with MCPClient([unknown]):
             pass
     said = str(refused.value)
     assert "'raw'" in said and "1999-01-01" in said and "\n" not in said
+
+
+def test_the_tool_tapes_old_names_still_work_and_say_their_new_ones(tmp_path):
+    import metaroles.agents.a2a as a2a
+    import metaroles.agents.mcp as mcp
+    import metaroles.llm.proxy as proxy
+
+    with pytest.warns(DeprecationWarning, match="ToolTape is now ToolCassette"):
+        assert mcp.ToolTape is ToolCassette
+    with pytest.warns(DeprecationWarning, match="tape_beside is now tool_cassette_beside"):
+        assert mcp.tape_beside(tmp_path / "calls.jsonl") == tmp_path / "calls.tools.jsonl"
+    cassette = ToolCassette(tmp_path / "calls.tools.jsonl", "record")
+    with pytest.warns(DeprecationWarning, match="tape= is now cassette="):
+        assert MCPClient([], tape=cassette).cassette is cassette
+    with pytest.warns(DeprecationWarning, match="tape= is now cassette="):
+        assert a2a.A2AAgent("Critic", "http://127.0.0.1:9", tape=cassette).cassette is cassette
+    with pytest.warns(DeprecationWarning, match="Tape is now ExchangeCassette"):
+        assert proxy.Tape is proxy.ExchangeCassette
+    with pytest.raises(AttributeError, match="no attribute 'Tapes'"):
+        _ = mcp.Tapes

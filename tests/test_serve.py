@@ -231,7 +231,7 @@ def test_a_run_against_the_server_killed_and_resumed_is_the_same_as_its_replay(u
     society = ["--set", "agents=8", "--set", "llm_agents=6", "--set", "degree=2", "--seed", "3", "-q"]
     # a busy machine answers slowly: the client waits (a call that times out is retried, and counted twice)
     served = ["--llm", "openai", "--base-url", url, "--model", "smollm2", "--rounds", "3", "--timeout", "600"]
-    # killed as round 2's events are appended: its calls are made and on tape, its checkpoint is not written
+    # killed as round 2's events are appended: its calls are made and on cassette, its checkpoint is not written
     killed(
         "point=append:events.jsonl:3",
         "run",
@@ -246,7 +246,7 @@ def test_a_run_against_the_server_killed_and_resumed_is_the_same_as_its_replay(u
     calls = lambda: len(cassette.read_text().splitlines()) - 1  # noqa: E731  (the first line: the run's seed)
     assert calls() == 12, "rounds 1 and 2 asked"
     ok("resume", str(run_dir), "-q")
-    assert calls() == 18, "round 2's calls answered from the tape, round 3's recorded"
+    assert calls() == 18, "round 2's calls answered from the cassette, round 3's recorded"
     ok("run", "society", "--replay", str(cassette), "--rounds", "3", *society, "--out", str(replayed))
     assert differences(run_dir, replayed) == []
 

@@ -119,15 +119,15 @@ def test_the_scripted_populations_are_what_their_generator_writes(tmp_path: Path
 
 
 def test_a_talking_condition_hears_its_partner_before_deciding(tmp_path: Path) -> None:
-    out, tape = tmp_path / "pd", tmp_path / "pd.jsonl"
+    out, cassette = tmp_path / "pd", tmp_path / "pd.jsonl"
     ran = subprocess.run(
         [sys.executable, "-m", "metaroles", "run", "studies", "--llm", f"scripted:{POPULATIONS / 'human_like.json'}",
-         "--set", "study=pd_communication", "--set", "participants=100", "--record", str(tape),
+         "--set", "study=pd_communication", "--set", "participants=100", "--record", str(cassette),
          "--out", str(out), "-q"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    asked = [json.loads(line) for line in tape.read_text(encoding="utf-8").splitlines()[1:]]
+    asked = [json.loads(line) for line in cassette.read_text(encoding="utf-8").splitlines()[1:]]
     told = [call for call in asked if "your partner sent you this message" in json.dumps(call)]
     assert len(told) == 100, "each of the 100 who talked heard its partner"
 

@@ -11,7 +11,7 @@ from tests.test_evaluate import suite_folder
 
 
 def test_a_recorded_run_exports_the_chats_the_model_saw_and_datasets_loads_them(tmp_path: Path, capsys) -> None:
-    tape = tmp_path / "calls.jsonl"
+    cassette = tmp_path / "calls.jsonl"
     assert (
         main(
             [
@@ -24,14 +24,14 @@ def test_a_recorded_run_exports_the_chats_the_model_saw_and_datasets_loads_them(
                 "--out",
                 str(tmp_path / "run"),
                 "--record",
-                str(tape),
+                str(cassette),
             ]
         )
         == 0
     )
     out = tmp_path / "sft.jsonl"
     assert main(["export", str(tmp_path / "run"), "--format", "sft", "--out", str(out)]) == 0
-    recorded = [json.loads(line) for line in tape.read_text().splitlines()[1:]]  # the first: the run's seed
+    recorded = [json.loads(line) for line in cassette.read_text().splitlines()[1:]]  # the first: the run's seed
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == len(recorded) >= 4
     for line, call in zip(lines, recorded, strict=True):  # exactly what the model got, then what it said
@@ -87,11 +87,22 @@ def test_exporting_what_recorded_no_calls_or_is_no_run_is_one_line_and_exit_2(tm
 
 
 def test_a_torn_last_call_is_left_out_with_a_warning_naming_it(tmp_path: Path, capsys) -> None:
-    tape = tmp_path / "calls.jsonl"
-    run = ["run", "debate", "--llm", "test", "--set", "turns=1", "--out", str(tmp_path / "run"), "--record", str(tape)]
+    cassette = tmp_path / "calls.jsonl"
+    run = [
+        "run",
+        "debate",
+        "--llm",
+        "test",
+        "--set",
+        "turns=1",
+        "--out",
+        str(tmp_path / "run"),
+        "--record",
+        str(cassette),
+    ]
     assert main(run) == 0
-    whole = tape.read_text().splitlines()
-    tape.write_text("\n".join(whole[:-1]) + "\n" + whole[-1][: len(whole[-1]) // 2])  # killed mid-write
+    whole = cassette.read_text().splitlines()
+    cassette.write_text("\n".join(whole[:-1]) + "\n" + whole[-1][: len(whole[-1]) // 2])  # killed mid-write
     capsys.readouterr()
     assert main(["export", str(tmp_path / "run"), "--format", "sft", "--out", str(tmp_path / "sft.jsonl")]) == 0
     said = capsys.readouterr().err
@@ -116,12 +127,12 @@ def test_a_tool_using_run_exports_atif_trajectories_that_validate_and_come_back_
     calls = [{"name": "weather", "arguments": {"city": "Lyon"}, "id": "call_1"},
              {"name": "terminate", "arguments": {"status": "success"}, "id": "call_2"}]  # fmt: skip
     script.write_text(json.dumps({"*": {"*": [{"content": "", "tool_calls": [c]} for c in calls]}}))
-    run, tape = tmp_path / "run", tmp_path / "calls.jsonl"
-    made = ["run", "assistant", "--llm", f"scripted:{script}", "--out", str(run), "--record", str(tape), "-q"]
+    run, cassette = tmp_path / "run", tmp_path / "calls.jsonl"
+    made = ["run", "assistant", "--llm", f"scripted:{script}", "--out", str(run), "--record", str(cassette), "-q"]
     assert main(made) == 0
     out = tmp_path / "atif.jsonl"
     assert main(["export", str(run), "--format", "atif", "--out", str(out)]) == 0
-    recorded = [json.loads(line) for line in tape.read_text().splitlines()[1:]]
+    recorded = [json.loads(line) for line in cassette.read_text().splitlines()[1:]]
     (line,) = [json.loads(text) for text in out.read_text().splitlines()]
     trajectory = Trajectory.model_validate(line)  # the format's own models, extra fields forbidden
     assert trajectory.schema_version == "ATIF-v1.7" and trajectory.agent.extra == {"role": "Assistant"}

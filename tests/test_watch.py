@@ -686,13 +686,14 @@ def test_a_roles_panel_shows_its_persona_state_and_model_calls_and_the_readings_
 
     playwright_api = pytest.importorskip("playwright.sync_api")
     society = [*SOCIETY[:-3], "--set", "llm_agents=3", "-q"]  # a0..a2 ask the model
-    tape = tmp_path / "calls.jsonl"
+    cassette = tmp_path / "calls.jsonl"
     assert (
-        main(["run", *society, "--record", str(tape), "--checkpoint-every", "3", "--out", str(tmp_path / "run")]) == 0
+        main(["run", *society, "--record", str(cassette), "--checkpoint-every", "3", "--out", str(tmp_path / "run")])
+        == 0
     )
     assert main(["run", *society, "--checkpoint-every", "1", "--out", str(tmp_path / "every")]) == 0
     run = tmp_path / "run"
-    taped = [orjson.loads(line) for line in tape.read_bytes().splitlines()[1:]]
+    recorded = [orjson.loads(line) for line in cassette.read_bytes().splitlines()[1:]]
     logged = [c for line in map(orjson.loads, (run / "events.jsonl").read_bytes().splitlines())
               if line["round"] <= 4 for c in line.get("llm_calls", ()) if c["role"] == "a1"]  # fmt: skip
     # the state at round 4 as the run checkpointed every round holds it (not run again: read back)
@@ -704,7 +705,7 @@ def test_a_roles_panel_shows_its_persona_state_and_model_calls_and_the_readings_
         state = httpx.get(server.url + "api/state/a1?round=4").json()  # between the checkpoints of rounds 3 and 6
         assert (state["as_of"], state["note"]) == (4, "") and state["state"] == orjson.loads(orjson.dumps(held["a1"]))
         calls = httpx.get(server.url + "api/role/a1?round=4").json()["calls"]
-        mine = [entry for entry in taped if entry["role"] == "a1"][: len(logged)]
+        mine = [entry for entry in recorded if entry["role"] == "a1"][: len(logged)]
         assert calls["count"] == len(logged) > 1 and [c["tokens"] for c in calls["calls"]] == [
             c["tokens"] for c in logged
         ]
@@ -747,7 +748,7 @@ def test_the_roles_state_of_a_run_whose_answers_are_not_kept_is_its_checkpoints_
     run = tmp_path / "run"
     assert main(["run", *SOCIETY[:-2], "--checkpoint-every", "3", "--out", str(run)]) == 0
     manifest = orjson.loads((run / "manifest.json").read_bytes())
-    (run / "manifest.json").write_bytes(orjson.dumps({**manifest, "llm": "openai"}))  # a served model, no tape
+    (run / "manifest.json").write_bytes(orjson.dumps({**manifest, "llm": "openai"}))  # a served model, no cassette
     app = watch_app(run, states=state_reader(run, trust=False))
     with TestClient(app, base_url="http://127.0.0.1") as client:
         state = client.get("/api/state/a1?round=4").json()

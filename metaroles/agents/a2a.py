@@ -7,7 +7,7 @@ the caller (caused by the first action it watches) and the role takes one turn; 
 the task's artifact, streamed as it comes. :class:`RoleServer` runs the app on 127.0.0.1.
 
 :class:`A2AAgent` is a remote agent as a run sees it: its card resolved when the run starts (a
-dead URL is one line naming it), every exchange recorded on the run's :class:`ToolTape` and
+dead URL is one line naming it), every exchange recorded on the run's :class:`ToolCassette` and
 answered from it on replay, with no agent there. :class:`A2ARole` makes it a member of a society:
 its news go to the remote agent, whose answer it publishes.
 """
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from metaroles.agents.mcp import ToolTape
+from metaroles.agents.mcp import ToolCassette, renamed_tape
 from metaroles.agents.spans import Continued, client_span, trace_context
 from metaroles.agents.tool import ToolFailure, ToolResult
 from metaroles.bus.action import Action, ActionResult, UserRequirement
@@ -178,30 +178,40 @@ class RoleServer:
 
 
 class A2AAgent:
-    """A remote A2A agent a run talks to: its card resolved on entering (``async with``), its exchanges taped.
+    """A remote A2A agent a run talks to: its card resolved on entering (``async with``), its exchanges recorded.
 
     Args:
         name: The agent's name in the run (the member's role name).
         url: Where it is served (its card at ``URL/.well-known/agent-card.json``).
-        tape: Record every exchange (``record``), or answer from it and reach nobody (``replay``).
+        cassette: Record every exchange (``record``), or answer from it and reach nobody (``replay``; ``tape=``
+            before: still taken, with a ``DeprecationWarning``).
         timeout: Seconds the agent has to answer one message.
     """
 
-    def __init__(self, name: str, url: str, *, tape: ToolTape | None = None, timeout: float = AGENT_SECONDS) -> None:
-        self.name, self.url, self.tape, self.timeout = name, url.rstrip("/"), tape, timeout
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        cassette: ToolCassette | None = None,
+        timeout: float = AGENT_SECONDS,
+        tape: ToolCassette | None = None,
+    ) -> None:
+        cassette = renamed_tape(tape, cassette)
+        self.name, self.url, self.cassette, self.timeout = name, url.rstrip("/"), cassette, timeout
         self.description = ""
         self._client: Any = None
         self._http: Any = None
 
     @property
     def replaying(self) -> bool:
-        """Whether the agent is answered from the tape (nobody is reached)."""
-        return self.tape is not None and self.tape.mode == "replay"
+        """Whether the agent is answered from the cassette (nobody is reached)."""
+        return self.cassette is not None and self.cassette.mode == "replay"
 
     async def __aenter__(self) -> A2AAgent:
         if self.replaying:
-            assert self.tape is not None
-            self.description = self.tape.card(self.name).get("description", "")
+            assert self.cassette is not None
+            self.description = self.cassette.card(self.name).get("description", "")
             return self
         import httpx
         from a2a.client import A2ACardResolver, ClientConfig, create_client
@@ -221,8 +231,8 @@ class A2AAgent:
             ) from None
         card = MessageToDict(found)
         self.description = str(card.get("description", ""))
-        if self.tape is not None:
-            self.tape.write({"kind": "card", "agent": self.name, "url": redacted(self.url), "card": card})
+        if self.cassette is not None:
+            self.cassette.write({"kind": "card", "agent": self.name, "url": redacted(self.url), "card": card})
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -237,9 +247,9 @@ class A2AAgent:
         Raises:
             A2AAgentGone: If the agent stopped answering.
         """
-        if self.tape is None:
+        if self.cassette is None:
             return await self._exchange(text)
-        return await self.tape.taped(self.name, "send_message", {"text": text}, lambda: self._exchange(text))
+        return await self.cassette.through(self.name, "send_message", {"text": text}, lambda: self._exchange(text))
 
     async def _exchange(self, text: str) -> ToolResult:
         from a2a.types import Message as A2AMessage
@@ -322,7 +332,7 @@ class A2ARole(Role):
     """A remote A2A agent as a member of a society: what it watches goes to the agent; it says the answer.
 
     Args:
-        agent: The remote agent (entered before the run: its card resolved, or its tape read).
+        agent: The remote agent (entered before the run: its card resolved, or its cassette read).
         watch: Actions whose messages it hears (default: the user's requirement, the run's idea).
         send_to: Where its answers go (default: everyone).
     """

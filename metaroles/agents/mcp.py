@@ -10,10 +10,10 @@ and a call that outlives its ``timeout`` are :class:`~metaroles.agents.tool.Tool
 the agent observes and goes on from. A server that dies mid-run stops the run with one line
 (:class:`MCPServerGone`): the run is resumable.
 
-With a :class:`ToolTape` every listing and call is written down as it happens (``record``) and
+With a :class:`ToolCassette` every listing and call is written down as it happens (``record``) and
 answered from it (``replay``): a replayed run starts no server and gets the same answers, so its
 run directory is the same. What a server was started with (``env``: tokens, keys) is never
-written to the tape.
+written to the cassette.
 """
 
 from __future__ import annotations
@@ -47,8 +47,17 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
 __all__ = [
-    "MCPClient", "MCPServer", "MCPServerGone", "MCPTool", "MCPWarning", "ToolTape", "observed", "server_from",
-    "tape_beside", "tool_name",
+    "MCPClient",
+    "MCPServer",
+    "MCPServerGone",
+    "MCPTool",
+    "MCPWarning",
+    "ToolCassette",
+    "observed",
+    "renamed_tape",
+    "server_from",
+    "tool_cassette_beside",
+    "tool_name",
 ]  # fmt: skip
 
 CALL_SECONDS = 30.0
@@ -137,7 +146,7 @@ class MCPServerGone(RunError):
 class MCPServer(BaseModel):
     """An MCP server a run uses: over stdio (``command``) or streamable HTTP (``url``).
 
-    ``env`` is given to a stdio server's process and never written anywhere (the tape keeps the
+    ``env`` is given to a stdio server's process and never written anywhere (the cassette keeps the
     server's name and tools only); ``pass_env`` names variables of the run's own environment the
     server gets too (the names are written, a run's manifest keeps them; never their values).
     ``timeout``: seconds a call may take; ``start_timeout``: seconds the server has to start and
@@ -207,7 +216,7 @@ class MCPTool(BaseTool):
     client: Any = Field(default=None, exclude=True, repr=False)
 
     async def execute(self, **arguments: Any) -> ToolResult:
-        """Call the tool on its server (or answer from the tape)."""
+        """Call the tool on its server (or answer from the cassette)."""
         client: MCPClient = self.client
         return await client.call(self.server, self.remote, arguments, role=self.role)
 
@@ -223,7 +232,7 @@ def _key(server: str, tool: str, arguments: dict[str, Any], role: str | None = N
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-class ToolTape:
+class ToolCassette:
     """MCP listings and calls (and A2A agents' cards and exchanges), one a line: written, answered on replay.
 
     A call is answered by the recorded calls with the same server, tool and arguments (and role),
@@ -232,7 +241,7 @@ class ToolTape:
     dropped).
 
     Raises:
-        ConfigError: If a replayed tape is missing or a line of it is damaged (naming the line).
+        ConfigError: If a replayed cassette is missing or a line of it is damaged (naming the line).
     """
 
     def __init__(self, path: str | Path, mode: Literal["record", "replay", "append"]) -> None:
@@ -242,11 +251,11 @@ class ToolTape:
         self._cards: dict[str, dict[str, Any]] = {}
         self._calls: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         if mode == "replay" and not self.path.is_file():
-            raise ConfigError(f"tool tape {str(self.path)!r} does not exist; record the run with its servers first")
+            raise ConfigError(f"tool cassette {str(self.path)!r} does not exist; record the run with its servers first")
         if mode == "record" or not self.path.is_file():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_bytes(b"")
-        else:  # replay; or append: a resumed run answers what the tape holds, then goes on recording
+        else:  # replay; or append: a resumed run answers what the cassette holds, then goes on recording
             self._load()
             whole = self.path.read_bytes()
             if mode == "append" and not whole.endswith(b"\n"):
@@ -257,7 +266,7 @@ class ToolTape:
             text = self.path.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigError(
-                f"tool tape {str(self.path)!r} is not text (byte {exc.start} is not UTF-8): not a tape metaroles "
+                f"tool cassette {str(self.path)!r} is not text (byte {exc.start} is not UTF-8): not one metaroles "
                 "wrote; record the run again"
             ) from None
         lines = jsonl_lines(text)
@@ -275,7 +284,7 @@ class ToolTape:
                 if number == len(lines) and not text.endswith("\n"):  # torn by a kill mid-write: never answered
                     break
                 raise ConfigError(
-                    f"tool tape {str(self.path)!r} line {number} is not a recorded listing or call ({exc}); "
+                    f"tool cassette {str(self.path)!r} line {number} is not a recorded listing or call ({exc}); "
                     "record the run again"
                 ) from None
 
@@ -283,31 +292,31 @@ class ToolTape:
         """The tools ``server`` listed when recorded.
 
         Raises:
-            ConfigError: If the tape holds no listing of ``server``.
+            ConfigError: If the cassette holds no listing of ``server``.
         """
         if server not in self._tools:
-            raise ConfigError(f"tool tape {str(self.path)!r} holds no tools of MCP server {server!r}; record again")
+            raise ConfigError(f"tool cassette {str(self.path)!r} holds no tools of MCP server {server!r}; record again")
         return self._tools[server]
 
     def servers(self) -> list[MCPServer]:
-        """The servers the tape was recorded with (as a manifest keeps them): a replay needs them named again."""
+        """The servers the cassette was recorded with (as a manifest keeps them): a replay needs them named again."""
         found = []
         for name, spec in self._servers.items():
             found.append(MCPServer.model_validate({"command": ["(replayed)"], **spec, "name": name}))
         return found
 
     def agents(self) -> dict[str, str]:
-        """The A2A agents the tape was recorded with: name → URL."""
+        """The A2A agents the cassette was recorded with: name → URL."""
         return {name: card["url"] for name, card in self._cards.items()}
 
     def card(self, agent: str) -> dict[str, Any]:
         """The card A2A agent ``agent`` had when recorded.
 
         Raises:
-            ConfigError: If the tape holds no card of ``agent``.
+            ConfigError: If the cassette holds no card of ``agent``.
         """
         if agent not in self._cards:
-            raise ConfigError(f"tool tape {str(self.path)!r} holds no card of A2A agent {agent!r}; record again")
+            raise ConfigError(f"tool cassette {str(self.path)!r} holds no card of A2A agent {agent!r}; record again")
         return self._cards[agent]
 
     def answer(self, server: str, tool: str, arguments: dict[str, Any], role: str | None = None) -> ToolResult:
@@ -319,11 +328,11 @@ class ToolTape:
             )
         return held
 
-    async def taped(
+    async def through(
         self, server: str, tool: str, arguments: dict[str, Any], live: Callable[[], Awaitable[ToolResult]],
         role: str | None = None,
     ) -> ToolResult:  # fmt: skip
-        """This call's result from the tape if it holds one, else ``live()``'s, recorded (a replay only answers)."""
+        """This call's result from the cassette if it holds one, else ``live()``'s, recorded (a replay only answers)."""
         held = self.held(server, tool, arguments, role)
         if held is not None:  # replayed; or a resumed run's call made before the stop, answered as it was then
             return held
@@ -334,7 +343,7 @@ class ToolTape:
         return result
 
     def held(self, server: str, tool: str, arguments: dict[str, Any], role: str | None = None) -> ToolResult | None:
-        """The next recorded result of this call not yet answered, if the tape holds one."""
+        """The next recorded result of this call not yet answered, if the cassette holds one."""
         recorded = self._calls.get(_key(server, tool, arguments, role))
         if not recorded:
             return None
@@ -354,7 +363,26 @@ class ToolTape:
         self.write(entry | ({"role": role} if role is not None else {}))
 
 
-def tape_beside(cassette: str | Path) -> Path:
+def renamed_tape(tape: ToolCassette | None, cassette: ToolCassette | None) -> ToolCassette | None:
+    """``cassette``, or ``tape`` (its name before the tool tape and the cassette were one word), with a warning."""
+    if tape is None:
+        return cassette
+    warnings.warn("tape= is now cassette= (a ToolCassette)", DeprecationWarning, stacklevel=3)
+    return tape
+
+
+_RENAMED = {"ToolTape": "ToolCassette", "tape_beside": "tool_cassette_beside"}
+
+
+def __getattr__(name: str) -> Any:
+    """The names this module had before the tool tape became the tool cassette, with a ``DeprecationWarning``."""
+    if name in _RENAMED:
+        warnings.warn(f"{name} is now {_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def tool_cassette_beside(cassette: str | Path) -> Path:
     """Where a run's MCP calls are recorded beside its model calls: ``calls.jsonl`` → ``calls.tools.jsonl``."""
     cassette = Path(cassette)
     return cassette.with_name(f"{cassette.stem if cassette.suffix else cassette.name}.tools.jsonl")
@@ -365,7 +393,8 @@ class MCPClient:
 
     Args:
         servers: The servers to start.
-        tape: Record every listing and call to it, or (``replay``) answer from it and start no server.
+        cassette: Record every listing and call to it, or (``replay``) answer from it and start no server.
+            (``tape=``, its name before: still taken, with a ``DeprecationWarning``.)
         permissions: Which role may call which tool (:class:`~metaroles.agents.permissions.Permissions`;
             default: every call allowed). A role's tools come from :meth:`tools_for`.
         ask: Decides the calls the permissions say to ask about: a policy function, or a person
@@ -381,23 +410,25 @@ class MCPClient:
         self,
         servers: list[MCPServer],
         *,
-        tape: ToolTape | None = None,
+        cassette: ToolCassette | None = None,
         permissions: Permissions | None = None,
         ask: Asker | None = None,
+        tape: ToolCassette | None = None,
     ) -> None:
+        cassette = renamed_tape(tape, cassette)
         names = [server.name for server in servers]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ConfigError(f"MCP server name(s) {twice} given twice; give each server a name of its own")
         self.permissions, self.ask = permissions or Permissions(), ask
-        replaying = tape is not None and tape.mode == "replay"
+        replaying = cassette is not None and cassette.mode == "replay"
         if self.permissions.asks and ask is None and not replaying:
             raise ConfigError(
                 "the permissions ask about some calls and nobody is there to ask: give ask= (a policy function, "
                 "or desk_asker(desk) for a person), or make the rule allow or deny"
             )
         self.servers = {server.name: server for server in servers}
-        self.tape = tape
+        self.cassette = cassette
         self.tools: list[MCPTool] = []
         self._sessions: dict[str, ClientSession] = {}
         self.revisions: dict[str, str] = {}
@@ -437,8 +468,8 @@ class MCPClient:
                        parameters=schema, server=server, remote=remote, client=self)  # fmt: skip
 
     async def _listing(self, server: MCPServer) -> list[dict[str, Any]]:
-        if self.tape is not None and self.tape.mode == "replay":
-            return self.tape.tools(server.name)
+        if self.cassette is not None and self.cassette.mode == "replay":
+            return self.cassette.tools(server.name)
         session = await self._start(server)
         self._sessions[server.name] = session
         try:
@@ -460,9 +491,9 @@ class MCPClient:
         capabilities = session.server_capabilities
         if capabilities is not None and capabilities.resources is not None:
             tools += await _resources(session, {str(t["name"]) for t in tools})
-        if self.tape is not None:
+        if self.cassette is not None:
             revision = self.revisions.get(server.name)
-            self.tape.write({"kind": "tools", "server": server.name, "spec": server.recorded(), "tools": tools}
+            self.cassette.write({"kind": "tools", "server": server.name, "spec": server.recorded(), "tools": tools}
                             | ({"revision": revision} if revision else {}))  # fmt: skip
         return tools
 
@@ -528,7 +559,7 @@ class MCPClient:
         return scrubbed(said, (server.environment() or {}).values())
 
     async def call(self, server: str, tool: str, arguments: dict[str, Any], *, role: str | None = None) -> ToolResult:
-        """Call ``tool`` on ``server`` for ``role`` (or answer from the tape); the result as an observation.
+        """Call ``tool`` on ``server`` for ``role`` (or answer from the cassette); the result as an observation.
 
         A call the role's permissions deny, or that was asked about and not allowed, is a failure
         the agent reads; it is recorded as the call's result.
@@ -541,7 +572,7 @@ class MCPClient:
             refused = await self._refused(role or "*", tool_name(server, tool), arguments)
             return refused or await self._called(server, tool, arguments)
 
-        return await (live() if self.tape is None else self.tape.taped(server, tool, arguments, live, role))
+        return await (live() if self.cassette is None else self.cassette.through(server, tool, arguments, live, role))
 
     async def _refused(self, role: str, name: str, arguments: dict[str, Any]) -> ToolFailure | None:
         """Why the permissions refuse this call, or ``None`` when it may go ahead."""

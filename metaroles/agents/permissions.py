@@ -9,7 +9,7 @@ nothing that matches: ``default``. A denied call is an observation the agent rea
 ``ask`` puts the call to someone: a policy function (``(role, tool, arguments) -> bool``, plain
 or async) or a person at a :class:`~metaroles.llm.human.Desk` (:func:`desk_asker`: the terminal,
 or the watch page). A person who does not answer in time has said no. What was decided is the
-call's result, recorded with it (:class:`~metaroles.agents.mcp.ToolTape`): a replay asks nobody.
+call's result, recorded with it (:class:`~metaroles.agents.mcp.ToolCassette`): a replay asks nobody.
 """
 
 from __future__ import annotations

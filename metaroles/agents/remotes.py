@@ -1,4 +1,4 @@
-"""What a run reaches outside its process: MCP servers' tools and A2A agents, started with it, on one tape."""
+"""What a run reaches outside its process: MCP servers' tools and A2A agents, started with it, on one cassette."""
 
 from __future__ import annotations
 

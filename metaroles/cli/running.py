@@ -176,13 +176,13 @@ def run(
     steering = run_control(watch=watch, control=control, interventions=interventions)
     name, options, settings = _read_target(target, set_ or [])
     options, specs = split_role_llms(options)  # role.NAME.llm=MODEL: that role's own model
-    taped = replay or (Path(llm.removeprefix("replay:")) if llm and llm.startswith("replay:") else None)
-    seed = _run_seed(seed if seed is not None else settings.get("seed"), record, taped)
+    recorded = replay or (Path(llm.removeprefix("replay:")) if llm and llm.startswith("replay:") else None)
+    seed = _run_seed(seed if seed is not None else settings.get("seed"), record, recorded)
     given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
     given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
     given["tokens_per_minute"], given["requests_per_minute"] = tpm, rpm
     people = people_at(human or [], page=watch or control, seconds=human_timeout)
-    language_model, manifest = _taped_model(given, settings, record, replay, people)
+    language_model, manifest = _recorded_model(given, settings, record, replay, people)
     tools, desk = _tools((mcp, permit, a2a), settings, (record, replay), manifest, people, page=watch or control)
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
@@ -256,7 +256,7 @@ def _tools(
     return tools, desk if asked else None
 
 
-def _taped_model(
+def _recorded_model(
     given: dict[str, Any],
     settings: dict[str, Any],
     record: Path | None,
@@ -289,7 +289,7 @@ def _taped_model(
 
 
 def _run_seed(seed: int | None, record: Path | None, replay: Path | None) -> int | None:
-    """The run's seed: the one given; else a recording's own (drawn now, kept on the tape), else the tape's it replays.
+    """The run's seed: the one given; else a recording's own (drawn now, kept on its cassette), else the replayed one's.
 
     A replay then makes the very ids the recorded run made, so its run directory is the same, byte for byte.
     """

@@ -76,30 +76,32 @@ def proxy(
         typer.Option(metavar="URL", help="the OpenAI-compatible server to record, e.g. http://127.0.0.1:8080/v1"),
     ] = None,
     record: Annotated[
-        Path | None, typer.Option(metavar="TAPE", help="keep every exchange with --to's server here")
+        Path | None, typer.Option(metavar="CASSETTE", help="keep every exchange with --to's server here")
     ] = None,
-    replay: Annotated[Path | None, typer.Option(metavar="TAPE", help="answer from this tape, asking no server")] = None,
+    replay: Annotated[
+        Path | None, typer.Option(metavar="CASSETTE", help="answer from this cassette, asking no server")
+    ] = None,
     host: Annotated[str, typer.Option(help="interface to listen on (loopback by default)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one, printed)")] = 0,
 ) -> None:
-    """An OpenAI-compatible endpoint for any framework: records a server's answers, or answers from the tape."""
+    """An OpenAI-compatible endpoint for any framework: records a server's answers, or answers from the cassette."""
     with reported():
-        from metaroles.llm.proxy import ProxyServer, Tape, upstream_url
+        from metaroles.llm.proxy import ExchangeCassette, ProxyServer, upstream_url
 
         if (record is None) == (replay is None):
-            raise ConfigError("give --record TAPE (with --to URL) or --replay TAPE")
+            raise ConfigError("give --record CASSETTE (with --to URL) or --replay CASSETTE")
         if record is not None and to is None:
             raise ConfigError("--record needs --to URL: the server whose answers it keeps")
         if replay is not None and to is not None:
             raise ConfigError("--to goes with --record: a replay asks no server")
         if to is not None:
-            upstream_url(to)  # refused before the tape is made
-        tape = Tape(record or replay or Path(), record=record is not None)
+            upstream_url(to)  # refused before the cassette is made
+        cassette = ExchangeCassette(record or replay or Path(), record=record is not None)
         try:
-            server = ProxyServer(tape, upstream=to, host=host, port=port, on_miss=lambda said: say(said))
+            server = ProxyServer(cassette, upstream=to, host=host, port=port, on_miss=lambda said: say(said))
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port") from None
-    doing = f"recording {to} into {record}" if record else f"replaying {replay} ({len(tape)} exchanges)"
+    doing = f"recording {to} into {record}" if record else f"replaying {replay} ({len(cassette)} exchanges)"
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with server.running():
         typer.echo(f"proxy at {server.url} ({doing}); Ctrl-C stops", nl=True)

@@ -6,7 +6,7 @@ asks a person (on the terminal, or on the page with ``--watch``) before such a c
 ``--record CASSETTE`` every listing and call is recorded beside the cassette
 (``CASSETTE.tools.jsonl``), and ``--replay CASSETTE`` answers them from it with no server started.
 ``--a2a 'Critic=http://127.0.0.1:9000'`` seats a remote A2A agent as the member ``Critic`` (it
-hears the run's idea and answers everyone); its exchanges go on the same tape. A YAML config says
+hears the run's idea and answers everyone); its exchanges go on the same cassette. A YAML config says
 the same with ``mcp:`` (a list of servers), ``permissions:`` and ``a2a:``. The manifest keeps the
 servers (never their ``env``), the permissions and the agents, so ``resume`` reaches them again.
 """
@@ -40,19 +40,19 @@ def run_tools(
 ) -> tuple[Remotes | None, dict[str, Any]]:  # fmt: skip
     """The run's MCP servers and A2A agents (``None``: none given) and what its manifest keeps of them.
 
-    A replay given none takes those its tape was recorded with.
+    A replay given none takes those its cassette was recorded with.
 
     Raises:
         ConfigError: For a server, rule or agent that is not one, or ``--permit`` without a server.
     """
-    from metaroles.agents.mcp import ToolTape, server_from, tape_beside
+    from metaroles.agents.mcp import ToolCassette, server_from, tool_cassette_beside
     from metaroles.agents.permissions import Permissions, permit_rule
 
     servers = [*_listed(settings.get("mcp")), *(server_from(text) for text in given)]
     remote = dict(_agent(text) for text in [*_strings(settings.get("a2a"), "a2a"), *agents])
-    if not (servers or remote) and replay is not None and tape_beside(replay).is_file():  # what was recorded
-        tape = ToolTape(tape_beside(replay), "replay")
-        servers, remote = tape.servers(), tape.agents()
+    if not (servers or remote) and replay is not None and tool_cassette_beside(replay).is_file():  # what was recorded
+        tools = ToolCassette(tool_cassette_beside(replay), "replay")
+        servers, remote = tools.servers(), tools.agents()
     if not servers and (permits or settings.get("permissions")):
         raise ConfigError("--permit (permissions) needs --mcp: the permissions are for MCP servers' tools")
     if not (servers or remote):
@@ -74,7 +74,7 @@ def run_tools(
 
 
 def resumed_tools(manifest: dict[str, Any], desk: Desk | None, *, trust: bool) -> Remotes | None:
-    """What a resumed run reaches again: its manifest's servers and agents, its tape answering what it holds.
+    """What a resumed run reaches again: its manifest's servers and agents, its cassette answering what it holds.
 
     A run directory may come from someone else: the commands its manifest names run only with ``trust``.
 
@@ -105,19 +105,19 @@ def remotes(
     servers: list[MCPServer], permissions: Permissions, agents: dict[str, str], cassette: Path | None, mode: str,
     desk: Desk | None,
 ) -> Remotes:  # fmt: skip
-    """The servers' client and the agents, on one tape beside ``cassette`` (``record``, ``replay`` or ``resume`` it)."""
+    """The servers' client and the agents, on one tool cassette beside ``cassette`` (to record, replay or resume)."""
     from metaroles.agents.a2a import A2AAgent
-    from metaroles.agents.mcp import MCPClient, ToolTape, tape_beside
+    from metaroles.agents.mcp import MCPClient, ToolCassette, tool_cassette_beside
     from metaroles.agents.permissions import desk_asker
     from metaroles.agents.remotes import Remotes
     from metaroles.llm.human import TerminalDesk
 
-    tape = None
+    tools = None
     if cassette is not None:
-        tape = ToolTape(tape_beside(cassette), "append" if mode == "resume" else mode)  # type: ignore[arg-type]
+        tools = ToolCassette(tool_cassette_beside(cassette), "append" if mode == "resume" else mode)  # type: ignore[arg-type]
     ask = desk_asker(desk or TerminalDesk()) if permissions.asks else None
-    client = MCPClient(servers, tape=tape, permissions=permissions, ask=ask) if servers else None
-    return Remotes(mcp=client, agents=[A2AAgent(name, url, tape=tape) for name, url in agents.items()])
+    client = MCPClient(servers, cassette=tools, permissions=permissions, ask=ask) if servers else None
+    return Remotes(mcp=client, agents=[A2AAgent(name, url, cassette=tools) for name, url in agents.items()])
 
 
 def _agent(text: str) -> tuple[str, str]:

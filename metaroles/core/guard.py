@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 MAX_BODY = 16 * 1024 * 1024
 """The largest request body a server takes, in bytes (answered 413 above it)."""
 MAX_ANSWER = 1024 * 1024
-"""The most characters of one remote answer kept (in the run, its tape and the prompt)."""
+"""The most characters of one remote answer kept (in the run, its cassette and the prompt)."""
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 Scope = MutableMapping[str, Any]

@@ -122,10 +122,10 @@ class Said(NamedTuple):
     fields: dict[str, Any] | None
 
 
-class Tape:
+class CassetteCalls:
     """A run's cassette (``--record``) read for its calls role by role, as far as it is written; data only.
 
-    A file that does not begin as a cassette does (its ``run`` line) is no tape: nothing of it is shown.
+    A file that does not begin as a cassette does (its ``run`` line) is no cassette: nothing of it is shown.
     """
 
     def __init__(self, path: Path | None) -> None:
@@ -135,7 +135,7 @@ class Tape:
         self._valid: bool | None = None
 
     def of(self, role: str, start: int, stop: int) -> list[dict[str, Any]]:
-        """``role``'s calls on the tape in the order they were made, ``start`` to ``stop`` (at most), parsed."""
+        """``role``'s calls on the cassette in the order they were made, ``start`` to ``stop`` (at most), parsed."""
         lines = self.lines
         if lines is None or not lines.path.is_file():
             return []
@@ -165,7 +165,7 @@ class Timeline:
     def __init__(self, run_dir: Path, *, starting: bool = False) -> None:
         self.run_dir = run_dir
         self.manifest: dict[str, Any] = {}
-        self.tape = Tape(None)
+        self.cassette = CassetteCalls(None)
         """The run's cassette, if its manifest names one (read when a role's model calls are shown)."""
         if not starting:
             self._read_manifest()
@@ -181,7 +181,7 @@ class Timeline:
     def _read_manifest(self) -> None:
         self.manifest = read_manifest(self.run_dir)
         cassette = self.manifest.get("cassette")
-        self.tape = Tape(Path(cassette) if isinstance(cassette, str) and cassette else None)
+        self.cassette = CassetteCalls(Path(cassette) if isinstance(cassette, str) and cassette else None)
         if self.manifest.get("events") == EVENTS_ZST:
             raise ConfigError(
                 f"{self.run_dir} keeps its log compressed ({EVENTS_ZST}); watch a run written without --zstd"
@@ -448,8 +448,8 @@ class Timeline:
         """Role ``name``'s model calls up to round ``through``: how many, and the newest ``most`` of them.
 
         Each is its round, action, model, tokens and cost (the log's); with the run's cassette, its
-        prompt (the messages sent) and its answer too — the role's k-th call on the tape, shown only
-        if its tokens are the log's (a tape recorded over a resumed run may hold a call twice).
+        prompt (the messages sent) and its answer too — the role's k-th call on the cassette, shown only
+        if its tokens are the log's (a cassette recorded over a resumed run may hold a call twice).
         """
         mine: list[dict[str, Any]] = []
         for number in (r for r in self.rounds if r <= through):
@@ -457,7 +457,7 @@ class Timeline:
                 if isinstance(call, dict) and call.get("role") == name:
                     mine.append({"round": number, **{k: call.get(k) for k in ("action", "model", "tokens", "cost")}})
         first = max(len(mine) - most, 0)
-        for row, entry in zip(mine[first:], self.tape.of(name, first, len(mine)), strict=False):
+        for row, entry in zip(mine[first:], self.cassette.of(name, first, len(mine)), strict=False):
             response = entry.get("response") or {}
             usage = response.get("usage") or {}
             if usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0) == row["tokens"]:

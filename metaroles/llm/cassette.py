@@ -98,7 +98,7 @@ class CassetteLLM:
             raise ConfigError(f"cassette mode {self.mode.value!r} needs a live model: pass inner=...")
         self.inner = inner
         self.model = model or (inner.model if inner is not None else "")
-        self._tapes: dict[tuple[str, str, str], deque[dict[str, Any]]] = defaultdict(deque)
+        self._recorded: dict[tuple[str, str, str], deque[dict[str, Any]]] = defaultdict(deque)
         self._by_key: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         if self.mode is CassetteMode.RECORD:
             if self.path.is_dir():
@@ -139,7 +139,7 @@ class CassetteLLM:
                     return
                 raise ConfigError(f"cassette {str(self.path)!r} line {number} is not a recorded call: {exc}") from None
             entry["response"] = self._response(entry, number)
-            self._tapes[(key, role, action)].append(entry)
+            self._recorded[(key, role, action)].append(entry)
             self._by_key[key].append(entry)
             self.model = self.model or str(entry.get("model", ""))
 
@@ -171,15 +171,15 @@ class CassetteLLM:
             write_atomic(self.path, text[: text.rfind("\n") + 1])
 
     def _take(self, key: str, role: str, action: str) -> dict[str, Any] | None:
-        tape = self._tapes.get((key, role, action))
-        if tape:
-            entry = tape.popleft()
+        queued = self._recorded.get((key, role, action))
+        if queued:
+            entry = queued.popleft()
             self._by_key[key].remove(entry)
             return entry
         shared = self._by_key.get(key)
         if shared:
             entry = shared.popleft()
-            self._tapes[(key, entry["role"], entry["action"])].remove(entry)
+            self._recorded[(key, entry["role"], entry["action"])].remove(entry)
             return entry
         return None
 

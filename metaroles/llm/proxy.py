@@ -3,12 +3,12 @@
 Any framework that talks to an OpenAI-compatible server records and replays through it with no
 change of its own but its base URL (the proxy's ``…/v1``):
 
-- recording (``--to URL --record TAPE``): every request under ``/v1`` goes on to the server at URL
+- recording (``--to URL --record CASSETTE``): every request under ``/v1`` goes on to the server at URL
   (the client's headers, its ``Authorization`` included, go along; none is written down), and its
-  answer comes back as it comes — a stream event by event — and is kept in TAPE, a JSON line per
+  answer comes back as it comes — a stream event by event — and is kept in CASSETTE, a JSON line per
   exchange;
-- replaying (``--replay TAPE``): every request is answered from TAPE, with no server to reach; a
-  stream is replayed event by event. A request the tape lacks is answered 404 naming the request's
+- replaying (``--replay CASSETTE``): every request is answered from CASSETTE, with no server to reach; a
+  stream is replayed event by event. A request the cassette lacks is answered 404 naming the request's
   key (and named to the proxy's ``on_miss``: a line on stderr).
 
 An exchange is keyed by the request's method, path and body, its JSON canonicalised (key order and
@@ -24,6 +24,7 @@ import http.client
 import json
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -59,8 +60,16 @@ class Exchange:
     events: list[str] | None = None
 
 
+def __getattr__(name: str) -> Any:
+    """``Tape``, this module's name for :class:`ExchangeCassette` before, with a ``DeprecationWarning``."""
+    if name == "Tape":
+        warnings.warn("metaroles.llm.proxy.Tape is now ExchangeCassette", DeprecationWarning, stacklevel=2)
+        return ExchangeCassette
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def request_key(method: str, path: str, body: bytes) -> str:
-    """What identifies a request on a tape: its method, path and body (JSON canonicalised)."""
+    """What identifies a request on a cassette: its method, path and body (JSON canonicalised)."""
     try:
         canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (ValueError, RecursionError):
@@ -68,7 +77,7 @@ def request_key(method: str, path: str, body: bytes) -> str:
     return hashlib.sha256(f"{method} {path}\n{canonical}".encode()).hexdigest()[:32]
 
 
-class Tape:
+class ExchangeCassette:
     """A proxy's JSONL file: appended to while recording, read whole to replay (see the module).
 
     Raises:
@@ -84,23 +93,25 @@ class Tape:
         self._asked: dict[str, int] = {}
         if record:
             if path.is_file() and path.stat().st_size:
-                raise ConfigError(f"{str(path)!r} holds recorded exchanges already; name a new tape, or delete it")
+                raise ConfigError(f"{str(path)!r} holds recorded exchanges already; name a new cassette, or delete it")
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("a", encoding="utf-8")
             return
         if not path.is_file():
-            raise ConfigError(f"no tape at {str(path)!r}; record one with metaroles proxy --to URL --record TAPE")
+            raise ConfigError(
+                f"no cassette at {str(path)!r}; record one with metaroles proxy --to URL --record CASSETTE"
+            )
         for number, line in enumerate(jsonl_lines(path.read_text(encoding="utf-8")), 1):
             if not line.strip():
                 continue
             try:
                 exchange = Exchange(**json.loads(line))
             except (ValueError, TypeError, RecursionError):
-                raise ConfigError(f"{path}:{number} is not a recorded exchange; record the tape again") from None
+                raise ConfigError(f"{path}:{number} is not a recorded exchange; record the cassette again") from None
             self._answers.setdefault(exchange.key, []).append(exchange)
 
     def __len__(self) -> int:
-        """The exchanges on the tape (replaying) or kept so far (recording)."""
+        """The exchanges on the cassette (replaying) or kept so far (recording)."""
         return sum(map(len, self._answers.values()))
 
     def answer(self, key: str) -> Exchange | None:
@@ -142,17 +153,17 @@ def upstream_url(url: str) -> SplitResult:
 
 
 class ProxyServer:
-    """The proxy on ``host:port`` (port 0: a free one): recording to ``tape`` from ``upstream``, or replaying it.
+    """The proxy on ``host:port`` (port 0: a free one): recording to ``cassette`` from ``upstream``, or replaying it.
 
     Args:
-        tape: The tape (recording when ``tape.recording``).
+        cassette: The cassette (recording when ``cassette.recording``).
         upstream: The server to record from (``…/v1``); only when recording.
         on_miss: Told of each request a replay has no answer for (its method, path and key).
     """
 
     def __init__(
         self,
-        tape: Tape,
+        cassette: ExchangeCassette,
         *,
         upstream: str | None = None,
         host: str = "127.0.0.1",
@@ -160,9 +171,9 @@ class ProxyServer:
         on_miss: Callable[[str], None] | None = None,
     ) -> None:
         """Bind the port."""
-        if tape.recording != (upstream is not None):
+        if cassette.recording != (upstream is not None):
             raise ConfigError("a recording proxy needs the server to record (--to URL); a replaying one asks none")
-        self.tape, self.on_miss = tape, on_miss
+        self.cassette, self.on_miss = cassette, on_miss
         self.upstream = upstream_url(upstream) if upstream is not None else None
         self.httpd = _ProxyHTTPServer((host, port), _ProxyHandler)
         self.httpd.proxy = self
@@ -174,18 +185,18 @@ class ProxyServer:
 
     @contextmanager
     def running(self) -> Iterator[ProxyServer]:
-        """Serve in a background thread until the block ends; then stop, close the port and the tape."""
+        """Serve in a background thread until the block ends; then stop, close the port and the cassette."""
         try:
             with self.httpd.serving("metaroles-proxy"):
                 yield self
         finally:
-            self.tape.close()
+            self.cassette.close()
 
     def missed(self, method: str, path: str, key: str) -> str:
         """What a replay without an answer says (and tells ``on_miss``)."""
         said = (
-            f"the tape {str(self.tape.path)!r} has no answer for {method} {path} (request key {key}); "
-            "record it with metaroles proxy --to URL --record TAPE"
+            f"the cassette {str(self.cassette.path)!r} has no answer for {method} {path} (request key {key}); "
+            "record it with metaroles proxy --to URL --record CASSETTE"
         )
         if self.on_miss is not None:
             self.on_miss(said)
@@ -225,7 +236,7 @@ class _ProxyHandler(EndpointHandler):
             self._record(proxy.upstream, key, body)
 
     def _replay(self, key: str) -> None:
-        exchange = self.server.proxy.tape.answer(key)
+        exchange = self.server.proxy.cassette.answer(key)
         if exchange is None:
             self.error(404, self.server.proxy.missed(self.command, self.path, key), "cassette_miss")
         elif exchange.events is not None:
@@ -266,7 +277,7 @@ class _ProxyHandler(EndpointHandler):
             self.send(answer.status, data, kind)
             exchange = Exchange(key, self.command, self.path, request, answer.status, kind, body=data.decode())
         if answer.status < 400:
-            self.server.proxy.tape.keep(exchange)
+            self.server.proxy.cassette.keep(exchange)
 
     def _events(self, answer: http.client.HTTPResponse) -> Iterator[str]:
         """Relay a stream event by event (a block of lines ending in a blank one); yield each."""
@@ -297,7 +308,7 @@ class _ProxyHandler(EndpointHandler):
 
 
 def _readable(body: bytes) -> Any:
-    """A request's body as the tape shows it: its JSON, else its text."""
+    """A request's body as the cassette shows it: its JSON, else its text."""
     try:
         return json.loads(body) if body else None
     except (ValueError, RecursionError):

@@ -111,7 +111,7 @@ def branch_model(manifest: dict[str, Any], llm: dict[str, Any] | None) -> dict[s
     without its credentials is left out (``OPENAI_BASE_URL`` gives it again, as on a resume).
 
     Raises:
-        ConfigError: If the parent answered from a tape or a script (nothing new could answer a branch).
+        ConfigError: If the parent answered from a cassette or a script (nothing new could answer a branch).
     """
     if llm is not None:
         return {k: v for k, v in llm.items() if k != "seed"}

@@ -18,7 +18,7 @@ trials, mean and a 95 % bootstrap interval; per setting after the first, its dif
 first, paired by task and seed), ``report.md``, and ``ensemble.json``/``.md``
 (:mod:`metaroles.project.ensembles`: per task and setting, each score's distribution across the
 seeds and which runs agree). Nothing in them comes from the clock, so
-``record=True`` (every trial's model answers on tape) followed by ``replay=DIR`` gives the same
+``record=True`` (every trial's model answers on a cassette) followed by ``replay=DIR`` gives the same
 files, byte for byte, with no model.
 """
 
@@ -372,7 +372,7 @@ def score_rows(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess) 
 
 
 def _model_of(run_dir: Path) -> str | None:
-    """The model a trial ran with, as its manifest names it (a replay names the model on its tape)."""
+    """The model a trial ran with, as its manifest names it (a replay names the model on its cassette)."""
     try:
         manifest = read_manifest(run_dir)
     except MetarolesError:  # a trial that never started has none

@@ -13,7 +13,7 @@ was the judge fair?), a suite declares its rubric as data in ``suite.toml``::
 Each criterion is one structured call (a score from 0 to 10 and why); the trial's row gets
 ``rubric.NAME`` (0-1) per criterion and ``rubric``, their mean weighted by ``weight``. Every call is
 recorded in the trial's ``rubric.jsonl``; scoring the trial again answers from it, and so does a
-replayed evaluation, from the recorded trial's tape: the scores come back byte for byte, no model asked.
+replayed evaluation, from the recorded trial's cassette: the scores come back byte for byte, no model asked.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from metaroles.llm.providers import llm_from_settings
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.rundir import read_manifest
 
-TAPE = "rubric.jsonl"
+CASSETTE = "rubric.jsonl"
 TRANSCRIPT_CHARS = 6000
 """The transcript's end the model reads (a small model's context holds this much with the question)."""
 
@@ -93,7 +93,7 @@ class Rubric:
         return cls(llm=str(spec.get("llm") or "local"), criteria=tuple(made))
 
     def score(self, run_dir: Path) -> dict[str, Any]:
-        """The trial's rubric scores, from its tape (or its replayed trial's), else from the rater, recorded."""
+        """The trial's rubric scores, from its cassette (or its replayed trial's), else from the rater, recorded."""
         with ThreadPoolExecutor(1) as thread:  # its own event loop: the caller may be inside one (a notebook)
             return thread.submit(anyio.run, self._score, run_dir).result()
 
@@ -116,10 +116,10 @@ class Rubric:
         return found
 
     def _rater(self, run_dir: Path) -> CassetteLLM:
-        """The rater behind the trial's tape: replayed from it (or from the tape of the trial it replayed)."""
-        own = run_dir / TAPE
+        """The rater behind the trial's cassette: replayed from it (or from the cassette of the trial it replayed)."""
+        own = run_dir / CASSETTE
         replayed = str(read_manifest(run_dir).get("replayed_from") or "")
-        recorded = Path(replayed).parent / TAPE if replayed else None
+        recorded = Path(replayed).parent / CASSETTE if replayed else None
         if recorded is not None and recorded.is_file():
             return CassetteLLM(recorded, mode=CassetteMode.REPLAY)
         if own.is_file():

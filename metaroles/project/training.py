@@ -14,7 +14,7 @@ Three shapes (``metaroles export RUN_DIR --format sft|trajectories|atif``):
   trajectory's totals in ``final_metrics``, the trial's reward and scores in ``extra``.
 
 The calls come from the run's recorded model answers (``metaroles run --record FILE``, ``metaroles
-eval --record``; a replayed evaluation reads the tapes it replayed). An evaluation's scorer gives each
+eval --record``; a replayed evaluation reads the cassettes it replayed). An evaluation's scorer gives each
 trial its ``scores`` and its ``reward`` (``--reward METRIC``; by default the suite's first metric).
 Reading a run directory is reading data: only JSON is parsed, nothing is imported. The same
 recordings and scores give the same file, byte for byte.
@@ -40,7 +40,7 @@ from metaroles.project.sweep import read_table
 
 FORMATS = ("sft", "trajectories", "atif")
 ATIF_VERSION = "ATIF-v1.7"
-TAPE = "cassette.jsonl"
+CASSETTE = "cassette.jsonl"
 """A trial's recorded calls (as evaluations and sweeps record them)."""
 
 
@@ -79,13 +79,13 @@ def export_training(source: Path, target: Path, form: str, *, reward: str | None
 
 
 def recorded_calls(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """The run's recorded calls in the order they were made: its tapes' entries (``request``, ``response``, ...).
+    """The run's recorded calls in the order they were made: its cassettes' entries (``request``, ``response``, ...).
 
     Raises:
-        RunDirCorrupt: For a tape line that is not a recorded call.
+        RunDirCorrupt: For a cassette line that is not a recorded call.
     """
-    for tape in _tapes(run_dir):
-        text = read_text(tape)
+    for cassette in _cassettes(run_dir):
+        text = read_text(cassette)
         for number, line in enumerate(jsonl_lines(text), start=1):
             if not line.strip():
                 continue
@@ -97,23 +97,23 @@ def recorded_calls(run_dir: Path) -> Iterator[dict[str, Any]]:
             except (ValueError, KeyError, TypeError, RecursionError):
                 if number == text.count("\n") + 1:  # the last line, cut short by a kill
                     warnings.warn(
-                        f"{str(tape)!r} line {number} was cut short (the run was killed while writing it): "
+                        f"{str(cassette)!r} line {number} was cut short (the run was killed while writing it): "
                         "that call is left out of the export",
                         UserWarning,
                         stacklevel=2,
                     )
                     break
                 raise RunDirCorrupt(
-                    f"{str(tape)!r} line {number} is not a recorded model call; record it again"
+                    f"{str(cassette)!r} line {number} is not a recorded model call; record it again"
                 ) from None
             yield entry
 
 
-def _tapes(run_dir: Path) -> list[Path]:
-    """Where the run's calls were recorded: its own tapes, the file ``--record`` named, or the tape it replayed."""
+def _cassettes(run_dir: Path) -> list[Path]:
+    """Where the run's calls were recorded: its own cassettes, the file ``--record`` named, or the one it replayed."""
     own = sorted(run_dir.glob("cassette*.jsonl"))
     if own:
-        return [own[0], *own[1:]] if own[0].name == TAPE else own
+        return [own[0], *own[1:]] if own[0].name == CASSETTE else own
     manifest = read_manifest(run_dir)
     named = [str(manifest.get(key) or "") for key in ("cassette", "replayed_from")]
     return [Path(n) for n in named if n.endswith(".jsonl") and Path(n).is_file()][:1]

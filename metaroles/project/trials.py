@@ -108,12 +108,12 @@ async def _trial(
         shutil.rmtree(folder)
     resuming = (folder / MANIFEST).is_file()
     options, specs = split_role_llms(options)
-    model, role_llms, tape = _models(llm, specs, folder, seed, resuming=resuming)
+    model, role_llms, cassette = _models(llm, specs, folder, seed, resuming=resuming)
     if resuming:  # interrupted: continue from its last checkpoint
         await resume_scenario(folder, llm=model, role_llms=role_llms)
         return
     record = {**_answered_by(llm, folder), "sweep": params}
-    record |= {**({"cassette": tape} if tape else {}), **({"role_llms": specs} if specs else {})}
+    record |= {**({"cassette": cassette} if cassette else {}), **({"role_llms": specs} if specs else {})}
     if fork is not None:
         await fork_scenario(
             Path(fork["run_dir"]),
@@ -139,47 +139,47 @@ async def _trial(
 
 
 def _answered_by(llm: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """The model a trial's manifest names: the one asked, or for a replay the one on the tape it replays."""
+    """The model a trial's manifest names: the one asked, or for a replay the one on the cassette it replays."""
     record = {"llm": llm.get("llm", "test"), "model": llm.get("model"), "base_url": redacted(llm.get("base_url"))}
     cassette = str(llm.get("cassette") or "")
-    if cassette.startswith("replay:"):  # the model that answered is the one on tape, not the one standing by
+    if cassette.startswith("replay:"):  # the model that answered is the one on the cassette, not the one standing by
         recorded = read_manifest(Path(cassette.removeprefix("replay:")) / folder.name)
         record = {key: recorded.get(key) for key in ("llm", "model", "base_url")}
-        record["replayed_from"] = _replayed_tape(cassette, folder)  # what `metaroles export` reads for the calls
+        record["replayed_from"] = _replayed_cassette(cassette, folder)  # what `metaroles export` reads for the calls
     return record
 
 
-def _replayed_tape(cassette: str, folder: Path) -> str:
-    """The tape a replayed trial answers from, as an absolute path."""
+def _replayed_cassette(cassette: str, folder: Path) -> str:
+    """The cassette a replayed trial answers from, as an absolute path."""
     return str(Path(os.path.abspath(cassette.removeprefix("replay:"))) / folder.name / CASSETTE)
 
 
 def _models(
     llm: dict[str, Any], specs: dict[str, str], folder: Path, seed: Any, *, resuming: bool
 ) -> tuple[Any, dict[str, Any], str]:
-    """The trial's model and its roles' own (``specs``), through their tapes; the path of the main tape.
+    """The trial's model and its roles' own (``specs``), through their cassettes; the path of the main cassette.
 
     ``llm["cassette"] == "record"``: each model records into the trial's ``cassette.jsonl`` (a
-    role's own into ``cassette.NAME.jsonl``), and a resumed trial answers the calls its tape holds
-    from it before asking live; ``"replay:DIR"``: each answers from the same tape of ``DIR``'s trial.
+    role's own into ``cassette.NAME.jsonl``), and a resumed trial answers the calls its cassette holds
+    from it before asking live; ``"replay:DIR"``: each answers from the same cassette of ``DIR``'s trial.
     """
     cassette = str(llm.get("cassette") or "")
     wanted = {"": {k: v for k, v in llm.items() if k != "cassette"}, **{n: {"llm": s} for n, s in specs.items()}}
     models: dict[str, Any] = {}
     for name, settings in wanted.items():
-        tape = folder / (f"cassette.{name}.jsonl" if name else CASSETTE)
+        file = folder / (f"cassette.{name}.jsonl" if name else CASSETTE)
         if cassette.startswith("replay:"):
-            recorded = Path(cassette.removeprefix("replay:")) / folder.name / tape.name
+            recorded = Path(cassette.removeprefix("replay:")) / folder.name / file.name
             models[name] = CassetteLLM(recorded, mode=CassetteMode.REPLAY)
             continue
         model = llm_from_settings(LLMSettings(**{**settings, "seed": seed}))
         if cassette == "record":
             folder.mkdir(parents=True, exist_ok=True)
-            mode = CassetteMode.REPLAY_OR_LIVE if resuming and tape.is_file() else CassetteMode.RECORD
-            model = CassetteLLM(tape, mode=mode, inner=model)
+            mode = CassetteMode.REPLAY_OR_LIVE if resuming and file.is_file() else CassetteMode.RECORD
+            model = CassetteLLM(file, mode=mode, inner=model)
         models[name] = model
-    main_tape = str((folder / CASSETTE).absolute()) if cassette == "record" else ""
-    return models.pop(""), models, main_tape
+    main_cassette = str((folder / CASSETTE).absolute()) if cassette == "record" else ""
+    return models.pop(""), models, main_cassette
 
 
 def embedded_engine(llm: dict[str, Any]) -> bool:

@@ -1,8 +1,8 @@
 """Two pydantic-ai agents talk through an OpenAI-compatible base URL; prints what each said (JSON).
 
 ``python pydantic_ai_chat.py BASE_URL`` talks through BASE_URL (a recording proxy, say);
-``python pydantic_ai_chat.py --replay TAPE`` starts a replaying proxy of TAPE in this process and
-talks through it (run with no network at all: nothing but the tape answers).
+``python pydantic_ai_chat.py --replay CASSETTE`` starts a replaying proxy of CASSETTE in this process and
+talks through it (run with no network at all: nothing but the cassette answers).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ def chat(base_url: str, turns: int = 3) -> list[list[str]]:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--replay":
-        from metaroles.llm.proxy import ProxyServer, Tape
+        from metaroles.llm.proxy import ExchangeCassette, ProxyServer
 
         missed: list[str] = []
-        with ProxyServer(Tape(Path(sys.argv[2]), record=False), on_miss=missed.append).running() as proxy:
+        with ProxyServer(ExchangeCassette(Path(sys.argv[2]), record=False), on_miss=missed.append).running() as proxy:
             print(json.dumps({"said": chat(proxy.url), "missed": missed}))
     else:
         print(json.dumps({"said": chat(sys.argv[1]), "missed": []}))
