@@ -94,7 +94,7 @@ class RoundBatches:
 
     def write(self) -> None:
         """Append the records closed since the last call, a line each, then wait for the disk."""
-        members = self.env.members
+        name_at = self.env.name_at
         for record in self.records.take():
             steps, said = record.steps, record.published
             assert steps is not None
@@ -107,7 +107,7 @@ class RoundBatches:
                 "cause_by": [m.cause_by for m in said],
                 "send_to": [sorted(m.send_to) for m in said],
                 "content": [m.content for m in said],
-                "to": [names_of(rs, members) for rs in record.recipients],
+                "to": [names_of(rs, name_at) for rs in record.recipients],
             }
             self.file.write(self.dumps(line) + b"\n")
         self.file.flush()
