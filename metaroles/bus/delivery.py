@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Literal, cast
 from warnings import warn
 from weakref import WeakSet
@@ -80,8 +80,9 @@ class Bus:
         self.round = 0
         self._book = AddressBook()
         self._members = self._book.members
-        self.roles = self._book.roster = Roster(self._members, self._build)
-        """Name → role, in place order (a population's role is built when it is looked up: ``bus.population``)."""
+        self.roles: MutableMapping[str, Role] = {}
+        """Name → role, in place order: a dict, or while a population's roles are not all built a
+        :class:`~metaroles.bus.population.Roster` that builds one when it is looked up (:meth:`add_cast`)."""
         self._book.build = self._build
         self.watches = WatchCheck()
         """The roles' bare watches and actions, noted as they join (the session warns of a watch none produces)."""
@@ -130,13 +131,15 @@ class Bus:
             InvalidValueError: If ``names`` is not a pattern with one ``{}``.
         """
         population = Population(len(self._members), count, build, names)
-        taken = next((name for name in self.roles.built if population.index(name) is not None), None)
+        roster = self.roles if isinstance(self.roles, Roster) else Roster(self._members, self._build, dict(self.roles))
+        taken = next((name for name in roster.built if population.index(name) is not None), None)
         if taken is not None:
             raise DuplicateRoleError(
                 f"a role named {taken!r} is already in this environment, and names={names!r} names one of the cast "
                 "so too; give the cast another pattern"
             )
-        self.roles.populations.append(population)
+        roster.populations.append(population)
+        self.roles = self._book.roster = roster
         self._readiness.flags.extend(bytes(count))
         self._book.add_population(population)
 
@@ -161,8 +164,8 @@ class Bus:
         population.unbuilt -= 1
         self._book.built(role)
         self.watches.join(role)
-        if not self._book.unbuilt:  # all built: the names in place order again, as a dict
-            self.roles.refill({member.name: cast(Role, member) for member in self._members})
+        if not self._book.unbuilt:  # all built: the names in place order again, a dict
+            self.roles = {member.name: cast(Role, member) for member in self._members}
         if not role.rc.msg_buffer.empty():
             self.mark_ready(role)
         return role
@@ -600,7 +603,7 @@ class BusDrive:
             readiness.flags[index] = 0  # ready here once marked (rebuild_ready, a delivery), whatever it was elsewhere
         readiness.ready = [role for role in readiness.ready if role.place not in stand_ins]
         self.book.refill(members)
-        self.bus.roles.refill({member.name: cast(Role, member) for member in members})  # as Bus.members says
+        self.bus.roles = {member.name: cast(Role, member) for member in members}  # as Bus.members says
 
     def adopt_roles(self, roles: Iterable[Role], *, total: int) -> None:
         """Host ``roles`` that keep their places (``place``) in a bus of ``total`` roles (a shard's part).

@@ -14,7 +14,7 @@ user's views: looking a role up builds it, iterating builds as it goes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from metaroles.core.exceptions import InvalidValueError
@@ -97,19 +97,20 @@ class Placed(Sequence["Role"]):
             yield build(place) if type(member) is Population else member
 
 
-class Roster(Mapping[str, "Role"]):
-    """Name → role in place order (``Bus.roles``): a population's role is built when it is looked up.
+class Roster(MutableMapping[str, "Role"]):
+    """Name → role in place order, a population's built when looked up (``Bus.roles`` while some are not).
 
     ``name in roster`` and iterating the names build nothing; ``roster[name]``, ``get`` and the values do.
+    Once every role is built the bus holds a plain dict again: lookups cost what a dict's do.
     """
 
     __slots__ = ("_build", "_members", "built", "populations")
 
-    def __init__(self, members: list[Any], build: Callable[[int], Role]) -> None:
-        """An empty roster over ``members`` (the address book's list); ``build`` builds a population's place."""
+    def __init__(self, members: list[Any], build: Callable[[int], Role], built: dict[str, Role]) -> None:
+        """A roster over ``members`` (the address book's list) holding the ``built`` roles; ``build`` builds a place."""
         self._members, self._build = members, build
-        self.built: dict[str, Role] = {}
-        """The roles that exist, by name (every role, when no population was hired)."""
+        self.built = built
+        """The roles that exist, by name."""
         self.populations: list[Population] = []
 
     def place_of(self, name: str) -> int | None:
@@ -153,22 +154,17 @@ class Roster(Mapping[str, "Role"]):
 
     def __iter__(self) -> Iterator[str]:
         """Every name, in place order (building none)."""
-        if not any(population.unbuilt for population in self.populations):
-            yield from self.built
-            return
         for place, member in enumerate(self._members):
             yield member.name(place - member.start) if type(member) is Population else member.name
 
     def values(self) -> Iterator[Role]:  # type: ignore[override]
         """Every role in place order, each built as it comes."""
-        if not any(population.unbuilt for population in self.populations):
-            return iter(self.built.values())
         return iter(Placed(self._members, self._build))
 
     def __setitem__(self, name: str, role: Role) -> None:
         """Register ``role`` under ``name`` (the bus does, as a role joins or is built)."""
         self.built[name] = role
 
-    def refill(self, roles: Mapping[str, Role]) -> None:
-        """Hold ``roles`` instead (every population built: a sharded run's stand-ins and the roles back)."""
-        self.built = dict(roles)
+    def __delitem__(self, name: str) -> None:
+        """Forget the built role ``name`` (a population's place stays its own)."""
+        del self.built[name]

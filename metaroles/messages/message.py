@@ -14,6 +14,7 @@ messages a second and a slotted object costs a fraction of a model instance to b
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Iterable
 from itertools import repeat
@@ -109,6 +110,10 @@ def _optional_json(text: str | None) -> str:
 
 
 _FIELD_SET = frozenset(FIELDS)
+
+
+_LONG_DIGITS = re.compile(rb"\d{19}")
+"""Nineteen digits in a row: perhaps an integer past 64 bits, which orjson would read as a float."""
 
 
 class Message:
@@ -433,11 +438,14 @@ class Message:
 
     @classmethod
     def model_validate_json(cls, text: str | bytes) -> Self:
-        """Build a message from its JSON text (read by orjson; a number JSON cannot hold, ``NaN``, by ``json``)."""
+        """Build a message from its JSON text (read by orjson; ``NaN`` and an integer beyond 64 bits by ``json``)."""
+        raw = text.encode() if isinstance(text, str) else text
+        if _LONG_DIGITS.search(raw) is not None:  # orjson reads an integer past 64 bits as a float: json keeps it
+            return cls.model_validate(json.loads(raw))
         try:
-            data = orjson.loads(text)
+            data = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            data = json.loads(text)  # what orjson refuses and Python's json reads (NaN, a huge integer), or its error
+            data = json.loads(raw)  # what orjson refuses and Python's json reads (NaN), or its error
         return cls.model_validate(data)
 
     def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
