@@ -786,3 +786,31 @@ def _untold(run: Path) -> int:
     timeline.refresh()
     ids = [i for number in timeline.rounds for i in timeline.line(number)["published"]["message_id"]]
     return len(ids) - len(timeline.messages(ids)) if ids else 0
+
+
+def test_a_page_read_from_many_threads_at_once_gives_what_one_reader_gives(tmp_path):
+    """The page serves a timeline from worker threads at once: a fresh one read by eight at a time agrees with one."""
+    from metaroles.flow.timeline import Timeline
+
+    run = tmp_path / "run"
+    society = ["run", "society", "--llm", "test", "--set", "agents=30", "--set", "rounds=12", "--seed", "2"]
+    assert main([*society, "--out", str(run), "-q"]) == 0
+    alone = Timeline(run)
+    alone.refresh()
+    expected = (alone.series(), [alone.delta(r) for r in alone.rounds])
+    assert "mean" in expected[0]["series"] and len(expected[0]["rounds"]) == 14  # rounds 0 to 13
+    for _ in range(15):
+        timeline, start = Timeline(run), threading.Barrier(8)
+        got: list[object] = [None] * 8
+
+        def read(i: int, timeline: Timeline, start: threading.Barrier, got: list[object]) -> None:
+            start.wait()
+            timeline.refresh()
+            got[i] = [timeline.delta(r) for r in expected[0]["rounds"]] if i % 2 else timeline.series()
+
+        threads = [threading.Thread(target=read, args=(i, timeline, start, got)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert got == [expected[i % 2] for i in range(8)]

@@ -17,16 +17,18 @@ round, not its history.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import mmap
 import os
 import re
+import threading
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import orjson
 
@@ -152,8 +154,26 @@ class CassetteCalls:
         return [orjson.loads(lines.read(index)) for index in self._by_role.get(role, [])[start:stop]]
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _one_reader(method: Callable[P, T]) -> Callable[P, T]:
+    """``method`` of a :class:`Timeline`, run by one thread at a time: what it reads, it caches as it goes."""
+
+    @functools.wraps(method)
+    def locked(*args: P.args, **kwargs: P.kwargs) -> T:
+        with args[0].lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return locked
+
+
 class Timeline:
     """A run directory's rounds, read as the run writes them (see the module).
+
+    A page serves it from worker threads at once (a round, the series, a thread): its readers take
+    :attr:`lock` in turn, as its caches (the lines indexed, the metrics) grow while they read.
 
     ``starting``: the run is about to write the folder (its own page): no manifest yet is no error.
 
@@ -164,6 +184,7 @@ class Timeline:
 
     def __init__(self, run_dir: Path, *, starting: bool = False) -> None:
         self.run_dir = run_dir
+        self.lock = threading.RLock()
         self.manifest: dict[str, Any] = {}
         self.cassette = CassetteCalls(None)
         """The run's cassette, if its manifest names one (read when a role's model calls are shown)."""
@@ -187,6 +208,7 @@ class Timeline:
                 f"{self.run_dir} keeps its log compressed ({EVENTS_ZST}); watch a run written without --zstd"
             )
 
+    @_one_reader
     def refresh(self) -> list[int]:
         """Index what the run wrote since the last call; the rounds it added, in order."""
         if not self.manifest:
@@ -217,6 +239,7 @@ class Timeline:
     def _head(self, index: int) -> bytes:
         return self.events.read(index, 64)
 
+    @_one_reader
     def line(self, number: int) -> dict[str, Any]:
         """Round ``number``'s line of the log, parsed.
 
@@ -225,6 +248,7 @@ class Timeline:
         """
         return dict(orjson.loads(self.events.read(self.line_of[number])))
 
+    @_one_reader
     def delta(self, number: int) -> dict[str, Any]:
         """What a watcher is sent for round ``number`` (see the module).
 
@@ -255,10 +279,12 @@ class Timeline:
             "metrics": self.metrics().get(number, {}),
         }
 
+    @_one_reader
     def texts(self, ids: list[str]) -> dict[str, str]:
         """The text of each of ``ids`` the message table holds (yet)."""
         return {i: said[0] for i, said in self.messages(ids).items()}
 
+    @_one_reader
     def messages(self, ids: list[str]) -> dict[str, Said]:
         """Each of ``ids`` the message table holds (yet): its text, sender, action and a structured answer's fields.
 
@@ -332,6 +358,7 @@ class Timeline:
         match = _ROW_ID.match(self.rows.read(index, 80))
         return match.group(1) if match else b""
 
+    @_one_reader
     def metrics(self) -> dict[int, dict[str, Any]]:
         """The scenario's figures by round (``metrics.jsonl``), as far as the run wrote them."""
         before = len(self._metric_lines.starts)
@@ -344,6 +371,7 @@ class Timeline:
                 self._metrics[row["round"]] = {k: v for k, v in row.items() if k != "round"}
         return self._metrics
 
+    @_one_reader
     def network(self, through: int, most: int = NETWORK_ROLES) -> dict[str, Any]:
         """Who sent how many messages to whom up to round ``through``, among the ``most`` most active roles.
 
@@ -367,6 +395,7 @@ class Timeline:
             "edges": sorted([a, b, n] for (a, b), n in pairs.items() if a in drawn and b in drawn),
         }
 
+    @_one_reader
     def thread(self, root: str, most: int = THREAD_ROWS) -> dict[str, Any]:
         """Message ``root`` and what it caused, and what that caused…, in the order they were published.
 
@@ -395,6 +424,7 @@ class Timeline:
         texts = self.texts(list(chosen))
         return {"root": root, "messages": [[*row[:4], texts.get(row[0]), row[4]] for row in chosen.values()]}
 
+    @_one_reader
     def series(self) -> dict[str, Any]:
         """The scenario's numeric figures by round: ``rounds``, and per figure its value in each (or ``None``)."""
         by_round = self.metrics()
@@ -403,6 +433,7 @@ class Timeline:
         values = {n: [v if _number(v := by_round[r].get(n)) else None for r in rounds] for n in names}
         return {"rounds": rounds, "series": values}
 
+    @_one_reader
     def role(self, name: str, through: int, limit: int = 50) -> dict[str, Any]:
         """Role ``name`` as it stood at the end of round ``through``: its todo, news, what it said and was sent.
 
@@ -444,6 +475,7 @@ class Timeline:
             "calls": self.calls(name, through),
         }
 
+    @_one_reader
     def calls(self, name: str, through: int, most: int = CALL_ROWS) -> dict[str, Any]:
         """Role ``name``'s model calls up to round ``through``: how many, and the newest ``most`` of them.
 
