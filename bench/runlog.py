@@ -23,7 +23,8 @@ ids, think, act: three rows of kind, role and detail), still orjson with no bus:
 turn events; ``record_floor_fsync`` is one fsync per round on top (the durability a checkpoint needs).
 No log of those rounds can cost less on the round's path. ``ring_record_batch`` probes the design
 between: the bus's round record (turn steps kept) written as one orjson line of columns a round, fsynced
-(:class:`RoundBatches`). Needs the ``bench`` extra (pyarrow, orjson).
+(:class:`RoundBatches`). ``full_snapshot``: what the ring's full snapshot (every role's entry whole: a
+run's first checkpoint and every 25th) costs a role. Needs the ``bench`` extra (pyarrow, orjson).
 Run: ``python bench/runlog.py``.
 """
 
@@ -248,6 +249,7 @@ async def main() -> None:
     otel_sdk_floor()
     said = await ring_history()
     records: dict[str, list[float]] = {how: [] for how in ("json", "turns", "arrow", "fsync")}
+    snapshots: list[float] = []
     for _ in range(REPEATS):
         for mode in MODES:
             gc.collect()
@@ -256,6 +258,7 @@ async def main() -> None:
         floors.append(otel_sdk_floor())
         for how, seconds in records.items():
             seconds.append(record_floor(said, how))
+        snapshots.append(await full_snapshot())
     for mode, runs in values.items():
         slowdown = statistics.median(1 - v / off for v, off in zip(runs, values["off"], strict=True))
         line = {
@@ -281,6 +284,23 @@ async def main() -> None:
         line = {"figure": f"record_floor_{how}", "value": round(statistics.median(seconds) / (ROLES * ROUNDS) * 1e6, 2)}
         line |= {"unit": "us/msg", "slowdown": round(floor, 3), "params": {"roles": ROLES, "rounds": ROUNDS}}
         print(json.dumps(line), flush=True)
+    line = {"figure": "full_snapshot", "value": round(statistics.median(snapshots) / ROLES * 1e6, 2), "unit": "us/role"}
+    print(json.dumps(line | {"params": {"roles": ROLES}}), flush=True)  # what a full snapshot (every 25th) costs a role
+
+
+async def full_snapshot() -> float:
+    """Seconds the ring's third checkpoint takes as a full snapshot (``every=1``): every role's entry, whole."""
+    env = ring_env(ROLES)
+    writer = CheckpointWriter(Path(tempfile.mkdtemp()), every=1)
+    took = 0.0
+    async with env.session():
+        for _ in range(3):
+            await env.run_round()
+            writer.note(env)  # the round's turns and rows taken in, as every round: the snapshot is what is timed
+            start = time.perf_counter()
+            writer.write(env)
+            took = time.perf_counter() - start
+    return took
 
 
 async def ring_history() -> list[Message]:

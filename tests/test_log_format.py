@@ -193,7 +193,7 @@ def test_export_says_what_is_wrong_in_one_line_and_leaves_no_partial_file(tmp_pa
     text = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
     (run_dir / "events.jsonl").write_text("".join([text[0], "garbage\n", *text[1:]]))
     assert main(["export", str(run_dir)]) == 2
-    assert "line 2 is not a valid record" in capsys.readouterr().err
+    assert "line 2 is not a valid entry" in capsys.readouterr().err
     assert not (run_dir / "export").exists() or not list((run_dir / "export").iterdir()), "nothing half-written"
     (run_dir / "events.jsonl").write_text("".join(text))
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if the analysis extra were not installed
@@ -219,5 +219,5 @@ async def test_a_damaged_round_line_is_named_by_file_and_line(tmp_path: Path, da
     written = lines(log)
     damage(written[1])
     log.write_text("".join(json.dumps(line) + "\n" for line in written))
-    with pytest.raises(RunDirCorrupt, match=r"events\.jsonl: line 2 is not a valid record"):
+    with pytest.raises(RunDirCorrupt, match=r"events\.jsonl: line 2 is not a valid entry"):
         read_events(log)

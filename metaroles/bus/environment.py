@@ -346,7 +346,7 @@ class Environment(Bus, Dumped):
         self._raise_round_errors(this)
 
     def _begin_round(self, number: int | None = None) -> Round:
-        """Start the next round (a shard: round ``number``): its clock, its records, the observer; take the ready roles.
+        """Start the next round (a shard: round ``number``): its clock, its record, the observer; take the ready roles.
 
         From now until :meth:`_close_turns`, what is published waits for the round's delivery.
 

@@ -32,7 +32,7 @@ from metaroles.core.text import REDACTED
 from metaroles.llm.settings import LLMSettings
 from metaroles.project.diff import first_divergence, run_messages
 from metaroles.project.ensembles import (
-    Record,
+    Reading,
     agreement,
     agreement_lines,
     describe,
@@ -71,7 +71,7 @@ class Ensemble:
         """``plain``, and ``intervened`` when the ensemble has interventions."""
         return ARMS if self.interventions else ARMS[:1]
 
-    def record(self) -> dict[str, Any]:
+    def saved(self) -> dict[str, Any]:
         """The plan as the folder keeps it."""
         return {
             "parent": str(self.parent.resolve()),
@@ -177,7 +177,7 @@ def branch_name(params: dict[str, Any]) -> str:
 def _hold(out: Path, plan: Ensemble) -> None:
     """Keep the plan in ``out``; refuse a folder that holds another ensemble's branches."""
     path = out / PLAN
-    wanted = plan.record()
+    wanted = plan.saved()
     if path.is_file():
         held = json.loads(path.read_text(encoding="utf-8"))
         if held != wanted:
@@ -191,7 +191,7 @@ def _hold(out: Path, plan: Ensemble) -> None:
 
 def ensemble_report(plan: Ensemble, rows: Sequence[Row], out: Path) -> dict[str, Any]:
     """What the branches' outcomes say together (see the module); a function of the runs alone."""
-    done = [_record(r) for r in rows if r.get("status") == "done"]
+    done = [_reading(r) for r in rows if r.get("status") == "done"]
     outcomes = outcomes_of(done)
     arms = {arm: [r for r in done if r["arm"] == arm] for arm in plan.arms}
     report: dict[str, Any] = {
@@ -212,8 +212,8 @@ def ensemble_report(plan: Ensemble, rows: Sequence[Row], out: Path) -> dict[str,
     return report
 
 
-def _record(row: Row) -> Record:
-    """A branch's row as an ensemble's record: its folder, arm, seed and the scenario's summary."""
+def _reading(row: Row) -> Reading:
+    """A branch's row as an ensemble's reading: its folder, arm, seed and the scenario's summary."""
     summary = {k.removeprefix("summary."): v for k, v in row.items() if k.startswith("summary.")}
     return {"run": row["trial"], "arm": row.get("arm", "plain"), "seed": row.get("seed"), **summary}
 

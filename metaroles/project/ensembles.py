@@ -2,7 +2,7 @@
 
 An ensemble is runs that differ only by their seed: the branches of one run (``metaroles branch``),
 a sweep's trials of one setting across its seeds (``metaroles sweep``), an evaluation's trials of
-one task and setting (``metaroles eval``). Each run is a record — its folder (``run``), its ``arm``
+one task and setting (``metaroles eval``). Each run is a reading — its folder (``run``), its ``arm``
 (the setting it belongs to), its ``seed`` and its outcomes (the scenario's ``summary``, or a
 suite's scores) — and for each arm the report gives:
 
@@ -51,37 +51,37 @@ ENSEMBLE_MD = "ensemble.md"
 """The report, as people read it."""
 FEW = 10
 """An integer outcome with at most this many values across runs is counted by value too."""
-Record = dict[str, Any]
+Reading = dict[str, Any]
 """One run of an ensemble: ``run`` (its folder), ``arm``, ``seed``, and an entry per outcome."""
 _LABELS = ("run", "arm", "seed")
 
 
-def outcomes_of(records: Sequence[Record]) -> list[str]:
-    """The outcomes the records hold, sorted."""
-    return sorted({key for record in records for key in record} - set(_LABELS))
+def outcomes_of(readings: Sequence[Reading]) -> list[str]:
+    """The outcomes the readings hold, sorted."""
+    return sorted({key for reading in readings for key in reading} - set(_LABELS))
 
 
-def arms_of(records: Sequence[Record]) -> dict[str, list[Record]]:
-    """The records by arm, in the order the arms first appear."""
-    arms: dict[str, list[Record]] = {}
-    for record in records:
-        arms.setdefault(str(record["arm"]), []).append(record)
+def arms_of(readings: Sequence[Reading]) -> dict[str, list[Reading]]:
+    """The readings by arm, in the order the arms first appear."""
+    arms: dict[str, list[Reading]] = {}
+    for reading in readings:
+        arms.setdefault(str(reading["arm"]), []).append(reading)
     return arms
 
 
-def grouped_report(rows: Sequence[Row], out: Path, *, title: str, record: Callable[[Row], Record]) -> dict[str, Any]:
+def grouped_report(rows: Sequence[Row], out: Path, *, title: str, reading: Callable[[Row], Reading]) -> dict[str, Any]:
     """The ensembles of a table of trials (a sweep's, an evaluation's): each arm's outcomes and its agreeing groups.
 
-    ``record`` makes a trial's row a :data:`Record` (its arm: the trial's setting but the seed).
+    ``reading`` makes a trial's row a :data:`Reading` (its arm: the trial's setting but the seed).
     """
-    done = [record(r) for r in rows if r.get("status") == "done"]
+    done = [reading(r) for r in rows if r.get("status") == "done"]
     names = outcomes_of(done)
     arms = arms_of(done)
     described = {arm: {name: describe([r.get(name) for r in mine]) for name in names} for arm, mine in arms.items()}
     return {
         "title": title,
         "runs": len(rows),
-        "failed": sorted(str(record(r)["run"]) for r in rows if r.get("status") != "done"),
+        "failed": sorted(str(reading(r)["run"]) for r in rows if r.get("status") != "done"),
         "arms": described,
         "agreement": {arm: agreement(mine, described[arm], out) for arm, mine in arms.items()},
         "per_run": done,
@@ -170,7 +170,7 @@ def _label(value: Any) -> str:
     return "none" if value is None else json.dumps(value) if not isinstance(value, str) else value
 
 
-def effect(plain: Sequence[Record], intervened: Sequence[Record], name: str) -> dict[str, Any]:
+def effect(plain: Sequence[Reading], intervened: Sequence[Reading], name: str) -> dict[str, Any]:
     """A change's effect on one outcome: the second arm minus the first, paired by seed, with its 95 % interval."""
     by_seed: dict[Any, Any] = {r.get("seed"): r.get(name) for r in plain}
     both = [(by_seed[r.get("seed")], r.get(name)) for r in intervened if r.get("seed") in by_seed]
@@ -209,12 +209,12 @@ def _shares(plain: list[Any], intervened: list[Any]) -> dict[str, Any]:
     return shown
 
 
-def agreement(records: Sequence[Record], described: dict[str, Any], out: Path) -> list[dict[str, Any]]:
+def agreement(readings: Sequence[Reading], described: dict[str, Any], out: Path) -> list[dict[str, Any]]:
     """Runs grouped by their counted outcomes (largest group first), and where each group parts from the first."""
     counted = [name for name, d in described.items() if "values" in d]
     groups: dict[tuple[str, ...], list[str]] = {}
-    for record in records:
-        groups.setdefault(tuple(_label(record.get(n)) for n in counted), []).append(str(record["run"]))
+    for reading in readings:
+        groups.setdefault(tuple(_label(reading.get(n)) for n in counted), []).append(str(reading["run"]))
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
     largest = run_messages(out / ordered[0][1][0]) if len(ordered) > 1 else []
     shown = []

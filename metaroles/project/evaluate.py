@@ -40,7 +40,7 @@ from metaroles.core.files import write_atomic
 from metaroles.llm.model_files import MODEL_NAME, local_model_available
 from metaroles.llm.providers import resolve_llm
 from metaroles.llm.settings import LLMSettings
-from metaroles.project.ensembles import Record, grouped_markdown, grouped_report, write_ensemble
+from metaroles.project.ensembles import Reading, grouped_markdown, grouped_report, write_ensemble
 from metaroles.project.registry import load_scenario, unregistered_module
 from metaroles.project.rubric import Rubric
 from metaroles.project.rundir import read_manifest
@@ -399,14 +399,14 @@ def write_eval(suite: Suite, out: Path, rows: list[Row], scorer: ScorerProcess |
     drawn = plots(suite, out / "plots", rows, lines)
     write_atomic(out / "report.md", report(suite, rows, lines, plots=drawn))
     title = f"{suite.name}: {len(rows)} trials, each task and setting over {len(suite.seeds)} seeds"
-    ensemble = grouped_report(rows, out, title=title, record=partial(_record, scores_of(rows)))
+    ensemble = grouped_report(rows, out, title=title, reading=partial(_reading, scores_of(rows)))
     write_ensemble(out, ensemble, grouped_markdown)
     if suite.table:
         write_atomic(out / TABLE_MD, suite_table(suite, rows, wall_times(out)))
 
 
-def _record(metrics: list[str], row: Row) -> Record:
-    """A trial's row as an ensemble's record: its arm is its task and setting, its outcomes the scores."""
+def _reading(metrics: list[str], row: Row) -> Reading:
+    """A trial's row as an ensemble's reading: its arm is its task and setting, its outcomes the scores."""
     return {
         "run": trial_folder(str(row["task"]), str(row["setting"]), int(row["seed"])),
         "arm": f"{row['task']} · {row['setting']}",

@@ -36,7 +36,7 @@ from typing import Any
 
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.files import write_atomic
-from metaroles.project.ensembles import Record, grouped_markdown, grouped_report, write_ensemble
+from metaroles.project.ensembles import Reading, grouped_markdown, grouped_report, write_ensemble
 from metaroles.project.registry import load_scenario
 from metaroles.project.rundir import scenario_label
 from metaroles.project.scenario import checked_config
@@ -158,12 +158,12 @@ def run_sweep(
     )
     settings = len({trial_name({k: v for k, v in p.items() if not _is_seed(k)}) for p in every})
     title = f"{scenario_label(scenario)}: {len(rows)} trials, {settings} setting{'s' if settings > 1 else ''} × seeds"
-    write_ensemble(out, grouped_report(rows, out, title=title, record=partial(_record, list(grid))), grouped_markdown)
+    write_ensemble(out, grouped_report(rows, out, title=title, reading=partial(_reading, list(grid))), grouped_markdown)
     return rows
 
 
-def _record(keys: list[str], row: Row) -> Record:
-    """A trial's row as an ensemble's record: its arm is its setting but the seeds (``all`` when only seeds vary)."""
+def _reading(keys: list[str], row: Row) -> Reading:
+    """A trial's row as an ensemble's reading: its arm is its setting but the seeds (``all`` when only seeds vary)."""
     summary = {k.removeprefix("summary."): v for k, v in row.items() if k.startswith("summary.")}
     arm = trial_name({k: row.get(k) for k in keys if not _is_seed(k)}) or "all"
     seeds = [row.get(k) for k in keys if _is_seed(k)]

@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import os
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import NamedTuple
 
@@ -501,20 +501,26 @@ class CheckpointWriter(MessageRows):
     ) -> tuple[list[str], frozenset[str]]:
         """The JSON fields of a role entry: buffer, news and stage always, the rest when it changed."""
         rc, rows = role.rc, self._rows_of
-        memory, working, watch, addresses = rc.memory, rc.working_so_far, rc.watch, role.addresses
+        memory, working, watch, addresses, news = rc.memory, rc.working_so_far, rc.watch, role.addresses, rc.news
         size, edits = len(memory), memory.edits
-        parts = [f'"buffer":{rows(buffer, new_rows)},"news":{rows(rc.news, new_rows)},"state":{rc.state}']
+        held = f'"buffer":{rows(buffer, new_rows) if buffer else "[]"},"news":{rows(news, new_rows) if news else "[]"}'
+        parts = [f'{held},"state":{rc.state}']
         if mark is None or edits != mark.edits or size < mark.size:
-            cls = f"{type(role).__module__}.{type(role).__qualname__}"
-            parts.append(f'"cls":{encode_basestring(cls)},"memory":{rows(memory, new_rows)}')
+            cls = type(role)
+            parts.append(f'"cls":{self._enc(f"{cls.__module__}.{cls.__qualname__}")},"memory":{rows(memory, new_rows)}')
         elif size > mark.size:
             parts.append(f'"memory_add":{rows(memory.get(size - mark.size), new_rows)}')
         if mark is None or (len(working), working.edits) != (mark.working, mark.working_edits):
-            parts.append(f'"working_memory":{rows(working, new_rows)}')
+            parts.append(f'"working_memory":{rows(working, new_rows) if working else "[]"}')
         watched = frozenset(watch) if mark is None or mark.watch != watch else mark.watch
         if mark is None or mark.watch != watch or mark.addresses is not addresses:
-            parts.append(f'"watch":{json.dumps(sorted(watch))},"addresses":{json.dumps(sorted(addresses))}')
+            parts.append(f'"watch":{_names_json(watch)},"addresses":{_names_json(addresses)}')
         return parts, watched
+
+
+def _names_json(names: Iterable[str]) -> str:
+    """``names`` sorted, as ``json.dumps`` writes a list of them (its separators, ASCII escapes), less its overhead."""
+    return f"[{', '.join(map(encode_basestring_ascii, sorted(names)))}]"
 
 
 def _pieces(head: str, entries: Iterator[str], tail: Callable[[], str]) -> Iterator[str]:

@@ -130,11 +130,11 @@ class EventLog:
         seq = self.seq + 1
         first_call = seq + len(line.kinds) + len(line.message_ids) + sum(map(len, line.to)) + 1
         self.seq = end = first_call + len(calls) + len(events)
-        record: dict[str, Any] = {"seq": seq, "round": env.round, "kind": "round", "end": end}
-        record |= line.columns()
+        fields: dict[str, Any] = {"seq": seq, "round": env.round, "kind": "round", "end": end}
+        fields |= line.columns()
         timings = [_round_times(seq, env.round, records)]
         if calls:
-            record["llm_calls"] = [
+            fields["llm_calls"] = [
                 {"role": c.role, "action": c.action, "model": c.model, "tokens": c.tokens, "cost": c.cost}
                 for c in calls
             ]
@@ -143,10 +143,10 @@ class EventLog:
                 for n, c in enumerate(calls)
             ]
         if events:
-            record["events"] = [
+            fields["events"] = [
                 {"kind": e.kind, "role": e.role, "message_id": e.message_id, "detail": e.detail} for e in events
             ]
-        self._append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE), sync)
+        self._append(orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE), sync)
         append_text(self.timings, "".join(timings))  # wall-clock figures, no part of the run: no wait for the disk
 
     def _take(self, line: _Line, records: list[RoundRecord]) -> tuple[list[LedgerEntry], list[EnvEvent]]:

@@ -57,7 +57,7 @@ def iter_rounds(path: Path) -> Iterator[list[Event]]:
     latencies = {t["seq"]: t["latency_s"] for t in read_timings(path) if "latency_s" in t}
     chunk: list[Event] = []
     previous = 0
-    for number, event, _ in _records(path, _event):
+    for number, event, _ in _entries(path, _event):
         if event["seq"] <= previous:
             raise RunDirCorrupt(
                 f"{path}: line {number}'s seq {event['seq']} does not follow the line before it (the log is "
@@ -81,27 +81,27 @@ def _timed(events: list[Event], latencies: dict[int, float]) -> list[Event]:
     return events
 
 
-def _records(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = True) -> Iterator[tuple[int, Any, str]]:
-    """Each record of a JSON-lines file with its line number and line, read line by line (see :func:`read_jsonl`)."""
+def _entries(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = True) -> Iterator[tuple[int, Any, str]]:
+    """Each entry of a JSON-lines file with its line number and line, read line by line (see :func:`read_jsonl`)."""
     if not path.exists():
         return
     pending: tuple[int, bytes] | None = None
     for number, raw in enumerate(iter_lines(path), start=1):
         if pending is not None:
-            found = _record(path, *pending, kind, last=False, warn_torn=warn_torn)
+            found = _entry(path, *pending, kind, last=False, warn_torn=warn_torn)
             if found is not None:
                 yield found
         pending = (number, raw)
     if pending is not None:
-        found = _record(path, *pending, kind, last=True, warn_torn=warn_torn)
+        found = _entry(path, *pending, kind, last=True, warn_torn=warn_torn)
         if found is not None:
             yield found
 
 
-def _record(
+def _entry(
     path: Path, number: int, raw: bytes, kind: Callable[[object], bool], *, last: bool, warn_torn: bool
 ) -> tuple[int, Any, str] | None:
-    """Line ``number`` as a record (``None``: a blank line, or a torn last one, skipped with a warning)."""
+    """Line ``number`` as an entry (``None``: a blank line, or a torn last one, skipped with a warning)."""
     try:
         line = raw.decode("utf-8").removesuffix("\n")
     except UnicodeDecodeError:
@@ -109,30 +109,30 @@ def _record(
     if not line.strip():
         return None
     try:
-        record = json.loads(line)
+        entry = json.loads(line)
     except json.JSONDecodeError:
-        record = None
-    if kind(record):
-        return number, record, line
-    if last and record is None:
+        entry = None
+    if kind(entry):
+        return number, entry, line
+    if last and entry is None:
         if warn_torn:
             warn(f"{path.name}: the last line is torn (a crash while writing); it is skipped", stacklevel=5)
         return None
     raise RunDirCorrupt(
-        f"{path}: line {number} is not a valid record ({line[:60]!r}); the file is damaged — "
+        f"{path}: line {number} is not a valid entry ({line[:60]!r}); the file is damaged — "
         "restore it, or delete the run directory and run again"
     )
 
 
-def last_seq(record: Event) -> int:
+def last_seq(event: Event) -> int:
     """The ``seq`` of the last event a line holds (a round line's ``end``)."""
-    last: int = record["end"] if "end" in record else record["seq"]
+    last: int = event["end"] if "end" in event else event["seq"]
     return last
 
 
-def ended(record: Event) -> bool:
+def ended(event: Event) -> bool:
     """Whether a line ends a round (a ``round_end`` event or a whole round)."""
-    return record.get("kind") in ("round_end", "round")
+    return event.get("kind") in ("round_end", "round")
 
 
 def spelled(line: Event) -> list[Event]:
@@ -379,33 +379,33 @@ def read_timings(events: Path) -> list[Event]:
 def read_lines(
     path: Path, *, warn_torn: bool = True, kind: Callable[[object], bool] = _event
 ) -> list[tuple[Event, str]]:
-    """Each record of ``path`` with its line as written (kept verbatim when a log is cut back).
+    """Each entry of ``path`` with its line as written (kept verbatim when a log is cut back).
 
-    A torn last line (a crash mid-append) is skipped; anything else that is not a record is an error,
+    A torn last line (a crash mid-append) is skipped; anything else that is not an entry is an error,
     and so is an event log whose lines repeat a ``seq`` (duplicated or spliced).
     """
-    records = read_jsonl(path, kind, warn_torn=warn_torn)
+    entries = read_jsonl(path, kind, warn_torn=warn_torn)
     if kind is _event:
         seen: set[int] = set()
-        for event, _ in records:
+        for event, _ in entries:
             if event["seq"] in seen:
                 raise RunDirCorrupt(
                     f"{path}: seq {event['seq']} appears twice (the log is duplicated or spliced); "
                     "restore it, or fork from an earlier round (metaroles fork DIR --from-round N)"
                 )
             seen.add(event["seq"])
-    return records
+    return entries
 
 
 def read_jsonl(path: Path, kind: Callable[[object], bool], *, warn_torn: bool = True) -> list[tuple[Event, str]]:
-    """The records of a JSON-lines file of a run directory, each with its line; ``[]`` if there is none.
+    """The entries of a JSON-lines file of a run directory, each with its line; ``[]`` if there is none.
 
     A torn last line (a crash mid-append) is skipped, with a warning if ``warn_torn``.
 
     Raises:
         RunDirCorrupt: If a line other than the last is not valid UTF-8 JSON accepted by ``kind``.
     """
-    return [(record, line) for _, record, line in _records(path, kind, warn_torn=warn_torn)]
+    return [(entry, line) for _, entry, line in _entries(path, kind, warn_torn=warn_torn)]
 
 
 def logged_through(path: Path) -> int | None:

@@ -45,15 +45,15 @@ def restore_checkpoint(folder: Path, env: Environment, *, through_round: int | N
 def _restored(folder: Path, env: Environment, through_round: int | None) -> Restored:
     chain, table = _chain(folder, through_round)
     rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
-    sharded = max((n for n, (_, record) in enumerate(chain) if "parts" in record), default=-1)
-    for n, (path, record) in enumerate(chain):
+    sharded = max((n for n, (_, checkpoint) in enumerate(chain) if "parts" in checkpoint), default=-1)
+    for n, (path, checkpoint) in enumerate(chain):
         try:
             if n:
-                _replay(env, record, rows)
+                _replay(env, checkpoint, rows)
             else:
-                env.load_state(_snapshot(record, rows))
-            if n == sharded:  # the shards' roles as their parts hold them (later records build on that)
-                _restore_parts(folder, env, record)
+                env.load_state(_snapshot(checkpoint, rows))
+            if n == sharded:  # the shards' roles as their parts hold them (later checkpoints build on that)
+                _restore_parts(folder, env, checkpoint)
         except (IndexError, KeyError, TypeError) as exc:  # a place or a name the run does not have
             raise RunDirCorrupt(
                 f"{path}: the checkpoint names what this run does not have ({type(exc).__name__}: {exc}); "
@@ -77,11 +77,11 @@ def checkpoint_history(folder: Path, *, through_round: int | None = None) -> lis
     chain, table = _chain(folder, through_round)
     rows = _rows(folder / MESSAGES, table[: chain[-1][1]["rows"]])
     history: list[Message] = []
-    for path, record in chain:
-        if "history" in record:
-            history = [rows[r] for r in record["history"]]
-        history.extend(rows[r] for r in record.get("history_add", ()))
-        deliveries, i = record.get("deliveries", []), 0
+    for path, checkpoint in chain:
+        if "history" in checkpoint:
+            history = [rows[r] for r in checkpoint["history"]]
+        history.extend(rows[r] for r in checkpoint.get("history_add", ()))
+        deliveries, i = checkpoint.get("deliveries", []), 0
         try:
             while i < len(deliveries):
                 history.append(rows[deliveries[i]])
@@ -98,12 +98,14 @@ def _chain(folder: Path, through_round: int | None) -> tuple[list[tuple[Path, di
     chain: list[tuple[Path, dict[str, Any]]] = []
     best: list[tuple[Path, dict[str, Any]]] = []
     for path in paths:
-        record = _read_record(path, len(table))
-        follows = chain and record is not None and record.get("after", chain[-1][1]["round"]) == chain[-1][1]["round"]
-        if record is None or (record["kind"] == "delta" and not follows):
+        checkpoint = _read_checkpoint(path, len(table))
+        follows = (
+            chain and checkpoint is not None and checkpoint.get("after", chain[-1][1]["round"]) == chain[-1][1]["round"]
+        )
+        if checkpoint is None or (checkpoint["kind"] == "delta" and not follows):
             chain = []  # broken (a checkpoint torn, unreadable or missing) until the next full snapshot
             continue
-        chain = [(path, record)] if record["kind"] == "full" else [*chain, (path, record)]
+        chain = [(path, checkpoint)] if checkpoint["kind"] == "full" else [*chain, (path, checkpoint)]
         best = chain
     if not best:
         upto = "" if through_round is None else f" up to round {through_round}"
@@ -111,21 +113,21 @@ def _chain(folder: Path, through_round: int | None) -> tuple[list[tuple[Path, di
     return best, table
 
 
-def _restore_parts(folder: Path, env: Environment, record: dict[str, Any]) -> None:
+def _restore_parts(folder: Path, env: Environment, checkpoint: dict[str, Any]) -> None:
     """Give the roles of a sharded round's parts (``record.parts``) their state at that round.
 
     Raises:
         RunDirCorrupt: If a part lacks that round (a driver's file is written only after its parts).
     """
-    for name in record["parts"]:
+    for name in checkpoint["parts"]:
         part = folder / name
         try:
-            chain, table = _chain(part, record["round"])
+            chain, table = _chain(part, checkpoint["round"])
         except ConfigError:
             chain, table = [], []
-        if not chain or chain[-1][1]["round"] != record["round"]:
+        if not chain or chain[-1][1]["round"] != checkpoint["round"]:
             raise RunDirCorrupt(
-                f"{part}: the shard's part of the checkpoint of round {record['round']} is missing or damaged; "
+                f"{part}: the shard's part of the checkpoint of round {checkpoint['round']} is missing or damaged; "
                 "restore the checkpoints folder, or fork from an earlier round (metaroles fork DIR --from-round N)"
             )
         rows = _rows(part / MESSAGES, table[: chain[-1][1]["rows"]], known=env.history.keyed)
@@ -170,26 +172,30 @@ def _rows(path: Path, lines: list[str], *, known: Mapping[str, Message] | None =
     return rows
 
 
-def _read_record(path: Path, table_rows: int) -> dict[str, Any] | None:
-    """The round file at ``path``, checked whole (:func:`_check_record`); ``None``, with a warning, if it is not."""
+def _read_checkpoint(path: Path, table_rows: int) -> dict[str, Any] | None:
+    """The round file at ``path``, checked whole (:func:`_check_checkpoint`); ``None``, with a warning, if it is not."""
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"))
-        if not isinstance(record, dict) or record.get("version") not in READABLE or type(record.get("rows")) is not int:
+        checkpoint = json.loads(path.read_bytes().decode("utf-8"))
+        if (
+            not isinstance(checkpoint, dict)
+            or checkpoint.get("version") not in READABLE
+            or type(checkpoint.get("rows")) is not int
+        ):
             raise ValueError("not a checkpoint of this format")
-        if record["rows"] > table_rows or type(record.get("round")) is not int or "kind" not in record:
-            raise ValueError(f"rows {record['rows']} beyond the table, or no round")
-        _check_record(record)
+        if checkpoint["rows"] > table_rows or type(checkpoint.get("round")) is not int or "kind" not in checkpoint:
+            raise ValueError(f"rows {checkpoint['rows']} beyond the table, or no round")
+        _check_checkpoint(checkpoint)
     except (OSError, ValueError) as exc:
         warn(f"checkpoint {path.name} is unreadable ({exc}); using an earlier one", stacklevel=4)
         return None
-    return record
+    return checkpoint
 
 
 _ROW_LISTS = ("history", "history_add", "dead_letters_add")
 _ENTRY_ROWS = ("buffer", "news", "memory", "memory_add", "working_memory")
 
 
-def _check_record(record: dict[str, Any]) -> None:
+def _check_checkpoint(checkpoint: dict[str, Any]) -> None:
     """Check a round file against what restoring it reads: every field there, of its type, every row in the table.
 
     Role places (in ``ops`` and ``deliveries``) are checked against the environment when replayed.
@@ -197,21 +203,21 @@ def _check_record(record: dict[str, Any]) -> None:
     Raises:
         ValueError: Naming the first field that is wrong.
     """
-    rows = record["rows"]
-    if record["kind"] not in ("full", "delta") or (record["kind"] == "full" and "history" not in record):
-        raise ValueError(f"kind {record['kind']!r} (or a full snapshot without its history)")
+    rows = checkpoint["rows"]
+    if checkpoint["kind"] not in ("full", "delta") or (checkpoint["kind"] == "full" and "history" not in checkpoint):
+        raise ValueError(f"kind {checkpoint['kind']!r} (or a full snapshot without its history)")
     for key, kind in (("roles", dict), ("events_add", list), ("ledger_add", list), ("dead_letters_add", list)):
-        if not isinstance(record.get(key), kind):
+        if not isinstance(checkpoint.get(key), kind):
             raise ValueError(f"{key!r} missing or not a {kind.__name__}")
-    if not _rng_state(record.get("rng")):
+    if not _rng_state(checkpoint.get("rng")):
         raise ValueError("'rng' is not a random source's state")
     for key in _ROW_LISTS:
-        if key in record and not _rows_in(record[key], rows):
+        if key in checkpoint and not _rows_in(checkpoint[key], rows):
             raise ValueError(f"{key!r} names rows past the table's {rows}")
-    if not _within(record.get("deliveries", []), 0, None) or not _within(record.get("ops", []), -1, None):
+    if not _within(checkpoint.get("deliveries", []), 0, None) or not _within(checkpoint.get("ops", []), -1, None):
         raise ValueError("'deliveries' or 'ops' is not a list of numbers")
-    _check_roles(record["roles"], rows)
-    if "parts" in record and not _names(record["parts"]):
+    _check_roles(checkpoint["roles"], rows)
+    if "parts" in checkpoint and not _names(checkpoint["parts"]):
         raise ValueError("'parts' is not a list of folder names")
 
 
@@ -256,10 +262,10 @@ def _rng_state(state: object) -> bool:
     return True
 
 
-def _snapshot(record: dict[str, Any], rows: list[Message]) -> EnvironmentState:
+def _snapshot(checkpoint: dict[str, Any], rows: list[Message]) -> EnvironmentState:
     """A full snapshot as an EnvironmentState."""
     roles = []
-    for name, entry in record["roles"].items():
+    for name, entry in checkpoint["roles"].items():
         if "state_dict" in entry:
             roles.append(entry["state_dict"])
             continue
@@ -276,23 +282,23 @@ def _snapshot(record: dict[str, Any], rows: list[Message]) -> EnvironmentState:
         )
     return EnvironmentState.model_validate(
         {
-            "round": record["round"],
+            "round": checkpoint["round"],
             "roles": roles,
-            "history": [rows[r] for r in record["history"]],
-            "dead_letters": [rows[r] for r in record["dead_letters_add"]],
-            "events": record["events_add"],
-            "ledger": record["ledger_add"],
-            "rng": record["rng"],
-            "id_key": record.get("id_key"),
+            "history": [rows[r] for r in checkpoint["history"]],
+            "dead_letters": [rows[r] for r in checkpoint["dead_letters_add"]],
+            "events": checkpoint["events_add"],
+            "ledger": checkpoint["ledger_add"],
+            "rng": checkpoint["rng"],
+            "id_key": checkpoint.get("id_key"),
         }
     )
 
 
-def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> None:
+def _replay(env: Environment, checkpoint: dict[str, Any], rows: list[Message]) -> None:
     """Apply one delta to the live environment: turns, deliveries, then the roles' entries."""
     roles = env.members  # a population's role is built as an op or a delivery reaches it, fresh
-    ops, i = record.get("ops", []), 0
-    deliveries, delivered = record.get("deliveries", []), 0
+    ops, i = checkpoint.get("ops", []), 0
+    deliveries, delivered = checkpoint.get("deliveries", []), 0
     while i < len(ops):
         if ops[i] == 2:  # a round ended: its deliveries come before the next round's turns
             delivered = _deliver(env, roles, rows, deliveries, delivered, ops[i + 1])
@@ -307,16 +313,16 @@ def _replay(env: Environment, record: dict[str, Any], rows: list[Message]) -> No
             role.rc.memory.add(rows[ops[i + 2]])
         role.rc.state, role.rc.todo = -1, None
         i += 3
-    if "history" in record:
-        env.history = Memory([rows[r] for r in record["history"]])
-    env.history.add_batch(rows[r] for r in record.get("history_add", ()))
+    if "history" in checkpoint:
+        env.history = Memory([rows[r] for r in checkpoint["history"]])
+    env.history.add_batch(rows[r] for r in checkpoint.get("history_add", ()))
     _deliver(env, roles, rows, deliveries, delivered, len(deliveries))
-    env.dead_letters.extend(rows[r] for r in record["dead_letters_add"])
-    env.events.extend(EnvEvent.model_validate(e) for e in record["events_add"])
-    env.ledger.reset([*env.ledger.entries, *(LedgerEntry(**e) for e in record["ledger_add"])])
-    env.round = record["round"]
-    set_rng_state(env.rng, record["rng"])
-    for name, entry in record["roles"].items():
+    env.dead_letters.extend(rows[r] for r in checkpoint["dead_letters_add"])
+    env.events.extend(EnvEvent.model_validate(e) for e in checkpoint["events_add"])
+    env.ledger.reset([*env.ledger.entries, *(LedgerEntry(**e) for e in checkpoint["ledger_add"])])
+    env.round = checkpoint["round"]
+    set_rng_state(env.rng, checkpoint["rng"])
+    for name, entry in checkpoint["roles"].items():
         _apply_entry(env.roles[name], entry, rows)
 
 

@@ -2,9 +2,9 @@
 
 Before a round's checkpoint is written, the workspace's files are recorded in
 ``checkpoints/workspace-NNNN.json`` (relative path → SHA-256), when they changed since the last
-record, and each new content once in ``checkpoints/blobs/``. The round's checkpoint file comes
+listing, and each new content once in ``checkpoints/blobs/``. The round's checkpoint file comes
 after, so a checkpoint never claims a workspace that was not kept. Resume and fork then make the
-workspace hold exactly the files of the newest record up to their round: a resumed run does not
+workspace hold exactly the files of the newest listing up to their round: a resumed run does not
 see what a killed round half wrote, and a fork starts from its parent's files of the fork round,
 in a workspace of its own.
 """
@@ -24,7 +24,7 @@ Files = dict[str, str]
 """Relative path → SHA-256 of its content."""
 
 
-def _record(folder: Path, round_no: int) -> Path:
+def _listing(folder: Path, round_no: int) -> Path:
     return folder / f"workspace-{round_no:04d}.json"
 
 
@@ -50,7 +50,7 @@ def keep(workspace: Path, folder: Path, round_no: int, last: Files | None) -> Fi
         blob = folder / "blobs" / digest
         if not blob.exists():
             write_atomic(blob, confined.read_bytes(workspace, relative))
-    write_atomic(_record(folder, round_no), json.dumps(files, sort_keys=True, indent=0) + "\n")
+    write_atomic(_listing(folder, round_no), json.dumps(files, sort_keys=True, indent=0) + "\n")
     return files
 
 
@@ -58,22 +58,22 @@ def recorded(folder: Path, round_no: int) -> Files | None:
     """The files recorded for the newest checkpoint up to ``round_no`` (``None`` when none was kept).
 
     Raises:
-        RunDirCorrupt: If that record is damaged.
+        RunDirCorrupt: If that listing is damaged.
     """
-    records = [p for n, p in numbered(folder, "workspace") if n <= round_no]
-    if not records:
+    listings = [p for n, p in numbered(folder, "workspace") if n <= round_no]
+    if not listings:
         return None
     try:
-        files = json.loads(read_text(records[-1]))
+        files = json.loads(read_text(listings[-1]))
     except ValueError:
-        raise RunDirCorrupt(f"{records[-1]}: not a workspace record; the file is damaged") from None
+        raise RunDirCorrupt(f"{listings[-1]}: not a workspace listing; the file is damaged") from None
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        raise RunDirCorrupt(f"{records[-1]}: not a workspace record; the file is damaged")
+        raise RunDirCorrupt(f"{listings[-1]}: not a workspace listing; the file is damaged")
     return files
 
 
 def restore(workspace: Path, folder: Path, round_no: int) -> Files | None:
-    """Make ``workspace`` hold the files recorded up to ``round_no``; drop later records of ``folder``.
+    """Make ``workspace`` hold the files recorded up to ``round_no``; drop later listings of ``folder``.
 
     Returns the files restored (``None``, and the workspace untouched, when nothing was recorded).
     """
@@ -94,7 +94,7 @@ def write_files(workspace: Path, folder: Path, files: Files) -> None:
     missing = [d for d in files.values() if not (folder / "blobs" / d).is_file()]
     if missing:
         raise RunDirCorrupt(f"{folder / 'blobs'}: the workspace content {missing[0]} is missing; the folder is damaged")
-    present = list(confined.entries(workspace))  # one walk; only the files the record keeps are read
+    present = list(confined.entries(workspace))  # one walk; only the files the listing keeps are read
     have = {r: _digest(confined.read_bytes(workspace, r)) for r, regular in present if regular and r in files}
     for relative, regular in present:
         if not regular or relative not in files or files[relative] != have.get(relative):
@@ -106,7 +106,7 @@ def write_files(workspace: Path, folder: Path, files: Files) -> None:
 
 
 def drop_after(folder: Path, round_no: int) -> None:
-    """Remove the workspace records past ``round_no`` (a resumed run records them again)."""
+    """Remove the workspace listings past ``round_no`` (a resumed run records them again)."""
     for number, path in numbered(folder, "workspace"):
         if number > round_no:
             path.unlink()

@@ -78,7 +78,7 @@ def roles_here(env: Environment) -> Sequence[Role]:
 
 
 Meanwhile = Callable[[Measured], None]
-"""The round's records, run where a runtime can while its shards work, given what was measured."""
+"""The round's recording, run where a runtime can while its shards work, given what was measured."""
 
 
 class Runtime(Protocol):
@@ -108,8 +108,8 @@ class Runtime(Protocol):
     ) -> Measured:
         """Read the round just run where the roles are: each of ``fns``, and (``due``) the round's checkpoint parts.
 
-        ``meanwhile(measured)`` (the round's records: ``RoundCommit.record``) may run while shards write their
-        parts, given the parts measured; the commit runs the records otherwise.
+        ``meanwhile(measured)`` (the round's recording: ``RoundCommit.record``) may run while shards write their
+        parts, given the parts measured; the commit runs the recording otherwise.
         """
         ...
 
@@ -213,8 +213,8 @@ class Sharded:
         parts = await run.measure(fns, run.catch_up) if fns else {}  # the history taken in as the shards work
         measured = Measured(parts, take_in=run.catch_up)
         if writer is not None and due:
-            records = partial(self._meanwhile, measured, meanwhile)
-            names = await run.checkpoint(writer.folder, records)  # the round recorded while the shards write
+            recording = partial(self._meanwhile, measured, meanwhile)
+            names = await run.checkpoint(writer.folder, recording)  # the round recorded while the shards write
             measured.checkpoint = partial(writer.write_driver, self.env, run.pinned, names)
         elif writer is not None:
             measured.checkpoint = partial(self._note, writer)

@@ -103,7 +103,7 @@ def test_a_resume_that_cannot_read_the_log_changes_nothing(tmp_path):
     (run_dir / "events.jsonl").write_text("".join(lines))
     before = digest(run_dir)
     refused = command("none", "resume", str(run_dir))
-    assert refused.returncode == 2 and "events.jsonl: line 4 is not a valid record" in one_line_error(refused.stderr)
+    assert refused.returncode == 2 and "events.jsonl: line 4 is not a valid entry" in one_line_error(refused.stderr)
     assert digest(run_dir) == before
 
 
