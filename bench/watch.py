@@ -14,6 +14,8 @@ over the run's (on the other core: its start-up, each round's delta — ``delta_
 and the streams). ``stream_bytes_per_round`` is the size of
 each round's event on the stream (the round's delta; the page never receives the history);
 ``render_ms`` is the page's own measure of drawing a round (``performance.now()`` around it).
+``shown_after_round_s`` is how soon a stepped round shows on the run's own page after its line is in
+``events.jsonl`` (a 30-agent society under ``--control``, stepped five times from the page).
 
 Replay (``--replay-agents`` 10,000 × ``--replay-rounds`` 100: a million messages): ``open_s`` is
 from loading the page of the finished run to its showing the last round, ``jump_s`` from moving the
@@ -211,6 +213,38 @@ def live(agents: int, rounds: int, repeat: int, folder: Path) -> dict:
     }  # fmt: skip
 
 
+def shown_after_round(folder: Path, agents: int = 30, steps: int = 5) -> dict:
+    """Seconds from a stepped round's line in ``events.jsonl`` to the run's own page showing that round.
+
+    A ``--control`` society (paused before round 1) is stepped from its page ``steps`` times; after each
+    step, the page's clock when it shows the round less the log's modification time (the round written).
+    Was a test's assertion (under a second); a speed is a figure, and a loaded machine's is another.
+    """
+    out = folder / "stepped"
+    command = society(agents, steps + 1, out, "--control", "--checkpoint-every", "1")  # the last round: resumed
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = next((m.group(0) for line in process.stderr if (m := re.search(r"http://127\S+#token=\S+", line))), None)
+    assert url is not None, "the run printed no page URL"
+    shown: list[float] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM)
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_selector("body[data-controller=yes][data-control=paused]", timeout=60_000)
+        for round_no in range(1, steps + 1):
+            page.click("#step")
+            page.wait_for_selector(f"body[data-round='{round_no}'][data-waiting-at='{round_no}']", timeout=60_000)
+            shown.append(page.evaluate("Date.now()") / 1000 - (out / "events.jsonl").stat().st_mtime)
+        page.click("#resume")
+        browser.close()
+    process.stderr.read()
+    process.wait()
+    return {
+        "shown_after_round_s_median": round(statistics.median(shown), 3),
+        "shown_after_round_s_max": round(max(shown), 3),
+    }
+
+
 def replay(agents: int, rounds: int, folder: Path, jumps: int) -> dict:
     out = folder / f"society-{agents}x{rounds}"  # kept between runs of the bench: making it takes minutes
     started = time.perf_counter()
@@ -364,7 +398,11 @@ def main() -> None:
             figures |= screenshots(Path(folder), args.screenshots)
             args.only = args.only or "none"
         if args.only in (None, "live"):
-            figures |= link_cost() | live(args.agents, args.rounds, args.repeat, Path(folder))
+            figures |= (
+                link_cost()
+                | shown_after_round(Path(folder))
+                | live(args.agents, args.rounds, args.repeat, Path(folder))
+            )
     if args.only in (None, "replay"):
         figures |= replay(args.replay_agents, args.replay_rounds, args.replay_dir, args.jumps)
     figures["load_after"] = round(os.getloadavg()[0], 2)

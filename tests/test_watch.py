@@ -119,9 +119,7 @@ def test_the_page_steps_pauses_and_injects_and_the_run_equals_one_steered_from_p
             assert page.get_attribute("body", "data-waiting-at") == "0"  # --control: waits before round 1
             page.click("#step")
             page.wait_for_selector("body[data-round='1'][data-control=paused][data-waiting-at='1']", timeout=30_000)
-            shown_at = page.evaluate("Date.now()") / 1000
-            logged_at = os.stat(tmp_path / "page" / "events.jsonl").st_mtime
-            assert shown_at - logged_at < 1.0  # the page shows a round within a second of its end
+            # how soon after its end the page shows a round is a figure: bench/watch.py shown_after_round_s
             page.click("#inject-box summary")
             page.fill("#inject-name", "rumour")
             page.fill("#inject-text", RUMOUR)
