@@ -106,8 +106,9 @@ def opinion_of(message: Message) -> float | None:
     A failed answer is data, not a crash: the agent keeps its last opinion, its neighbours skip it,
     and the round's metrics count it (``failed_answers``).
     """
-    if isinstance(message.instruct_content, OpinionUpdate):
-        return message.instruct_content.opinion
+    instructed = message.instruct_content
+    if instructed is not None and isinstance(instructed, OpinionUpdate):
+        return instructed.opinion
     if message.cause_by != SHARE and "error" in message.metadata:  # the rule never fails
         return None
     try:
@@ -131,6 +132,7 @@ class Share(Action):
 
 
 SHARE = Share.action_id()
+_REQUIREMENT = UserRequirement.action_id()
 
 SOCIETY = (
     "You are one member of a society that is discussing a question together. Every opinion is a number "
@@ -202,8 +204,7 @@ class Agent(Role):
 
     def heard(self) -> list[float]:
         """The opinions in this turn's news."""
-        requirement = UserRequirement.action_id()
-        return [o for m in self.rc.news if m.cause_by != requirement and (o := opinion_of(m)) is not None]
+        return [o for m in self.rc.news if m.cause_by != _REQUIREMENT and (o := opinion_of(m)) is not None]
 
 
 def social_graph(config: Config) -> Any:

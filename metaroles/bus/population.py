@@ -138,8 +138,8 @@ class Roster(MutableMapping[str, "Role"]):
     def get(self, name: str, default: Any = None) -> Any:
         """The role named ``name``, else ``default``."""
         role: Role | None = self.built.get(name)
-        if role is None and self.populations and self.place_of(name) is not None:
-            role = self[name]
+        if role is None and self.populations and (place := self.place_of(name)) is not None:
+            role = self._build(place)
         return default if role is None else role
 
     def __contains__(self, name: object) -> bool:
