@@ -3,11 +3,11 @@
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from metaroles import Action, Environment, Intervention, Message, Role, UserRequirement
-from metaroles.core.exceptions import ConfigError
+from metaroles.core.exceptions import ConfigError, InvalidValueError
 from metaroles.record.checkpoint import MESSAGES, CheckpointWriter
 from metaroles.record.numbering import round_file
 from metaroles.record.restore import checkpoint_history, restore_checkpoint
@@ -238,3 +238,21 @@ def test_rows_of_a_list_name_each_message_once_in_the_order_first_seen(picks: li
     table = [json.loads(line) for line in lines]
     assert [(t["content"], t["role"]) for t in table] == [(f"m{p}", role) for p in first_seen]
     assert all(line.endswith("\n") and line.count("\n") == 1 for line in lines)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text(min_size=1, max_size=12), watched=st.lists(st.text(min_size=1, max_size=12), max_size=4))
+def test_a_full_snapshot_writes_a_roles_watch_and_addresses_as_json_writes_them(tmp_path, name, watched):
+    """The entry's lists are ``json.dumps`` of the sorted names, byte for byte (escapes, separators), read back."""
+    try:
+        role = Role(name=name, watch=watched)
+    except InvalidValueError:  # a name no role may have (control characters, the broadcast address, ...)
+        assume(False)
+    env = Environment()
+    env.add_roles([role])
+    folder = tmp_path / name.encode().hex()
+    text = CheckpointWriter(folder).write(env).read_text(encoding="utf-8")
+    watch, addresses = json.dumps(sorted(role.rc.watch)), json.dumps(sorted(role.addresses))
+    assert f'"watch":{watch},"addresses":{addresses}' in text
+    entry = json.loads(text)["roles"][name]
+    assert (entry["watch"], entry["addresses"]) == (sorted(role.rc.watch), sorted(role.addresses))
