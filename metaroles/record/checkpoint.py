@@ -262,9 +262,13 @@ class CheckpointWriter(MessageRows):
         self._blind = True  # a later delta written in one process lists every role whole
         return self._finish(env, parts, after)
 
+    def full_next(self) -> bool:
+        """Whether the next checkpoint written is a full snapshot (the first, and one every ``every``)."""
+        return self._full_round is None or self._deltas >= self.every - 1
+
     def begin(self, env: Environment, version: int = FORMAT) -> tuple[bool, list[str]]:
         """Whether the checkpoint of ``env``'s round is a full snapshot (which forgets every mark), and its head."""
-        full = self._full_round is None or self._deltas >= self.every - 1
+        full = self.full_next()
         self._deltas = 0 if full else self._deltas + 1
         if full:
             self._full_round = env.round
@@ -328,6 +332,8 @@ class CheckpointWriter(MessageRows):
     def _note_turns(self, steps: Steps) -> None:
         """Record the default turns of replayable roles: observe (code 0), act (code 1 with its row)."""
         expect, index, ops, rows = self._expect, self._index, self._ops, self._rows
+        if not expect:  # none is expected of any role (before the first checkpoint): no turn to record
+            return
         for kind, name, detail, remembered in zip(steps.kind, steps.role, steps.detail, steps.remembered, strict=True):
             if kind == "observe":
                 expected = expect.get(name)
@@ -347,6 +353,8 @@ class CheckpointWriter(MessageRows):
         """Record each message published since the last note with the roles it reached (``record``: the round's).
 
         Without the round's record (a round was not noted), routing gives them, as the address index is now.
+        When the next checkpoint is a full snapshot (the run's first, and every ``every``-th), it writes the
+        history whole and reads no deliveries: the messages only get their rows, in the same order.
         """
         history = env.history
         if len(history) <= self._noted_history:
@@ -354,14 +362,24 @@ class CheckpointWriter(MessageRows):
             return
         if record is not None and not record.published:
             return
-        delivered: Sequence[Recipients]
+        delivered: Sequence[Recipients] | None = None
         if record is not None:
             messages, delivered = record.published, record.recipients
             if len(messages) > len(history) - self._noted_history:
                 return  # an edited history: the checkpoint writes it whole
         else:
             messages = history.storage[self._noted_history :]
-            delivered = [env.places(message) for message in messages]
+        if self.full_next():
+            found, pending = self._rows.get, self._pending_rows
+            for message in messages:
+                if found(id(message)) is None:
+                    self._new_row(message, pending)
+        else:
+            self._note_reached(env, messages, [env.places(m) for m in messages] if delivered is None else delivered)
+        self._noted_history += len(messages)
+
+    def _note_reached(self, env: Environment, messages: Sequence[Message], delivered: Sequence[Recipients]) -> None:
+        """Add each message's row and the places it reached to the deliveries; what replayable recipients now hold."""
         out, rows, targets = self._deliveries, self._rows, self._targets
         for message, recipients in zip(messages, delivered, strict=True):
             row = rows.get(id(message))
@@ -373,7 +391,6 @@ class CheckpointWriter(MessageRows):
             for expected in known.expected:  # the buffer a replay gives each replayable recipient
                 expected.buffered += 1
                 expected.last = message
-        self._noted_history += len(messages)
 
     def _target(self, recipients: Recipients, name_at: Callable[[int], str]) -> _Target:
         """The places of ``recipients`` (a round record's) here and the replayable ones' expectations.
