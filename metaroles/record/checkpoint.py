@@ -370,10 +370,7 @@ class CheckpointWriter(MessageRows):
         else:
             messages = history.storage[self._noted_history :]
         if self.full_next():
-            found, pending = self._rows.get, self._pending_rows
-            for message in messages:
-                if found(id(message)) is None:
-                    self._new_row(message, pending)
+            self._numbered(messages, self._pending_rows)
         else:
             self._note_reached(env, messages, [env.places(m) for m in messages] if delivered is None else delivered)
         self._noted_history += len(messages)

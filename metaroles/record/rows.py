@@ -51,11 +51,14 @@ class MessageRows:
         new_rows.append(self._encode(message) + "\n")
         return row
 
+    def _numbered(self, messages: Any, new_rows: list[str]) -> list[int]:
+        """The rows of ``messages``, in order; those that had none get theirs (their lines go to ``new_rows``)."""
+        found, new = self._rows.get, self._new_row
+        return [new(m, new_rows) if (row := found(id(m))) is None else row for m in messages]
+
     def _rows_of(self, messages: Any, new_rows: list[str]) -> str:
         """The rows of ``messages`` as a JSON list (one pass: a round's history is all new rows)."""
-        found, new = self._rows.get, self._new_row
-        numbers = [new(m, new_rows) if (row := found(id(m))) is None else row for m in messages]
-        return f"[{','.join(map(str, numbers))}]"
+        return f"[{','.join(map(str, self._numbered(messages, new_rows)))}]"
 
     def _encode(self, message: Message) -> str:
         """The table's line for ``message``: a reference to the driver's, its short form, or the whole model."""
