@@ -18,7 +18,7 @@ import json
 import random
 import statistics
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,8 +96,8 @@ class OpinionUpdate(BaseModel):
 
 def hegselmann_krause(own: float, heard: Sequence[float], epsilon: float) -> float:
     """The mean of ``own`` and of the ``heard`` opinions within ``epsilon`` of it."""
-    close = [own, *(o for o in heard if abs(o - own) <= epsilon)]
-    return sum(close) / len(close)
+    close = [o for o in heard if abs(o - own) <= epsilon]
+    return sum(close, own) / (len(close) + 1)  # summed from own, in order: sum([own, *close]) to the bit
 
 
 def opinion_of(message: Message) -> float | None:
@@ -176,6 +176,9 @@ class Agent(Role):
     ) -> None:
         """Create the agent with its neighbours and initial opinion (``block``: its number among how many)."""
         self.initial = opinion
+        self._read: list[Any] = [None, 0, 0, opinion]
+        """What :attr:`opinion` last read: the memory, its removals, its length, the opinion (changed in place: an
+        attribute set anew would make a shard send the agent back whole, ``sharding.transfer.fingerprint``)."""
         self.block = block
         self.epsilon = epsilon
         self.cluster_gap = cluster_gap
@@ -186,14 +189,31 @@ class Agent(Role):
 
     @property
     def opinion(self) -> float:
-        """What the agent last said, else its initial opinion."""
-        said = self.rc.memory.get_by_action(self.actions[0].cause_by)
-        for message in reversed(said):  # its own answer is among the newest: neighbours' come after it
-            if message.sent_from == self.name:
-                opinion = opinion_of(message)
-                if opinion is not None:  # a failed answer keeps the last opinion
-                    return opinion
-        return self.initial
+        """What the agent last said, else its initial opinion.
+
+        Read from its memory, and followed: only what it remembered since the last read is read again
+        (a memory that lost a message, or another memory, is read whole).
+        """
+        memory = self.rc.memory
+        read = self._read
+        held, edits, upto, opinion = read
+        count = len(memory)
+        if held is memory and edits == memory.edits:
+            if count == upto:
+                return opinion
+            newest: Iterable[Message] = reversed(memory.get(count - upto))
+            action = self.actions[0].cause_by
+        else:
+            newest, action, opinion = reversed(memory.get_by_action(self.actions[0].cause_by)), None, self.initial
+        name = self.name
+        for message in newest:  # its own answer is among the newest: neighbours' come after it
+            if message.sent_from == name and (action is None or message.cause_by == action):
+                said = opinion_of(message)
+                if said is not None:  # a failed answer keeps the last opinion
+                    opinion = said
+                    break
+        read[:] = memory, memory.edits, count, opinion
+        return opinion
 
     def failed_answers(self) -> int:
         """How many of this agent's answers failed (a model's structured answer that never validated)."""

@@ -4,9 +4,19 @@ import json
 import statistics
 
 import pytest
-from metaroles.scenarios.society import OpinionUpdate, hegselmann_krause, round_metrics
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from metaroles.scenarios.society import (
+    Agent,
+    OpinionUpdate,
+    Reconsider,
+    Share,
+    hegselmann_krause,
+    opinion_of,
+    round_metrics,
+)
 
-from metaroles import TestLLM
+from metaroles import Memory, Message, TestLLM
 from metaroles.llm.model_files import local_model_available
 from metaroles.project.registry import load_scenario
 from metaroles.project.scenario import resume_scenario, run_scenario
@@ -18,6 +28,43 @@ def test_the_rule_averages_only_the_opinions_within_reach():
     assert hegselmann_krause(0.5, [0.2, 0.9], 0.35) == pytest.approx(0.35)
     assert hegselmann_krause(0.9, [0.5, 0.0], 0.35) == 0.9
     assert hegselmann_krause(0.2, [0.0, 0.5], 0.35) == pytest.approx(0.7 / 3)
+
+
+def _read_whole(agent: Agent) -> float:
+    """The agent's opinion read from its whole memory: the last valid answer it said, else its initial one."""
+    said = [m for m in agent.rc.memory.get_by_action(agent.actions[0].cause_by) if m.sent_from == agent.name]
+    valid = [opinion for m in said if (opinion := opinion_of(m)) is not None]
+    return valid[-1] if valid else agent.initial
+
+
+_STEP = st.one_of(
+    st.tuples(st.just("own"), st.floats(0, 1)),  # the agent says an opinion
+    st.tuples(st.just("failed"), st.just(0.0)),  # an answer that never validated (kept: the last opinion stands)
+    st.tuples(st.just("heard"), st.floats(0, 1)),  # a neighbour's opinion
+    st.tuples(st.just("other"), st.floats(0, 1)),  # its own message of another action
+    st.tuples(st.just("delete"), st.integers(0, 50)),  # a message removed from its memory
+    st.tuples(st.just("replace"), st.integers(0, 50)),  # another memory, holding the first ones
+    st.tuples(st.just("read"), st.just(0.0)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=st.lists(_STEP, max_size=40), asks=st.booleans())
+def test_an_agents_opinion_followed_read_by_read_is_the_one_its_whole_memory_gives(steps, asks):
+    agent = Agent(name="a0", neighbours=["a1"], opinion=0.25, epsilon=0.3, llm_backed=asks)
+    action = Reconsider if asks else Share
+    for kind, value in steps:
+        memory = agent.rc.memory
+        if kind in ("own", "failed", "heard", "other"):
+            sender = "a1" if kind == "heard" else "a0"
+            cause = "tests.Other" if kind == "other" else action
+            meta = {"error": "never validated"} if kind == "failed" else {}
+            memory.add(Message(f"{value:.6f}", cause_by=cause, sent_from=sender, metadata=meta))
+        elif kind == "delete" and len(memory):
+            memory.delete(memory.get()[value % len(memory)])
+        elif kind == "replace":
+            agent.rc.memory = Memory(list(memory.get())[: value % (len(memory) + 1)])
+        assert agent.opinion == _read_whole(agent)
 
 
 async def test_one_exchange_on_a_ring_of_four_matches_the_hand_computed_opinions(tmp_path):
