@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metaroles import Environment, Message, Role, TestLLM, UserRequirement
+from metaroles.bus.record import Steps
 from metaroles.bus.routing import DeadLetterWarning
 from metaroles.core import files
 from metaroles.core.exceptions import ConfigError
@@ -75,6 +76,22 @@ async def test_the_recorded_deliveries_are_the_ones_that_happened(steps):
     assert all(type(rs) is tuple for rs in places), "the record holds places, not live roles"
     recipients = [[env.members[place].name for place in rs] for rs in places]
     assert recipients == [actual[m.id] for m in published], "each one's recipients as delivery found them"
+
+
+@given(
+    turns=st.lists(st.tuples(st.sampled_from("abcdefg"), st.integers(1, 3)), max_size=25),
+    places=st.permutations(range(7)),
+)
+def test_a_rounds_steps_in_role_order_are_a_stable_sort_by_place(turns: list[tuple[str, int]], places: list[int]):
+    recorded = Steps()
+    for name, count in turns:  # a turn's steps (a role may take several turns, and turns may come in any order)
+        for at in range(count):
+            recorded.add(("observe", "think", "act")[at], name, f"{name}{len(recorded)}", at)
+    place = dict(zip("abcdefg", places, strict=True))
+    columns = (recorded.kind, recorded.role, recorded.detail, recorded.remembered)
+    expected = sorted(zip(*columns, strict=True), key=lambda step: place[step[1]])
+    recorded.order_by_role(place.__getitem__)
+    assert list(zip(recorded.kind, recorded.role, recorded.detail, recorded.remembered, strict=True)) == expected
 
 
 async def test_a_large_run_refers_to_its_last_checkpoint_for_its_final_state(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -93,9 +94,10 @@ class Steps:
         """Put the steps in the order of their roles' ``place`` (each role's own steps stay in order)."""
         if len(self.kind) < 2:
             return
-        order = sorted(range(len(self.kind)), key=[place(name) for name in self.role].__getitem__)
-        if order == list(range(len(order))):
+        turns = [place(name) for name, _ in groupby(self.role)]  # a turn's steps are one run of its role's name
+        if turns == sorted(turns):  # the turns ran in place order (one after another): the steps are in it
             return
+        order = sorted(range(len(self.kind)), key=[place(name) for name in self.role].__getitem__)
         self.kind = [self.kind[at] for at in order]
         self.role = [self.role[at] for at in order]
         self.detail = [self.detail[at] for at in order]
