@@ -111,7 +111,7 @@ def role_states(team: Team) -> list[dict[str, object]]:
     return [
         {
             **role.state_dict().model_dump(mode="json"),
-            "index": {k: list(v) for k, v in role.rc.memory._index.items()},
+            "index": {action: [m.id for m in said] for action, said in role.rc.memory.index.items()},
             "edits": role.rc.memory._edits,
             "remembered": role.rc.remembered,
             "todo": role.rc.todo,

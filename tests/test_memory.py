@@ -1,3 +1,4 @@
+from array import array
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -7,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from metaroles import Action, ChatMemory, ChatRole, InvalidValueError, Memory, Message
+from metaroles.messages.memory import POSITIONS
 
 
 class WritePRD(Action):
@@ -156,10 +158,46 @@ class MemoryMachine(RuleBasedStateMachine):
             assert [view[i] for i in range(-len(expected), len(expected))] == expected + expected
             assert view[1:-1] == expected[1:-1] and view[::2] == expected[::2] and view[-3:] == expected[-3:]
 
+    @rule(ns=st.lists(messages, max_size=8), action=actions)
+    def remember_new(self, ns: list[int], action: object) -> None:
+        batch = [self.message(n, action) for n in ns]
+        fresh = [m for at, m in enumerate(batch) if m not in self.model and m not in batch[:at]]
+        assert self.memory.remember_new(batch) == fresh
+        self.model += fresh
+
+    @rule()
+    def through_parts(self) -> None:
+        """A memory sent as its parts (a shard's) is the same memory, index and all, and grows the same."""
+        keys, items, index, edits = self.memory.parts()
+        self.memory = Memory.from_parts(keys, list(items), {a: array(POSITIONS, b) for a, b in index.items()}, edits)
+
+    @rule(action=actions)
+    def index_stays_live(self, action: object) -> None:
+        """The ``index`` mapping answers for what is remembered after it was handed out."""
+        index = self.memory.index
+        cause = Message("", cause_by=action).cause_by
+        late = Message("late", cause_by=action)
+        self.memory.add(late)
+        self.model.append(late)
+        assert list(index[cause]) == [m for m in self.model if m.cause_by == cause]
+        assert (cause in index) == any(m.cause_by == cause for m in self.model)
+
+    @rule()
+    def dumped(self) -> None:
+        """MetaGPT's dump holds the index (brought up to date, no view handed out: a removal then edits in place)."""
+        index = self.memory.model_dump()["index"]
+        causes = {m.cause_by for m in self.model}
+        assert index == {c: [m.id for m in self.model if m.cause_by == c] for c in causes}
+
     @invariant()
-    def consistent(self) -> None:
-        assert self.memory.get() == self.model
+    def in_order(self) -> None:
+        assert list(self.memory) == self.model  # iterated, not viewed: a removal with no view out edits in place
         assert self.memory.count() == len(self.model)
+
+    @rule()
+    def consistent(self) -> None:
+        """Read by action now and then, not after every step: the index catches up on what came since its last read."""
+        assert self.memory.get() == self.model
         for action in (WritePRD, WriteCode, "x.Other"):
             expected = [m for m in self.model if m.cause_by == Message("", cause_by=action).cause_by]
             assert self.memory.get_by_action(action) == expected
