@@ -18,7 +18,7 @@ import json
 import random
 import statistics
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -201,13 +201,11 @@ class Agent(Role):
         if held is memory and edits == memory.edits:
             if count == upto:
                 return opinion
-            newest: Iterable[Message] = reversed(memory.get(count - upto))
-            action = self.actions[0].cause_by
-        else:
-            newest, action, opinion = reversed(memory.get_by_action(self.actions[0].cause_by)), None, self.initial
-        name = self.name
-        for message in newest:  # its own answer is among the newest: neighbours' come after it
-            if message.sent_from == name and (action is None or message.cause_by == action):
+        else:  # read whole (by its messages, not by action: a memory never read by action keeps no index)
+            upto, opinion = 0, self.initial
+        name, action = self.name, self.actions[0].cause_by
+        for message in reversed(memory.get(count - upto)):  # its own answer is among the newest
+            if message.sent_from == name and message.cause_by == action:
                 said = opinion_of(message)
                 if said is not None:  # a failed answer keeps the last opinion
                     opinion = said

@@ -3,11 +3,10 @@
 :class:`Memory` keeps messages in insertion order in a list, with a dict keyed by id, so ``add``
 is idempotent in O(1) and ``find_news`` is O(len(observed)) — where MetaGPT compares full models
 in lists (O(n) per add, O(n·m) per observe). ``index`` maps each ``cause_by`` to the positions of
-its messages; it is brought up to date when read, so a memory nobody reads by action (a society
-agent's, the history) never pays for it, and one read each turn pays for what came since. Reads
-hand out read-only views in O(1) (the history an action runs on, ``get``, ``get_by_action``);
-``get_by_actions`` keeps its merge of index entries per set of actions and extends it by what was
-remembered since.
+its messages, from the first time the memory is read by action (or made holding messages): a
+memory nobody reads so (a society agent's, the history) never keeps one. Reads hand out read-only
+views in O(1) (the history an action runs on, ``get``, ``get_by_action``); ``get_by_actions``
+keeps its merge of index entries per set of actions and extends it by what was remembered since.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ class Memory(Dumped):
     A view is a snapshot; a later removal copies the lists first when a view may still read them.
     """
 
-    __slots__ = ("_edits", "_index", "_indexed", "_items", "_merged", "_shared", "_store", "ignore_id")
+    __slots__ = ("_edits", "_index", "_items", "_merged", "_shared", "_store", "ignore_id")
 
     def __init__(
         self,
@@ -75,17 +74,19 @@ class Memory(Dumped):
         self._edits = 0  # counts removals: a checkpoint tells an append-only memory from an edited one
         self._store: dict[str, Message] = {}  # key (id, or content with ignore_id) -> message
         self._items: list[Message] = []  # storage order; views read it, so it is only ever appended to in place
-        self._index: dict[str, array[int]] = {}  # cause_by -> positions in _items, ascending (up to _indexed)
-        self._indexed = 0  # how many of _items the index holds: the rest join it when it is read (_indexed_now)
+        self._index: dict[str, array[int]] | None = None
+        """``cause_by`` -> positions in ``_items``, ascending; ``None`` until first read (:meth:`_indexed`)."""
         self._shared = False  # whether a view may read _items or an index entry (a removal then copies)
         self._merged: dict[frozenset[str], _Merged] = {}
         """What :meth:`get_by_actions` merged, per set of actions: kept, and extended by what came since."""
         self.add_batch(messages)
         self.add_batch(Message.model_validate(m) for m in storage)
+        if self._items:
+            self._indexed()  # a memory made holding messages is read by action soon (a restore, a port)
 
     def model_dump(self, *, mode: str = "python", **_: Any) -> dict[str, Any]:
         """The memory as data (MetaGPT's pydantic dump): its messages in order, its index (ids) and ``ignore_id``."""
-        index = {action: [self._items[at].id for at in bucket] for action, bucket in self._indexed_now().items()}
+        index = {action: [self._items[at].id for at in bucket] for action, bucket in self._indexed().items()}
         how: Literal["python", "json"] = "json" if mode == "json" else "python"
         return {"storage": [m.model_dump(mode=how) for m in self._items], "index": index, "ignore_id": self.ignore_id}
 
@@ -108,7 +109,14 @@ class Memory(Dumped):
         if key in store:
             return False
         store[key] = message
-        self._items.append(message)
+        items, index = self._items, self._index
+        if index is not None:
+            bucket = index.get(message.cause_by)
+            if bucket is None:
+                index[message.cause_by] = array(POSITIONS, (len(items),))
+            else:
+                bucket.append(len(items))
+        items.append(message)
         return True
 
     def remember_new(self, messages: Iterable[Message]) -> list[Message]:
@@ -119,26 +127,38 @@ class Memory(Dumped):
         if self.ignore_id:
             add = self.add
             return [m for m in messages if add(m)]
-        store, items, new = self._store, self._items, []
+        store, items, index, new = self._store, self._items, self._index, []
+        if index is None:  # nobody reads it by action: no index to keep
+            for message in messages:
+                if message.id not in store:
+                    store[message.id] = message
+                    items.append(message)
+                    new.append(message)
+            return new
         for message in messages:
             if message.id in store:
                 continue
             store[message.id] = message
+            bucket = index.get(message.cause_by)
+            if bucket is None:
+                index[message.cause_by] = array(POSITIONS, (len(items),))
+            else:
+                bucket.append(len(items))
             items.append(message)
             new.append(message)
         return new
 
-    def _indexed_now(self) -> dict[str, array[int]]:
-        """The action index, holding every message (those remembered since it was last read join it now)."""
-        items, index = self._items, self._index
-        for position in range(self._indexed, len(items)):
-            cause = items[position].cause_by
-            bucket = index.get(cause)
-            if bucket is None:
-                index[cause] = array(POSITIONS, (position,))
-            else:
-                bucket.append(position)
-        self._indexed = len(items)
+    def _indexed(self) -> dict[str, array[int]]:
+        """The action index, made now if the memory was never read by action (then kept as messages come)."""
+        index = self._index
+        if index is None:
+            index = self._index = {}
+            for position, message in enumerate(self._items):
+                bucket = index.get(message.cause_by)
+                if bucket is None:
+                    index[message.cause_by] = array(POSITIONS, (position,))
+                else:
+                    bucket.append(position)
         return index
 
     def remember_news(
@@ -191,7 +211,7 @@ class Memory(Dumped):
         :meth:`from_parts` makes a memory of them again.
         """
         self._shared = True
-        return list(self._store), self._items, self._indexed_now(), self._edits
+        return list(self._store), self._items, self._indexed(), self._edits
 
     @classmethod
     def from_parts(
@@ -211,7 +231,7 @@ class Memory(Dumped):
     def _take_parts(self, keys: list[str], messages: list[Message], index: dict[str, array[int]], edits: int) -> None:
         """Hold what :meth:`from_parts` was given, as it is."""
         self._store = dict(zip(keys, messages, strict=True))
-        self._items, self._index, self._indexed, self._edits = messages, index, len(messages), edits
+        self._items, self._index, self._edits = messages, index, edits
 
     def by_key(self, key: str) -> Message | None:
         """The remembered message with this id (or content, with ``ignore_id``), if any. O(1)."""
@@ -230,7 +250,7 @@ class Memory(Dumped):
         A read-only mapping that answers like MetaGPT's ``defaultdict(list)`` without growing.
         """
         self._shared = True
-        return _Index(self)
+        return _Index(self._items, self._indexed())
 
     def get(self, k: int = 0) -> MessageView:
         """Return the newest ``k`` messages, oldest first; all of them when ``k`` is 0. O(1): a read-only view."""
@@ -263,7 +283,8 @@ class Memory(Dumped):
 
     def get_by_action(self, action: object) -> MessageView:
         """Return messages caused by ``action`` (class, instance or id), oldest first. O(1): a read-only view."""
-        bucket = self._indexed_now().get(action if type(action) is str else any_to_str(action))
+        index = self._index if self._index is not None else self._indexed()
+        bucket = index.get(action if type(action) is str else any_to_str(action))
         if bucket is None:
             return EMPTY
         self._shared = True
@@ -277,7 +298,8 @@ class Memory(Dumped):
         each turn), it costs O(new), and the view iterates as fast as a list.
         """
         ids = frozenset(action_ids(actions))
-        buckets = [b for b in map(self._indexed_now().get, ids) if b]
+        index = self._index if self._index is not None else self._indexed()
+        buckets = [b for b in map(index.get, ids) if b]
         if not buckets:
             return EMPTY
         self._shared = True
@@ -329,25 +351,24 @@ class Memory(Dumped):
         if self._shared:
             self._rebuild(self._items[:-1])
             return message
-        items = self._items
-        if self._indexed == len(items):  # the newest is in the index
-            bucket = self._index[message.cause_by]
+        self._items.pop()
+        index = self._index
+        if index is not None:
+            bucket = index[message.cause_by]
             bucket.pop()
             if not bucket:
-                del self._index[message.cause_by]
-            self._indexed -= 1
-        items.pop()
+                del index[message.cause_by]
         return message
 
     def _rebuild(self, items: list[Message]) -> None:
-        """Hold ``items`` in new lists (views made before keep reading the old ones); the index is made when read."""
-        self._items, self._index, self._indexed, self._shared, self._merged = items, {}, 0, False, {}
+        """Hold ``items`` in new lists (views made before keep reading the old ones); the index when next read."""
+        self._items, self._index, self._shared, self._merged = items, None, False, {}
 
     def clear(self) -> None:
         """Forget everything."""
         self._edits += 1
         self._store = {}
-        self._items, self._index, self._indexed, self._shared, self._merged = [], {}, 0, False, {}
+        self._items, self._index, self._shared, self._merged = [], None, False, {}
 
     def dump(self) -> list[dict[str, Any]]:
         """Serialise the remembered messages, oldest first."""
@@ -387,26 +408,26 @@ class _Merged:
 
 
 class _Index(Mapping[str, MessageView]):
-    """A read-only view of a memory's action index, live as the memory grows; an unknown action has no messages."""
+    """A read-only view of a memory's action index; an unknown action has no messages."""
 
-    __slots__ = ("_memory",)
+    __slots__ = ("_index", "_items")
 
-    def __init__(self, memory: Memory) -> None:
-        self._memory = memory
+    def __init__(self, items: list[Message], index: dict[str, array[int]]) -> None:
+        self._items = items
+        self._index = index
 
     def __getitem__(self, action: str) -> MessageView:
-        memory = self._memory
-        bucket = memory._indexed_now().get(action)
-        return EMPTY if bucket is None else IndexedView(memory._items, bucket)
+        bucket = self._index.get(action)
+        return EMPTY if bucket is None else IndexedView(self._items, bucket)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._memory._indexed_now())
+        return iter(self._index)
 
     def __len__(self) -> int:
-        return len(self._memory._indexed_now())
+        return len(self._index)
 
     def __contains__(self, action: object) -> bool:
-        return action in self._memory._indexed_now()
+        return action in self._index
 
 
 class ChatMemory:
