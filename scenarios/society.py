@@ -19,6 +19,7 @@ import random
 import statistics
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -176,9 +177,9 @@ class Agent(Role):
     ) -> None:
         """Create the agent with its neighbours and initial opinion (``block``: its number among how many)."""
         self.initial = opinion
-        self._read: list[Any] = [None, 0, 0, opinion]
-        """What :attr:`opinion` last read: the memory, its removals, its length, the opinion (changed in place: an
-        attribute set anew would make a shard send the agent back whole, ``sharding.transfer.fingerprint``)."""
+        self._read = _Read(None, 0, 0, opinion)
+        """What :attr:`opinion` last read (changed in place: an attribute set anew would make a shard send the
+        agent back whole, ``sharding.transfer.fingerprint``)."""
         self.block = block
         self.epsilon = epsilon
         self.cluster_gap = cluster_gap
@@ -194,11 +195,9 @@ class Agent(Role):
         Read from its memory, and followed: only what it remembered since the last read is read again
         (a memory that lost a message, or another memory, is read whole).
         """
-        memory = self.rc.memory
-        read = self._read
-        held, edits, upto, opinion = read
-        count = len(memory)
-        if held is memory and edits == memory.edits:
+        memory, read = self.rc.memory, self._read
+        count, upto, opinion = len(memory), read.upto, read.opinion
+        if read.memory is memory and read.edits == memory.edits:
             if count == upto:
                 return opinion
         else:  # read whole (by its messages, not by action: a memory never read by action keeps no index)
@@ -210,7 +209,7 @@ class Agent(Role):
                 if said is not None:  # a failed answer keeps the last opinion
                     opinion = said
                     break
-        read[:] = memory, memory.edits, count, opinion
+        read.memory, read.edits, read.upto, read.opinion = memory, memory.edits, count, opinion
         return opinion
 
     def failed_answers(self) -> int:
@@ -223,6 +222,16 @@ class Agent(Role):
     def heard(self) -> list[float]:
         """The opinions in this turn's news."""
         return [o for m in self.rc.news if m.cause_by != _REQUIREMENT and (o := opinion_of(m)) is not None]
+
+
+@dataclass(slots=True)
+class _Read:
+    """What an agent's :attr:`Agent.opinion` last read: its memory, that memory's removals and length, the opinion."""
+
+    memory: object
+    edits: int
+    upto: int
+    opinion: float
 
 
 def social_graph(config: Config) -> Any:
