@@ -196,7 +196,7 @@ class MemoryMachine(RuleBasedStateMachine):
 
     @rule()
     def consistent(self) -> None:
-        """Read by action now and then, not after every step: the index catches up on what came since its last read."""
+        """Read by action now and then, not after every step: the index is made at the first such read, then kept."""
         assert self.memory.get() == self.model
         for action in (WritePRD, WriteCode, "x.Other"):
             expected = [m for m in self.model if m.cause_by == Message("", cause_by=action).cause_by]
