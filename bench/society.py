@@ -23,6 +23,11 @@ Prints JSON, one figure a line.
   orjson call, its ops and deliveries as numbers. No role object, routing, record, hook, error handling or
   file. A design that keeps a message per opinion said and a memory and a buffer per agent costs at least
   this a round. ``society_object_floor_s``: the setup and every round so.
+- ``society_columns_floor_ms``: the same round with no object per message or agent (the design that
+  would reach the goal): the population's answers rows of one table (an id and a content string each,
+  as the log and the message table need), who hears whom index arrays, the rule over arrays (numpy), a
+  Python call per agent beside it (``action``: what a user's action costs at least), the same log line
+  and the table's rows as columns. ``society_columns_floor_s``: the setup and every round so.
 """
 
 from __future__ import annotations
@@ -183,6 +188,95 @@ class _Floor:
             deliveries += (row, len(near), *near)
 
 
+def columns_floor(agents: int, rounds: int) -> dict[str, float]:
+    """Milliseconds a round of each part of the population-as-columns probe (see the module)."""
+    society = _Columns(agents)
+    parts = dict.fromkeys(_Columns.PARTS, 0.0)
+    clock = time.process_time
+    for round_no in range(1, rounds + 1):
+        society.round_no = round_no
+        for part in _Columns.PARTS:
+            begun = clock()
+            getattr(society, part)()
+            parts[part] += (clock() - begun) * 1000 / rounds
+    return parts
+
+
+class _Columns:
+    """The same society with no object per message or agent: what it said is a table of rows, who hears whom arrays.
+
+    An agent's memory is the rows it heard and said (the rows of its neighbours' answers and its own, by
+    round: nothing to append), its buffer the previous round's rows of its neighbours. Ids and contents
+    are made as strings (the log and the table need them), the rule runs over arrays.
+    """
+
+    PARTS = ("action", "rule", "answer", "log", "checkpoint", "metrics")
+
+    def __init__(self, agents: int) -> None:
+        import networkx as nx  # the graph extra, as the society's
+        import numpy as np
+
+        self.np = np
+        graph = nx.connected_watts_strogatz_graph(agents, 6, 0.1, seed=0)
+        near = [sorted(graph.neighbors(i)) for i in range(agents)]
+        self.flat = np.fromiter((j for each in near for j in each), dtype=np.int64)
+        self.starts = np.cumsum([0, *map(len, near)])[:-1]
+        self.counts = np.fromiter(map(len, near), dtype=np.int64)
+        self.names = [f"a{i}" for i in range(agents)]
+        self.near = near
+        self.sorted_to = [[self.names[j] for j in each] for each in near]
+        self.caused_by: list[list[str]] = []
+        self.owner = np.repeat(np.arange(agents), self.counts)
+        rng = random.Random(0)
+        self.said = np.round(np.array([rng.random() for _ in range(agents)]), 6)
+        self.ids: list[str] = [f"{0:08x}{i:05x}" for i in range(agents)]
+        self.contents: list[str] = []
+        self.round_no, self.rows = 0, 0
+
+    def action(self) -> None:
+        """A coroutine awaited per agent (a user's action would be one), given its place: what a turn costs at least."""
+
+        async def act(place: int) -> int:
+            return place
+
+        async def drain() -> None:
+            for place in range(len(self.names)):
+                await act(place)
+
+        with contextlib.suppress(StopIteration):
+            drain().send(None)
+
+    def rule(self) -> None:
+        np, said = self.np, self.said
+        heard = said[self.flat]
+        close = np.abs(heard - said[self.owner]) <= 0.25
+        sums = np.add.reduceat(np.where(close, heard, 0.0), self.starts)
+        self.said = np.round((said + sums) / (1 + np.add.reduceat(close, self.starts)), 6)
+
+    def answer(self) -> None:
+        """The round's rows: an id and a content string each (as the log and the message table hold them)."""
+        ids = self.ids
+        self.caused_by = [[ids[j] for j in each] for each in self.near]
+        prefix = f"{self.round_no:08x}"
+        self.ids = [prefix + f"{i:05x}" for i in range(len(self.names))]
+        self.contents = [f"{x:.6f}" for x in self.said.tolist()]
+
+    def log(self) -> None:
+        published: dict[str, list[Any]] = {"role": self.names, "message_id": self.ids}
+        published |= {"cause_by": ["bench.Share"] * len(self.ids), "send_to": self.sorted_to}
+        published |= {"caused_by": self.caused_by, "to": self.sorted_to}
+        orjson.dumps({"round": self.round_no, "published": published}, option=orjson.OPT_APPEND_NEWLINE)
+
+    def checkpoint(self) -> None:
+        """The round's rows (the table as columns) and the memories' growth: a range of rows, one number a round."""
+        orjson.dumps({"id": self.ids, "content": self.contents, "sent_from": self.names, "send_to": self.sorted_to})
+        self.rows += len(self.ids)
+
+    def metrics(self) -> None:
+        np, said = self.np, self.said
+        float(np.mean(said)), float(np.var(said)), int(np.count_nonzero(np.diff(np.sort(said)) > 0.01))
+
+
 def _rule(own: float, heard: list[float], epsilon: float = 0.25) -> float:
     close = [o for o in heard if abs(o - own) <= epsilon]
     return sum(close, own) / (len(close) + 1)
@@ -209,6 +303,10 @@ def main() -> None:
     floor = sum(parts.values())
     emit("society_object_floor_ms", floor, "ms", parts={k: round(v, 1) for k, v in parts.items()}, **params)
     emit("society_object_floor_s", one - per_round + rounds * floor / 1000, "s", **params)
+    parts = columns_floor(agents, rounds)
+    floor = sum(parts.values())
+    emit("society_columns_floor_ms", floor, "ms", parts={k: round(v, 1) for k, v in parts.items()}, **params)
+    emit("society_columns_floor_s", one - per_round + rounds * floor / 1000, "s", **params)
 
 
 if __name__ == "__main__":
