@@ -197,7 +197,7 @@ def test_the_progress_display_follows_the_rounds():
     module = load_scenario("debate")
     plan = module.build(module.Config(turns=1), TestLLM(1))
     plan.team.llm = LimitedLLM(TestLLM(1), max_in_flight=5, adaptive=True)
-    live = Live(plan.n_round, enabled=False)
+    live = Live(plan.n_round, enabled=True)  # never started here: it tracks the rounds, draws nothing
     shown: list[tuple[int, str]] = []
 
     def update(team) -> None:
@@ -219,6 +219,19 @@ def test_the_progress_display_follows_the_rounds():
             assert f"{after - before} calls · " in text and " tok/s · " in text and "≤4 in flight" in text, text
         else:
             assert "calls" not in text and "tok/s" not in text, text
+
+
+def test_a_progress_display_that_shows_nothing_has_the_bus_record_nothing():
+    """Quiet or not on a terminal, the display reads no round's record, so the bus keeps none for it."""
+    from metaroles import TestLLM
+    from metaroles.cli.common import Live
+    from metaroles.project.registry import load_scenario
+
+    module = load_scenario("debate")
+    plan = module.build(module.Config(turns=1), TestLLM(1))
+    plan.team.on_round = Live(plan.n_round, enabled=False)
+    anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea))
+    assert plan.team.env.round > 1 and plan.team.env.record is None
 
 
 def test_show_prints_no_terminal_control_from_model_text(tmp_path):
@@ -328,7 +341,7 @@ def test_the_progress_shows_the_real_total_time_and_a_readable_model(capsys):
 
     module = load_scenario("debate")
     plan = module.build(module.Config(turns=1), TestLLM(1))
-    live = Live(0, enabled=False)  # the total is not known before the scenario is built
+    live = Live(0, enabled=True)  # the total is not known before the scenario is built (never started: draws nothing)
     plan.team.on_round = live
     anyio.run(lambda: plan.team.run(plan.n_round, idea=plan.idea))
     task = live.progress.tasks[0]

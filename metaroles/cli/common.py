@@ -240,12 +240,15 @@ class Live:
         )
         self.task = self.progress.add_task("run", total=total or None, stats="")
         self._counted, self._clock = -1, time.monotonic()
+        self.enabled = enabled
 
     def __call__(self, team: Team) -> None:
         """Show the round just ended (its record: messages and model calls), with the run's totals."""
         env = team.env
         if self.transcript is not None:
             self.transcript(env.history.storage)
+        if not self.enabled:  # nothing shown: the bus keeps no round record for it
+            return
         record = env.round_record() if env.record is not None else None
         if record is None:
             env.keep_records(steps=False)  # from the next round on: what the round did, as the bus recorded it
