@@ -73,12 +73,21 @@ def command_cpu(agents: int, rounds: int, *, save: bool) -> tuple[float, float]:
 
 def object_floor(agents: int, rounds: int) -> dict[str, float]:
     """Milliseconds a round of each part of the floor (see the module), averaged over ``rounds`` rounds."""
-    society = _Floor(agents)
-    parts = dict.fromkeys(_Floor.PARTS, 0.0)
+    return _timed(_Floor(agents), rounds)
+
+
+def columns_floor(agents: int, rounds: int) -> dict[str, float]:
+    """Milliseconds a round of each part of the population-as-columns probe (see the module)."""
+    return _timed(_Columns(agents), rounds)
+
+
+def _timed(society: Any, rounds: int) -> dict[str, float]:
+    """Run ``society``'s parts (its ``PARTS``, in order) for ``rounds`` rounds; each part's mean CPU ms a round."""
+    parts = dict.fromkeys(society.PARTS, 0.0)
     clock = time.process_time
     for round_no in range(1, rounds + 1):
         society.round_no = round_no
-        for part in _Floor.PARTS:
+        for part in society.PARTS:
             begun = clock()
             getattr(society, part)()
             parts[part] += (clock() - begun) * 1000 / rounds
@@ -186,20 +195,6 @@ class _Floor:
             row = table[id(answer)] = len(table)
             ops += (0, i, 1, i, row)
             deliveries += (row, len(near), *near)
-
-
-def columns_floor(agents: int, rounds: int) -> dict[str, float]:
-    """Milliseconds a round of each part of the population-as-columns probe (see the module)."""
-    society = _Columns(agents)
-    parts = dict.fromkeys(_Columns.PARTS, 0.0)
-    clock = time.process_time
-    for round_no in range(1, rounds + 1):
-        society.round_no = round_no
-        for part in _Columns.PARTS:
-            begun = clock()
-            getattr(society, part)()
-            parts[part] += (clock() - begun) * 1000 / rounds
-    return parts
 
 
 class _Columns:
