@@ -12,6 +12,9 @@ from metaroles import LLM, EnvironmentState, Role, RoleName, ScenarioPlan, Team,
 
 JUDGE = "Judge"
 
+ANSWER_TOKENS = {"SpeakAloud": 75}
+"""A speech's typical length in tokens (the embedded model's: 73 on average, of at most 160): ``--estimate``'s."""
+
 
 class Config(BaseModel):
     """Options of the debate."""

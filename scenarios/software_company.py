@@ -18,6 +18,10 @@ from pydantic import BaseModel, Field, field_validator
 
 from metaroles import LLM, Role, ScenarioPlan, Team, UserRequirement
 
+ANSWER_TOKENS = {"WriteCode": 200, "WriteTest": 135}
+"""A module's and a test file's typical length in tokens (the embedded model's: 208 and 134 on average, of at most
+768): what ``--estimate`` assumes. The documents (PRD, design, tasks) are structured: their schemas shape them."""
+
 
 class Config(BaseModel):
     """Options of the company."""

@@ -34,6 +34,7 @@ from metaroles.cli.common import (
     run_dir_at,
     trusted,
 )
+from metaroles.cli.estimating import ESTIMATE_HELP, print_estimate, refuse_with
 from metaroles.cli.tooling import A2A_HELP, MCP_HELP, PERMIT_HELP, resumed_tools, run_tools
 from metaroles.cli.watching import HUMAN_HELP, PORT_HELP, people_at, run_control, watched
 from metaroles.core.files import zstandard
@@ -166,11 +167,16 @@ def run(
     mcp: Annotated[list[str] | None, typer.Option("--mcp", metavar="NAME=COMMAND|URL", help=MCP_HELP)] = None,
     permit: Annotated[list[str] | None, typer.Option(metavar="ROLE:TOOL=DECISION", help=PERMIT_HELP)] = None,
     a2a: Annotated[list[str] | None, typer.Option("--a2a", metavar="NAME=URL", help=A2A_HELP)] = None,
+    estimate: Annotated[bool, typer.Option("--estimate", help=ESTIMATE_HELP)] = False,
 ) -> None:
-    """Run a scenario and write its run directory."""
+    """Run a scenario and write its run directory (``--estimate``: say what it would cost, run nothing)."""
     from metaroles.project.scenario import run_scenario
     from metaroles.project.trials import split_role_llms
 
+    if estimate:
+        unused: dict[str, object] = {"--record": record, "--replay": replay or (llm or "").startswith("replay:")}
+        unused |= {"--watch": watch, "--control": control, "--human": human, "--interventions": interventions}
+        refuse_with(unused | {"--mcp": mcp, "--a2a": a2a})
     _check_extras(otel=otel, zstd=zstd)  # before anything is loaded or written
     checked_durability(durability)
     steering = run_control(watch=watch, control=control, interventions=interventions)
@@ -198,6 +204,14 @@ def run(
         zstd=zstd,
         durability=durability,
     )
+    if estimate:
+        from metaroles.project.estimate import Pace
+
+        role_llms = {role: resolve({"llm": spec}) for role, spec in specs.items()}
+        pace = Pace(tokens_per_minute=tpm, requests_per_minute=rpm) if tpm or rpm else None
+        kwargs = {"model": language_model, "options": options, "run": run_options, "role_llms": role_llms, "pace": pace}
+        print_estimate(name, kwargs, quiet=quiet)
+        return
     run_dir = None if no_save else _new_run_dir(out, runs_dir, name)
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
     manifest |= {"role_llms": specs} if specs else {}

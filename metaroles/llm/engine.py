@@ -223,26 +223,11 @@ class BatchEngine:
 
     def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> bytes:
         """``messages`` laid out by the model's chat template, ready for the assistant's turn."""
-        chat = (llama_cpp.llama_chat_message * len(messages))()
-        keep: list[bytes] = []  # the encoded strings must outlive the call
-        for i, message in enumerate(messages):
-            role, content = str(message.get("role", "user")).encode(), str(message.get("content") or "").encode()
-            keep += (role, content)
-            chat[i].role, chat[i].content = role, content
-        size = 4096 + sum(len(text) for text in keep) * 2
-        buffer = ctypes.create_string_buffer(size)
-        length = llama_cpp.llama_chat_apply_template(self.template, chat, len(messages), True, buffer, size)
-        if length < 0:
-            raise ConfigError("the model's chat template is not one llama.cpp knows; use LocalLLM without batching")
-        return buffer.raw[:length]
+        return chat_prompt(self.template, messages)
 
     def tokenize(self, text: bytes) -> list[int]:
         """``text``'s tokens (special tokens parsed, the model's BOS added if it wants one)."""
-        room = len(text) + 16
-        buffer = (llama_cpp.llama_token * room)()
-        add_bos = llama_cpp.llama_vocab_get_add_bos(self.vocab)
-        count = llama_cpp.llama_tokenize(self.vocab, text, len(text), buffer, room, add_bos, True)
-        return list(buffer[:count])
+        return tokenize(self.vocab, text)
 
     @property
     def running(self) -> int:
@@ -449,6 +434,64 @@ whenever 40 of them fit (always, for a greedy one that fits)."""
 
 _DONOR_GAIN = 16
 """Prompt tokens a call must gain by waiting a step for another's cells (fewer: it decodes them itself)."""
+
+
+def chat_prompt(template: Any, messages: Sequence[dict[str, Any]]) -> bytes:
+    """``messages`` laid out by a model's chat ``template`` (``llama_model_chat_template``), ready for the assistant."""
+    chat = (llama_cpp.llama_chat_message * len(messages))()
+    keep: list[bytes] = []  # the encoded strings must outlive the call
+    for i, message in enumerate(messages):
+        role, content = str(message.get("role", "user")).encode(), str(message.get("content") or "").encode()
+        keep += (role, content)
+        chat[i].role, chat[i].content = role, content
+    size = 4096 + sum(len(text) for text in keep) * 2
+    buffer = ctypes.create_string_buffer(size)
+    length = llama_cpp.llama_chat_apply_template(template, chat, len(messages), True, buffer, size)
+    if length < 0:
+        raise ConfigError("the model's chat template is not one llama.cpp knows; use LocalLLM without batching")
+    return buffer.raw[:length]
+
+
+def tokenize(vocab: Any, text: bytes) -> list[int]:
+    """``text``'s tokens in ``vocab`` (special tokens parsed, the model's BOS added if it wants one)."""
+    room = len(text) + 16
+    buffer = (llama_cpp.llama_token * room)()
+    add_bos = llama_cpp.llama_vocab_get_add_bos(vocab)
+    count = llama_cpp.llama_tokenize(vocab, text, len(text), buffer, room, add_bos, True)
+    return list(buffer[:count])
+
+
+class TokenCounter:
+    """A model file's tokens, counted as its engine counts them (the same template and vocabulary), nothing decoded.
+
+    Loads the vocabulary only (no weights): what an estimate needs to count a run's tokens for this model.
+    """
+
+    def __init__(self, path: Path) -> None:
+        """Load ``path``'s vocabulary and chat template."""
+        llama_cpp.llama_log_set(_LOG, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not self.model:
+            raise ConfigError(f"could not read the model {str(path)!r}; pass a .gguf model file")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.template = llama_cpp.llama_model_chat_template(self.model, None)
+
+    def chat(self, messages: Sequence[dict[str, Any]]) -> int:
+        """The prompt tokens of a call with these ``messages``."""
+        return len(tokenize(self.vocab, chat_prompt(self.template, messages)))
+
+    def text(self, text: str) -> int:
+        """The tokens of an answer's ``text``."""
+        return len(tokenize(self.vocab, text.encode())) - bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    def close(self) -> None:
+        """Free the vocabulary."""
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
 
 
 def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:

@@ -17,6 +17,7 @@ from warnings import warn
 from pydantic import BaseModel, Field
 
 from metaroles.core.exceptions import UnknownRoleError
+from metaroles.llm.model_files import EMBEDDED
 from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 
 
@@ -39,8 +40,8 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 """List prices at the time of writing; edit or replace them to match your provider."""
 
-FREE_MODELS = frozenset({"test", "function", "scripted", "smollm2-135m-instruct-q4_1"})
-"""The offline models (TestLLM, FunctionLLM, ScriptedLLM, the embedded SmolLM2): free by design, never "unpriced"."""
+FREE_MODELS = frozenset({"test", "function", "scripted", *EMBEDDED})
+"""The offline models (TestLLM, FunctionLLM, ScriptedLLM, the embedded ones): free by design, never "unpriced"."""
 
 
 @dataclass(slots=True)

