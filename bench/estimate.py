@@ -7,8 +7,9 @@ Prints JSON, one figure a line.
 
 - ``accuracy``: for each scenario (the four and the feed, sized so that the embedded model runs them in
   minutes) and model, the estimate (``--estimate -q`` at seed ``first``: its dry runs are seeds
-  ``first`` … ``first + seeds - 1``) against the mean of the real runs at those seeds (each in its own
-  process, its run directory's ``ledger.json`` read, its wall time measured): ``calls``,
+  ``first`` onwards) against the mean of the real runs at seeds ``first`` … ``first + seeds - 1``
+  (werewolf, whose games last 4 to 30 calls: 10 seeds), each in its own
+  process (its run directory's ``ledger.json`` read, its wall time measured): ``calls``,
   ``prompt_tokens``, ``completion_tokens``, ``cost`` (at ``--price`` 0.5 and 1.5 USD per 1,000 prompt
   and answer tokens, so money is counted for free models too) and ``seconds``, each with its error in
   percent; the estimate's model calls (none). Goal (issue 77): calls, tokens and cost within ±20 %.
@@ -29,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+WIDER = {"werewolf": 10}
+"""Scenarios whose course varies by seed, run at more seeds than ``--seeds`` (a game lasts 4 to 30 calls)."""
 
 SCENARIOS: dict[str, list[str]] = {
     "debate": [],
@@ -83,14 +87,15 @@ def accuracy(seeds: int, first: int, models: list[str], only: list[str]) -> None
                 said = metaroles("run", name, *extra, "--llm", llm, "--seed", str(first), "--estimate", "-q",
                                  "--price", f"{model_name(llm)}={PRICE}")  # fmt: skip
                 estimate = json.loads(said.stdout)
-                measured = real_runs(name, extra, llm, range(first, first + seeds), Path(tmp))
+                measured = real_runs(name, extra, llm, range(first, first + WIDER.get(name, seeds)), Path(tmp))
                 errors = {
                     key: None if estimate[key] is None or not measured[key]
                     else round(100 * (estimate[key] - measured[key]) / measured[key], 1)
                     for key in measured
                 }  # fmt: skip
                 emit(
-                    "estimate_error", errors, "%", scenario=name, llm=llm, options=extra, seeds=seeds, first=first,
+                    "estimate_error", errors, "%", scenario=name, llm=llm, options=extra, first=first,
+                    seeds=WIDER.get(name, seeds), dry_runs=len(estimate["seeds"]),
                     estimate={key: estimate[key] for key in measured}, measured=measured,
                     model_calls=estimate["model_calls"],
                 )  # fmt: skip

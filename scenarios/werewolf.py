@@ -26,6 +26,9 @@ DEFAULT_PLAYERS = ("Ann", "Ben", "Cat", "Dan", "Eve", "Fay")
 DEFAULT_ROLES: tuple[GameRole, ...] = ("werewolf", "werewolf", "seer", "witch", "villager", "villager")
 NOBODY = "nobody"
 
+ANSWER_TOKENS = {"Respond": 16}
+"""A player's speech in tokens (the embedded model's: 12–16 mostly): ``--estimate``'s. A vote is structured."""
+
 
 class Config(BaseModel):
     """Options of the game."""

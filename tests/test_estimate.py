@@ -3,6 +3,7 @@
 import json
 import math
 import statistics
+from functools import partial
 
 import anyio
 import pytest
@@ -16,7 +17,7 @@ from metaroles.core.exceptions import ConfigError
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.llm.model_files import SMOLLM2, local_model_available
 from metaroles.llm.offline import DryRunLLM, RoughCount, TestLLM
-from metaroles.project.estimate import Pace, estimate_run
+from metaroles.project.estimate import MAX_DRY_RUNS, MIN_DRY_RUNS, SPREAD, Pace, estimate_run
 from metaroles.project.scenario import run_scenario
 from metaroles.team.options import RunOptions
 
@@ -36,19 +37,27 @@ def ledger_figures(team) -> tuple[int, int, int]:
 
 
 async def test_the_test_models_estimate_is_the_mean_of_its_runs_at_the_dry_runs_seeds():
-    """The test model stands in for itself: five dry runs are the five runs, whose course differs by seed (werewolf)."""
+    """The test model stands in for itself: its dry runs are its runs, whose course differs by seed (werewolf)."""
     estimate = await estimate_run("werewolf", model=TestLLM(11), options={}, run=RunOptions(seed=11))
+    assert estimate.seeds == list(range(11, 11 + len(estimate.seeds)))
+    assert len(estimate.seeds) > MIN_DRY_RUNS  # games of 4 to 30 calls: one settles only over many
     runs = []
-    for seed in range(11, 16):
+    for seed in estimate.seeds:
         _, team = await run_scenario("werewolf", llm=TestLLM(seed), options={}, out_dir=None, run=RunOptions(seed=seed))
         runs.append(ledger_figures(team))
-    assert estimate.seeds == list(range(11, 16))
     assert estimate.calls == statistics.fmean(r[0] for r in runs)
     assert (estimate.calls_low, estimate.calls_high) == (min(r[0] for r in runs), max(r[0] for r in runs))
     assert estimate.prompt_tokens == statistics.fmean(r[1] for r in runs)
     assert estimate.completion_tokens == statistics.fmean(r[2] for r in runs)
     assert estimate.model_calls == 0 and estimate.cost == 0
     assert sum(action.calls for action in estimate.by_action.values()) == pytest.approx(estimate.calls)
+    calls = [r[0] for r in runs]
+    assert len(calls) < MAX_DRY_RUNS
+    assert statistics.stdev(calls) / math.sqrt(len(calls)) <= SPREAD * statistics.fmean(calls)  # settled
+    assert statistics.stdev(calls[:-1]) / math.sqrt(len(calls) - 1) > SPREAD * statistics.fmean(calls[:-1]) or (
+        statistics.stdev([r[1] + r[2] for r in runs[:-1]]) / math.sqrt(len(calls) - 1)
+        > SPREAD * statistics.fmean(r[1] + r[2] for r in runs[:-1])
+    )  # and not one run earlier
 
 
 async def test_an_estimate_asks_no_model_and_prices_its_calls_as_the_models():
@@ -130,7 +139,8 @@ def test_the_command_prints_the_estimate_and_refuses_what_it_cannot_use(tmp_path
                                "--runs-dir", str(tmp_path)])  # fmt: skip
     assert said.exit_code == 0, said.output
     estimate = json.loads(said.stdout.strip().splitlines()[-1])
-    assert estimate["calls"] == 7 and estimate["model_calls"] == 0 and estimate["seeds"] == [4, 5, 6, 7, 8]
+    assert estimate["calls"] == 7 and estimate["model_calls"] == 0
+    assert estimate["seeds"] == [4, 5, 6]  # a debate's course is fixed: the fewest dry runs settle it
     assert not any(tmp_path.iterdir())  # nothing written
     table = runner.invoke(app, ["run", "debate", "--llm", "test", "--estimate", "--set", "turns=1"])
     assert table.exit_code == 0 and "model calls" in table.stdout and "JudgeDebate" in table.stdout
@@ -179,3 +189,22 @@ async def test_the_embedded_models_tokens_are_counted_as_its_engine_counts_them(
     assert counter.text("Trams, bicycles and buses.") >= 5
     speed = model.speed()
     assert speed is not None and speed["batch"] == 2 and not math.isnan(speed["prefill_per_s"])
+
+
+def test_a_sweeps_estimate_is_the_sum_of_its_trials_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["sweep", "society", "--grid", "seed=0..2", "--set", "agents=30", "--set", "llm_agents=3"]
+    said = runner.invoke(app, [*args, "--set", "rounds=2", "--estimate", "-q"])
+    assert said.exit_code == 0, said.output
+    estimate = json.loads(said.stdout.strip().splitlines()[-1])
+    trials = []
+    for seed in range(3):
+        options = {"agents": 30, "llm_agents": 3, "rounds": 2}
+        run = partial(run_scenario, "society", llm=TestLLM(seed), options=options, out_dir=None)
+        trials.append(ledger_figures(anyio.run(partial(run, run=RunOptions(seed=seed)))[1]))
+    assert estimate["calls"] == sum(t[0] for t in trials) == 3 * 3 * 3  # seeds × model agents × rounds
+    assert estimate["prompt_tokens"] == pytest.approx(sum(t[1] for t in trials))
+    assert estimate["completion_tokens"] == pytest.approx(sum(t[2] for t in trials))
+    assert list(tmp_path.iterdir()) == []  # no sweep folder, no trial
+    refused = runner.invoke(app, ["eval", "debate", "--estimate", "--record"])
+    assert refused.exit_code == 2 and "--record" in refused.output and "Traceback" not in refused.output

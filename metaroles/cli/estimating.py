@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from metaroles.cli.common import fail, reported
+from metaroles.cli.common import fail, reported, resolve
+
+if TYPE_CHECKING:
+    from metaroles.project.estimate import Estimate
+    from metaroles.project.sweep import TrialBatch
 
 ESTIMATE_HELP = (
-    "print what the run would cost — model calls, prompt and answer tokens, money, time — from dry runs "
+    "print what it would cost — model calls, prompt and answer tokens, money, time — from dry runs "
     "with the test model; asks no model, writes nothing (-q: one JSON object)"
 )
 
@@ -40,12 +46,19 @@ def refuse_with(given: dict[str, object]) -> None:
             raise fail(f"--estimate runs nothing, so {option} has no use with it ({why}); drop one of them")
 
 
-def print_estimate(name: str, kwargs: dict[str, Any], *, quiet: bool) -> None:
-    """Estimate a run of scenario ``name`` (``estimate_run``'s ``kwargs``); print a table, or JSON when ``quiet``."""
-    from metaroles.project.estimate import estimate_run
+def print_trials_estimate(label: str, batch: TrialBatch, spec: dict[str, Any], *, jobs: int, quiet: bool) -> None:
+    """Estimate a sweep's or an evaluation's trials (``batch``) on the model ``spec`` names, ``jobs`` at once."""
+    from metaroles.project.estimate import estimate_trials
 
     with reported():
-        estimate = anyio.run(lambda: estimate_run(name, **kwargs))
+        model = resolve(spec)
+    print_estimate(label, partial(estimate_trials, batch, model=model, jobs=jobs), quiet=quiet)
+
+
+def print_estimate(name: str, estimating: Callable[[], Awaitable[Estimate]], *, quiet: bool) -> None:
+    """Make the estimate of ``name`` (a run, a sweep, an evaluation) and print it: a table, or JSON when ``quiet``."""
+    with reported():
+        estimate = anyio.run(estimating)
     if quiet:
         print(json.dumps(estimate.model_dump(mode="json")))
         return

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
+from metaroles.cli.estimating import ESTIMATE_HELP, print_trials_estimate
 from metaroles.cli.sweeping import drawn_ensemble, shown_trials
 from metaroles.core.text import printable
 
@@ -74,6 +75,7 @@ def evaluate(
         bool,
         typer.Option("--trust", help="import a scenario the suite names outside its folder, or a module (it is code)"),
     ] = False,
+    estimate: Annotated[bool, typer.Option("--estimate", help=ESTIMATE_HELP)] = False,
 ) -> None:
     """Run a suite's tasks × settings × seeds, score every run, write eval.csv/.parquet, summary.csv and report.md.
 
@@ -82,7 +84,7 @@ def evaluate(
     its ``score.py`` runs in a child process, each call with a time limit (``score_timeout``).
     """
     from metaroles.llm.settings import LLMSettings
-    from metaroles.project.evaluate import SUMMARY, TABLE, check_model, load_suite, run_eval
+    from metaroles.project.evaluate import SUMMARY, TABLE, check_model, load_suite, run_eval, trial_batch
     from metaroles.project.trials import default_jobs
 
     with reported():
@@ -99,6 +101,13 @@ def evaluate(
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         folder = out or Path("evals") / chosen.name
         total = len(chosen.tasks) * len(chosen.settings) * len(chosen.seeds)
+        if estimate and (record or replay is not None):
+            unused = "--record" if record else "--replay"
+            raise typer.BadParameter(f"--estimate runs nothing, so {unused} has no use with it: drop one of them")
+    if estimate:
+        print_trials_estimate(chosen.name, trial_batch(chosen, folder), spec, jobs=jobs or 1, quiet=quiet)
+        return
+    with reported():
         with shown_trials("eval", total, quiet=quiet) as on_trial:
             rows = run_eval(
                 chosen, folder, llm=spec, backend=backend, jobs=jobs or default_jobs(spec), ray_address=ray_address,

@@ -205,12 +205,13 @@ def run(
         durability=durability,
     )
     if estimate:
-        from metaroles.project.estimate import Pace
+        from metaroles.project.estimate import Pace, estimate_run
 
         role_llms = {role: resolve({"llm": spec}) for role, spec in specs.items()}
         pace = Pace(tokens_per_minute=tpm, requests_per_minute=rpm) if tpm or rpm else None
-        kwargs = {"model": language_model, "options": options, "run": run_options, "role_llms": role_llms, "pace": pace}
-        print_estimate(name, kwargs, quiet=quiet)
+        estimating = partial(estimate_run, name, model=language_model, options=options, run=run_options,
+                             role_llms=role_llms, pace=pace)  # fmt: skip
+        print_estimate(name, estimating, quiet=quiet)
         return
     run_dir = None if no_save else _new_run_dir(out, runs_dir, name)
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both

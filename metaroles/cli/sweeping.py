@@ -22,6 +22,7 @@ from metaroles.cli.common import (
     run_dir_at,
     trusted,
 )
+from metaroles.cli.estimating import ESTIMATE_HELP, print_trials_estimate
 from metaroles.core.text import printable
 
 
@@ -51,10 +52,11 @@ def sweep(
         str | None,
         typer.Option(help="'sweep' (trials synced together; local default), 'run' (each at its end), 'round'"),
     ] = None,
+    estimate: Annotated[bool, typer.Option("--estimate", help=ESTIMATE_HELP)] = False,
 ) -> None:
     """Run a scenario once per combination of the grid; re-running skips finished trials and resumes the rest."""
     from metaroles.llm.settings import LLMSettings
-    from metaroles.project.sweep import MAX_TRIALS, TABLE, default_out, parse_grid, run_sweep, trials
+    from metaroles.project.sweep import MAX_TRIALS, TABLE, default_out, parse_grid, run_sweep, sweep_batch, trials
 
     with reported():
         parsed = parse_grid(grid, max_trials=max_trials or MAX_TRIALS)
@@ -62,6 +64,12 @@ def sweep(
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         options = options_from(set_ or [])
         folder = out or default_out(scenario, parsed, options, spec)
+        if estimate:
+            batch = sweep_batch(scenario, parsed, folder, options)
+    if estimate:
+        print_trials_estimate(scenario, batch, spec, jobs=jobs, quiet=quiet)
+        return
+    with reported():
         total = len(trials(parsed))
         with shown_trials("sweep", total, quiet=quiet) as on_trial:
             rows = run_sweep(

@@ -8,11 +8,14 @@ action's answers are (its ``ANSWER_TOKENS``: action name → tokens; else half t
 (the embedded model's own vocabulary and chat template; four characters a token for a model
 whose tokenizer is not here), priced at the ledger's price of the real model. No model is asked.
 
-A scenario whose course depends on its answers (who is voted out of a werewolf game) runs dry
-:data:`DRY_RUNS` times, on consecutive seeds from the run's: the estimate is their mean, with the
-range of the calls. The expected time is the dry run's own (the framework's) plus the model's: at
-its measured tokens per second (``EmbeddedModel.prefill_per_s``/``decode_per_s`` for the embedded
-models), else at the rate limits given (``--tokens-per-minute``, ``--requests-per-minute``), else unknown.
+The dry runs take consecutive seeds from the run's, at least :data:`MIN_DRY_RUNS`, until the
+standard error of their calls' and tokens' means is within :data:`SPREAD` of the means (at most
+:data:`MAX_DRY_RUNS`): a scenario whose course depends on its answers (who is voted out of a
+werewolf game: 4 to 32 calls) runs dry more often than one whose course is fixed (a debate). The
+estimate is their mean, with the range of the calls. The expected time is the command's start, a
+dry run's own (the framework's) and the model's: at its measured pace (``EmbeddedModel.prefill_per_s``
+and ``decode_step_s`` for the embedded models), else at the rate limits given
+(``--tokens-per-minute``, ``--requests-per-minute``), else unknown.
 """
 
 from __future__ import annotations
@@ -31,10 +34,14 @@ from metaroles.core.exceptions import ConfigError
 from metaroles.llm.ledger import LedgerEntry
 from metaroles.llm.offline import DryRunLLM, TestLLM, TokenCount
 from metaroles.llm.protocol import LLM
+from metaroles.project.sweep import TrialBatch
+from metaroles.project.trials import RUN_KEYS
 from metaroles.team.options import RunOptions
 
-DRY_RUNS = 5
-"""Dry runs an estimate makes (consecutive seeds from the run's)."""
+MIN_DRY_RUNS = 3
+MAX_DRY_RUNS = 40
+SPREAD = 0.1
+"""The standard error of the dry runs' mean calls and tokens, as a share of the means, an estimate stops at."""
 
 DEFAULT_ANSWER_TOKENS = 100
 """A free-text answer's tokens when neither the scenario nor the call's ``max_tokens`` says."""
@@ -119,27 +126,76 @@ async def estimate_run(
     run: RunOptions,
     role_llms: Mapping[str, LLM] | None = None,
     pace: Pace | None = None,
-    dry_runs: int = DRY_RUNS,
+    dry_runs: int | None = None,
 ) -> Estimate:
     """Estimate a run of scenario ``name`` on ``model`` (and ``role_llms``) with ``options`` and ``run``: the module.
 
     Raises:
         ConfigError: If the scenario cannot run dry (what it raised, named), or ``dry_runs`` < 1.
+
+    ``dry_runs``: exactly so many (default: as many as the spread asks, see the module).
     """
     from metaroles.project.registry import load_scenario
 
-    if dry_runs < 1:
+    if dry_runs is not None and dry_runs < 1:
         raise ConfigError(f"dry_runs={dry_runs!r}: an estimate needs at least one dry run")
     startup = time.process_time()  # what this process took to get here: what the run's command takes to start
     declared = _declared(load_scenario(name), name)
     counts = {role: (llm, _count(llm)) for role, llm in (role_llms or {}).items()}
     count, first = _count(model), run.seed or 0
-    runs = []
-    for seed in range(first, first + dry_runs):
+    runs: list[_DryRun] = []
+    for seed in range(first, first + (dry_runs or MAX_DRY_RUNS)):
         stand_in = _stand_in(model, seed - first, count, declared, seed)
         for_roles = {role: _stand_in(llm, seed - first, own, declared, seed) for role, (llm, own) in counts.items()}
         runs.append(await _dry_run(name, options, replace(run, seed=seed), stand_in, for_roles))
+        if dry_runs is None and _settled(runs):
+            break
     return _summed(name, model, count, runs, pace or pace_of(model), startup)
+
+
+def _settled(runs: Sequence[_DryRun]) -> bool:
+    """Whether enough dry runs were made: the standard errors of their mean calls and tokens within the spread."""
+    if len(runs) < MIN_DRY_RUNS:
+        return False
+    for figures in ([len(r.ledger.entries) for r in runs], [r.ledger.total_tokens for r in runs]):
+        mean = statistics.fmean(figures)
+        if mean and statistics.stdev(figures) / math.sqrt(len(figures)) > SPREAD * mean:
+            return False
+    return True
+
+
+async def estimate_trials(batch: TrialBatch, *, model: LLM, jobs: int = 1, pace: Pace | None = None) -> Estimate:
+    """Estimate a sweep's or an evaluation's trials (``batch``) on ``model``: a dry run each, on its own seed, summed.
+
+    The time is theirs ``jobs`` at a time. Raises as :func:`estimate_run`.
+    """
+    from metaroles.project.registry import load_scenario
+
+    startup = time.process_time()
+    declared = _declared(load_scenario(batch.scenario), batch.scenario)
+    count, pace = _count(model), pace or pace_of(model)
+    runs = []
+    for params, config in zip(batch.params, batch.configs, strict=True):
+        run = RunOptions(**{key: params[key] for key in RUN_KEYS if key in params})
+        stand_in = _stand_in(model, run.seed or 0, count, declared, run.seed or 0)
+        runs.append(await _dry_run(batch.scenario, config, run, stand_in, {}))
+    each = _summed(batch.scenario, model, count, runs, pace, 0.0)
+    total, calls = len(runs), sum(len(run.ledger.entries) for run in runs)
+    return each.model_copy(
+        update={
+            "calls": calls,
+            "calls_low": calls,
+            "calls_high": calls,
+            "prompt_tokens": each.prompt_tokens * total,
+            "completion_tokens": each.completion_tokens * total,
+            "cost": None if each.cost is None else each.cost * total,
+            "seconds": None if each.seconds is None else startup + each.seconds * total / max(1, min(jobs, total)),
+            "by_action": {
+                action: figures.model_copy(update={key: value * total for key, value in figures.model_dump().items()})
+                for action, figures in each.by_action.items()
+            },
+        }
+    )
 
 
 async def _dry_run(

@@ -143,6 +143,24 @@ def run_sweep(
             (checked for every trial before any runs), or a bad backend or job count.
         InvalidValueError: For a durability other than ``"run"`` or ``"round"`` (or ``"sweep"``, the local default).
     """
+    batch = sweep_batch(scenario, grid, out, options)
+    every = batch.params
+    rows = run_trials(
+        batch, llm=llm, backend=backend, jobs=jobs, ray_address=ray_address, on_trial=on_trial, durability=durability
+    )
+    settings = len({trial_name({k: v for k, v in p.items() if not _is_seed(k)}) for p in every})
+    title = f"{scenario_label(scenario)}: {len(rows)} trials, {settings} setting{'s' if settings > 1 else ''} × seeds"
+    write_ensemble(out, grouped_report(rows, out, title=title, reading=partial(_reading, list(grid))), grouped_markdown)
+    return rows
+
+
+def sweep_batch(scenario: str, grid: dict[str, list[Any]], out: Path, options: dict[str, Any] | None) -> TrialBatch:
+    """The trials of ``grid`` (each with ``options``), checked: what :func:`run_sweep` runs and an estimate dry-runs.
+
+    Raises:
+        ConfigError: For an unknown scenario, a grid value or option the scenario refuses, or two trials that would
+            share a folder.
+    """
     module = load_scenario(scenario)
     options = dict(options or {})
     every = trials(grid)
@@ -152,14 +170,7 @@ def run_sweep(
     names = [trial_name(p) for p in every]
     if len(set(names)) != len(names):
         raise ConfigError("two trials of this grid would share a folder; give distinct values")
-    batch = TrialBatch(scenario, out, names, every, configs)
-    rows = run_trials(
-        batch, llm=llm, backend=backend, jobs=jobs, ray_address=ray_address, on_trial=on_trial, durability=durability
-    )
-    settings = len({trial_name({k: v for k, v in p.items() if not _is_seed(k)}) for p in every})
-    title = f"{scenario_label(scenario)}: {len(rows)} trials, {settings} setting{'s' if settings > 1 else ''} × seeds"
-    write_ensemble(out, grouped_report(rows, out, title=title, reading=partial(_reading, list(grid))), grouped_markdown)
-    return rows
+    return TrialBatch(scenario, out, names, every, configs)
 
 
 def _reading(keys: list[str], row: Row) -> Reading:
