@@ -15,8 +15,10 @@ from rich.table import Table
 from metaroles.cli.common import fail, reported, resolve
 
 if TYPE_CHECKING:
+    from metaroles.llm.protocol import LLM
     from metaroles.project.estimate import Estimate
     from metaroles.project.sweep import TrialBatch
+    from metaroles.team.options import RunOptions
 
 ESTIMATE_HELP = (
     "print what it would cost — model calls, prompt and answer tokens, money, time — from dry runs "
@@ -24,26 +26,50 @@ ESTIMATE_HELP = (
 )
 
 _NOT_WITH = {
-    "--record": "it records no call",
-    "--replay": "a replay costs nothing",
-    "--watch": "nothing runs to watch",
-    "--control": "nothing runs to steer",
-    "--human": "a person's answers are not the model's",
-    "--interventions": "nothing runs to steer",
-    "--mcp": "a dry run reaches no server",
-    "--a2a": "a dry run reaches no agent",
+    "record": "it records no call",
+    "replay": "a replay costs nothing",
+    "watch": "nothing runs to watch",
+    "control": "nothing runs to steer",
+    "human": "a person's answers are not the model's",
+    "interventions": "nothing runs to steer",
+    "mcp": "a dry run reaches no server",
+    "a2a": "a dry run reaches no agent",
 }
 
 
-def refuse_with(given: dict[str, object]) -> None:
-    """Refuse the options an estimate has no use for (``given``: option → its value), naming the first.
+def refuse_with(**given: object) -> None:
+    """Refuse the options an estimate has no use for (``given``: each option's value), naming the first given.
 
     Raises:
         typer.Exit: One line on stderr, exit 2.
     """
     for option, why in _NOT_WITH.items():
         if given.get(option):
-            raise fail(f"--estimate runs nothing, so {option} has no use with it ({why}); drop one of them")
+            raise fail(f"--estimate runs nothing, so --{option} has no use with it ({why}); drop one of them")
+
+
+def print_run_estimate(
+    name: str,
+    model: LLM,
+    options: dict[str, Any],
+    run: RunOptions,
+    specs: dict[str, str],
+    limits: tuple[float | None, float | None],
+    *,
+    quiet: bool,
+) -> None:
+    """Estimate a run of scenario ``name`` and print it.
+
+    ``specs``: the roles that have models of their own, and which; ``limits``: the tokens and requests a
+    minute given, if any.
+    """
+    from metaroles.project.estimate import Pace, estimate_run
+
+    role_llms = {role: resolve({"llm": spec}) for role, spec in specs.items()}
+    tokens, requests = limits
+    pace = Pace(tokens_per_minute=tokens, requests_per_minute=requests) if tokens or requests else None
+    estimating = partial(estimate_run, name, model=model, options=options, run=run, role_llms=role_llms, pace=pace)
+    print_estimate(name, estimating, quiet=quiet)
 
 
 def print_trials_estimate(label: str, batch: TrialBatch, spec: dict[str, Any], *, jobs: int, quiet: bool) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from metaroles.cli.common import LLM_HELP, app, err, options_from, reported
-from metaroles.cli.estimating import ESTIMATE_HELP, print_trials_estimate
+from metaroles.cli.estimating import ESTIMATE_HELP, print_trials_estimate, refuse_with
 from metaroles.cli.sweeping import drawn_ensemble, shown_trials
 from metaroles.core.text import printable
 
@@ -84,7 +84,7 @@ def evaluate(
     its ``score.py`` runs in a child process, each call with a time limit (``score_timeout``).
     """
     from metaroles.llm.settings import LLMSettings
-    from metaroles.project.evaluate import SUMMARY, TABLE, check_model, load_suite, run_eval, trial_batch
+    from metaroles.project.evaluate import check_model, load_suite, run_eval, trial_batch
     from metaroles.project.trials import default_jobs
 
     with reported():
@@ -101,10 +101,8 @@ def evaluate(
         spec: dict[str, Any] = settings.model_dump(exclude_none=True)
         folder = out or Path("evals") / chosen.name
         total = len(chosen.tasks) * len(chosen.settings) * len(chosen.seeds)
-        if estimate and (record or replay is not None):
-            unused = "--record" if record else "--replay"
-            raise typer.BadParameter(f"--estimate runs nothing, so {unused} has no use with it: drop one of them")
     if estimate:
+        refuse_with(record=record, replay=replay)
         print_trials_estimate(chosen.name, trial_batch(chosen, folder), spec, jobs=jobs or 1, quiet=quiet)
         return
     with reported():
@@ -115,8 +113,15 @@ def evaluate(
             )  # fmt: skip
         drawn_ensemble(folder)
     _print(folder)
+    _told(rows, total, folder, table=bool(chosen.table))
+
+
+def _told(rows: list[dict[str, Any]], total: int, folder: Path, *, table: bool) -> None:
+    """What an evaluation wrote, and each trial that failed (then exit 1)."""
+    from metaroles.project.evaluate import SUMMARY, TABLE
+
     failed = [row for row in rows if row.get("status") != "done"]
-    written = f"{TABLE}, {SUMMARY}, report.md, ensemble.md" + (", table.md" if chosen.table else "")
+    written = f"{TABLE}, {SUMMARY}, report.md, ensemble.md" + (", table.md" if table else "")
     typer.echo(f"{len(rows) - len(failed)} of {total} trials done; in {folder}: {written}")
     for row in failed:
         err.print(

@@ -34,7 +34,7 @@ from metaroles.cli.common import (
     run_dir_at,
     trusted,
 )
-from metaroles.cli.estimating import ESTIMATE_HELP, print_estimate, refuse_with
+from metaroles.cli.estimating import ESTIMATE_HELP, print_run_estimate, refuse_with
 from metaroles.cli.tooling import A2A_HELP, MCP_HELP, PERMIT_HELP, resumed_tools, run_tools
 from metaroles.cli.watching import HUMAN_HELP, PORT_HELP, people_at, run_control, watched
 from metaroles.core.files import zstandard
@@ -174,9 +174,8 @@ def run(
     from metaroles.project.trials import split_role_llms
 
     if estimate:
-        unused: dict[str, object] = {"--record": record, "--replay": replay or (llm or "").startswith("replay:")}
-        unused |= {"--watch": watch, "--control": control, "--human": human, "--interventions": interventions}
-        refuse_with(unused | {"--mcp": mcp, "--a2a": a2a})
+        refuse_with(record=record, replay=replay or (llm or "").startswith("replay:"), watch=watch, control=control,
+                    human=human, interventions=interventions, mcp=mcp, a2a=a2a)  # fmt: skip
     _check_extras(otel=otel, zstd=zstd)  # before anything is loaded or written
     checked_durability(durability)
     steering = run_control(watch=watch, control=control, interventions=interventions)
@@ -193,26 +192,14 @@ def run(
     run_options = RunOptions(
         rounds=rounds if rounds is not None else settings.get("rounds"),
         idea=idea if idea is not None else settings.get("idea"),
-        seed=seed,
-        budget=budget if budget is not None else settings.get("budget"),
-        prices=prices_from(price or []) or None,
-        checkpoint_every=checkpoint_every,
+        seed=seed, budget=budget if budget is not None else settings.get("budget"),
+        prices=prices_from(price or []) or None, checkpoint_every=checkpoint_every,
         log_turns="folded" if fold_turns and log_turns is not False else log_turns,
-        backend=backend_from(backend, shards, ray_address),
-        otel=otel,
-        transcript=transcript,
-        zstd=zstd,
+        backend=backend_from(backend, shards, ray_address), otel=otel, transcript=transcript, zstd=zstd,
         durability=durability,
-    )
+    )  # fmt: skip
     if estimate:
-        from metaroles.project.estimate import Pace, estimate_run
-
-        role_llms = {role: resolve({"llm": spec}) for role, spec in specs.items()}
-        pace = Pace(tokens_per_minute=tpm, requests_per_minute=rpm) if tpm or rpm else None
-        estimating = partial(estimate_run, name, model=language_model, options=options, run=run_options,
-                             role_llms=role_llms, pace=pace)  # fmt: skip
-        print_estimate(name, estimating, quiet=quiet)
-        return
+        return print_run_estimate(name, language_model, options, run_options, specs, (tpm, rpm), quiet=quiet)
     run_dir = None if no_save else _new_run_dir(out, runs_dir, name)
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
     manifest |= {"role_llms": specs} if specs else {}
