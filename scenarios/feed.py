@@ -27,14 +27,24 @@ import itertools
 import json
 import random
 import warnings
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from metaroles.environments.feed import KINDS, RECOMMENDERS, Feed, Recommender, generated_follows
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 
 from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
+from metaroles.agents.archetypes import Archetypes, clusters
 from metaroles.bus.context_budget import ContextBudget, ContextItem, ContextWindow
 from metaroles.core.exceptions import ConfigError, RunError
 from metaroles.core.files import NAMES_A_FILE
@@ -89,6 +99,12 @@ class Config(BaseModel):
     """How far a post a scripted user approves of moves its stance toward the post's (and away, half as far, if not)."""
     graph_seed: int = 0
     """Seed of the follower graph and of generated personas."""
+    archetypes: int = Field(default=0, ge=0)
+    """Archetype mode: every activated user is guided by the model through this many archetypes (k-means of the
+    personas' stance, activity and herd), the model asked once a round per archetype for a distribution each
+    user draws its own action from; 0: off (``llm_share`` says who asks individually)."""
+    promoted: int = Field(default=0, ge=0)
+    """In archetype mode, the most followed users (the lowest numbers) that ask their model individually."""
     context_tokens: int = Field(default=600, ge=0)
     """What a model-backed user's prompt carries of its past, in tokens (recent verbatim, older summarised,
     memories recalled: ``metaroles.bus.context_budget``); 0: all of it, growing with the run."""
@@ -99,6 +115,23 @@ class Config(BaseModel):
         if path is not None:
             read_personas(Path(path), limit=info.data.get("agents"))  # every row used checked before anything runs
         return path
+
+    @model_serializer(mode="wrap")
+    def _archetypes_when_on(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Archetype mode's options only when it is on: a feed without it is recorded as before it existed."""
+        data: dict[str, Any] = dump(self)
+        if not self.archetypes:
+            data.pop("archetypes", None)
+            data.pop("promoted", None)
+        return data
+
+    @field_validator("archetypes", "promoted")
+    @classmethod
+    def _at_most_the_users(cls, count: int, info: ValidationInfo) -> int:
+        agents = info.data.get("agents", count)
+        if count > agents:
+            raise ValueError(f"{info.field_name}={count} for {agents} users: give at most {agents}")
+        return count
 
     @field_validator("context_tokens")
     @classmethod
@@ -460,7 +493,47 @@ class BrowseWithModel(Browse):
         return FeedAct(action=choice.action, post=chosen, text=choice.text, stance=choice.stance)
 
 
+class ArchetypeChoice(BaseModel):
+    """What a user of an archetype does; the post it acts on it picks on its own timeline."""
+
+    action: Literal["post", "reply", "repost", "like", "dislike", "follow", "nothing"]
+    text: str = Field(default="", max_length=280)
+    """A new post's or a reply's text."""
+    stance: float = Field(default=0.0, ge=-1, le=1)
+    """The stance the group's members lean to now, from -1 (against) to 1 (for)."""
+
+
+FEED_ARCHETYPE = (
+    "You speak for a group of users of a social media platform, people alike in what they think and how they "
+    "use it. Each time they open it they see a few posts and do ONE thing: post (write a new post), reply (to "
+    "a post), repost, like, dislike, follow (the author of a post), or nothing."
+)
+"""What every archetype's call is told first, byte for byte the same."""
+
+
+class BrowseByArchetype(Browse):
+    """Draw the action from the user's archetype's distribution; pick the post by the user's own stance."""
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        """The drawn action on this round's timeline (the draws seeded by the timeline's id)."""
+        agent = self.agent
+        timeline, seed = agent.timeline()
+        rng = random.Random(f"archetype:{seed}")
+        choice = await agent.cast.archetypes.choose(self, agent.archetype, timeline.round, rng)
+        stance = agent.stance
+        moved = round(max(-1.0, min(1.0, stance + agent.config.assimilation * (choice.stance - stance))), 4)
+        kind, post = choice.action, None
+        if kind not in ("post", "nothing"):
+            if not timeline.posts:
+                kind = "nothing"
+            else:  # the post it agrees with most (like, repost, follow) or least (dislike, reply)
+                closest = sorted(timeline.posts, key=lambda p: (abs(p.stance - stance), p.id))
+                post = (closest[-1] if kind in ("dislike", "reply") else closest[0]).id
+        return FeedAct(action=kind, post=post, text=choice.text if kind in ("post", "reply") else "", stance=moved)
+
+
 BROWSE, BROWSE_WITH_MODEL = Browse.action_id(), BrowseWithModel.action_id()
+BROWSE_BY_ARCHETYPE = BrowseByArchetype.action_id()
 
 
 class Agent(Role):
@@ -469,11 +542,11 @@ class Agent(Role):
     Its stance is what it last said (its persona's before that): all its state is on the bus.
     """
 
-    def __init__(self, *, number: int, cast: Agents, llm_backed: bool) -> None:
-        """The ``number``-th user of ``cast`` (its config and personas), and whether its model chooses."""
+    def __init__(self, *, number: int, cast: Agents, llm_backed: bool, archetypal: bool = False) -> None:
+        """The ``number``-th user of ``cast``; whether its model chooses, or its archetype's (``archetypal``)."""
         self.number = number
         self.cast = cast
-        action = (BrowseWithModel if llm_backed else Browse)(self)
+        action = (BrowseByArchetype if archetypal else BrowseWithModel if llm_backed else Browse)(self)
         super().__init__(name=f"u{number}", actions=[action], watch=[Recommend], send_to=TO_PLATFORM)
 
     @property
@@ -503,6 +576,11 @@ class Agent(Role):
     def persona(self) -> Persona:
         """Who the user is."""
         return self.personas[self.number]
+
+    @property
+    def archetype(self) -> int:
+        """The user's archetype (archetype mode): its cluster among the personas."""
+        return self.cast.labels[self.number]
 
     @property
     def herd_weight(self) -> float:
@@ -599,15 +677,42 @@ class Agents:
     """The users, the ``i``-th built from the config alone (a :class:`Cast`: shards build their own)."""
 
     def __init__(self, config: Config, personas: Personas) -> None:
-        """Build users by ``config`` with these ``personas``."""
+        """Build users by ``config`` with these ``personas`` (in archetype mode, their archetypes first)."""
         self.config = config
         self.personas = personas
+        self.labels = array("i")
+        self.centres: list[tuple[float, float, float]] = []
+        if config.archetypes:
+            features = [(personas.stance(i), personas.activity(i), personas.herd(i)) for i in range(config.agents)]
+            self.labels = array("i", clusters(features, config.archetypes, seed=config.graph_seed))
+            sums = [[0.0, 0.0, 0.0] for _ in range(config.archetypes)]
+            counts = [0] * config.archetypes
+            for label, row in zip(self.labels, features, strict=True):
+                counts[label] += 1
+                sums[label] = [a + b for a, b in zip(sums[label], row, strict=True)]
+            self.centres = [
+                (s[0] / max(n, 1), s[1] / max(n, 1), s[2] / max(n, 1)) for s, n in zip(sums, counts, strict=True)
+            ]
+        self.archetypes = Archetypes(ArchetypeChoice, describe=self.describe, system=FEED_ARCHETYPE)
 
     def __call__(self, i: int) -> Agent:
-        """The ``i``-th user (model-backed when its draw falls under ``llm_share``)."""
+        """The ``i``-th user: archetypal in archetype mode (but the promoted), else model-backed under ``llm_share``."""
         config = self.config
+        if config.archetypes:
+            backed = i < config.promoted
+            return (ModelAgent if backed else Agent)(number=i, cast=self, llm_backed=backed, archetypal=not backed)
         backed = unit(config.graph_seed, i, 7) < config.llm_share
         return (ModelAgent if backed else Agent)(number=i, cast=self, llm_backed=backed)
+
+    def describe(self, key: Hashable, round: int) -> str:
+        """Archetype ``key``'s prompt in ``round``: who its users are (their centre) and the topic."""
+        stance, activity, herd = self.centres[int(cast(int, key))]
+        return (
+            f"The group: users whose stance on {self.config.topic} is about {stance:+.2f} (from -1, against, to 1, "
+            f"for), who open the platform {'often' if activity > 0.5 else 'now and then'} and whom the crowd sways "
+            f"{'much' if herd > 0.5 else 'little'}. It is round {round}. What do they do, and where does their "
+            "stance go?"
+        )
 
 
 # -- the platform -------------------------------------------------------------------------------------
@@ -636,7 +741,8 @@ class Platform(Role):
         """Remembered messages the feed reflects."""
         self.warned = False
         """Whether a refused action was said (the first is; all are counted)."""
-        super().__init__(name=PLATFORM, actions=[Refresh], watch=[UserRequirement, Refresh, Browse, BrowseWithModel])
+        watch = [UserRequirement, Refresh, Browse, BrowseWithModel, *([BrowseByArchetype] if config.archetypes else [])]
+        super().__init__(name=PLATFORM, actions=[Refresh], watch=watch)
 
     def new_feed(self) -> Feed:
         """The platform before any round: its users, the follower graph, the seeded posts."""
@@ -678,7 +784,7 @@ class Platform(Role):
         """One turn: apply the actions in ``news``, activate this round's users, pick their timelines."""
         self.turns += 1
         for message in news:
-            if message.cause_by in (BROWSE, BROWSE_WITH_MODEL):
+            if message.cause_by in (BROWSE, BROWSE_WITH_MODEL, BROWSE_BY_ARCHETYPE):
                 self.apply(feed, message, live=live)
         users = feed.activate(self.turns)
         feed.counts["activated"] += len(users)
@@ -740,7 +846,16 @@ def build(config: Config, llm: LLM, *, recommender: Recommender | None = None) -
 
 
 def shard_by(role: Role, shards: int) -> int | None:
-    """Users in blocks of consecutive numbers; the platform on the first shard."""
+    """Users in blocks of consecutive numbers; the platform on the first shard.
+
+    Raises:
+        ConfigError: In archetype mode: each shard would ask every archetype (one process runs a million users).
+    """
+    if isinstance(role, Agent) and role.config.archetypes:
+        raise ConfigError(
+            f"archetypes={role.config.archetypes} runs in one process: each shard would ask the model for every "
+            "archetype; drop --shards (a million archetypal users fit one process)"
+        )
     if isinstance(role, Agent):
         return role.number * shards // role.config.agents
     return 0

@@ -411,8 +411,8 @@ class Environment(Bus, Dumped):
         entries, spent = self.ledger.entries, this.spent
         if len(entries) > spent[0]:
             roles, last = self.roles, len(self._members)
-            entries[spent[0] :] = sorted(
-                entries[spent[0] :], key=lambda e: roles[e.role].place if e.role in roles else last
+            entries[spent[0] :] = sorted(  # a call in no role's name (an archetype's): after the roles', by its name
+                entries[spent[0] :], key=lambda e: (roles[e.role].place, "") if e.role in roles else (last, e.role)
             )
             self.ledger.recount(spent)
 
