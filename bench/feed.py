@@ -4,6 +4,7 @@
     python bench/feed.py scale --users 10000000 --shards 0          # ten million users, one process
     python bench/feed.py idle [--agents 200000]
     python bench/feed.py spread [--agents 10000] [--rounds 30] [--seeds 3]
+    python bench/feed.py llm-scale [--users 1000000] [--rounds 10] [--archetypes 8] [--promoted 4]
 
 Prints JSON.
 
@@ -15,6 +16,12 @@ and of every process under it: the Ray shards are), sampled until it ends. ``--s
 ``idle``: the memory of a user that has not acted, hired as the feed hires its users (a cast with
 ``names``: not built until something reaches it): the process's resident memory with ``--agents``
 users hired, less without, over their number; and of a user once built (each one reached).
+
+``llm-scale``: every activated user model-guided with the embedded default model (``--llm local``), in
+one process, through archetypes (``--archetypes`` k-means archetypes of the personas, one call each a
+round; the ``--promoted`` most followed users ask alone): wall time, CPU and peak memory as ``scale``
+measures them, the model calls each round (``metrics.jsonl``), and the users that acted. Goal (issue
+77): 1,000,000 users × 10 rounds ≤ 15 min wall and ≤ 4 GiB on 2 cores.
 
 ``spread``: 10,000 scripted users (no model), OASIS's two setups at once: a post by the most
 followed user, whose cascade (size, depth, breadth, users reached) is reported round by round; and
@@ -152,6 +159,28 @@ def scale(agents: int, rounds: int, activation: float, shards: int) -> dict[str,
     return report
 
 
+def llm_scale(agents: int, rounds: int, activation: float, archetypes: int, promoted: int) -> dict[str, Any]:
+    """The feed with every activated user guided by the embedded model through archetypes, in one process."""
+    sets = {"agents": agents, "activation": activation, "archetypes": archetypes, "promoted": promoted}
+    report: dict[str, Any] = {**sets, "rounds": rounds, "load": os.getloadavg()[0]}
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "run"
+        args = ["run", "feed", "--llm", "local", "--seed", "1", "--rounds", str(rounds), "--out", str(out), "-q"]
+        report |= measured([*args, *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))])
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        report["calls_per_round"] = [r.get("llm", {}).get("calls", 0) for r in rows]
+        report["acted_per_round"] = [sum(r.get(kind, 0) for kind in ACTIONS) for r in rows]
+        ledger = json.loads((out / "ledger.json").read_text())
+        report["model_calls"] = len(ledger)
+        report["archetype_calls"] = sum(1 for e in ledger if e["role"].startswith("archetype "))
+        report["completion_tokens"] = sum(e["completion_tokens"] for e in ledger)
+        report["run_dir_mb"] = round(sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 1e6)
+    return report
+
+
+ACTIONS = ("post", "reply", "repost", "like", "dislike", "follow", "nothing")
+
+
 def _rss_kib() -> int:
     return next(
         int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS:")
@@ -221,14 +250,18 @@ async def spread(agents: int, rounds: int, seed: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["scale", "idle", "spread"])
+    parser.add_argument("what", choices=["scale", "idle", "spread", "llm-scale"])
     parser.add_argument("--agents", "--users", type=int, dest="agents", help="users (scale: 1,000,000; idle: 200,000)")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--activation", type=float, default=0.025)
     parser.add_argument("--shards", type=int, default=2, help="scale: Ray shards of the second run (0: none)")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--archetypes", type=int, default=8, help="llm-scale: archetypes (one call each a round)")
+    parser.add_argument("--promoted", type=int, default=4, help="llm-scale: most followed users asking alone")
     args = parser.parse_args()
-    if args.what == "scale":
+    if args.what == "llm-scale":
+        report = llm_scale(args.agents or 1_000_000, args.rounds or 10, args.activation, args.archetypes, args.promoted)
+    elif args.what == "scale":
         report = scale(args.agents or 1_000_000, args.rounds or 10, args.activation, args.shards)
     elif args.what == "idle":
         report = idle(args.agents or 200_000)
