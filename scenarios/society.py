@@ -23,9 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
+from metaroles.agents.archetypes import Archetypes
 
 RUN_DEFAULTS = {"checkpoint_every": 10, "log_turns": False}
 """Large societies log publishes and deliveries only, and checkpoint every 10 rounds."""
@@ -54,6 +63,17 @@ class Config(BaseModel):
     """Seed of the graph and of the initial opinions."""
     cluster_gap: float = Field(default=0.01, gt=0)
     """Opinions closer than this, in sorted order, belong to one cluster."""
+    archetypes: int = Field(default=0, ge=0, le=1000)
+    """Archetype mode for the model-backed agents: this many bands of opinion, the model asked once a round per
+    band for how far its agents move toward what they heard, each agent drawing its own; 0: each asks alone."""
+
+    @model_serializer(mode="wrap")
+    def _archetypes_when_on(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Archetype mode's option only when it is on: a society without it is recorded as before it existed."""
+        data: dict[str, Any] = dump(self)
+        if not self.archetypes:
+            data.pop("archetypes", None)
+        return data
 
     @field_validator("degree")
     @classmethod
@@ -155,6 +175,56 @@ class Reconsider(Share):
         return await self.aask(prompt, system_msgs=[SOCIETY], output_model=OpinionUpdate)
 
 
+class Shift(BaseModel):
+    """How far an agent moves from its opinion toward the mean of what its neighbours said."""
+
+    toward: float = Field(ge=0, le=1)
+    """0: it keeps its opinion; 1: it takes the mean it heard."""
+
+
+ARCHETYPE = (
+    "You speak for a group of members of a society discussing a question together, people whose opinions are "
+    "alike. Every opinion is a number from 0 (fully against) to 1 (fully for). Each round every member hears "
+    "its neighbours' opinions and may move its own toward theirs."
+)
+"""What every archetype's call is told first, byte for byte the same."""
+
+
+def band_prompt(bands: int) -> Any:
+    """The prompt of band ``key`` of ``bands`` in a round (an :class:`Archetypes`'s ``describe``)."""
+
+    def describe(key: Any, round: int) -> str:
+        low = int(key) / bands
+        return (
+            f"The group: members whose opinion lies between {low:.2f} and {low + 1 / bands:.2f}. It is round "
+            f"{round}. How far does a member of the group move toward what its neighbours said?"
+        )
+
+    return describe
+
+
+class ReconsiderByArchetype(Reconsider):
+    """Draw how far to move toward what the neighbours said from the agent's band's distribution."""
+
+    async def run(self, history: Sequence[Message]) -> ActionResult:
+        """The agent's new opinion: its own moved toward the mean it heard by its draw."""
+        agent = self.agent
+        heard, own = agent.heard(), agent.opinion
+        news = ",".join(m.id for m in agent.rc.news)
+        archetypes = agent.archetypes
+        assert archetypes is not None
+        band = min(agent.bands - 1, int(own * agent.bands))
+        round = int(getattr(agent.rc.env, "round", 0))  # the bus's round: its band's call is this round's
+        shift = await archetypes.choose(self, band, round, random.Random(f"archetype:{agent.name}:{news}"))
+        mean = statistics.fmean(heard) if heard else own
+        return OpinionUpdate(opinion=round_to(own + shift.toward * (mean - own)))
+
+
+def round_to(opinion: float) -> float:
+    """An opinion as an answer says it: six digits, within [0, 1]."""
+    return round(min(1.0, max(0.0, opinion)), 6)
+
+
 class Agent(Role):
     """A member of the society: watches its neighbours' opinions and tells them its own.
 
@@ -174,8 +244,14 @@ class Agent(Role):
         llm_backed: bool,
         cluster_gap: float = 0.01,
         block: tuple[int, int] = (0, 1),
+        archetypes: Archetypes[Shift] | None = None,
+        bands: int = 0,
     ) -> None:
-        """Create the agent with its neighbours and initial opinion (``block``: its number among how many)."""
+        """Create the agent with its neighbours and initial opinion (``block``: its number among how many).
+
+        ``archetypes``: a model-backed agent asks through them, in ``bands`` bands of opinion.
+        """
+        self.archetypes, self.bands = archetypes, bands
         self.initial = opinion
         self._read = _Read(None, 0, 0, opinion)
         """What :attr:`opinion` last read (changed in place: an attribute set anew would make a shard send the
@@ -183,9 +259,14 @@ class Agent(Role):
         self.block = block
         self.epsilon = epsilon
         self.cluster_gap = cluster_gap
-        action = (Reconsider if llm_backed else Share)(self)
+        kind = (ReconsiderByArchetype if archetypes is not None else Reconsider) if llm_backed else Share
+        action = kind(self)
+        by_archetype = [ReconsiderByArchetype] if archetypes is not None else []  # what neighbours may say
         super().__init__(
-            name=name, actions=[action], watch=[UserRequirement, Share, Reconsider], send_to=set(neighbours)
+            name=name,
+            actions=[action],
+            watch=[UserRequirement, Share, Reconsider, *by_archetype],
+            send_to=set(neighbours),
         )
 
     @property
@@ -256,6 +337,8 @@ class Agents:
         self.opinions = array("d", opinions)
         self.flat = array("q", (j for near in neighbours for j in near))
         self.starts = array("q", itertools.accumulate((len(near) for near in neighbours), initial=0))
+        bands = config.archetypes
+        self.archetypes = Archetypes(Shift, describe=band_prompt(bands), system=ARCHETYPE) if bands else None
 
     def __call__(self, i: int) -> Agent:
         """The ``i``-th agent."""
@@ -268,6 +351,8 @@ class Agents:
             llm_backed=i < config.llm_agents,
             cluster_gap=config.cluster_gap,
             block=(i, config.agents),
+            archetypes=self.archetypes,
+            bands=config.archetypes,
         )
 
 

@@ -27,7 +27,9 @@ DEFAULT_ROLES: tuple[GameRole, ...] = ("werewolf", "werewolf", "seer", "witch", 
 NOBODY = "nobody"
 
 ANSWER_TOKENS = {"Respond": 19}
-"""A player's speech in tokens (the embedded model's: 19 on average, 12–16 mostly): ``--estimate``'s. A vote is structured."""
+"""A player's speech in tokens (the embedded model's: 19 on average, 12–16 mostly): ``--estimate``'s.
+
+A vote is structured: its schema shapes it."""
 
 
 class Config(BaseModel):

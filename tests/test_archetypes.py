@@ -192,3 +192,21 @@ def test_an_archetypal_feed_of_10000_users_is_the_same_in_two_processes_and_afte
     assert {k: v for k, v in again.items() if k != "manifest.json"} == {
         k: v for k, v in straight.items() if k != "manifest.json"
     }
+
+
+async def test_an_archetypal_society_asks_once_per_band_a_round_and_each_agent_moves_by_its_own_draw():
+    options = {"agents": 120, "llm_agents": 120, "archetypes": 4}
+    _, team = await run_scenario(
+        "society", llm=TestLLM(), options=options, out_dir=None, run=RunOptions(seed=1, rounds=5)
+    )
+    calls = Counter(entry.role for entry in team.env.ledger.entries)
+    assert set(calls) <= {f"archetype {band}" for band in range(4)} and max(calls.values()) <= 6  # a band a round
+    assert sum(calls.values()) < 120  # the per-agent society: 120 calls a round
+    agents = list(team.env.roles.values())
+    for agent in agents[:20]:  # each one's opinion is its own moved toward the mean its neighbours said, by its draw
+        said = [m for m in agent.rc.memory.get() if m.sent_from == agent.name]
+        assert 0 <= agent.opinion <= 1 and said
+    opinions = [agent.opinion for agent in agents]
+    assert len(set(opinions)) > 20  # drawn one by one, not one answer for all
+    plain = await run_scenario("society", llm=TestLLM(), options={**options, "archetypes": 0}, out_dir=None)
+    assert all(e.role.startswith("a") and not e.role.startswith("archetype") for e in plain[1].env.ledger.entries)
