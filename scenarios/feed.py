@@ -694,6 +694,7 @@ class Agents:
                 (s[0] / max(n, 1), s[1] / max(n, 1), s[2] / max(n, 1)) for s, n in zip(sums, counts, strict=True)
             ]
         self.archetypes = Archetypes(ArchetypeChoice, describe=self.describe, system=FEED_ARCHETYPE)
+        """The archetypes' calls (archetype mode), shared by the users of this process."""
 
     def __call__(self, i: int) -> Agent:
         """The ``i``-th user: archetypal in archetype mode (but the promoted), else model-backed under ``llm_share``."""

@@ -190,17 +190,20 @@ ARCHETYPE = (
 """What every archetype's call is told first, byte for byte the same."""
 
 
-def band_prompt(bands: int) -> Any:
-    """The prompt of band ``key`` of ``bands`` in a round (an :class:`Archetypes`'s ``describe``)."""
+class Bands:
+    """The prompt of an opinion band's call in a round (an :class:`Archetypes`'s ``describe``), of ``bands`` bands."""
 
-    def describe(key: Any, round: int) -> str:
-        low = int(key) / bands
+    def __init__(self, bands: int) -> None:
+        """Describe ``bands`` bands of opinion, each as wide."""
+        self.bands = bands
+
+    def __call__(self, key: Any, round: int) -> str:
+        """Band ``key``'s prompt in ``round``."""
+        low = int(key) / self.bands
         return (
-            f"The group: members whose opinion lies between {low:.2f} and {low + 1 / bands:.2f}. It is round "
+            f"The group: members whose opinion lies between {low:.2f} and {low + 1 / self.bands:.2f}. It is round "
             f"{round}. How far does a member of the group move toward what its neighbours said?"
         )
-
-    return describe
 
 
 class ReconsiderByArchetype(Reconsider):
@@ -338,7 +341,7 @@ class Agents:
         self.flat = array("q", (j for near in neighbours for j in near))
         self.starts = array("q", itertools.accumulate((len(near) for near in neighbours), initial=0))
         bands = config.archetypes
-        self.archetypes = Archetypes(Shift, describe=band_prompt(bands), system=ARCHETYPE) if bands else None
+        self.archetypes = Archetypes(Shift, describe=Bands(bands), system=ARCHETYPE) if bands else None
 
     def __call__(self, i: int) -> Agent:
         """The ``i``-th agent."""

@@ -21,6 +21,7 @@ from metaroles import Action, FunctionLLM, LLMRequest, TestLLM
 from metaroles.agents.archetypes import Archetypes, clusters, distribution_model, draw
 from metaroles.core.exceptions import ConfigError, LLMOutputInvalid
 from metaroles.project.scenario import run_scenario
+from metaroles.sharding.backends import LocalBackend
 from metaroles.team.options import RunOptions
 from tests.faults.helpers import contents
 
@@ -146,6 +147,10 @@ async def test_an_archetypal_feed_asks_once_per_archetype_a_round_and_its_promot
     assert len(acted) > 10 * len(calls)  # many users' actions for each call
     with pytest.raises(ConfigError, match="archetypes=500 for 400 users"):
         await run_scenario("feed", llm=TestLLM(), options={**options, "archetypes": 500}, out_dir=None)
+    with pytest.raises(ConfigError, match="archetypes=6 runs in one process"):  # each shard would ask them all
+        await run_scenario(
+            "feed", llm=TestLLM(), options=options, out_dir=None, run=RunOptions(backend=LocalBackend(2))
+        )
 
 
 KILLED = textwrap.dedent(

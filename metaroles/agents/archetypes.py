@@ -149,6 +149,14 @@ class Archetypes(Generic[ModelT]):
         self.samples = samples
         self._asked: dict[tuple[int, Hashable], _Asked] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy in another process needs: not the distribution's model (made anew) nor the calls under way."""
+        return {"action": self.action, "describe": self.describe, "system": self.system, "samples": self.samples}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Make the copy: its distribution's model again, no call asked yet."""
+        self.__init__(state["action"], describe=state["describe"], system=state["system"], samples=state["samples"])  # type: ignore[misc]
+
     async def ask(self, asker: Action, key: Hashable, round: int) -> BaseModel:
         """The distribution of archetype ``key`` in ``round``: asked once with ``asker``'s model and ledger.
 
