@@ -224,8 +224,3 @@ def clusters(features: Sequence[Sequence[float]], k: int, *, seed: int = 0) -> l
     data = (data - data.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
     _, labels = kmeans2(data, k, seed=np.random.default_rng(seed), minit="++")
     return [int(label) for label in labels]
-
-
-def calls_for(budget: int, members: int) -> int:
-    """How many archetypes a budget of ``budget`` calls a round buys for ``members`` (at most one each)."""
-    return max(1, min(budget, members)) if members else 0
