@@ -15,7 +15,7 @@ import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from metaroles import Action, FunctionLLM, LLMRequest, TestLLM
 from metaroles.agents.archetypes import Archetypes, clusters, distribution_model, draw
@@ -31,7 +31,7 @@ class Vote(BaseModel):
     loud: bool = False
     strength: float = Field(default=0.5, ge=0, le=1)
     count: int = Field(default=1, ge=1, le=5)
-    words: str = ""
+    words: str = Field(default="", max_length=8)
 
 
 chances = st.floats(0, 1, allow_nan=False)
@@ -69,6 +69,16 @@ def test_draws_follow_the_distributions_chances():
     assert abs(shares["yes"] / 3000 - 0.7) < 0.04 and abs(shares["abstain"] / 3000 - 0.1) < 0.03
     assert not any(d.loud for d in drawn) and {d.count for d in drawn} == {3}
     assert abs(sum(d.strength for d in drawn) / 3000 - 0.5) < 0.01
+
+
+def test_a_texts_samples_keep_its_rules_so_every_draw_validates():
+    """A model's sample longer than the field allows is refused with the distribution (retried), never drawn."""
+    chances = {"choice": {"yes": 1, "no": 0, "abstain": 0}, "loud": {"True": 0, "False": 1}, "strength_mean": 0.5}
+    chances |= {"strength_spread": 0, "count_mean": 1, "count_spread": 0}
+    with pytest.raises(ValidationError, match="at most 8 characters"):
+        distribution_model(Vote).model_validate({**chances, "words": ["fine", "far too long for it"]})
+    schema = distribution_model(Vote).model_json_schema()
+    assert schema["properties"]["words"]["items"]["maxLength"] == 8  # a grammar holds the model to it
 
 
 def test_a_field_that_is_no_choice_number_or_text_is_refused_by_name():

@@ -24,7 +24,7 @@ import enum
 import random
 import typing
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, Generic, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Generic, Literal, TypeVar, get_args, get_origin
 
 import anyio
 from pydantic import BaseModel, Field, create_model
@@ -87,8 +87,9 @@ def distribution_model(model: type[BaseModel], samples: int = SAMPLES) -> type[B
             low, high = _bounds(field)
             fields[f"{name}_mean"] = (float, Field(ge=low, le=high) if low is not None or high is not None else ...)
             fields[f"{name}_spread"] = (float, Field(ge=0))
-        elif annotation is str:
-            fields[name] = (list[str], Field(min_length=1, max_length=samples))
+        elif annotation is str:  # each sample held to the field's own rules (its length, its pattern)
+            sample = Annotated[str, *field.metadata] if field.metadata else str
+            fields[name] = (list[sample], Field(min_length=1, max_length=samples))  # type: ignore[valid-type]
         else:
             raise ConfigError(
                 f"{model.__name__}.{name} is {annotation!r}: an archetype's distribution covers choices "
