@@ -1,7 +1,7 @@
 """How faithful archetypes are: a society and a feed, each model-backed agent asking alone, then through k archetypes.
 
     python bench/archetypes.py [--scenario society|feed|both] [--agents 120] [--rounds 4] [--seeds 2] [--ks 2,4,8]
-                               [--llm local]
+                               [--llm local] [--llm-agents N] [--activation 0.5]
 
 Prints JSON, one line per scenario and k.
 
@@ -9,12 +9,12 @@ Each run is ``metaroles run`` in its own process (seed s, the embedded model by 
 every model-backed agent asking alone (``archetypes=0``), then with ``archetypes=k`` for each k, at
 the same seeds. Compared, per seed, then over the seeds (mean and a 95 % t-interval, scipy):
 
-- society (every agent model-backed): the opinions' mean and variance after the last round
-  (``mean_diff``, ``variance_diff``: archetypes − alone) and, round by round, the mean absolute
+- society (``--llm-agents`` of them model-backed, every one by default): the opinions' mean and variance after
+  the last round (``mean_diff``, ``variance_diff``: archetypes − alone) and, round by round, the mean absolute
   difference of the mean opinion (``mean_path``);
-- feed (every activated user model-guided: ``llm_share=1`` alone, archetypes otherwise): the shares of
-  the action kinds over the run, their total variation distance (``actions_tvd``: 0 the same, 1
-  disjoint), and the polarization after the last round (``polarization_diff``);
+- feed (``--activation`` of the users act a round, each model-guided: ``llm_share=1`` alone, archetypes
+  otherwise): the shares of the action kinds over the run, their total variation distance (``actions_tvd``: 0
+  the same, 1 disjoint), and the polarization after the last round (``polarization_diff``);
 - the model calls of each (``calls_alone``, ``calls``) and how many times fewer (``calls_saved``).
 """
 
@@ -85,15 +85,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--ks", default="2,4,8")
     parser.add_argument("--llm", default="local")
+    parser.add_argument("--llm-agents", type=int, default=None, help="society: how many ask the model (default: all)")
+    parser.add_argument("--activation", type=float, default=0.5, help="feed: the share of users acting a round")
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     chosen = ["society", "feed"] if args.scenario == "both" else [args.scenario]
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in chosen:
             base: dict[str, object] = (
-                {"agents": args.agents, "llm_agents": args.agents}
+                {"agents": args.agents, "llm_agents": args.agents if args.llm_agents is None else args.llm_agents}
                 if scenario == "society"
-                else {"agents": args.agents, "activation": 0.5}
+                else {"agents": args.agents, "activation": args.activation}
             )
             alone_sets = base if scenario == "society" else {**base, "llm_share": 1}
             seeds = range(1, args.seeds + 1)
@@ -112,7 +114,8 @@ def main() -> None:
                 calls = statistics.fmean(runs[s]["calls"] for s in seeds)
                 emit(
                     "archetype_fidelity", figures, "difference", scenario=scenario, k=k, agents=args.agents,
-                    rounds=args.rounds, seeds=args.seeds, llm=args.llm, calls_alone=calls_alone, calls=calls,
+                    llm_agents=base.get("llm_agents"), activation=base.get("activation"), rounds=args.rounds,
+                    seeds=args.seeds, llm=args.llm, calls_alone=calls_alone, calls=calls,
                     calls_saved=round(calls_alone / max(calls, 1), 1),
                 )  # fmt: skip
 

@@ -434,7 +434,7 @@ class Transcript:
 
 MODEL_SETTINGS = (
     "llm", "model", "base_url", "seed", "temperature", "timeout", "requests_per_second", "max_in_flight",
-    "tokens_per_minute", "requests_per_minute",
+    "tokens_per_minute", "requests_per_minute", "batch", "batch_deadline",
 )  # fmt: skip
 """What a manifest records of how its model was reached (never a key), and what resume and fork reuse."""
 
@@ -489,18 +489,24 @@ def execution_record(backend: Any) -> dict[str, Any]:
     return {"backend": "ray", "shards": backend.shards, "address": backend.address}
 
 
-def manifest_model(manifest: dict[str, Any]) -> LLM:
+def manifest_model(manifest: dict[str, Any], *, batches: Path | None = None) -> LLM:
     """The model a run was made with, as its manifest names it (a replayed cassette replays again).
 
-    A base URL recorded without its credentials comes from ``OPENAI_BASE_URL`` again.
+    A base URL recorded without its credentials comes from ``OPENAI_BASE_URL`` again. A run made with
+    ``--batch`` sends batches again when ``batches`` says where its pending ones are kept (a resume's, a
+    fork's run directory); else (an interview) each call is asked at once.
     """
     settings = {key: manifest.get(key) for key in MODEL_SETTINGS}
     if REDACTED in str(settings["base_url"] or ""):
         settings["base_url"] = None
+    if batches is None:
+        settings["batch"] = None
+    elif settings["batch"]:
+        settings["batch_journal"] = str(batches)
     return resolve(settings)
 
 
-def resumed_model(manifest: dict[str, Any]) -> LLM:
+def resumed_model(manifest: dict[str, Any], run_dir: Path | None = None) -> LLM:
     """The model a resumed run goes on with: the manifest's, through the cassette it was recording.
 
     The calls made after the last checkpoint, before the stop, are answered again from the cassette
@@ -508,8 +514,9 @@ def resumed_model(manifest: dict[str, Any]) -> LLM:
     the calls after them are asked live and recorded, so the cassette stays the whole run's.
     """
     from metaroles.llm.cassette import CassetteLLM, CassetteMode
+    from metaroles.project.rundir import BATCHES
 
-    llm = manifest_model(manifest)
+    llm = manifest_model(manifest, batches=run_dir / BATCHES if run_dir is not None else None)
     cassette = manifest.get("cassette")
     if not cassette or str(manifest.get("llm") or "").startswith("replay:"):
         return llm

@@ -168,6 +168,10 @@ def run(
     permit: Annotated[list[str] | None, typer.Option(metavar="ROLE:TOOL=DECISION", help=PERMIT_HELP)] = None,
     a2a: Annotated[list[str] | None, typer.Option("--a2a", metavar="NAME=URL", help=A2A_HELP)] = None,
     estimate: Annotated[bool, typer.Option("--estimate", help=ESTIMATE_HELP)] = False,
+    batch: Annotated[bool, typer.Option("--batch", help=BATCH_HELP)] = False,
+    batch_deadline: Annotated[
+        float | None, typer.Option(min=0.001, help="seconds a batch may take; then the run stops, resumable (24 h)")
+    ] = None,
 ) -> None:
     """Run a scenario and write its run directory (``--estimate``: say what it would cost, run nothing)."""
     from metaroles.project.scenario import run_scenario
@@ -183,9 +187,11 @@ def run(
     options, specs = split_role_llms(options)  # role.NAME.llm=MODEL: that role's own model
     recorded = replay or (Path(llm.removeprefix("replay:")) if llm and llm.startswith("replay:") else None)
     seed = _run_seed(seed if seed is not None else settings.get("seed"), record, recorded)
-    given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature}
-    given |= {"timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight}
-    given["tokens_per_minute"], given["requests_per_minute"] = tpm, rpm
+    given = {"llm": llm, "model": model, "base_url": base_url, "seed": seed, "temperature": temperature,
+             "timeout": timeout, "requests_per_second": rate_limit, "max_in_flight": max_in_flight,
+             "tokens_per_minute": tpm, "requests_per_minute": rpm}  # fmt: skip
+    planned = None if no_save or estimate else _planned_run_dir(out, runs_dir, name)
+    given |= _batching(batch or None, batch_deadline, planned, backend not in (None, "process") or shards)
     people = people_at(human or [], page=watch or control, seconds=human_timeout)
     language_model, manifest = _recorded_model(given, settings, record, replay, people)
     tools, desk = _tools((mcp, permit, a2a), settings, (record, replay), manifest, people, page=watch or control)
@@ -196,17 +202,15 @@ def run(
         prices=prices_from(price or []) or None, checkpoint_every=checkpoint_every,
         log_turns="folded" if fold_turns and log_turns is not False else log_turns,
         backend=backend_from(backend, shards, ray_address), otel=otel, transcript=transcript, zstd=zstd,
-        durability=durability,
+        durability=durability, concurrency=BATCH_ROUND if given["batch"] else None,
     )  # fmt: skip
     if estimate:
         return print_run_estimate(name, language_model, options, run_options, specs, (tpm, rpm), quiet=quiet)
-    run_dir = None if no_save else _new_run_dir(out, runs_dir, name)
+    run_dir = None if planned is None else _made_run_dir(planned, out)
     manifest |= {"execution": execution_record(run_options.backend), "quiet": quiet}  # resume keeps both
     manifest |= {"role_llms": specs} if specs else {}
-    scenario = partial(
-        run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest, control=steering,
-        tools=tools,
-    )  # fmt: skip
+    scenario = partial(run_scenario, name, llm=language_model, options=options, out_dir=run_dir, manifest=manifest,
+                       control=steering, tools=tools)  # fmt: skip
     with watched(run_dir, steering, port, page=watch or control, desk=desk):
         _execute_run(scenario, run_options, specs, run_dir, quiet=quiet, traceback=show_traceback)
 
@@ -313,16 +317,48 @@ def _child_manifest(parent: dict[str, Any], backend: Any, specs: dict[str, str])
 
 def _new_run_dir(out: Path | None, runs_dir: Path, name: str) -> Path:
     """``--out``, or a new folder in ``runs_dir`` that ``runs_dir/latest`` then points at."""
-    from metaroles.project.rundir import new_run_dir, point_latest
+    return _made_run_dir(_planned_run_dir(out, runs_dir, name), out)
+
+
+def _planned_run_dir(out: Path | None, runs_dir: Path, name: str) -> Path:
+    """Where the run will go: ``--out``, or a new folder's name in ``runs_dir`` (nothing is made yet)."""
+    from metaroles.project.rundir import new_run_dir
 
     if out is not None:
         if not out.name or out.resolve() == Path.cwd().resolve():
             raise fail(f"--out {str(out)!r} is the current folder; name a new folder for the run, e.g. --out runs/mine")
         return out
-    run_dir = new_run_dir(runs_dir, name)
-    with reported():
-        point_latest(run_dir)  # runs/latest: the newest run, whatever its name
+    return new_run_dir(runs_dir, name)
+
+
+def _made_run_dir(run_dir: Path, out: Path | None) -> Path:
+    """``run_dir``, made and pointed at by ``latest`` beside it when metaroles named it (no ``--out``)."""
+    from metaroles.project.rundir import point_latest
+
+    if out is None:
+        with reported():
+            point_latest(run_dir)  # runs/latest: the newest run, whatever its name
     return run_dir
+
+
+BATCH_HELP = (
+    "send each round's model calls as one batch of the server's Batch API (OpenAI's files and batches: "
+    "about half the price); a run stopped while its batch is pending resumes without paying again"
+)
+BATCH_ROUND = 100_000
+"""Roles mid-turn at once in a ``--batch`` run: a round's calls wait together to go as one batch."""
+
+
+def _batching(batch: bool | None, deadline: float | None, run_dir: Path | None, sharded: object) -> dict[str, Any]:
+    """The model settings ``--batch`` gives: the batch, its deadline, and where pending batches are kept."""
+    from metaroles.project.rundir import BATCHES
+
+    if batch and sharded:
+        raise fail("--batch gathers a round's calls in one process: drop --backend/--shards, or drop --batch")
+    if deadline is not None and not batch:
+        raise fail(f"--batch-deadline {deadline:g} is for a --batch run: add --batch, or drop it")
+    journal = str(run_dir / BATCHES) if batch and run_dir is not None else None
+    return {"batch": batch, "batch_deadline": deadline, "batch_journal": journal}
 
 
 def _read_target(target: str, pairs: list[str]) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -381,7 +417,7 @@ def resume(
         trusted(manifest["scenario"], run_dir, trust=trust)
     chosen = backend_from(backend, shards, ray_address, manifest.get("execution"))
     with reported():
-        llm, tools = resumed_model(manifest), resumed_tools(manifest, desk=None, trust=trust)  # asks: the terminal
+        llm, tools = resumed_model(manifest, run_dir), resumed_tools(manifest, desk=None, trust=trust)  # asks: terminal
     role_llms = {name: resolve({"llm": str(spec)}) for name, spec in (manifest.get("role_llms") or {}).items()}
     quiet = quiet or manifest.get("quiet") is True
     steering = run_control(watch=watch, control=control, interventions=None)

@@ -229,6 +229,24 @@ class OpenAICompatibleLLM:
                 raise _StreamCut(f"the answer's body stalled {self.body_timeout:g}s after its headers") from None
             return await raw.parse()
 
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The SDK's client (a batch of calls uses its files and batches: ``llm.batching``)."""
+        return self._client
+
+    def answer_of(self, body: dict[str, Any]) -> LLMResponse:
+        """A Chat Completions body (a batch's answer line) as this client's answer.
+
+        Raises:
+            ProviderError: When ``body`` is not a chat completion.
+        """
+        from openai.types.chat import ChatCompletion
+
+        try:
+            return self._response(ChatCompletion.model_validate(body))
+        except (ValueError, AttributeError, IndexError, KeyError, TypeError) as exc:
+            raise ProviderError(f"{self.model!r}: a batch's answer is not a chat completion ({exc})") from None
+
     def _response(self, completion: Any) -> LLMResponse:
         if not completion.choices:
             raise IndexError("it has no choices")

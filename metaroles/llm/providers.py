@@ -53,6 +53,11 @@ def resolve_llm(spec: str | LLM, settings: LLMSettings | None = None, *, notify:
         raise ConfigError(f"llm={spec!r} is not a model; pass an LLM instance or one of {KNOWN_NAMES}")
     settings = settings or LLMSettings()
     kind, _, arg = spec.partition(":")
+    if settings.batch and not (kind == "openai" or (kind == "auto" and (settings.base_url or settings.api_key))):
+        raise ConfigError(
+            f"--batch sends a round's calls to an OpenAI-compatible server's Batch API, not to llm={spec!r}: pass "
+            "--llm openai --base-url URL --model NAME (the embedded model decodes a round's calls together already)"
+        )
     if kind == "auto":
         return _auto(settings, notify)
     if kind == "openai":
@@ -137,12 +142,27 @@ def _openai(settings: LLMSettings) -> LLM:
         raise ConfigError("--llm openai needs the openai extra: pip install 'metaroles[openai]'") from None
 
     urls: list[str | None] = [url.strip() for url in (settings.base_url or "").split(",") if url.strip()] or [None]
+    if settings.batch:
+        return _batched(OpenAICompatibleLLM, settings, urls)
     if len(urls) == 1:
         return _endpoint(OpenAICompatibleLLM, settings, urls[0])
     # several: a busy endpoint's call moves at once to another (the balancer retries, not the endpoint)
     endpoints = [_endpoint(OpenAICompatibleLLM, settings, url, retries=0) for url in urls]
     attempts = (settings.max_retries + 1) * len(urls)
     return BalancedLLM(endpoints, names=[str(redacted(url)) for url in urls], attempts=attempts)
+
+
+def _batched(kind: Any, settings: LLMSettings, urls: list[str | None]) -> LLM:
+    """One server's client whose calls go in batches (``llm.batching``: the batch API has its own limits)."""
+    if len(urls) > 1:
+        raise ConfigError(f"--batch sends each batch to one server, not to {len(urls)}: give one --base-url")
+    from metaroles.llm.batching import BatchedLLM
+
+    endpoint = kind(
+        settings.model, base_url=urls[0], api_key=settings.api_key, temperature=settings.temperature,
+        max_tokens=settings.max_tokens, seed=settings.seed, timeout=settings.timeout, max_retries=settings.max_retries,
+    )  # fmt: skip
+    return BatchedLLM(endpoint, journal=settings.batch_journal, deadline=settings.batch_deadline)
 
 
 def _endpoint(kind: Any, settings: LLMSettings, base_url: str | None, *, retries: int | None = None) -> LimitedLLM:
@@ -193,12 +213,13 @@ def describe_llm(llm: LLM) -> dict[str, object]:
     refuses clearly when it is not there) instead of resolving again to whatever is around. No key
     is recorded; credentials in a base URL are redacted.
     """
-    while isinstance(llm, LimitedLLM | CassetteLLM | HumanLLM | BalancedLLM):  # the model they wrap
+    while isinstance(llm, LimitedLLM | CassetteLLM | HumanLLM | BalancedLLM) or type(llm).__name__ == "BatchedLLM":
         if isinstance(llm, BalancedLLM):
             return {"llm": "openai", "model": llm.model, "base_url": ",".join(llm.names)}
-        if llm.inner is None:
+        inner: LLM | None = getattr(llm, "inner", None)  # a batched client's: its server's (llm.batching)
+        if inner is None:
             break
-        llm = llm.inner
+        llm = inner
     kind = type(llm).__name__  # by name: this module imports no provider SDK
     if kind == "OpenAICompatibleLLM":
         return {"llm": "openai", "model": llm.model, "base_url": redacted(getattr(llm, "base_url", None))}

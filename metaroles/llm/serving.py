@@ -10,6 +10,8 @@ system prompt and scenario) is mostly read from a slot's cache. Routes:
   grammar), ``tools`` with a forced ``tool_choice`` (the arguments follow the tool's schema),
   ``stream`` (the answer as one chunk, then the usage). ``usage.prompt_tokens_details.cached_tokens``
   says how much of the prompt came from the cache.
+- ``POST /v1/files``, ``POST /v1/batches`` and the rest of OpenAI's Batch API (``llm.batch_jobs``): a file
+  of requests answered together, for a run's ``--batch``.
 - ``GET /v1/models``, ``GET /health``.
 - ``GET /metrics``: the engine's counters in Prometheus' text format (requests, prompt, cached and
   completion tokens, calls running and waiting).
@@ -33,9 +35,10 @@ from typing import Any
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from metaroles.core.exceptions import ConfigError, MetarolesError
+from metaroles.llm.batch_jobs import BatchJobs, NotFound, Refused
 from metaroles.llm.endpoint import EndpointHandler, EndpointServer
 from metaroles.llm.local import LocalLLM, grammar_of
-from metaroles.llm.protocol import LLMRequest, LLMResponse
+from metaroles.llm.protocol import LLM, LLMRequest, LLMResponse
 
 
 class BadRequest(ValueError):
@@ -160,23 +163,29 @@ class ModelServer:
     """The engine behind an HTTP server on ``host:port`` (port 0: a free one); see the module.
 
     Args:
-        llm: The embedded model, with ``batch`` slots (and, as ``metaroles serve`` makes it, the prefix cache).
+        llm: The embedded model, with ``batch`` slots (and, as ``metaroles serve`` makes it, the prefix cache);
+            or any other model (a test's), answering ``slots`` calls at once.
         host: Interface to listen on.
         port: Port, or 0 for any free one.
         max_waiting: Requests queued beyond the slots before the server answers 429.
+        slots: Calls a model other than the embedded one answers at once.
     """
 
-    def __init__(self, llm: LocalLLM, *, host: str = "127.0.0.1", port: int = 0, max_waiting: int = 256) -> None:
+    def __init__(
+        self, llm: LLM, *, host: str = "127.0.0.1", port: int = 0, max_waiting: int = 256, slots: int = 16
+    ) -> None:
         """Bind the port (the model loads on :meth:`running`)."""
-        if not llm.batch:
+        if isinstance(llm, LocalLLM) and not llm.batch:
             raise ConfigError("the server decodes calls together: pass LocalLLM(batch=N) with N ≥ 1")
         if max_waiting < 0:
             raise ConfigError(f"max_waiting={max_waiting!r} must be 0 or more")
         self.llm, self.max_waiting = llm, max_waiting
-        self.engine = llm.engine()
+        self.engine = llm.engine() if isinstance(llm, LocalLLM) else None
+        self.slots = self.engine.slots if self.engine is not None else slots
         self.httpd = _HTTPServer((host, port), _Handler)
         self.httpd.model = self
         self.portal: BlockingPortal | None = None
+        self.jobs: BatchJobs | None = None
         self._lock = threading.Lock()
         self._in_flight = self._numbered = 0
 
@@ -190,13 +199,14 @@ class ModelServer:
         """Serve in a background thread until the block ends; then stop, and close the port."""
         with ExitStack() as stack:
             self.portal = stack.enter_context(start_blocking_portal())
+            self.jobs = BatchJobs(self.batch_answer, self.portal)
             stack.enter_context(self.httpd.serving("metaroles-serve"))
             yield self
 
     def admit(self) -> bool:
         """Take a request if the engine's queue has room; the caller must :meth:`release` it."""
         with self._lock:
-            if self._in_flight >= self.engine.slots + self.max_waiting:
+            if self._in_flight >= self.slots + self.max_waiting:
                 return False
             self._in_flight += 1
             self._numbered += 1
@@ -213,8 +223,18 @@ class ModelServer:
         response = self.portal.call(self.llm.complete, request)
         return chat_completion(response, created=int(time.time()), number=self._numbered)
 
+    async def batch_answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Complete a batch's request (on the server's event loop) as a Chat Completions body."""
+        request, _ = chat_request(body)
+        with self._lock:
+            self._numbered += 1
+            number = self._numbered
+        return chat_completion(await self.llm.complete(request), created=int(time.time()), number=number)
+
     def metrics(self) -> str:
-        """The engine's counters in Prometheus' text format."""
+        """The engine's counters in Prometheus' text format (none for a model that is not the engine)."""
+        if self.engine is None:
+            return ""
         counters, engine = self.engine.counters, self.engine
         rows = [
             ("requests_total", "counter", counters.requests),
@@ -246,11 +266,16 @@ class _Handler(EndpointHandler):
             self.json(200, {"status": "ok"})
         elif self.path.rstrip("/") == "/v1/models":
             self.json(200, {"object": "list", "data": [{"id": self.server.model.llm.model, "object": "model"}]})
+        elif self.path.startswith(("/v1/files/", "/v1/batches")):
+            self._batch_api(None)
         else:
             self.error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error")
 
     def do_POST(self) -> None:
         if not self.addressed() or (length := self.body_length()) is None:
+            return
+        if self.path.startswith(("/v1/files", "/v1/batches")):
+            self._batch_api(self.body(length))
             return
         if self.path.rstrip("/") != "/v1/chat/completions":
             self.error(404, f"no route {self.path!r}; POST /v1/chat/completions", "not_found_error", close=True)
@@ -283,3 +308,43 @@ class _Handler(EndpointHandler):
             return
         events = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in stream_chunks(answer))
         self.send(200, (events + "data: [DONE]\n\n").encode(), "text/event-stream")
+
+    def _batch_api(self, body: bytes | None) -> None:
+        """A route of the Batch API (``llm.batch_jobs``); ``body``: a POST's (``None``: a GET)."""
+        jobs = self.server.model.jobs
+        assert jobs is not None, "serve within running()"
+        parts = self.path.split("?")[0].strip("/").split("/")[1:]  # files/ID/content, batches/ID/cancel, ...
+        try:
+            if self.command == "POST" and body is None:
+                return  # the body never came: answered already
+            answer = _route(jobs, parts, self.command, body, self.headers.get("content-type") or "")
+        except NotFound as exc:
+            self.error(404, str(exc), "not_found_error")
+            return
+        except (Refused, ValueError, RecursionError) as exc:
+            self.error(400, str(exc) or "the body's JSON is nested too deeply", "invalid_request_error")
+            return
+        if isinstance(answer, bytes):
+            self.send(200, answer, "application/octet-stream")
+        else:
+            self.json(200, answer)
+
+
+def _route(jobs: BatchJobs, parts: list[str], method: str, body: bytes | None, content_type: str) -> Any:
+    """What a Batch API route answers (``parts``: the path after ``/v1``)."""
+    match method, parts:
+        case "POST", ["files"]:
+            return jobs.upload(content_type, body or b"")
+        case "GET", ["files", file_id]:
+            return jobs.file(file_id)
+        case "GET", ["files", file_id, "content"]:
+            return jobs.content(file_id)
+        case "POST", ["batches"]:
+            return jobs.create(json.loads(body or b"null"))
+        case "GET", ["batches"]:
+            return jobs.batches()
+        case "GET", ["batches", batch_id]:
+            return jobs.batch(batch_id)
+        case "POST", ["batches", batch_id, "cancel"]:
+            return jobs.cancel(batch_id)
+    raise NotFound(f"no route {method} /v1/{'/'.join(parts)}; the Batch API: POST /v1/files, POST /v1/batches")

@@ -56,6 +56,12 @@ class LLMSettings(BaseModel):
     """Optional limit of tokens (prompt and answer) per minute: calls are paced to stay within it."""
     requests_per_minute: float | None = Field(default=None, gt=0)
     """Optional limit of calls per minute, over a sliding minute (a server's headers may set it too)."""
+    batch: bool = False
+    """Send the calls that come together (a round's) as one batch of the server's Batch API (``llm.batching``)."""
+    batch_deadline: float = Field(default=86_400.0, gt=0)
+    """Seconds a batch may take before the run stops (resumable: the batch stays pending)."""
+    batch_journal: str | None = Field(default=None, repr=False)
+    """Where pending batches are kept (a run directory's ``batches.json``): a resumed run waits for them."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: object) -> LLMSettings:

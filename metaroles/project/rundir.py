@@ -48,6 +48,8 @@ TRANSCRIPT_LIMIT = 10_000
 METRICS = "metrics.jsonl"
 LEDGER = "ledger.json"
 """Each model call of the run: role, action, model, tokens, cost and what the request set."""
+BATCHES = "batches.json"
+"""The batches a ``--batch`` run has pending at a server (``llm.batching``): there only while one is."""
 
 
 def events_file(run_dir: Path, manifest: dict[str, Any] | None = None) -> Path:
@@ -170,6 +172,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 OWN_FILES = (
     MANIFEST,
+    BATCHES,
     EVENTS,
     EVENTS_ZST,
     "timings.jsonl",

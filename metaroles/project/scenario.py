@@ -87,6 +87,10 @@ def _plan(
     plan.team.log_turns = checked_log_turns(turns)
     plan.team.metric_parts = list(getattr(module, "METRIC_PARTS", ()))
     plan.team.shard_by = getattr(module, "shard_by", None)
+    if run.concurrency is not None:
+        if isinstance(run.concurrency, bool) or not isinstance(run.concurrency, int) or run.concurrency < 1:
+            raise ConfigError(f"concurrency={run.concurrency!r} must be a positive integer (roles mid-turn at once)")
+        plan.team.env.concurrency = run.concurrency
     if run.backend is not None:
         plan.team.backend = run.backend
     plan.team.bring_back = False  # a large sharded run's roles stay on their shards: its run directory holds them
@@ -243,6 +247,7 @@ def _manifest_record(
         "transcript": run.transcript,
         "durability": run.durability,
         "events": EVENTS_ZST if run.zstd else EVENTS,
+        **({"concurrency": run.concurrency} if run.concurrency is not None else {}),
     }
 
 
@@ -355,6 +360,7 @@ def _rebuild(
         checkpoint_every=manifest.get("checkpoint_every"),
         log_turns=manifest.get("log_turns"),
         backend=backend,
+        concurrency=manifest.get("concurrency"),
     )
     return _plan(module, config, llm, run, run_dir, tools)
 

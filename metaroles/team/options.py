@@ -133,5 +133,7 @@ class RunOptions:
     """Write ``transcript.md``: yes, no, or (``None``) when the run holds at most 10,000 messages."""
     durability: str = "round"
     """Wait for the disk after each checkpoint (``"round"``) or once, at the end (``"run"``: ``record.durability``)."""
+    concurrency: int | None = None
+    """Roles mid-turn at once (the environment's 32 by default); ``--batch``: a whole round's calls wait together."""
     zstd: bool = False
     """Write the event log compressed, ``events.jsonl.zst`` (extra ``zstd``): for big runs; recorded in the manifest."""
