@@ -113,6 +113,31 @@ async def test_schemas_forced_tools_and_streams_are_served(url):
     assert answer.text and "".join(pieces) == answer.text and answer.usage.completion_tokens > 0
 
 
+async def test_a_batch_of_calls_is_answered_by_the_engine_together(url):
+    from metaroles.llm.batching import BatchedLLM
+    from metaroles.llm.openai_compat import OpenAICompatibleLLM
+    from metaroles.llm.protocol import LLMRequest
+
+    before = metrics(url)
+    endpoint = OpenAICompatibleLLM("any", base_url=url, max_tokens=24)
+    batched, answers = BatchedLLM(endpoint), {}
+
+    async def ask(i: int) -> None:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Your view, member {i}?"}]
+        shape = SCHEMA if i % 2 else None
+        answers[i] = await batched.complete(LLMRequest(messages=messages, output_schema=shape, seed=i))
+
+    async with anyio.create_task_group() as group:
+        for i in range(6):
+            group.start_soon(ask, i)
+    await endpoint.aclose()
+    assert batched.batches == 1 and sorted(answers) == list(range(6))
+    assert all(0 < a.usage.completion_tokens <= 24 for a in answers.values())
+    assert all("opinion" in json.loads(answers[i].text) for i in (1, 3, 5)), "a line's schema is followed"
+    after = metrics(url)
+    assert after["metaroles_engine_requests_total"] - before["metaroles_engine_requests_total"] == 6
+
+
 def test_bad_requests_are_400s_naming_what_is_wrong(url):
     status, _, body = post(url, {"model": "any"})
     assert status == 400 and "'messages'" in body["error"]["message"]
