@@ -211,3 +211,18 @@ async def test_calls_that_come_together_go_as_one_batch_and_lines_that_are_no_re
         client.batches.create(input_file_id=bad.id, endpoint="/v1/chat/completions", completion_window="1h")  # type: ignore[arg-type]
     with pytest.raises(openai.NotFoundError):
         client.batches.retrieve("batch-none")
+
+
+async def test_a_pending_batch_the_server_no_longer_knows_is_sent_again(served, tmp_path: Path):
+    from metaroles.llm.cassette import request_key
+
+    server, _ = served
+    request = LLMRequest(messages=[{"role": "user", "content": "still there?"}])
+    journal = tmp_path / "batches.json"
+    journal.write_text(json.dumps({"pending": {"batch-gone": [f"{request_key(request, 'test-served')}-0"]}}))
+    endpoint = OpenAICompatibleLLM("test-served", base_url=server.url, max_retries=0)
+    llm = BatchedLLM(endpoint, journal=journal)
+    answer = await llm.complete(request)
+    await endpoint.aclose()
+    assert answer.text == (await TestLLM(0).complete(request)).text
+    assert llm.batches == 1 and not journal.exists(), "sent again, and nothing is pending"
