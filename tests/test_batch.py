@@ -226,3 +226,25 @@ async def test_a_pending_batch_the_server_no_longer_knows_is_sent_again(served, 
     await endpoint.aclose()
     assert answer.text == (await TestLLM(0).complete(request)).text
     assert llm.batches == 1 and not journal.exists(), "sent again, and nothing is pending"
+
+
+async def test_a_task_that_never_waits_does_not_hold_the_batch_back(served):
+    server, _ = served
+    endpoint = OpenAICompatibleLLM("test-served", base_url=server.url, max_retries=0)
+    llm, done, answers = BatchedLLM(endpoint, gather=0.05), anyio.Event(), []
+
+    async def busy() -> None:  # always ready to run: the run is never still
+        while not done.is_set():
+            await anyio.lowlevel.checkpoint()
+
+    async def ask(n: int) -> None:
+        answers.append(await llm.complete(LLMRequest(messages=[{"role": "user", "content": f"q{n}"}])))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(busy)
+        async with anyio.create_task_group() as asking:
+            for n in range(3):
+                asking.start_soon(ask, n)
+        done.set()
+    await endpoint.aclose()
+    assert len(answers) == 3 and llm.batches == 1

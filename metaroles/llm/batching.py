@@ -1,10 +1,10 @@
 """A round's calls as one batch: OpenAI's Batch API (files and batches), for ``metaroles run --batch``.
 
 :class:`BatchedLLM` stands where a server's client stands. The calls that arrive together — a round's:
-the bus runs its roles' turns at once — wait until every other task of the run is waiting too (at
-most ``gather`` seconds), then go as one JSONL file to ``POST /files`` and one ``POST /batches``; the
-batch is asked after, less and less often, until it ends (at most ``deadline`` seconds), and each call
-gets its line of the output file. The answers are the server's own completions: the cassette, the
+the bus runs its roles' turns at once — wait until every other task of the run is waiting too (or
+until no call joined them for ``gather`` seconds), then go as one JSONL file to ``POST /files`` and
+one ``POST /batches``; the batch is asked after, less and less often, until it ends (at most
+``deadline`` seconds), and each call gets its line of the output file. The answers are the server's own completions: the cassette, the
 ledger and the run record them as any call's.
 
 A request's ``custom_id`` is its hash (``llm.cassette.request_key``) and its count among the same
@@ -69,7 +69,7 @@ class BatchedLLM:
         endpoint: The server's client: its model, request bodies, answers and SDK client.
         journal: Where pending batches are kept (``None``: in memory only: a killed run's batch is lost).
         deadline: Seconds a batch may take before the call fails with :class:`BatchPending`.
-        gather: Seconds the calls wait for others to join them at most (a task that never waits stops waiting).
+        gather: Seconds the calls wait for another to join them while some task is busy (one that never waits).
         sleep: How to wait between asking after a batch.
     """
 
@@ -139,8 +139,12 @@ class BatchedLLM:
 
     async def _send(self) -> None:
         """Once the run is still, send every waiting call as one batch (or take them from a pending one)."""
-        with anyio.move_on_after(self.gather):
-            await anyio.wait_all_tasks_blocked()
+        while True:  # until every other task waits, or no call joined for ``gather`` seconds
+            joined = len(self._waiting)
+            with anyio.move_on_after(self.gather) as waited:
+                await anyio.wait_all_tasks_blocked()
+            if not waited.cancelled_caught or len(self._waiting) == joined:
+                break
         calls, self._waiting = self._waiting, []
         try:
             await self._answer(calls)
