@@ -4,8 +4,8 @@
 the bus runs its roles' turns at once — wait until every other task of the run is waiting too (or
 until no call joined them for ``gather`` seconds), then go as one JSONL file to ``POST /files`` and
 one ``POST /batches``; the batch is asked after, less and less often, until it ends (at most
-``deadline`` seconds), and each call gets its line of the output file. The answers are the server's own completions: the cassette, the
-ledger and the run record them as any call's.
+``deadline`` seconds), and each call gets its line of the output file. The answers are the server's
+own completions: the cassette, the ledger and the run record them as any call's.
 
 A request's ``custom_id`` is its hash (``llm.cassette.request_key``) and its count among the same
 requests in the batch. Pending batches are kept in ``journal`` (a run directory's ``batches.json``)
