@@ -1,13 +1,15 @@
 """How faithful archetypes are: a society and a feed, each model-backed agent asking alone, then through k archetypes.
 
     python bench/archetypes.py [--scenario society|feed|both] [--agents 120] [--rounds 4] [--seeds 2] [--ks 2,4,8]
-                               [--llm local] [--llm-agents N] [--activation 0.5]
+                               [--llm local] [--llm-agents N] [--activation 0.5] [--forms chances,examples]
 
 Prints JSON, one line per scenario and k.
 
 Each run is ``metaroles run`` in its own process (seed s, the embedded model by default): first with
 every model-backed agent asking alone (``archetypes=0``), then with ``archetypes=k`` for each k, at
-the same seeds. Compared, per seed, then over the seeds (mean and a 95 % t-interval, scipy):
+the same seeds, in each archetype form (``--forms``: ``chances``, a distribution over the action;
+``examples``, eight actions members would take). Compared, per seed, then over the seeds (mean and a
+95 % t-interval, scipy):
 
 - society (``--llm-agents`` of them model-backed, every one by default): the opinions' mean and variance after
   the last round (``mean_diff``, ``variance_diff``: archetypes − alone) and, round by round, the mean absolute
@@ -87,6 +89,7 @@ def main() -> None:
     parser.add_argument("--llm", default="local")
     parser.add_argument("--llm-agents", type=int, default=None, help="society: how many ask the model (default: all)")
     parser.add_argument("--activation", type=float, default=0.5, help="feed: the share of users acting a round")
+    parser.add_argument("--forms", default="chances", help="archetype forms, comma-separated: chances, examples")
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     chosen = ["society", "feed"] if args.scenario == "both" else [args.scenario]
@@ -103,17 +106,18 @@ def main() -> None:
                 s: run(scenario, alone_sets, args.rounds, s, args.llm, Path(tmp) / f"{scenario}-0-{s}") for s in seeds
             }
             compare = society_compared if scenario == "society" else feed_compared
-            for k in ks:
-                sets = {**base, "archetypes": k}
+            for form, k in ((form, k) for form in args.forms.split(",") for k in ks):
+                sets = {**base, "archetypes": k, "archetype_form": form}
                 runs = {
-                    s: run(scenario, sets, args.rounds, s, args.llm, Path(tmp) / f"{scenario}-{k}-{s}") for s in seeds
+                    s: run(scenario, sets, args.rounds, s, args.llm, Path(tmp) / f"{scenario}-{form}-{k}-{s}")
+                    for s in seeds
                 }
                 per_seed = [compare(alone[s], runs[s]) for s in seeds]
                 figures = {key: interval([p[key] for p in per_seed]) for key in per_seed[0]}
                 calls_alone = statistics.fmean(alone[s]["calls"] for s in seeds)
                 calls = statistics.fmean(runs[s]["calls"] for s in seeds)
                 emit(
-                    "archetype_fidelity", figures, "difference", scenario=scenario, k=k, agents=args.agents,
+                    "archetype_fidelity", figures, "difference", scenario=scenario, form=form, k=k, agents=args.agents,
                     llm_agents=base.get("llm_agents"), activation=base.get("activation"), rounds=args.rounds,
                     seeds=args.seeds, llm=args.llm, calls_alone=calls_alone, calls=calls,
                     calls_saved=round(calls_alone / max(calls, 1), 1),

@@ -105,6 +105,9 @@ class Config(BaseModel):
     user draws its own action from; 0: off (``llm_share`` says who asks individually)."""
     promoted: int = Field(default=0, ge=0)
     """In archetype mode, the most followed users (the lowest numbers) that ask their model individually."""
+    archetype_form: Literal["chances", "examples"] = "chances"
+    """What an archetype's call answers: the chances of each action (``chances``), or eight actions members
+    would take (``examples``), a user drawing one (``metaroles.agents.archetypes``)."""
     context_tokens: int = Field(default=600, ge=0)
     """What a model-backed user's prompt carries of its past, in tokens (recent verbatim, older summarised,
     memories recalled: ``metaroles.bus.context_budget``); 0: all of it, growing with the run."""
@@ -123,6 +126,8 @@ class Config(BaseModel):
         if not self.archetypes:
             data.pop("archetypes", None)
             data.pop("promoted", None)
+        if data.get("archetype_form") == "chances":  # the first form: runs made before the choice are as they were
+            data.pop("archetype_form")
         return data
 
     @field_validator("archetypes", "promoted")
@@ -693,7 +698,9 @@ class Agents:
             self.centres = [
                 (s[0] / max(n, 1), s[1] / max(n, 1), s[2] / max(n, 1)) for s, n in zip(sums, counts, strict=True)
             ]
-        self.archetypes = Archetypes(ArchetypeChoice, describe=self.describe, system=FEED_ARCHETYPE)
+        room = 8 * 110 if config.archetype_form == "examples" else None  # eight actions, a post's text in each
+        self.archetypes = Archetypes(ArchetypeChoice, describe=self.describe, system=FEED_ARCHETYPE,
+                                     form=config.archetype_form, answer_tokens=room)  # fmt: skip
         """The archetypes' calls (archetype mode), shared by the users of this process."""
 
     def __call__(self, i: int) -> Agent:

@@ -66,6 +66,9 @@ class Config(BaseModel):
     archetypes: int = Field(default=0, ge=0, le=1000)
     """Archetype mode for the model-backed agents: this many bands of opinion, the model asked once a round per
     band for how far its agents move toward what they heard, each agent drawing its own; 0: each asks alone."""
+    archetype_form: Literal["chances", "examples"] = "chances"
+    """What a band's call answers: a mean and spread of the move (``chances``), or eight moves members would
+    make (``examples``), an agent drawing one (``metaroles.agents.archetypes``)."""
 
     @model_serializer(mode="wrap")
     def _archetypes_when_on(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -73,6 +76,8 @@ class Config(BaseModel):
         data: dict[str, Any] = dump(self)
         if not self.archetypes:
             data.pop("archetypes", None)
+        if data.get("archetype_form") == "chances":  # the first form: runs made before the choice are as they were
+            data.pop("archetype_form")
         return data
 
     @field_validator("degree")
@@ -341,7 +346,8 @@ class Agents:
         self.flat = array("q", (j for near in neighbours for j in near))
         self.starts = array("q", itertools.accumulate((len(near) for near in neighbours), initial=0))
         bands = config.archetypes
-        self.archetypes = Archetypes(Shift, describe=Bands(bands), system=ARCHETYPE) if bands else None
+        form = config.archetype_form
+        self.archetypes = Archetypes(Shift, describe=Bands(bands), system=ARCHETYPE, form=form) if bands else None
 
     def __call__(self, i: int) -> Agent:
         """The ``i``-th agent."""

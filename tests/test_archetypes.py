@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
 
 from metaroles import Action, FunctionLLM, LLMRequest, TestLLM
-from metaroles.agents.archetypes import Archetypes, clusters, distribution_model, draw
+from metaroles.agents.archetypes import Archetypes, clusters, distribution_model, draw, examples_model
 from metaroles.core.exceptions import ConfigError, LLMOutputInvalid
 from metaroles.project.scenario import run_scenario
 from metaroles.sharding.backends import LocalBackend
@@ -127,6 +127,34 @@ async def test_one_call_per_archetype_and_round_however_many_members_ask_at_once
     }
 
 
+@settings(max_examples=40, deadline=None)
+@given(choices=st.lists(st.sampled_from(["yes", "no", "abstain"]), min_size=1, max_size=8), seed=st.integers(0, 2**32))
+def test_a_draw_from_examples_is_one_of_them(choices, seed):
+    examples = examples_model(Vote).model_validate({"members": [{"choice": c, "count": 1 + n % 5}
+                                                               for n, c in enumerate(choices)]})  # fmt: skip
+    drawn = draw(examples, Vote, random.Random(seed))
+    assert isinstance(drawn, Vote) and drawn in examples.members  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError):  # more than asked for is refused
+        examples_model(Vote, 2).model_validate({"members": [{"choice": "yes"}] * 3})
+
+
+async def test_in_the_examples_form_each_member_draws_one_of_its_archetypes_examples():
+    asked: list[LLMRequest] = []
+
+    def answer(request: LLMRequest) -> str:
+        asked.append(request)
+        return json.dumps({"members": [{"choice": "yes", "count": 2}, {"choice": "no", "count": 3}]})
+
+    action = Action()
+    action.llm = FunctionLLM(answer)
+    archetypes = Archetypes(Vote, describe=lambda key, round: f"group {key}", form="examples", answer_tokens=300)
+    drawn = [await archetypes.choose(action, "all", 1, random.Random(i)) for i in range(40)]
+    assert len(asked) == 1 and asked[0].max_tokens == 300 and "8 actions" in asked[0].messages[-1]["content"]
+    assert {(d.choice, d.count) for d in drawn} == {("yes", 2), ("no", 3)}
+    with pytest.raises(ConfigError, match="'chances' or 'examples'"):
+        Archetypes(Vote, describe=lambda key, round: "", form="guesses")  # type: ignore[arg-type]
+
+
 async def test_an_archetype_whose_answer_never_validates_fails_every_member_that_waited():
     action = Action()
     action.llm = FunctionLLM(lambda request: "no JSON here")
@@ -223,5 +251,8 @@ async def test_an_archetypal_society_asks_once_per_band_a_round_and_each_agent_m
         assert 0 <= agent.opinion <= 1 and said
     opinions = [agent.opinion for agent in agents]
     assert len(set(opinions)) > 20  # drawn one by one, not one answer for all
+    shown = await run_scenario("society", llm=TestLLM(), options={**options, "archetype_form": "examples"},
+                               out_dir=None, run=RunOptions(seed=1, rounds=5))  # fmt: skip
+    assert max(Counter(e.role for e in shown[1].env.ledger.entries).values()) <= 6, "examples: a band a round too"
     plain = await run_scenario("society", llm=TestLLM(), options={**options, "archetypes": 0}, out_dir=None)
     assert all(e.role.startswith("a") and not e.role.startswith("archetype") for e in plain[1].env.ledger.entries)

@@ -7,7 +7,10 @@ structured action, and each member draws its own action from it with its own ran
 - :func:`distribution_model` turns an action's pydantic model into the model of a distribution over
   it: a choice field (``Literal``, an enum, a bool) becomes the probability of each choice, a number a
   mean and a spread within its bounds, a text a few sample answers (``samples``).
-- :func:`draw` draws one action from a distribution with a member's random stream (``random.Random``).
+- :func:`examples_model`, the other form (``form="examples"``): a few whole actions, each one a member
+  of the group would take — a model is often better at examples than at stating chances.
+- :func:`draw` draws one action from a distribution (or among the examples) with a member's random
+  stream (``random.Random``).
 - :class:`Archetypes` asks the model: one call per archetype and round, shared by every member that
   asks in that round (the first asks, the others wait for its answer). The call's prompt must
   depend on the archetype and the round only (``describe``), never on which member asked first, and it
@@ -40,12 +43,22 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 SAMPLES = 3
 """Sample answers asked for each text field."""
+EXAMPLES = 8
+"""Whole actions asked for in the ``examples`` form."""
+Form = Literal["chances", "examples"]
+"""What an archetype's call answers: a distribution over the action, or examples of it."""
 
-_SAY = (
-    "Answer for the whole group at once: not one member's action but how likely each choice is among "
-    "them (probabilities that sum to 1), for a number its mean and spread, and for a text {samples} "
-    "different short answers members of the group would give."
-)
+_SAY = {
+    "chances": (
+        "Answer for the whole group at once: not one member's action but how likely each choice is among "
+        "them (probabilities that sum to 1), for a number its mean and spread, and for a text {samples} "
+        "different short answers members of the group would give."
+    ),
+    "examples": (
+        "Answer for the whole group at once: {examples} actions, each the one a different member of the group "
+        "would take now (members differ, and so do their actions, as often as they would)."
+    ),
+}
 
 
 def _choices(annotation: Any) -> list[Any] | None:
@@ -98,12 +111,21 @@ def distribution_model(model: type[BaseModel], samples: int = SAMPLES) -> type[B
     return create_model(f"{model.__name__}Distribution", **fields)
 
 
+def examples_model(model: type[BaseModel], examples: int = EXAMPLES) -> type[BaseModel]:
+    """The model of a few of ``model``'s instances, each a member's (``members``)."""
+    return create_model(f"{model.__name__}Examples", members=(list[model], Field(min_length=1, max_length=examples)))  # type: ignore[valid-type]
+
+
 def draw(distribution: BaseModel, model: type[ModelT], rng: random.Random) -> ModelT:
     """One instance of ``model`` drawn from ``distribution`` (:func:`distribution_model`'s) with ``rng``.
 
     Choices by their probabilities (all zero: evenly), a number from a normal law at its mean and
-    spread held within its bounds (rounded for an integer), a text among the samples.
+    spread held within its bounds (rounded for an integer), a text among the samples. From examples
+    (:func:`examples_model`'s), one of them.
     """
+    members = getattr(distribution, "members", None)
+    if isinstance(members, list) and "members" not in model.model_fields:
+        return model.model_validate(rng.choice(members).model_dump())
     values: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         annotation = field.annotation
@@ -131,7 +153,10 @@ class Archetypes(Generic[ModelT]):
         describe: The prompt of an archetype's call: what the group is and sees. It may depend on the
             archetype's key and the round, never on which member asks (a run must not depend on it).
         system: The system prompt of every archetype's call (the same bytes: a prefix cache serves it).
-        samples: Sample answers asked for each text field.
+        samples: Sample answers asked for each text field (``chances``).
+        form: ``chances`` (a distribution over the action) or ``examples`` (``examples`` whole actions).
+        answer_tokens: The longest answer a call may give (``None``: the model's own bound); examples of an
+            action with a text need room for each.
     """
 
     def __init__(
@@ -141,22 +166,29 @@ class Archetypes(Generic[ModelT]):
         describe: Callable[[Hashable, int], str],
         system: str = "",
         samples: int = SAMPLES,
+        form: Form = "chances",
+        examples: int = EXAMPLES,
+        answer_tokens: int | None = None,
     ) -> None:
         """Ask for distributions over ``action``; see the class docstring."""
+        if form not in _SAY:
+            raise ConfigError(f"form={form!r} is not an archetype's answer; use 'chances' or 'examples'")
         self.action = action
-        self.model = distribution_model(action, samples)
+        self.model = distribution_model(action, samples) if form == "chances" else examples_model(action, examples)
         self.describe = describe
         self.system = system
-        self.samples = samples
+        self.samples, self.form, self.examples, self.answer_tokens = samples, form, examples, answer_tokens
         self._asked: dict[tuple[int, Hashable], _Asked] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """What a copy in another process needs: not the distribution's model (made anew) nor the calls under way."""
-        return {"action": self.action, "describe": self.describe, "system": self.system, "samples": self.samples}
+        return {"action": self.action, "describe": self.describe, "system": self.system, "samples": self.samples,
+                "form": self.form, "examples": self.examples, "answer_tokens": self.answer_tokens}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Make the copy: its distribution's model again, no call asked yet."""
-        self.__init__(state["action"], describe=state["describe"], system=state["system"], samples=state["samples"])  # type: ignore[misc]
+        action = state.pop("action")
+        self.__init__(action, **state)  # type: ignore[misc]
 
     async def ask(self, asker: Action, key: Hashable, round: int) -> BaseModel:
         """The distribution of archetype ``key`` in ``round``: asked once with ``asker``'s model and ledger.
@@ -188,10 +220,14 @@ class Archetypes(Generic[ModelT]):
         return draw(await self.ask(asker, key, round), self.action, rng)
 
     async def _call(self, asker: Action, key: Hashable, round: int) -> BaseModel:
-        prompt = f"{self.describe(key, round)}\n\n{_SAY.format(samples=self.samples)}"
+        prompt = (
+            f"{self.describe(key, round)}\n\n{_SAY[self.form].format(samples=self.samples, examples=self.examples)}"
+        )
         messages = [{"role": "system", "content": self.system}] if self.system else []
         messages.append({"role": "user", "content": prompt})
-        request = LLMRequest(messages=messages, role=f"archetype {key}", action=asker.name)
+        request = LLMRequest(
+            messages=messages, role=f"archetype {key}", action=asker.name, max_tokens=self.answer_tokens
+        )
         return await complete_structured(
             asker.llm, request, self.model, ledger=asker.ledger, retries=asker.max_output_retries
         )
