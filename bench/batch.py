@@ -7,8 +7,8 @@ GGUF file); a society of ``--agents`` agents, every one model-backed, runs one r
 each its own ``metaroles run`` process: with ``--batch`` (the round's calls as one batch: a file
 uploaded, the batch created, asked after until it ends) and call by call (as many in flight as the
 client learns the server takes). Figures: each run's wall time, the calls, the batches the server
-made and their lines, and whether the two runs heard the same answers (the same event log and calls:
-the engine answers each call alone, whatever it decodes beside it).
+made and their lines, and how many answers the two runs heard differently (calls and event-log lines;
+``--again``: call by call a second time, the engine against itself).
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ def emit(figure: str, value: object, unit: str, **params: object) -> None:
     print(json.dumps({"figure": figure, "value": value, "unit": unit, "params": params}), flush=True)
 
 
-def same_answers(a: Path, b: Path) -> bool:
-    """Whether two runs heard the same answers: the same event log, the same calls and tokens.
-
-    (The prompt tokens a server took from its cache are left out: they depend on what it served before.)
-    """
+def differing_calls(a: Path, b: Path) -> int:
+    """How many calls two runs heard answered differently (their tokens; the prompt tokens a server took
+    from its cache left out: they depend on what it served before), and the event logs' differing lines."""
 
     def calls(run: Path) -> list[dict[str, object]]:
         ledger = json.loads((run / "ledger.json").read_text())
         return [{k: v for k, v in entry.items() if k != "cached_tokens"} for entry in ledger]
 
-    return (a / "events.jsonl").read_bytes() == (b / "events.jsonl").read_bytes() and calls(a) == calls(b)
+    events = [(run / "events.jsonl").read_text().splitlines() for run in (a, b)]
+    lines = sum(x != y for x, y in zip(*events, strict=False)) + abs(len(events[0]) - len(events[1]))
+    return sum(x != y for x, y in zip(calls(a), calls(b), strict=False)) + lines
 
 
 def main() -> None:
@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--model", default="smollm2-135m-instruct-q4_1", help="an embedded model, or a GGUF file")
     parser.add_argument("--slots", type=int, default=32)
+    parser.add_argument("--again", action="store_true", help="ask call by call twice: the engine against itself")
     args = parser.parse_args()
     serve = [sys.executable, "-m", "metaroles", "serve", "--port", "0", "--slots", str(args.slots),
              "--model-path", args.model, "--max-tokens", "32"]  # fmt: skip
@@ -56,12 +57,12 @@ def main() -> None:
             raise SystemExit(f"metaroles serve did not start: {server.stderr.read() if server.stderr else line}")
         url = line.split(" at ")[1].split()[0]
         with tempfile.TemporaryDirectory() as tmp:
-            runs = {kind: Path(tmp) / kind for kind in ("batched", "asked")}
+            runs = {kind: Path(tmp) / kind for kind in ("batched", "asked", "again")}
             sets = ["--set", f"agents={args.agents}", "--set", f"llm_agents={args.agents}", "--rounds", "1"]
             common = ["run", "society", *sets, "--llm", "openai", "--base-url", url, "--model", args.model,
                       "--seed", "1", "-q", "--timeout", "3600"]  # fmt: skip
             params = {"agents": args.agents, "model": args.model, "slots": args.slots}
-            for kind, extra in (("batched", ["--batch"]), ("asked", [])):
+            for kind, extra in (("batched", ["--batch"]), ("asked", []), *((("again", []),) if args.again else ())):
                 started = time.perf_counter()
                 subprocess.run([sys.executable, "-m", "metaroles", *common, *extra, "--out", str(runs[kind])],
                                check=True, capture_output=True)  # fmt: skip
@@ -70,7 +71,9 @@ def main() -> None:
             batches = json.loads(urllib.request.urlopen(url + "/batches").read())["data"]
             emit("batch_calls", calls, "calls", **params)
             emit("batches", len(batches), "batches", lines=[b["request_counts"] for b in batches], **params)
-            emit("batched_same_answers_as_asked", same_answers(runs["batched"], runs["asked"]), "bool", **params)
+            emit("batched_vs_asked_differing", differing_calls(runs["batched"], runs["asked"]), "calls+lines", **params)
+            if args.again:
+                emit("asked_vs_asked_differing", differing_calls(runs["asked"], runs["again"]), "calls+lines", **params)
     finally:
         server.terminate()
         server.wait(timeout=60)
