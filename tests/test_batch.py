@@ -248,3 +248,20 @@ async def test_a_task_that_never_waits_does_not_hold_the_batch_back(served):
         done.set()
     await endpoint.aclose()
     assert len(answers) == 3 and llm.batches == 1
+
+
+def test_a_cancelled_batch_keeps_what_was_answered_and_ends(served):
+    server, gate = served
+    assert server.jobs is not None and server.portal is not None
+    client = openai.OpenAI(base_url=server.url, api_key="x")
+    line = {"method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "hi"}]}}
+    data = "".join(json.dumps({"custom_id": f"c{n}", **line}) + "\n" for n in range(3)).encode()
+    gate.open.clear()  # nothing is answered before the cancel
+    uploaded = client.files.create(file=("in.jsonl", data), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.status == "in_progress" and batch.request_counts.total == 3
+    assert client.batches.cancel(batch.id).status == "cancelling"
+    ended = server.portal.call(server.jobs.ended, batch.id)
+    assert ended["status"] == "cancelled" and ended["output_file_id"] is None and ended["cancelled_at"]
+    assert client.batches.list().data[0].id == batch.id
+    assert client.files.retrieve(uploaded.id).bytes == len(data) and client.files.content(uploaded.id).read() == data

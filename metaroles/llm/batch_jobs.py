@@ -63,6 +63,7 @@ class BatchJobs:
         self._files: dict[str, tuple[dict[str, Any], bytes]] = {}
         self._batches: dict[str, dict[str, Any]] = {}
         self._scopes: dict[str, CancelScope] = {}
+        self._ended: dict[str, anyio.Event] = {}
         self._count = 0
 
     def _next(self, prefix: str) -> str:
@@ -128,6 +129,7 @@ class BatchJobs:
                 batch.update(status="in_progress", in_progress_at=int(time.time()))
                 batch["request_counts"]["total"] = len(lines)
         if not errors:
+            self._ended[batch["id"]] = self.portal.call(anyio.Event)
             self.portal.start_task_soon(self._run, batch, lines)
         return self._copy(batch["id"])
 
@@ -141,6 +143,13 @@ class BatchJobs:
                 raise NotFound(f"no batch {batch_id!r} on this server (it keeps batches in memory until it stops)")
             copy: dict[str, Any] = json.loads(json.dumps(self._batches[batch_id]))
             return copy
+
+    async def ended(self, batch_id: str) -> dict[str, Any]:
+        """A batch's object once it has ended (on the server's event loop: ``portal.call``)."""
+        event = self._ended.get(batch_id)
+        if event is not None:
+            await event.wait()
+        return self._copy(batch_id)
 
     def batches(self) -> dict[str, Any]:
         """Every batch, newest first."""
@@ -181,6 +190,7 @@ class BatchJobs:
             batch.update(output_file_id=files.get("output"), error_file_id=files.get("error"))
             ended = ("cancelled", "cancelled_at") if cancelled else ("completed", "completed_at")
             batch.update({"status": ended[0], ended[1]: int(time.time())})
+        self._ended[batch["id"]].set()
 
     async def _one(self, batch: dict[str, Any], n: int, line: dict[str, Any], done: list[Any]) -> None:
         request_id = f"{batch['id']}-req-{n + 1}"
