@@ -38,7 +38,7 @@ from metaroles.llm.protocol import LLMRequest, LLMResponse
 CHAT = "/v1/chat/completions"
 ENDED = ("completed", "failed", "expired", "cancelled")
 """A batch's statuses once it has ended."""
-FIRST_POLL, MAX_POLL = 0.2, 30.0
+FIRST_POLL, MAX_POLL = 0.2, 10.0
 """Seconds before a batch is first asked after, growing by half each time up to the most."""
 DAY = 86_400.0
 """The Batch API's completion window, and the deadline unless the run sets another."""
