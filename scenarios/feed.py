@@ -41,6 +41,7 @@ from pydantic import (
     ValidationInfo,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from metaroles import LLM, Action, ActionResult, Cast, Message, Role, ScenarioPlan, Team, UserRequirement
@@ -108,6 +109,9 @@ class Config(BaseModel):
     archetype_form: Literal["chances", "examples"] = "chances"
     """What an archetype's call answers: the chances of each action (``chances``), or eight actions members
     would take (``examples``), a user drawing one (``metaroles.agents.archetypes``)."""
+    calls_per_round: int = Field(default=0, ge=0)
+    """Archetype mode by a budget: the model asked at most this many times a round, the promoted users' calls
+    and one per archetype (``archetypes`` = this − ``promoted``); 0: ``archetypes`` says."""
     context_tokens: int = Field(default=600, ge=0)
     """What a model-backed user's prompt carries of its past, in tokens (recent verbatim, older summarised,
     memories recalled: ``metaroles.bus.context_budget``); 0: all of it, growing with the run."""
@@ -126,6 +130,8 @@ class Config(BaseModel):
         if not self.archetypes:
             data.pop("archetypes", None)
             data.pop("promoted", None)
+        if not self.calls_per_round:
+            data.pop("calls_per_round", None)
         if data.get("archetype_form") == "chances":  # the first form: runs made before the choice are as they were
             data.pop("archetype_form")
         return data
@@ -137,6 +143,25 @@ class Config(BaseModel):
         if count > agents:
             raise ValueError(f"{info.field_name}={count} for {agents} users: give at most {agents}")
         return count
+
+    @field_validator("calls_per_round")
+    @classmethod
+    def _a_budget_of_archetypes(cls, budget: int, info: ValidationInfo) -> int:
+        agents, promoted, k = info.data.get("agents", 0), info.data.get("promoted", 0), info.data.get("archetypes", 0)
+        if budget and not 1 <= budget - promoted <= agents:
+            raise ValueError(f"{budget} calls with promoted={promoted} leave {budget - promoted} archetypes for "
+                             f"{agents} users: give between {promoted + 1} and {promoted + agents}")  # fmt: skip
+        if budget and k not in (0, budget - promoted):
+            raise ValueError(f"{budget} calls with promoted={promoted} make {budget - promoted} archetypes, not "
+                             f"archetypes={k}: give one of the two")  # fmt: skip
+        return budget
+
+    @model_validator(mode="after")
+    def _archetypes_by_budget(self) -> Config:
+        """``calls_per_round``: as many archetypes as the budget leaves beside the promoted users."""
+        if self.calls_per_round:
+            self.archetypes = self.calls_per_round - self.promoted
+        return self
 
     @field_validator("context_tokens")
     @classmethod

@@ -69,6 +69,9 @@ class Config(BaseModel):
     archetype_form: Literal["chances", "examples"] = "chances"
     """What a band's call answers: a mean and spread of the move (``chances``), or eight moves members would
     make (``examples``), an agent drawing one (``metaroles.agents.archetypes``)."""
+    calls_per_round: int = Field(default=0, ge=0, le=1000)
+    """Archetype mode by a budget: the model asked at most this many times a round (one per band: ``archetypes``
+    = this); 0: ``archetypes`` says."""
 
     @model_serializer(mode="wrap")
     def _archetypes_when_on(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -76,6 +79,8 @@ class Config(BaseModel):
         data: dict[str, Any] = dump(self)
         if not self.archetypes:
             data.pop("archetypes", None)
+        if not self.calls_per_round:
+            data.pop("calls_per_round", None)
         if data.get("archetype_form") == "chances":  # the first form: runs made before the choice are as they were
             data.pop("archetype_form")
         return data
@@ -87,6 +92,21 @@ class Config(BaseModel):
         if info.data.get("graph") == "small_world" and (degree % 2 or (degree >= agents and degree > 2)):
             raise ValueError(f"the small world's degree must be even and below the {agents} agents, e.g. 6")
         return degree
+
+    @field_validator("calls_per_round")
+    @classmethod
+    def _a_band_per_call(cls, budget: int, info: ValidationInfo) -> int:
+        bands = info.data.get("archetypes", 0)
+        if budget and bands not in (0, budget):
+            raise ValueError(f"{budget} calls make {budget} bands, not archetypes={bands}: give one of the two")
+        return budget
+
+    @model_validator(mode="after")
+    def _archetypes_by_budget(self) -> Config:
+        """``calls_per_round``: a band per call the budget allows."""
+        if self.calls_per_round:
+            self.archetypes = self.calls_per_round
+        return self
 
     @model_validator(mode="after")
     def _default_degree_fits(self) -> Config:

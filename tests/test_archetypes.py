@@ -256,3 +256,28 @@ async def test_an_archetypal_society_asks_once_per_band_a_round_and_each_agent_m
     assert max(Counter(e.role for e in shown[1].env.ledger.entries).values()) <= 6, "examples: a band a round too"
     plain = await run_scenario("society", llm=TestLLM(), options={**options, "archetypes": 0}, out_dir=None)
     assert all(e.role.startswith("a") and not e.role.startswith("archetype") for e in plain[1].env.ledger.entries)
+
+
+async def test_a_budget_of_calls_a_round_chooses_how_many_archetypes():
+    options = {"agents": 300, "calls_per_round": 6, "promoted": 2, "activation": 1.0, "rounds": 4}
+    _, team = await run_scenario("feed", llm=TestLLM(), options=options, out_dir=None, run=RunOptions(seed=2))
+    calls = Counter(entry.role for entry in team.env.ledger.entries)
+    archetypal = {role for role in calls if role.startswith("archetype ")}
+    assert archetypal == {f"archetype {k}" for k in range(4)}, "6 calls, 2 of them the promoted users': 4 archetypes"
+    assert set(calls) - archetypal <= {"u0", "u1"}
+    _, society = await run_scenario("society", llm=TestLLM(), options={"agents": 60, "llm_agents": 60,
+                                    "calls_per_round": 3}, out_dir=None, run=RunOptions(seed=1, rounds=3))  # fmt: skip
+    assert set(Counter(e.role for e in society.env.ledger.entries)) <= {f"archetype {b}" for b in range(3)}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "options", "said"),
+    [
+        ("feed", {"agents": 300, "calls_per_round": 2, "promoted": 2}, "calls_per_round=2"),
+        ("feed", {"agents": 300, "calls_per_round": 6, "archetypes": 3}, "not archetypes=3"),
+        ("society", {"agents": 30, "llm_agents": 30, "calls_per_round": 3, "archetypes": 2}, "not archetypes=2"),
+    ],
+)
+async def test_a_budget_of_calls_that_cannot_be_is_refused_naming_it(scenario, options, said):
+    with pytest.raises(ConfigError, match=said):
+        await run_scenario(scenario, llm=TestLLM(), options=options, out_dir=None)
