@@ -3,7 +3,6 @@
 import json
 import math
 import statistics
-from collections import Counter
 from functools import partial
 
 import anyio
@@ -112,23 +111,6 @@ def test_a_free_text_answer_is_as_long_as_declared_and_a_structured_one_as_the_t
     assert dry.calls == 2
 
 
-async def test_a_declared_choice_is_drawn_at_its_chance_and_the_others_share_the_rest():
-    witch = {"type": "object", "required": ["save", "poison"], "properties": {
-        "save": {"type": "boolean"}, "poison": {"enum": ["nobody", "ann", "bob", "cy"], "type": "string"}}}  # fmt: skip
-    dry = DryRunLLM(5, model="m", answer_choices={"Respond": {"poison": {"nobody": 0.8}, "save": {"true": 1.0}}})
-    request = LLMRequest(messages=[{"role": "user", "content": "Save? Poison?"}], action="Respond",
-                         output_schema=witch)  # fmt: skip
-    answers = [json.loads((await dry.complete(request)).text) for _ in range(600)]
-    poisoned = Counter(a["poison"] for a in answers)
-    assert all(a["save"] is True for a in answers)
-    assert poisoned["nobody"] / 600 == pytest.approx(0.8, abs=0.05)
-    assert {name: n / 600 for name, n in poisoned.items() if name != "nobody"} == pytest.approx(
-        {"ann": 0.2 / 3, "bob": 0.2 / 3, "cy": 0.2 / 3}, abs=0.04
-    )
-    other = request.model_copy(update={"action": "Vote"})  # an action not declared: the test model's draw
-    assert (await dry.complete(other)).text == (await TestLLM(5).complete(other)).text
-
-
 async def test_leading_messages_seen_before_are_counted_as_cached():
     dry = DryRunLLM(0, model="m", answer_tokens={})
     system = {"role": "system", "content": "You are one member of a society. " * 20}
@@ -190,11 +172,6 @@ async def test_answer_tokens_that_are_no_tokens_are_refused(tmp_path, monkeypatc
 
     monkeypatch.setattr(debate, "ANSWER_TOKENS", {"SpeakAloud": "long"})
     with pytest.raises(ConfigError, match="ANSWER_TOKENS"):
-        await estimate_run("debate", model=TestLLM(), options={}, run=RunOptions(), dry_runs=1)
-    monkeypatch.setattr(debate, "ANSWER_TOKENS", {})
-    monkeypatch.setattr(debate, "ANSWER_CHOICES", {"SpeakAloud": {"stance": {"for": 0.9, "against": 0.3}}},
-                        raising=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="ANSWER_CHOICES"):
         await estimate_run("debate", model=TestLLM(), options={}, run=RunOptions(), dry_runs=1)
     with pytest.raises(ConfigError, match="dry_runs"):
         await estimate_run("debate", model=TestLLM(), options={}, run=RunOptions(), dry_runs=0)

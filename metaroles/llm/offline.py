@@ -213,9 +213,6 @@ class DryRunLLM:
         answer_tokens: Per action name, how many tokens its free-text answers have (``None``: as the
             test model makes them: it stands in for the test model).
         default_tokens: For an action not named there: half its call's ``max_tokens``, else this many.
-        answer_choices: Per action name, how often a structured answer's field takes a value (field →
-            value as JSON → chance; the field's other values share the rest evenly): the scenario's
-            ``ANSWER_CHOICES``, for a choice the real model makes unlike the test model's even draw.
     """
 
     def __init__(
@@ -226,7 +223,6 @@ class DryRunLLM:
         count: TokenCount | None = None,
         answer_tokens: Mapping[str, int] | None = None,
         default_tokens: int = 100,
-        answer_choices: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
     ) -> None:
         """Stand in for ``model``; see the class docstring."""
         self.inner = TestLLM(seed, model=model)
@@ -234,8 +230,6 @@ class DryRunLLM:
         self.count = count or RoughCount()
         self.answer_tokens = None if answer_tokens is None else dict(answer_tokens)
         self.default_tokens = default_tokens
-        self.answer_choices = dict(answer_choices or {})
-        self.seed = seed
         self.calls = 0
         """Calls answered (each one the real run would make)."""
         self._begun: set[int] = set()
@@ -255,32 +249,9 @@ class DryRunLLM:
         text = answer.text
         if request.output_schema is None and self.answer_tokens is not None:
             text = self._at_length(text, self.declared(request))
-        elif request.output_schema is not None and request.action in self.answer_choices:
-            text = self._chosen(text, request.output_schema, self.answer_choices[request.action])
         usage = Usage(prompt_tokens=self.count.chat(request.messages), completion_tokens=self.count.text(text))
         usage.cached_tokens = self._cached(request.messages)
         return LLMResponse(text=text, usage=usage, model=self.model)
-
-    def _chosen(self, text: str, schema: Mapping[str, Any], chances: Mapping[str, Mapping[str, float]]) -> str:
-        """A structured answer's declared fields drawn again at their declared chances (see the class docstring)."""
-        try:
-            answer = json.loads(text)
-        except ValueError:
-            return text
-        rng = random.Random(f"{self.seed}:{self.calls}")
-        for field, declared in chances.items():
-            values = _values(schema.get("properties", {}).get(field, {})) if isinstance(answer, dict) else []
-            if field not in answer or not values:
-                continue
-            named = [v for v in values if json.dumps(v) in declared or str(v) in declared]
-            weights = [float(declared.get(json.dumps(v), declared.get(str(v), 0.0))) for v in named]
-            rest = [v for v in values if v not in named]
-            u = rng.random()
-            if u < sum(weights) or not rest:
-                answer[field] = rng.choices(named, weights=weights)[0] if named else answer[field]
-            else:
-                answer[field] = rng.choice(rest)
-        return json.dumps(answer)
 
     def _cached(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """The tokens of the longest run of leading ``messages`` an earlier call began with (and note these)."""
@@ -480,12 +451,3 @@ def _check_script(script: object, source: str) -> dict[str, dict[str, list[Any]]
                 )
         checked[str(role)] = {str(a): list(r) for a, r in actions.items()}
     return checked
-
-
-def _values(field: Mapping[str, Any]) -> list[Any]:
-    """The values a JSON schema's field allows, when it is a choice (an enum, a constant, a boolean)."""
-    if "enum" in field:
-        return list(field["enum"])
-    if "const" in field:
-        return [field["const"]]
-    return [True, False] if field.get("type") == "boolean" else []

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -303,52 +303,28 @@ def _count(model: LLM) -> TokenCount | None:
     return count() if callable(count) else None
 
 
-def _stand_in(model: LLM, nth: int, count: TokenCount | None, declared: Declared, seed: int) -> DryRunLLM:
+def _stand_in(model: LLM, nth: int, count: TokenCount | None, declared: Mapping[str, int], seed: int) -> DryRunLLM:
     """The ``nth`` dry run's stand-in for ``model`` (a run of ``seed``): answers under its name, counted as it counts.
 
-    The test model stands in for itself: its own seed (the first dry run is the very run), its answers.
+    The test model stands in for itself: its own seed (the first dry run is the very run), its answers' lengths.
     """
     name = str(getattr(model, "model", "") or type(model).__name__)
     if isinstance(model, TestLLM):
         return DryRunLLM(model.seed + nth, model=name, count=count, answer_tokens=None)
-    return DryRunLLM(seed, model=name, count=count, answer_tokens=declared.tokens,
-                     default_tokens=DEFAULT_ANSWER_TOKENS, answer_choices=declared.choices)  # fmt: skip
+    return DryRunLLM(seed, model=name, count=count, answer_tokens=declared, default_tokens=DEFAULT_ANSWER_TOKENS)
 
 
-class Declared(NamedTuple):
-    """What a scenario declares of its real model's answers.
-
-    Their lengths (``ANSWER_TOKENS``) and how it chooses (``ANSWER_CHOICES``: action → field → value as
-    JSON → chance, the field's other values sharing the rest).
-    """
-
-    tokens: dict[str, int]
-    choices: dict[str, dict[str, dict[str, float]]]
-
-
-def _declared(module: Any, name: str) -> Declared:
-    """The scenario's ``ANSWER_TOKENS`` and ``ANSWER_CHOICES``, checked.
+def _declared(module: Any, name: str) -> dict[str, int]:
+    """The scenario's ``ANSWER_TOKENS``, checked.
 
     Raises:
-        ConfigError: If one is not what it must be (naming it, with an example).
+        ConfigError: If it is not a mapping of action names to positive whole numbers.
     """
-    tokens = getattr(module, "ANSWER_TOKENS", {})
-    if not isinstance(tokens, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in tokens.items()
+    declared = getattr(module, "ANSWER_TOKENS", {})
+    if not isinstance(declared, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in declared.items()
     ):
         raise ConfigError(
-            f"scenario {name!r}'s ANSWER_TOKENS={tokens!r} must map action names to tokens, e.g. {{'Speak': 120}}"
+            f"scenario {name!r}'s ANSWER_TOKENS={declared!r} must map action names to tokens, e.g. {{'Speak': 120}}"
         )
-    choices = getattr(module, "ANSWER_CHOICES", {})
-    if not isinstance(choices, Mapping) or not all(
-        isinstance(action, str) and isinstance(fields, Mapping) and all(
-            isinstance(field, str) and isinstance(chances, Mapping) and sum(chances.values()) <= 1 and all(
-                isinstance(v, str) and isinstance(p, int | float) and 0 <= p <= 1 for v, p in chances.items()
-            ) for field, chances in fields.items()
-        ) for action, fields in choices.items()
-    ):  # fmt: skip
-        raise ConfigError(
-            f"scenario {name!r}'s ANSWER_CHOICES={choices!r} must map action names to fields to values' chances "
-            "(together at most 1), e.g. {'Vote': {'target': {'nobody': 0.4}}}"
-        )
-    return Declared(dict(tokens), {a: {f: dict(c) for f, c in fields.items()} for a, fields in choices.items()})
+    return dict(declared)
