@@ -4,7 +4,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 from anyio import wait_all_tasks_blocked
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from metaroles import FunctionLLM, InvalidValueError, LLMRequest, TestLLM
@@ -148,6 +148,7 @@ async def test_refusals_for_load_lower_the_limit_hold_new_calls_and_lose_or_repe
     calls=st.lists(st.tuples(st.floats(0, 3), st.integers(1, 900), st.integers(0, 900)), max_size=40),
     limit=st.integers(500, 3000),
 )
+@example(calls=[(0.3195301079644005, 1, 0), (0.0, 500, 0)], limit=500)  # a wait a rounding short of the window
 def test_a_call_starts_only_when_the_window_has_room_for_it_and_waits_no_longer_than_it_must(calls, limit):
     pace, now = TokenPace(limit, window=1.0), 0.0
     for gap, asked, used in calls:

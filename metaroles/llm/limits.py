@@ -154,7 +154,7 @@ class TokenPace:
                 continue  # unanswered: not leaving yet; or already left (room counts it out)
             room += spent
             if room >= need:
-                return started + self.window - now
+                return _until(now, started + self.window)
         return self.window / 20 if any(open_ for _, _, open_ in self.spent) else self.window
 
     def spend(self, now: float, tokens: float, *, answered: bool = False) -> list[float]:
@@ -481,3 +481,11 @@ class BalancedLLM:
     def __repr__(self) -> str:
         """The endpoints."""
         return f"BalancedLLM({', '.join(self.names)})"
+
+
+def _until(now: float, then: float) -> float:
+    """Seconds from ``now`` to ``then``, so that ``now`` plus them is not short of ``then`` by a rounding."""
+    wait = then - now
+    while now + wait < then:
+        wait = math.nextafter(wait, math.inf)
+    return wait
